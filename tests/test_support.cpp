@@ -1,0 +1,68 @@
+#include "test_support.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace qforge::test {
+
+namespace fs = std::filesystem;
+
+std::optional<fs::path> shared_data_dir() {
+    if (const char* env = std::getenv("QFORGE_SHARED_DATA")) {
+        if (fs::is_directory(env)) return fs::path(env);
+        return std::nullopt;
+    }
+    fs::path p = fs::path(QFORGE_SOURCE_DIR) / ".." / "shared" / "data";
+    if (fs::is_directory(p)) return fs::canonical(p);
+    return std::nullopt;
+}
+
+ScratchDir::ScratchDir(const std::string& name) {
+    path_ = fs::temp_directory_path() /
+            ("qforge-test-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+}
+
+void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
+    std::ofstream f(p, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw std::runtime_error("cannot write " + p.string());
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+    write_file(p, std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+std::vector<uint8_t> read_file(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot read " + p.string());
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+CommandResult run_qforge(const std::string& args) {
+    std::string cmd = std::string("QFORGE_NO_PROGRESS=1 '") + QFORGE_BINARY + "' " + args + " 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (!pipe) throw std::runtime_error("popen failed: " + cmd);
+    std::string out;
+    std::array<char, 4096> buf{};
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+    int status = ::pclose(pipe);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return {code, out};
+}
+
+}  // namespace qforge::test

@@ -1,0 +1,52 @@
+// Helpers shared by the tests: locating ../shared/data, scratch directories, running the CLI.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qforge::test {
+
+// ../shared/data beside the checkout (or $QFORGE_SHARED_DATA); nullopt when absent.
+std::optional<std::filesystem::path> shared_data_dir();
+
+// Prints "SKIPPED: <reason>" (ctest's skip marker) and returns from the test case.
+#define QF_SKIP(reason)                                      \
+    do {                                                     \
+        std::printf("SKIPPED: %s\n", std::string(reason).c_str()); \
+        std::fflush(stdout);                                 \
+        return;                                              \
+    } while (0)
+
+// The shared data folder, or skip the current test with a printed reason.
+#define QF_REQUIRE_SHARED_DATA(var)                                                   \
+    auto var##_opt = ::qforge::test::shared_data_dir();                               \
+    if (!var##_opt) QF_SKIP("../shared/data is absent (set QFORGE_SHARED_DATA)");    \
+    const std::filesystem::path var = *var##_opt
+
+// A fresh empty directory under the build tree, removed when the object dies.
+class ScratchDir {
+public:
+    explicit ScratchDir(const std::string& name);
+    ~ScratchDir();
+    const std::filesystem::path& path() const { return path_; }
+    std::filesystem::path operator/(const std::string& child) const { return path_ / child; }
+
+private:
+    std::filesystem::path path_;
+};
+
+void write_file(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
+void write_file(const std::filesystem::path& p, const std::string& text);
+std::vector<uint8_t> read_file(const std::filesystem::path& p);
+
+struct CommandResult {
+    int exit_code;
+    std::string output;  // stdout and stderr together
+};
+// Runs the qforge binary with the given argument string (shell-quoted by the caller).
+CommandResult run_qforge(const std::string& args);
+
+}  // namespace qforge::test
