@@ -1,1 +1,67 @@
-int main() { return 0; }
+// qforge: one binary, one subcommand per job. Errors from any layer arrive here as
+// qforge::Error and leave as one line on stderr and exit code 1.
+#include <cstdio>
+#include <map>
+#include <new>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "kernels/device_info.hpp"
+
+namespace {
+
+std::string version_text() {
+    std::string s = "qforge " QFORGE_VERSION;
+    if (qforge::built_with_cuda()) {
+        std::string why;
+        auto gpus = qforge::list_gpus(&why);
+        s += " (CUDA " + qforge::cuda_build_version() + "; " + std::to_string(gpus.size()) + " GPU" +
+             (gpus.size() == 1 ? "" : "s") + (gpus.empty() ? ": " + why : "") + ")";
+    } else {
+        s += " (built without CUDA)";
+    }
+    return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"qforge: convert, quantize, run and evaluate LLMs in the packed .qf format"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", version_text);
+    qforge::cli::CommonOptions common;
+    app.add_flag("-q,--quiet", common.quiet, "no progress bars on stderr");
+
+    std::map<CLI::App*, qforge::cli::Runner> runners;
+    auto add = [&](const char* name, const char* help, auto reg) {
+        CLI::App* sub = app.add_subcommand(name, help);
+        runners[sub] = reg(*sub, common);
+    };
+    add("convert", "convert a Hugging Face checkpoint (directory or .safetensors) to .qf",
+        qforge::cli::register_convert);
+    add("inspect", "show the config, tensors, dtypes and sizes of a .qf, .safetensors or HF directory",
+        qforge::cli::register_inspect);
+    add("verify", "check a .qf file's structure and every tensor checksum",
+        qforge::cli::register_verify);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    if (common.quiet) qforge::Progress::set_enabled(false);
+    try {
+        for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const qforge::Error& e) {
+        std::fprintf(stderr, "qforge: error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "qforge: error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qforge: error: %s\n", e.what());
+        return 1;
+    }
+    return 1;
+}

@@ -52,8 +52,8 @@ std::vector<uint8_t> read_file(const fs::path& p) {
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-CommandResult run_qforge(const std::string& args) {
-    std::string cmd = std::string("QFORGE_NO_PROGRESS=1 '") + QFORGE_BINARY + "' " + args + " 2>&1";
+CommandResult run_qforge(const std::string& args, const std::string& shell_prefix) {
+    std::string cmd = shell_prefix + " QFORGE_NO_PROGRESS=1 '" + QFORGE_BINARY + "' " + args + " 2>&1";
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (!pipe) throw std::runtime_error("popen failed: " + cmd);
     std::string out;

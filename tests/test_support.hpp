@@ -46,7 +46,8 @@ struct CommandResult {
     int exit_code;
     std::string output;  // stdout and stderr together
 };
-// Runs the qforge binary with the given argument string (shell-quoted by the caller).
-CommandResult run_qforge(const std::string& args);
+// Runs the qforge binary with the given argument string (shell-quoted by the caller), after
+// `shell_prefix` (e.g. "ulimit -f 100;").
+CommandResult run_qforge(const std::string& args, const std::string& shell_prefix = "");
 
 }  // namespace qforge::test

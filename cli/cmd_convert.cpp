@@ -1,0 +1,52 @@
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "convert/convert.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+
+namespace qforge::cli {
+
+Runner register_convert(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        ConvertOptions opts;
+        std::string dtype;
+    };
+    auto a = std::make_shared<Args>();
+    app.add_option("input", a->opts.input, "Hugging Face directory or .safetensors file")
+        ->required()
+        ->check(CLI::ExistingPath);
+    app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
+    app.add_option("--dtype", a->dtype,
+                   "store matrices as f32, f16 or bf16 (default: keep the source precision; "
+                   "norms and biases then stay f32)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    app.add_option("--tokenizer", a->opts.tokenizer,
+                   "tokenizer.json or llama2.c tokenizer .bin (default: found beside the checkpoint)")
+        ->check(CLI::ExistingFile);
+    app.add_flag("--compress", a->opts.compress, "zstd-compress tensors where it saves space");
+    add_json_option(app, common);
+
+    return [a, &common]() {
+        if (!a->dtype.empty()) a->opts.dtype = qtype_from_name(a->dtype);
+        ConvertReport r = convert_hf_checkpoint(a->opts);
+        for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
+        if (common.json) {
+            nlohmann::json j = {{"output", a->opts.output},     {"tensors", r.tensors},
+                                {"parameters", r.parameters},   {"bytes", r.bytes_written},
+                                {"tokenizer", r.tokenizer},     {"warnings", r.warnings}};
+            std::printf("%s\n", j.dump(2).c_str());
+        } else {
+            std::printf("wrote %s: %llu tensors, %llu parameters, %s; tokenizer: %s\n",
+                        a->opts.output.c_str(), static_cast<unsigned long long>(r.tensors),
+                        static_cast<unsigned long long>(r.parameters),
+                        human_bytes(r.bytes_written).c_str(),
+                        r.tokenizer.empty() ? "none" : r.tokenizer.c_str());
+        }
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

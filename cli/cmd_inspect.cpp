@@ -1,0 +1,175 @@
+// qforge inspect: what is in a .qf, a .safetensors file or a Hugging Face directory.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "core/checked_math.hpp"
+#include "core/mapped_file.hpp"
+#include "core/progress.hpp"
+#include "formats/model_config.hpp"
+#include "formats/qf.hpp"
+#include "formats/safetensors.hpp"
+
+namespace qforge::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Row {
+    std::string name, type;
+    std::vector<uint64_t> shape;
+    uint64_t bytes;
+    std::string encoding;
+};
+
+bool is_qf(const std::string& path) {
+    if (fs::is_directory(path)) return false;
+    MappedFile f(path);
+    return f.size() >= sizeof kQfMagic && std::memcmp(f.data(), kQfMagic, sizeof kQfMagic) == 0;
+}
+
+std::string model_summary(const ModelConfig& c) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "%s, %llu layers, hidden %llu, heads %llu (kv %llu, head_dim %llu), intermediate %llu, "
+                  "vocab %llu, context %llu, rope_theta %g%s%s%s",
+                  std::string(architecture_name(c.arch)).c_str(), (unsigned long long)c.num_layers,
+                  (unsigned long long)c.hidden_size, (unsigned long long)c.num_heads,
+                  (unsigned long long)c.num_kv_heads, (unsigned long long)c.head_dim,
+                  (unsigned long long)c.intermediate_size, (unsigned long long)c.vocab_size,
+                  (unsigned long long)c.max_position_embeddings, c.rope_theta,
+                  c.rope_scaling.type == "none" ? "" : (", rope_scaling " + c.rope_scaling.type).c_str(),
+                  c.tie_word_embeddings ? ", tied embeddings" : "", c.attention_bias ? ", qkv bias" : "");
+    return buf;
+}
+
+std::string tokenizer_summary(const json& t) {
+    if (t.is_null()) return "none";
+    const std::string src = t.value("source", "?");
+    if (src == "llama2c") return "llama2.c vocabulary, " + std::to_string(t["pieces"].size()) + " tokens";
+    if (src == "hf") {
+        const json& vocab = t["tokenizer_json"]["model"].value("vocab", json::object());
+        return "tokenizer.json (BPE), " + std::to_string(vocab.size()) + " tokens";
+    }
+    return src;
+}
+
+void print_rows(const std::vector<Row>& rows) {
+    size_t w = 4;
+    for (const auto& r : rows) w = std::max(w, r.name.size());
+    std::printf("  %-*s  %-5s  %-18s  %12s  %s\n", static_cast<int>(w), "name", "type", "shape", "bytes",
+                "encoding");
+    for (const auto& r : rows)
+        std::printf("  %-*s  %-5s  %-18s  %12llu  %s\n", static_cast<int>(w), r.name.c_str(),
+                    r.type.c_str(), shape_to_string(r.shape).c_str(),
+                    static_cast<unsigned long long>(r.bytes), r.encoding.c_str());
+}
+
+json totals(const std::vector<Row>& rows) {
+    uint64_t params = 0, bytes = 0;
+    for (const auto& r : rows) {
+        params += checked_product(r.shape).value_or(0);
+        bytes += r.bytes;
+    }
+    return {{"tensors", rows.size()},
+            {"parameters", params},
+            {"bytes", bytes},
+            {"bits_per_weight", params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0}};
+}
+
+void print_totals(const json& t) {
+    std::printf("tensors: %llu, parameters %llu, %s, %.2f bits per weight\n",
+                (unsigned long long)t["tensors"].get<uint64_t>(),
+                (unsigned long long)t["parameters"].get<uint64_t>(),
+                human_bytes(t["bytes"].get<uint64_t>()).c_str(), t["bits_per_weight"].get<double>());
+}
+
+int inspect_qf(const std::string& path, bool as_json) {
+    QfFile qf(path);
+    const ModelConfig cfg = model_config_from_json(qf.model(), path);
+    std::vector<Row> rows;
+    for (const auto& t : qf.tensors())
+        rows.push_back({t.name, std::string(qtype_traits(t.qtype).name), t.shape, t.stored_length,
+                        std::string(qf_encoding_name(t.encoding))});
+    const json& tok = qf.header().at("tokenizer");
+    if (as_json) {
+        json tensors = json::array();
+        for (const auto& t : qf.tensors()) tensors.push_back(qf_tensor_to_json(t));
+        json j = {{"file", path},
+                  {"kind", "qf"},
+                  {"format_version", qf.version()},
+                  {"file_bytes", qf.file_size()},
+                  {"model", qf.model()},
+                  {"tokenizer", tokenizer_summary(tok)},
+                  {"provenance", qf.header().at("provenance")},
+                  {"tensors", tensors},
+                  {"totals", totals(rows)}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("file: %s (qforge format version %u, %s)\n", path.c_str(), qf.version(),
+                human_bytes(qf.file_size()).c_str());
+    std::printf("model: %s\n", model_summary(cfg).c_str());
+    std::printf("tokenizer: %s\n", tokenizer_summary(tok).c_str());
+    const json& prov = qf.header().at("provenance");
+    if (prov.contains("recipe")) std::printf("recipe: %s\n", prov["recipe"].dump().c_str());
+    if (prov.contains("sources"))
+        for (const auto& s : prov["sources"])
+            std::printf("source: %s (%s bytes, %s)\n", s.value("file", "?").c_str(),
+                        s.value("bytes", json(0)).dump().c_str(), s.value("hash", "?").c_str());
+    print_rows(rows);
+    print_totals(totals(rows));
+    return 0;
+}
+
+int inspect_safetensors(const std::string& path, bool as_json) {
+    SafetensorsCheckpoint ckpt(path);
+    const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+    std::optional<ModelConfig> cfg;
+    json cfg_json = nullptr;
+    if (fs::exists(dir / "config.json")) {
+        cfg = read_model_config((dir / "config.json").string());
+        cfg_json = model_config_to_json(*cfg);
+    }
+    std::vector<Row> rows;
+    for (const auto& name : ckpt.tensor_names()) {
+        TensorView v = ckpt.tensor(name);
+        rows.push_back({name, std::string(dtype_info(v.dtype).name), v.shape, v.data.size(), "raw"});
+    }
+    if (as_json) {
+        json tensors = json::array();
+        for (const auto& r : rows)
+            tensors.push_back({{"name", r.name}, {"dtype", r.type}, {"shape", r.shape}, {"bytes", r.bytes},
+                               {"file", fs::path(ckpt.file_of(r.name)).filename().string()}});
+        json j = {{"file", path}, {"kind", "safetensors"}, {"files", ckpt.files()}, {"model", cfg_json},
+                  {"tensors", tensors}, {"totals", totals(rows)}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("checkpoint: %s (%zu safetensors file%s)\n", path.c_str(), ckpt.files().size(),
+                ckpt.files().size() == 1 ? "" : "s");
+    std::printf("model: %s\n", cfg ? model_summary(*cfg).c_str() : "no config.json");
+    print_rows(rows);
+    print_totals(totals(rows));
+    return 0;
+}
+
+}  // namespace
+
+Runner register_inspect(CLI::App& app, CommonOptions& common) {
+    auto path = std::make_shared<std::string>();
+    app.add_option("file", *path, ".qf file, .safetensors file or Hugging Face directory")
+        ->required()
+        ->check(CLI::ExistingPath);
+    add_json_option(app, common);
+    return [path, &common]() {
+        return is_qf(*path) ? inspect_qf(*path, common.json) : inspect_safetensors(*path, common.json);
+    };
+}
+
+}  // namespace qforge::cli

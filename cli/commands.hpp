@@ -1,0 +1,17 @@
+// Each subcommand registers its options on the app and returns the function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+#include "options.hpp"
+
+namespace qforge::cli {
+
+using Runner = std::function<int()>;
+
+Runner register_convert(CLI::App& app, CommonOptions& common);
+Runner register_inspect(CLI::App& app, CommonOptions& common);
+Runner register_verify(CLI::App& app, CommonOptions& common);
+
+}  // namespace qforge::cli

@@ -1,0 +1,32 @@
+#include "options.hpp"
+
+#include <thread>
+
+namespace qforge::cli {
+
+void add_threads_option(CLI::App& app, CommonOptions& o) {
+    app.add_option("-t,--threads", o.threads, "worker threads (0 = all hardware threads)")
+        ->check(CLI::Range(0, 1024));
+}
+
+void add_json_option(CLI::App& app, CommonOptions& o) {
+    app.add_flag("--json", o.json, "print one JSON object with the results on stdout");
+}
+
+void add_seed_option(CLI::App& app, CommonOptions& o) {
+    app.add_option("--seed", o.seed, "random seed; the same seed gives the same output")
+        ->capture_default_str();
+}
+
+void add_file_option(CLI::App& app, CommonOptions& o, bool required) {
+    auto* opt = app.add_option("-f,--file", o.file, "text file to read")->check(CLI::ExistingFile);
+    if (required) opt->required();
+}
+
+int resolved_threads(const CommonOptions& o) {
+    if (o.threads > 0) return o.threads;
+    const unsigned n = std::thread::hardware_concurrency();
+    return n ? static_cast<int>(n) : 1;
+}
+
+}  // namespace qforge::cli

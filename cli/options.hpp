@@ -1,0 +1,27 @@
+// Options shared by subcommands. Each flag is defined once here, so the same flag means the same
+// thing (name, default, help text, validation) in every subcommand that takes it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace qforge::cli {
+
+struct CommonOptions {
+    int threads = 0;      // 0: all hardware threads
+    bool json = false;    // machine-readable result on stdout
+    uint64_t seed = 42;   // every random choice derives from it
+    std::string file;     // text input (-f/--file)
+    bool quiet = false;   // no progress bars
+};
+
+void add_threads_option(CLI::App& app, CommonOptions& o);
+void add_json_option(CLI::App& app, CommonOptions& o);
+void add_seed_option(CLI::App& app, CommonOptions& o);
+void add_file_option(CLI::App& app, CommonOptions& o, bool required);
+
+// Threads to use: the --threads value, or the hardware's count when 0.
+int resolved_threads(const CommonOptions& o);
+
+}  // namespace qforge::cli

@@ -1,0 +1,75 @@
+#include "convert/tensor_cast.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+namespace qforge {
+
+namespace {
+
+float load(const uint8_t* p, QType t, uint64_t i) {
+    switch (t) {
+        case QType::f32: {
+            float f;
+            std::memcpy(&f, p + 4 * i, 4);
+            return f;
+        }
+        case QType::f16:
+        case QType::bf16: {
+            uint16_t h;
+            std::memcpy(&h, p + 2 * i, 2);
+            return t == QType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+    }
+    return 0.0f;
+}
+
+void store(uint8_t* p, QType t, uint64_t i, float f) {
+    switch (t) {
+        case QType::f32:
+            std::memcpy(p + 4 * i, &f, 4);
+            return;
+        case QType::f16:
+        case QType::bf16: {
+            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
+            std::memcpy(p + 2 * i, &h, 2);
+            return;
+        }
+    }
+}
+
+std::string value_text(float f) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+    return buf;
+}
+
+}  // namespace
+
+std::span<const uint8_t> cast_tensor(const TensorView& v, QType source, QType target,
+                                     const std::string& file, std::vector<uint8_t>& buffer) {
+    const uint64_t n = v.data.size() / dtype_info(v.dtype).size;
+    const bool narrowing_to_f16 = target == QType::f16 && source != QType::f16;
+    const bool narrowing_to_bf16 = target == QType::bf16 && source == QType::f32;
+    for (uint64_t i = 0; i < n; ++i) {
+        const float f = load(v.data.data(), source, i);
+        if (!std::isfinite(f))
+            throw Error(file, v.name, "element " + std::to_string(i) + " is " + value_text(f) +
+                                          " (weights must be finite)");
+        if (narrowing_to_f16 && f16_overflows(f))
+            throw Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
+                                          " overflows f16 (max 65504); convert with --dtype f32 or bf16");
+        if (narrowing_to_bf16 && std::isinf(bf16_to_f32(f32_to_bf16(f))))
+            throw Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
+                                          " overflows bf16");
+    }
+    if (source == target) return v.data;
+    buffer.resize(n * dtype_info(qtype_traits(target).dtype).size);
+    for (uint64_t i = 0; i < n; ++i) store(buffer.data(), target, i, load(v.data.data(), source, i));
+    return buffer;
+}
+
+}  // namespace qforge

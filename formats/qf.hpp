@@ -1,0 +1,106 @@
+// Reading and writing .qf files (layout in formats/qf_format.hpp, specification in docs/FORMAT.md).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/atomic_file.hpp"
+#include "core/mapped_file.hpp"
+#include "formats/qf_format.hpp"
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+struct QfTensorInfo {
+    std::string name;
+    QType qtype;
+    std::vector<uint64_t> shape;
+    uint64_t offset;         // relative to the data section
+    uint64_t length;         // decoded bytes (what the shape and qtype require)
+    uint64_t stored_length;  // bytes in the file (== length for raw)
+    QfEncoding encoding;
+    std::string checksum;    // "xxh3-64:<hex>" of the decoded bytes
+};
+
+struct QfOpenOptions {
+    bool verify_checksums = false;  // hash every tensor at open (qforge verify does it with progress)
+};
+
+class QfFile {
+public:
+    // Maps the file and validates the preamble, the header and every tensor entry; throws
+    // qforge::Error naming the file (and the tensor) on the first problem.
+    explicit QfFile(const std::string& path, QfOpenOptions options = {});
+
+    const std::string& path() const { return file_.path(); }
+    uint64_t file_size() const { return file_.size(); }
+    uint32_t version() const { return preamble_.version; }
+    const nlohmann::json& header() const { return header_; }
+    const nlohmann::json& model() const { return header_.at("model"); }
+    bool has_tokenizer() const { return !header_.at("tokenizer").is_null(); }
+    // The tokenizer, or an Error saying the file has none (for commands that need one).
+    const nlohmann::json& tokenizer() const;
+
+    const std::vector<QfTensorInfo>& tensors() const { return tensors_; }
+    const QfTensorInfo* find(std::string_view name) const;
+    const QfTensorInfo& at(std::string_view name) const;  // Error naming the tensor if absent
+
+    // The tensor's decoded bytes: a span into the mapping for raw tensors (zero copy); zstd
+    // tensors are decompressed into `scratch`. With `verify`, the checksum is checked too.
+    std::span<const uint8_t> tensor_bytes(const QfTensorInfo& t, std::vector<uint8_t>& scratch,
+                                          bool verify = false) const;
+    // Checks one tensor's checksum (decoding it if compressed); throws on mismatch.
+    void verify_tensor(const QfTensorInfo& t, std::vector<uint8_t>& scratch) const;
+
+private:
+    void parse_preamble();
+    void parse_header();
+    void parse_tensors();
+
+    MappedFile file_;
+    QfPreamble preamble_{};
+    nlohmann::json header_;
+    std::vector<QfTensorInfo> tensors_;
+};
+
+struct QfWriteOptions {
+    bool compress = false;  // zstd per tensor, kept only where it saves space
+    int zstd_level = 3;
+};
+
+// Streams tensors into a new .qf. Nothing appears under `path` until finish() succeeds; an
+// exception or interrupt leaves no file behind (see AtomicFile).
+class QfWriter {
+public:
+    explicit QfWriter(std::string path, QfWriteOptions options = {});
+
+    void set_model(nlohmann::json model) { model_ = std::move(model); }
+    void set_tokenizer(nlohmann::json tokenizer) { tokenizer_ = std::move(tokenizer); }
+    void set_provenance(nlohmann::json provenance) { provenance_ = std::move(provenance); }
+
+    // Writes the tensor now; `bytes` must hold exactly qtype_tensor_bytes(qtype, shape).
+    void add_tensor(const std::string& name, QType qtype, std::vector<uint64_t> shape,
+                    std::span<const uint8_t> bytes);
+    void finish();
+
+    uint64_t bytes_written() const { return out_.position(); }
+
+private:
+    AtomicFile out_;
+    QfWriteOptions options_;
+    nlohmann::json model_;
+    nlohmann::json tokenizer_;  // null: the file has no tokenizer
+    nlohmann::json provenance_ = nlohmann::json::object();
+    std::vector<QfTensorInfo> tensors_;
+    std::vector<uint8_t> compressed_;
+    bool finished_ = false;
+};
+
+// The JSON form of a tensor entry, shared by the writer and `qforge inspect --json`.
+nlohmann::json qf_tensor_to_json(const QfTensorInfo& t);
+std::string_view qf_encoding_name(QfEncoding e);
+
+}  // namespace qforge

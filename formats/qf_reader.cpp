@@ -1,0 +1,250 @@
+// .qf reader. The file is hostile until proven otherwise: every size is checked with 64-bit
+// overflow-safe arithmetic before it is used as an offset.
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "core/error.hpp"
+#include "core/hash.hpp"
+#include "formats/qf.hpp"
+
+namespace qforge {
+
+namespace {
+
+using nlohmann::json;
+
+uint64_t get_u64(const json& obj, const char* key, const std::string& path, const std::string& tensor) {
+    auto it = obj.find(key);
+    if (it == obj.end()) throw Error(path, tensor, std::string("header entry lacks \"") + key + "\"");
+    if (!it->is_number_unsigned())
+        throw Error(path, tensor, std::string("\"") + key + "\" must be a non-negative integer, found " +
+                                      it->dump());
+    return it->get<uint64_t>();
+}
+
+const std::string& get_string(const json& obj, const char* key, const std::string& path,
+                              const std::string& tensor) {
+    auto it = obj.find(key);
+    if (it == obj.end()) throw Error(path, tensor, std::string("header entry lacks \"") + key + "\"");
+    if (!it->is_string())
+        throw Error(path, tensor, std::string("\"") + key + "\" must be a string, found " + it->dump());
+    return it->get_ref<const std::string&>();
+}
+
+}  // namespace
+
+std::string_view qf_encoding_name(QfEncoding e) { return e == QfEncoding::raw ? "raw" : "zstd"; }
+
+QfFile::QfFile(const std::string& path, QfOpenOptions options) : file_(path) {
+    parse_preamble();
+    parse_header();
+    parse_tensors();
+    if (options.verify_checksums) {
+        std::vector<uint8_t> scratch;
+        for (const auto& t : tensors_) verify_tensor(t, scratch);
+    }
+}
+
+void QfFile::parse_preamble() {
+    const std::string& p = path();
+    if (file_.size() < sizeof(QfPreamble))
+        throw Error(p, {}, "truncated: " + std::to_string(file_.size()) +
+                               " bytes, a .qf file starts with a 64-byte preamble");
+    std::memcpy(&preamble_, file_.data(), sizeof preamble_);
+    if (std::memcmp(preamble_.magic, kQfMagic, sizeof kQfMagic) != 0)
+        throw Error(p, {}, "not a .qf file (bad magic; expected \"QFORGE\\r\\n\")");
+    if (preamble_.endian_tag != kQfEndianTag)
+        throw Error(p, {}, "byte-order tag is wrong: .qf files are little-endian and this file or host is not");
+    if (preamble_.version > kQfVersion)
+        throw Error(p, {}, ".qf format version " + std::to_string(preamble_.version) +
+                               " is newer than this qforge reads (up to " + std::to_string(kQfVersion) +
+                               "): upgrade qforge to read it");
+    if (preamble_.version == 0) throw Error(p, {}, ".qf format version 0 is not a valid version");
+    if (preamble_.tensor_alignment == 0 || (preamble_.tensor_alignment & (preamble_.tensor_alignment - 1)))
+        throw Error(p, {}, "tensor alignment " + std::to_string(preamble_.tensor_alignment) +
+                               " is not a power of two");
+    if (preamble_.data_offset < sizeof(QfPreamble) || preamble_.data_offset % kQfDataAlignment)
+        throw Error(p, {}, "data section offset " + std::to_string(preamble_.data_offset) +
+                               " is not a multiple of 4096 after the preamble");
+    auto data_end = checked_add(preamble_.data_offset, preamble_.data_length);
+    if (!data_end || *data_end != preamble_.header_offset)
+        throw Error(p, {}, "header offset " + std::to_string(preamble_.header_offset) +
+                               " does not follow the data section [" +
+                               std::to_string(preamble_.data_offset) + ", +" +
+                               std::to_string(preamble_.data_length) + ")");
+    if (preamble_.header_length > kQfMaxHeaderBytes)
+        throw Error(p, {}, "header length " + std::to_string(preamble_.header_length) +
+                               " exceeds the 256 MiB limit");
+    auto header_end = checked_add(preamble_.header_offset, preamble_.header_length);
+    if (!header_end || *header_end > file_.size())
+        throw Error(p, {}, "truncated: the header ends at byte " +
+                               (header_end ? std::to_string(*header_end) : std::string("(overflow)")) +
+                               " but the file has " + std::to_string(file_.size()) + " bytes");
+    if (*header_end != file_.size())
+        throw Error(p, {}, std::to_string(file_.size() - *header_end) +
+                               " unexpected bytes after the header (the header must end the file)");
+}
+
+void QfFile::parse_header() {
+    const std::string& p = path();
+    const auto* begin = reinterpret_cast<const char*>(file_.data() + preamble_.header_offset);
+    const uint64_t n = preamble_.header_length;
+    if (XXH3_64bits(begin, n) != preamble_.header_checksum)
+        throw Error(p, {}, "header checksum mismatch: the file is corrupt");
+    try {
+        header_ = json::parse(begin, begin + n);
+    } catch (const json::exception& e) {
+        throw Error(p, {}, std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!header_.is_object()) throw Error(p, {}, "header is not a JSON object");
+    for (const char* key : {"format", "format_version", "model", "tokenizer", "provenance", "tensors"})
+        if (!header_.contains(key)) throw Error(p, {}, std::string("header lacks \"") + key + "\"");
+    if (header_["format"] != "qforge") throw Error(p, {}, "header \"format\" is not \"qforge\"");
+    if (header_["format_version"] != preamble_.version)
+        throw Error(p, {}, "header format_version " + header_["format_version"].dump() +
+                               " disagrees with the preamble's " + std::to_string(preamble_.version));
+    if (!header_["model"].is_object()) throw Error(p, {}, "header \"model\" must be an object");
+    if (!header_["tokenizer"].is_null() && !header_["tokenizer"].is_object())
+        throw Error(p, {}, "header \"tokenizer\" must be an object or null");
+    if (!header_["tensors"].is_array()) throw Error(p, {}, "header \"tensors\" must be an array");
+}
+
+void QfFile::parse_tensors() {
+    const std::string& p = path();
+    std::unordered_set<std::string> names;
+    for (const json& e : header_["tensors"]) {
+        if (!e.is_object()) throw Error(p, {}, "a tensor entry is not a JSON object");
+        QfTensorInfo t;
+        t.name = get_string(e, "name", p, {});
+        if (t.name.empty()) throw Error(p, {}, "a tensor has an empty name");
+        if (!names.insert(t.name).second) throw Error(p, t.name, "tensor name appears twice");
+        const std::string& qname = get_string(e, "qtype", p, t.name);
+        auto qt = qtype_from_name(qname);
+        if (!qt) throw Error(p, t.name, "unknown qtype '" + qname + "'");
+        t.qtype = *qt;
+        auto shape_it = e.find("shape");
+        if (shape_it == e.end() || !shape_it->is_array())
+            throw Error(p, t.name, "\"shape\" must be an array of non-negative integers");
+        for (const json& d : *shape_it) {
+            if (!d.is_number_unsigned())
+                throw Error(p, t.name, "\"shape\" must be an array of non-negative integers, found " +
+                                           shape_it->dump());
+            t.shape.push_back(d.get<uint64_t>());
+        }
+        auto expected = qtype_tensor_bytes(t.qtype, t.shape);
+        if (!expected)
+            throw Error(p, t.name, "shape " + shape_to_string(t.shape) + " overflows 64-bit byte counts");
+        t.offset = get_u64(e, "offset", p, t.name);
+        t.length = get_u64(e, "length", p, t.name);
+        t.stored_length = get_u64(e, "stored_length", p, t.name);
+        if (t.length != *expected)
+            throw Error(p, t.name, "length " + std::to_string(t.length) + " but shape " +
+                                       shape_to_string(t.shape) + " of " + qname + " needs " +
+                                       std::to_string(*expected) + " bytes");
+        const std::string& enc = get_string(e, "encoding", p, t.name);
+        if (enc == "raw") {
+            t.encoding = QfEncoding::raw;
+            if (t.stored_length != t.length)
+                throw Error(p, t.name, "raw tensor stores " + std::to_string(t.stored_length) +
+                                           " bytes but its length is " + std::to_string(t.length));
+        } else if (enc == "zstd") {
+            t.encoding = QfEncoding::zstd;
+        } else {
+            throw Error(p, t.name, "unknown encoding '" + enc + "' (expected raw or zstd)");
+        }
+        t.checksum = get_string(e, "checksum", p, t.name);
+        if (t.checksum.rfind("xxh3-64:", 0) != 0 || t.checksum.size() != 8 + 16)
+            throw Error(p, t.name, "checksum '" + t.checksum + "' is not of the form xxh3-64:<16 hex digits>");
+        if (t.offset % preamble_.tensor_alignment)
+            throw Error(p, t.name, "offset " + std::to_string(t.offset) + " is not a multiple of the " +
+                                       std::to_string(preamble_.tensor_alignment) + "-byte tensor alignment");
+        auto end = checked_add(t.offset, t.stored_length);
+        if (!end || *end > preamble_.data_length)
+            throw Error(p, t.name, "data [" + std::to_string(t.offset) + ", +" +
+                                       std::to_string(t.stored_length) +
+                                       ") lies outside the data section of " +
+                                       std::to_string(preamble_.data_length) + " bytes");
+        tensors_.push_back(std::move(t));
+    }
+    // No two tensors may share bytes.
+    std::vector<const QfTensorInfo*> by_offset;
+    for (const auto& t : tensors_) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](auto* a, auto* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+        const auto* prev = by_offset[i - 1];
+        const auto* cur = by_offset[i];
+        if (prev->offset + prev->stored_length > cur->offset && prev->stored_length && cur->stored_length)
+            throw Error(p, cur->name, "data overlaps tensor '" + prev->name + "'");
+    }
+}
+
+const nlohmann::json& QfFile::tokenizer() const {
+    if (!has_tokenizer())
+        throw Error(path(), {}, "this .qf has no tokenizer; reconvert with --tokenizer FILE");
+    return header_.at("tokenizer");
+}
+
+const QfTensorInfo* QfFile::find(std::string_view name) const {
+    for (const auto& t : tensors_)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+const QfTensorInfo& QfFile::at(std::string_view name) const {
+    if (const auto* t = find(name)) return *t;
+    throw Error(path(), std::string(name), "tensor not found in this .qf");
+}
+
+std::span<const uint8_t> QfFile::tensor_bytes(const QfTensorInfo& t, std::vector<uint8_t>& scratch,
+                                              bool verify) const {
+    const uint8_t* stored = file_.data() + preamble_.data_offset + t.offset;
+    std::span<const uint8_t> bytes;
+    if (t.encoding == QfEncoding::raw) {
+        bytes = {stored, static_cast<size_t>(t.length)};
+    } else {
+        // Trust the frame only as far as it agrees with the header, before allocating.
+        const unsigned long long declared = ZSTD_getFrameContentSize(stored, t.stored_length);
+        if (declared != t.length)
+            throw Error(path(), t.name, "zstd frame declares " +
+                                            (declared >= ZSTD_CONTENTSIZE_ERROR ? std::string("no valid size")
+                                                                                : std::to_string(declared)) +
+                                            ", expected " + std::to_string(t.length) + " bytes");
+        scratch.resize(t.length);
+        size_t got = ZSTD_decompress(scratch.data(), scratch.size(), stored, t.stored_length);
+        if (ZSTD_isError(got))
+            throw Error(path(), t.name, std::string("zstd data does not decode: ") + ZSTD_getErrorName(got));
+        if (got != t.length)
+            throw Error(path(), t.name, "zstd data decodes to " + std::to_string(got) +
+                                            " bytes, expected " + std::to_string(t.length));
+        bytes = scratch;
+    }
+    if (verify) {
+        std::string actual = xxh3_64_tag(bytes);
+        if (actual != t.checksum)
+            throw Error(path(), t.name, "checksum mismatch: header says " + t.checksum + ", data hashes to " +
+                                            actual + " (the file is corrupt)");
+    }
+    return bytes;
+}
+
+void QfFile::verify_tensor(const QfTensorInfo& t, std::vector<uint8_t>& scratch) const {
+    tensor_bytes(t, scratch, true);
+}
+
+nlohmann::json qf_tensor_to_json(const QfTensorInfo& t) {
+    return {{"name", t.name},
+            {"qtype", qtype_traits(t.qtype).name},
+            {"shape", t.shape},
+            {"offset", t.offset},
+            {"length", t.length},
+            {"stored_length", t.stored_length},
+            {"encoding", qf_encoding_name(t.encoding)},
+            {"checksum", t.checksum}};
+}
+
+}  // namespace qforge

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds and runs every test: a release build (CUDA code compiled for one
+# architecture when nvcc is present, to keep CI short) and an AddressSanitizer+UBSan build of
+# the CPU code. Tests that need ../shared or a GPU print "SKIPPED: <reason>" when it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+jobs=$(nproc)
+arch=${QFORGE_TEST_CUDA_ARCH:-90}
+
+echo "== release build (CUDA architecture $arch when available)"
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DQFORGE_CUDA=AUTO \
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DQFORGE_WERROR=ON >/dev/null
+cmake --build build-test -j"$jobs"
+ctest --test-dir build-test --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQFORGE_CUDA=OFF -DQFORGE_SANITIZE=ON \
+  -DQFORGE_WERROR=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
