@@ -20,6 +20,7 @@ Runner register_verify(CLI::App& app, CommonOptions& common) {
         std::vector<uint8_t> scratch;
         for (const auto& t : qf.tensors()) {
             qf.verify_tensor(t, scratch);
+            qf.release(t);
             progress.advance(t.stored_length);
         }
         progress.finish();

@@ -54,6 +54,10 @@ public:
                                           bool verify = false) const;
     // Checks one tensor's checksum (decoding it if compressed); throws on mismatch.
     void verify_tensor(const QfTensorInfo& t, std::vector<uint8_t>& scratch) const;
+    // Drops the tensor's pages from this process (streaming over files larger than memory).
+    void release(const QfTensorInfo& t) const {
+        file_.release(preamble_.data_offset + t.offset, t.stored_length);
+    }
 
 private:
     void parse_preamble();

@@ -45,7 +45,10 @@ QfFile::QfFile(const std::string& path, QfOpenOptions options) : file_(path) {
     parse_tensors();
     if (options.verify_checksums) {
         std::vector<uint8_t> scratch;
-        for (const auto& t : tensors_) verify_tensor(t, scratch);
+        for (const auto& t : tensors_) {
+            verify_tensor(t, scratch);
+            release(t);
+        }
     }
 }
 
