@@ -29,6 +29,7 @@ std::string version_text() {
 int main(int argc, char** argv) {
     CLI::App app{"qforge: convert, quantize, run and evaluate LLMs in the packed .qf format"};
     app.require_subcommand(1);
+    app.fallthrough();  // top-level flags (--quiet) also work after the subcommand
     app.set_version_flag("--version", version_text);
     qforge::cli::CommonOptions common;
     app.add_flag("-q,--quiet", common.quiet, "no progress bars on stderr");

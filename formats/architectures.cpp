@@ -1,0 +1,184 @@
+#include "formats/architectures.hpp"
+
+#include <charconv>
+
+namespace qforge {
+
+namespace {
+
+constexpr std::string_view kLayer = "{i}";
+
+// The Llama layout, shared by every architecture we support. Order is canonical: it is the order
+// of tensors in a .qf file. Shapes are torch order [out, in].
+namespace llama_rows {
+using enum Dim;
+using enum Presence;
+// clang-format off
+constexpr TensorRow kLlamaLayout[] = {
+    {"model.embed_tokens.weight",                         "embed",                  {vocab, hidden},        always},
+    {"model.layers.{i}.input_layernorm.weight",           "layers.{i}.attn_norm",   {hidden},               always},
+    {"model.layers.{i}.self_attn.q_proj.weight",          "layers.{i}.attn.q",      {q, hidden},            always},
+    {"model.layers.{i}.self_attn.k_proj.weight",          "layers.{i}.attn.k",      {kv, hidden},           always},
+    {"model.layers.{i}.self_attn.v_proj.weight",          "layers.{i}.attn.v",      {kv, hidden},           always},
+    {"model.layers.{i}.self_attn.o_proj.weight",          "layers.{i}.attn.o",      {hidden, q},            always},
+    {"model.layers.{i}.self_attn.q_proj.bias",            "layers.{i}.attn.q_bias", {q},                    attention_bias},
+    {"model.layers.{i}.self_attn.k_proj.bias",            "layers.{i}.attn.k_bias", {kv},                   attention_bias},
+    {"model.layers.{i}.self_attn.v_proj.bias",            "layers.{i}.attn.v_bias", {kv},                   attention_bias},
+    {"model.layers.{i}.post_attention_layernorm.weight",  "layers.{i}.mlp_norm",    {hidden},               always},
+    {"model.layers.{i}.mlp.gate_proj.weight",             "layers.{i}.mlp.gate",    {intermediate, hidden}, always},
+    {"model.layers.{i}.mlp.up_proj.weight",               "layers.{i}.mlp.up",      {intermediate, hidden}, always},
+    {"model.layers.{i}.mlp.down_proj.weight",             "layers.{i}.mlp.down",    {hidden, intermediate}, always},
+    {"model.norm.weight",                                 "final_norm",             {hidden},               always},
+    {"lm_head.weight",                                    "lm_head",                {vocab, hidden},        untied},
+};
+// clang-format on
+}  // namespace llama_rows
+using llama_rows::kLlamaLayout;
+
+// Which rows each architecture uses.
+struct LayoutRow {
+    Architecture arch;
+    std::span<const TensorRow> rows;
+};
+constexpr LayoutRow kLayouts[] = {
+    // Llama 2 and 3, TinyLlama, SmolLM: the reference layout.
+    {Architecture::llama, kLlamaLayout},
+    // Same tensors; the sliding window changes attention, not weights.
+    {Architecture::mistral, kLlamaLayout},
+    // Same tensors; its config always has attention_bias, which brings in the q/k/v biases.
+    {Architecture::qwen2, kLlamaLayout},
+};
+
+// HF tensors without a counterpart in the model. Older transformers saved each layer's RoPE
+// inverse frequencies; we compute them from rope_theta.
+constexpr std::string_view kIgnorableHfPatterns[] = {
+    "model.layers.{i}.self_attn.rotary_emb.inv_freq",
+    "model.rotary_emb.inv_freq",
+};
+
+constexpr bool is_per_layer(const TensorRow& row) {
+    return row.hf_pattern.find(kLayer) != std::string_view::npos;
+}
+
+// Both patterns of a row agree on being per layer, and the per-layer rows form a single run,
+// so "global rows, layers, global rows" is the whole order.
+constexpr bool well_formed(std::span<const TensorRow> rows) {
+    int runs = 0;
+    bool previous = false;
+    for (const auto& row : rows) {
+        const bool layered = is_per_layer(row);
+        if (layered != (row.name_pattern.find(kLayer) != std::string_view::npos)) return false;
+        if (layered && !previous) ++runs;
+        previous = layered;
+    }
+    return runs == 1;
+}
+static_assert(well_formed(kLlamaLayout), "kLlamaLayout: per-layer rows must be one run");
+
+constexpr bool layouts_in_enum_order() {
+    for (size_t i = 0; i < std::size(kLayouts); ++i)
+        if (static_cast<size_t>(kLayouts[i].arch) != i) return false;
+    return true;
+}
+static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::qwen2) + 1,
+              "every Architecture needs a layout row");
+static_assert(layouts_in_enum_order(), "kLayouts rows must follow the enum");
+
+uint64_t resolve(Dim d, const ModelConfig& c) {
+    switch (d) {
+        case Dim::none:
+            break;
+        case Dim::vocab:
+            return c.vocab_size;
+        case Dim::hidden:
+            return c.hidden_size;
+        case Dim::intermediate:
+            return c.intermediate_size;
+        case Dim::q:
+            return c.q_dim();
+        case Dim::kv:
+            return c.kv_dim();
+    }
+    return 0;
+}
+
+bool present(Presence p, const ModelConfig& c) {
+    switch (p) {
+        case Presence::always:
+            return true;
+        case Presence::attention_bias:
+            return c.attention_bias;
+        case Presence::untied:
+            return !c.tie_word_embeddings;
+    }
+    return false;
+}
+
+std::string substitute(std::string_view pattern, uint64_t layer) {
+    std::string s(pattern);
+    if (auto at = s.find(kLayer); at != std::string::npos)
+        s.replace(at, kLayer.size(), std::to_string(layer));
+    return s;
+}
+
+TensorSpec make_spec(const TensorRow& row, uint64_t layer, const ModelConfig& c) {
+    TensorSpec spec{
+        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false};
+    for (Dim d : row.shape)
+        if (d != Dim::none) spec.shape.push_back(resolve(d, c));
+    spec.is_matrix = spec.shape.size() == 2;
+    return spec;
+}
+
+}  // namespace
+
+std::span<const TensorRow> tensor_rows(Architecture arch) {
+    return kLayouts[static_cast<size_t>(arch)].rows;
+}
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+    const auto rows = tensor_rows(c.arch);
+    std::vector<TensorSpec> specs;
+    for (size_t r = 0; r < rows.size();) {
+        if (!is_per_layer(rows[r])) {
+            if (present(rows[r].presence, c)) specs.push_back(make_spec(rows[r], 0, c));
+            ++r;
+            continue;
+        }
+        // The run of per-layer rows, emitted layer by layer.
+        size_t end = r;
+        while (end < rows.size() && is_per_layer(rows[end])) ++end;
+        for (uint64_t layer = 0; layer < c.num_layers; ++layer)
+            for (size_t k = r; k < end; ++k)
+                if (present(rows[k].presence, c)) specs.push_back(make_spec(rows[k], layer, c));
+        r = end;
+    }
+    return specs;
+}
+
+bool match_tensor_pattern(std::string_view pattern, std::string_view name, uint64_t* layer) {
+    const auto at = pattern.find(kLayer);
+    if (at == std::string_view::npos) return pattern == name;
+    const std::string_view prefix = pattern.substr(0, at),
+                           suffix = pattern.substr(at + kLayer.size());
+    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+        !name.ends_with(suffix))
+        return false;
+    const std::string_view digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    // "03" or "+3" would alias layer 3: refuse anything but the canonical spelling.
+    if (digits.size() > 1 && digits.front() == '0') return false;
+    uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size()) return false;
+    if (layer) *layer = value;
+    return true;
+}
+
+bool is_ignorable_hf_tensor(std::string_view hf_name) {
+    for (std::string_view pattern : kIgnorableHfPatterns)
+        if (match_tensor_pattern(pattern, hf_name)) return true;
+    return false;
+}
+
+}  // namespace qforge

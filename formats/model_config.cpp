@@ -1,0 +1,455 @@
+#include "formats/model_config.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/mapped_file.hpp"
+
+namespace qforge {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Dimensions, counts and token ids must fit an int32: kernels index with 32-bit integers, and a
+// larger value in a config.json is corruption, not a model.
+constexpr uint64_t kMaxDim = (uint64_t{1} << 31) - 1;
+
+// Defaults shared by LlamaConfig, MistralConfig and Qwen2Config (transformers 4.x and 5.x).
+constexpr double kDefaultRmsNormEps = 1e-6;
+constexpr double kDefaultRopeTheta = 10000.0;     // RotaryEmbeddingConfigMixin.default_theta
+constexpr uint64_t kDefaultSlidingWindow = 4096;  // MistralConfig, Qwen2Config
+
+// Where an architecture's q/k/v biases come from (the modeling code, not the config class).
+enum class BiasRule : uint8_t {
+    config_key,  // LlamaAttention: bias=config.attention_bias
+    always,      // Qwen2Attention: bias=True
+    never,       // MistralAttention: bias=False
+};
+
+// Whether the architecture records a sliding attention window.
+enum class WindowRule : uint8_t {
+    none,                // LlamaConfig has no sliding_window
+    declared,            // MistralConfig: sliding_window (absent: 4096, null: off)
+    use_sliding_window,  // Qwen2Config: sliding_window only when use_sliding_window is true
+};
+
+// How transformers reads a config.json for each architecture: the one place that maps
+// model_type to Architecture, and the defaults that differ between the config classes.
+struct ArchitectureTraits {
+    Architecture arch;
+    std::string_view model_type;
+    std::optional<uint64_t> absent_num_kv_heads;  // key absent; nullopt: num_attention_heads
+    uint64_t default_max_position_embeddings;
+    std::optional<int64_t> default_bos_token_id, default_eos_token_id;
+    BiasRule attention_bias;
+    WindowRule sliding_window;
+};
+
+constexpr ArchitectureTraits kArchitectureTraits[] = {
+    {Architecture::llama, "llama", std::nullopt, 2048, 1, 2, BiasRule::config_key,
+     WindowRule::none},
+    // MistralConfig's num_key_value_heads defaults to 8, not to the head count.
+    {Architecture::mistral, "mistral", 8, 4096 * 32, 1, 2, BiasRule::never, WindowRule::declared},
+    // Qwen2Config's num_key_value_heads defaults to 32; it has no BOS/EOS defaults.
+    {Architecture::qwen2, "qwen2", 32, 32768, std::nullopt, std::nullopt, BiasRule::always,
+     WindowRule::use_sliding_window},
+};
+
+constexpr bool traits_rows_in_enum_order() {
+    for (size_t i = 0; i < std::size(kArchitectureTraits); ++i)
+        if (static_cast<size_t>(kArchitectureTraits[i].arch) != i) return false;
+    return true;
+}
+static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::qwen2) + 1,
+              "every Architecture needs a row");
+static_assert(traits_rows_in_enum_order(), "kArchitectureTraits rows must follow the enum");
+
+const ArchitectureTraits& traits(Architecture arch) {
+    return kArchitectureTraits[static_cast<size_t>(arch)];
+}
+
+// A JSON value for a message: its type and a bounded excerpt of its text.
+std::string describe(const json& v) {
+    std::string text = v.dump();
+    if (text.size() > 40) text = text.substr(0, 37) + "...";
+    return std::string(v.type_name()) + " " + text;
+}
+
+// Typed, checked access to the keys of one JSON object. `prefix` names a nested object in
+// messages ("rope_scaling."), so every error says exactly which key is wrong.
+class Keys {
+  public:
+    Keys(const json& obj, const std::string& source, std::string prefix = {})
+        : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
+
+    [[noreturn]] void fail(const std::string& detail) const { throw Error(source_, {}, detail); }
+    std::string name(std::string_view key) const { return prefix_ + std::string(key); }
+
+    // The value at `key`, or nullptr when the key is absent (JSON null is a value here).
+    const json* find(std::string_view key) const {
+        auto it = obj_.find(key);
+        return it == obj_.end() ? nullptr : &*it;
+    }
+    // The value at `key`; nullptr when absent or null (transformers treats null as unset).
+    const json* find_set(std::string_view key) const {
+        const json* v = find(key);
+        return v && !v->is_null() ? v : nullptr;
+    }
+    const json& required(std::string_view key) const {
+        const json* v = find_set(key);
+        if (!v) fail("missing required key '" + name(key) + "'");
+        return *v;
+    }
+
+    // An integer in [lo, kMaxDim].
+    uint64_t integer(const json& v, std::string_view key, uint64_t lo = 1) const {
+        if (!v.is_number_integer())
+            fail("'" + name(key) + "' must be an integer, found " + describe(v));
+        // nlohmann keeps non-negative literals as signed or unsigned depending on their origin.
+        const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+        if (!negative) {
+            const auto u = v.get<uint64_t>();
+            if (u >= lo && u <= kMaxDim) return u;
+        }
+        fail("'" + name(key) + "' must be between " + std::to_string(lo) + " and " +
+             std::to_string(kMaxDim) + ", found " + v.dump());
+    }
+    uint64_t dim(std::string_view key) const { return integer(required(key), key); }
+    std::optional<uint64_t> opt_dim(std::string_view key) const {
+        const json* v = find_set(key);
+        return v ? std::optional(integer(*v, key)) : std::nullopt;
+    }
+
+    double number(const json& v, std::string_view key) const {
+        if (!v.is_number()) fail("'" + name(key) + "' must be a number, found " + describe(v));
+        return v.get<double>();
+    }
+    double number(std::string_view key) const { return number(required(key), key); }
+    double number_or(std::string_view key, double fallback) const {
+        const json* v = find_set(key);
+        return v ? number(*v, key) : fallback;
+    }
+
+    bool boolean(std::string_view key) const {
+        const json& v = required(key);
+        if (!v.is_boolean())
+            fail("'" + name(key) + "' must be true or false, found " + describe(v));
+        return v.get<bool>();
+    }
+    bool boolean_or(std::string_view key, bool fallback) const {
+        return find_set(key) ? boolean(key) : fallback;
+    }
+
+    std::string string(std::string_view key) const {
+        const json& v = required(key);
+        if (!v.is_string()) fail("'" + name(key) + "' must be a string, found " + describe(v));
+        return v.get<std::string>();
+    }
+    std::string string_or(std::string_view key, std::string fallback) const {
+        return find_set(key) ? string(key) : std::move(fallback);
+    }
+
+    // A token id; null means "none", an absent key gives `absent`.
+    std::optional<int64_t> token_id(std::string_view key, std::optional<int64_t> absent) const {
+        const json* v = find(key);
+        if (!v) return absent;
+        if (v->is_null()) return std::nullopt;
+        return static_cast<int64_t>(integer(*v, key, 0));
+    }
+    // EOS: an id, a list of ids (the model stops at any of them) or null.
+    std::vector<int64_t> token_ids(std::string_view key, std::optional<int64_t> absent) const {
+        const json* v = find(key);
+        if (!v) return absent ? std::vector<int64_t>{*absent} : std::vector<int64_t>{};
+        if (v->is_null()) return {};
+        if (!v->is_array()) return {static_cast<int64_t>(integer(*v, key, 0))};
+        std::vector<int64_t> ids;
+        for (const json& id : *v) ids.push_back(static_cast<int64_t>(integer(id, key, 0)));
+        return ids;
+    }
+
+  private:
+    const json& obj_;
+    const std::string& source_;
+    std::string prefix_;
+};
+
+void require_object(const json& j, const std::string& what, const std::string& source) {
+    if (!j.is_object())
+        throw Error(source, {}, what + " must be a JSON object, found " + describe(j));
+}
+
+std::string unsupported_rope(const std::string& type, const std::string& key) {
+    return "unsupported RoPE scaling type '" + type + "' (" + key + "); supported: none, llama3";
+}
+
+// transformers 4.x writes `rope_theta` and `rope_scaling` ({"rope_type" or older "type": ...});
+// 5.x writes one `rope_parameters` object holding rope_theta too. Like transformers, prefer a
+// non-empty rope_scaling, take rope_theta from inside the object, else the top-level key.
+void read_rope(const Keys& keys, const std::string& source, uint64_t max_positions,
+               ModelConfig& c) {
+    const json* rope = nullptr;
+    std::string rope_key;
+    for (std::string_view key : {"rope_scaling", "rope_parameters"}) {
+        const json* v = keys.find_set(key);
+        if (!v) continue;
+        if (!v->is_object())
+            keys.fail("'" + std::string(key) + "' must be an object or null, found " +
+                      describe(*v));
+        if (!v->empty()) {
+            rope = v;
+            rope_key = key;
+            break;
+        }
+    }
+    c.rope_theta = keys.number_or("rope_theta", kDefaultRopeTheta);
+    c.rope_scaling = RopeScaling{};
+    if (!rope) return;
+
+    // Per-layer-type RoPE (a nested object per attention kind) is a different model family.
+    for (const auto& [name, value] : rope->items())
+        if (value.is_object())
+            keys.fail("'" + rope_key + "." + name +
+                      "': RoPE parameters per layer type are not "
+                      "supported");
+    const Keys r(*rope, source, rope_key + ".");
+    c.rope_theta = r.number_or("rope_theta", c.rope_theta);
+    const char* type_key = r.find_set("rope_type") ? "rope_type" : "type";
+    const std::string type = r.string_or(type_key, "default");
+    if (type == "default") return;
+    if (type != "llama3") keys.fail(unsupported_rope(type, r.name(type_key)));
+    c.rope_scaling.type = type;
+    c.rope_scaling.factor = r.number("factor");
+    c.rope_scaling.low_freq_factor = r.number("low_freq_factor");
+    c.rope_scaling.high_freq_factor = r.number("high_freq_factor");
+    // transformers defaults the pre-scaling context to max_position_embeddings.
+    c.rope_scaling.original_max_position_embeddings =
+        r.opt_dim("original_max_position_embeddings").value_or(max_positions);
+}
+
+// Checks between fields, shared by the config.json reader and the .qf header reader. Messages
+// use config.json's key names, which the normalized form shares.
+void validate(const ModelConfig& c, const std::string& source) {
+    auto fail = [&](const std::string& detail) { throw Error(source, {}, detail); };
+    if (c.num_heads % c.num_kv_heads != 0)
+        fail("num_attention_heads (" + std::to_string(c.num_heads) +
+             ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+    if (c.head_dim % 2 != 0)
+        fail("head_dim (" + std::to_string(c.head_dim) + ") must be even: RoPE rotates pairs");
+    // Both factors are below 2^31, so the product cannot overflow 64 bits.
+    if (c.q_dim() > kMaxDim)
+        fail("num_attention_heads * head_dim = " + std::to_string(c.q_dim()) + " exceeds " +
+             std::to_string(kMaxDim));
+    if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0.0 || c.rms_norm_eps >= 1.0)
+        fail("'rms_norm_eps' must be in (0, 1), found " + std::to_string(c.rms_norm_eps));
+    if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0.0)
+        fail("'rope_theta' must be a positive number, found " + std::to_string(c.rope_theta));
+
+    const RopeScaling& s = c.rope_scaling;
+    if (s.type == "none") {
+        if (s != RopeScaling{}) fail("rope_scaling of type 'none' must carry neutral values");
+    } else if (s.type == "llama3") {
+        // Llama 3 RoPE divides by low_freq_factor and by (high - low): both must be positive.
+        if (!std::isfinite(s.factor) || s.factor <= 0.0)
+            fail("'rope_scaling.factor' must be a positive number, found " +
+                 std::to_string(s.factor));
+        if (!std::isfinite(s.low_freq_factor) || s.low_freq_factor <= 0.0 ||
+            !std::isfinite(s.high_freq_factor) || s.high_freq_factor <= s.low_freq_factor)
+            fail("llama3 RoPE needs 0 < low_freq_factor < high_freq_factor, found " +
+                 std::to_string(s.low_freq_factor) + " and " + std::to_string(s.high_freq_factor));
+        if (s.original_max_position_embeddings == 0 || s.original_max_position_embeddings > kMaxDim)
+            fail("'rope_scaling.original_max_position_embeddings' must be between 1 and " +
+                 std::to_string(kMaxDim));
+    } else {
+        fail(unsupported_rope(s.type, "rope_scaling.type"));
+    }
+}
+
+}  // namespace
+
+std::string_view architecture_name(Architecture arch) { return traits(arch).model_type; }
+
+std::optional<Architecture> architecture_from_model_type(std::string_view model_type) {
+    for (const auto& row : kArchitectureTraits)
+        if (row.model_type == model_type) return row.arch;
+    return std::nullopt;
+}
+
+std::string supported_architectures() {
+    std::string s;
+    for (const auto& row : kArchitectureTraits)
+        s += (s.empty() ? "" : ", ") + std::string(row.model_type);
+    return s;
+}
+
+ModelConfig parse_model_config(const json& j, const std::string& source) {
+    require_object(j, "config.json", source);
+    const Keys keys(j, source);
+    ModelConfig c;
+
+    const std::string model_type = keys.string("model_type");
+    const auto arch = architecture_from_model_type(model_type);
+    if (!arch)
+        keys.fail("unsupported architecture '" + model_type +
+                  "' (model_type); supported: " + supported_architectures());
+    c.arch = *arch;
+    const ArchitectureTraits& t = traits(c.arch);
+
+    // Only what the runtime implements: SiLU-gated MLP without biases.
+    const std::string act = keys.string_or("hidden_act", "silu");
+    if (act != "silu") keys.fail("unsupported hidden_act '" + act + "'; supported: silu");
+    if (keys.boolean_or("mlp_bias", false))
+        keys.fail("mlp_bias = true is not supported: the Llama layout has no MLP biases");
+
+    c.vocab_size = keys.dim("vocab_size");
+    c.hidden_size = keys.dim("hidden_size");
+    c.intermediate_size = keys.dim("intermediate_size");
+    c.num_layers = keys.dim("num_hidden_layers");
+    c.num_heads = keys.dim("num_attention_heads");
+
+    // An absent key takes the class default; an explicit null means "one per query head".
+    if (keys.find("num_key_value_heads") == nullptr)
+        c.num_kv_heads = t.absent_num_kv_heads.value_or(c.num_heads);
+    else
+        c.num_kv_heads = keys.opt_dim("num_key_value_heads").value_or(c.num_heads);
+
+    if (auto head_dim = keys.opt_dim("head_dim")) {
+        c.head_dim = *head_dim;
+    } else {
+        if (c.hidden_size % c.num_heads != 0)
+            keys.fail("hidden_size (" + std::to_string(c.hidden_size) +
+                      ") is not a multiple of num_attention_heads (" + std::to_string(c.num_heads) +
+                      ") and head_dim is not given");
+        c.head_dim = c.hidden_size / c.num_heads;
+    }
+
+    c.max_position_embeddings =
+        keys.opt_dim("max_position_embeddings").value_or(t.default_max_position_embeddings);
+    c.rms_norm_eps = keys.number_or("rms_norm_eps", kDefaultRmsNormEps);
+    read_rope(keys, source, c.max_position_embeddings, c);
+    c.tie_word_embeddings = keys.boolean_or("tie_word_embeddings", false);
+
+    switch (t.attention_bias) {
+        case BiasRule::config_key:
+            c.attention_bias = keys.boolean_or("attention_bias", false);
+            break;
+        case BiasRule::always:
+            c.attention_bias = true;
+            break;
+        case BiasRule::never:
+            c.attention_bias = false;
+            break;
+    }
+
+    c.bos_token_id = keys.token_id("bos_token_id", t.default_bos_token_id);
+    c.eos_token_ids = keys.token_ids("eos_token_id", t.default_eos_token_id);
+
+    const bool has_window = t.sliding_window == WindowRule::declared ||
+                            (t.sliding_window == WindowRule::use_sliding_window &&
+                             keys.boolean_or("use_sliding_window", false));
+    if (has_window)
+        c.sliding_window = keys.find("sliding_window") ? keys.opt_dim("sliding_window")
+                                                       : std::optional(kDefaultSlidingWindow);
+
+    // transformers 5.x renamed torch_dtype to dtype.
+    c.torch_dtype = keys.string_or(keys.find_set("torch_dtype") ? "torch_dtype" : "dtype", "");
+
+    validate(c, source);
+    return c;
+}
+
+ModelConfig read_model_config(const std::string& path) {
+    const MappedFile file(path);
+    const auto* text = reinterpret_cast<const char*>(file.data());
+    json j;
+    try {
+        j = json::parse(text, text + file.size());
+    } catch (const json::exception& e) {
+        throw Error(path, {}, std::string("not valid JSON: ") + e.what());
+    }
+    return parse_model_config(j, path);
+}
+
+json model_config_to_json(const ModelConfig& c) {
+    const RopeScaling& s = c.rope_scaling;
+    json eos = json::array();
+    for (int64_t id : c.eos_token_ids) eos.push_back(id);
+    return json{
+        {"model_type", architecture_name(c.arch)},
+        {"vocab_size", c.vocab_size},
+        {"hidden_size", c.hidden_size},
+        {"intermediate_size", c.intermediate_size},
+        {"num_hidden_layers", c.num_layers},
+        {"num_attention_heads", c.num_heads},
+        {"num_key_value_heads", c.num_kv_heads},
+        {"head_dim", c.head_dim},
+        {"max_position_embeddings", c.max_position_embeddings},
+        {"rms_norm_eps", c.rms_norm_eps},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling",
+         {{"type", s.type},
+          {"factor", s.factor},
+          {"low_freq_factor", s.low_freq_factor},
+          {"high_freq_factor", s.high_freq_factor},
+          {"original_max_position_embeddings", s.original_max_position_embeddings}}},
+        {"tie_word_embeddings", c.tie_word_embeddings},
+        {"attention_bias", c.attention_bias},
+        {"bos_token_id", c.bos_token_id ? json(*c.bos_token_id) : json(nullptr)},
+        {"eos_token_ids", eos},
+        {"sliding_window", c.sliding_window ? json(*c.sliding_window) : json(nullptr)},
+        {"torch_dtype", c.torch_dtype},
+    };
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& source) {
+    require_object(j, "model config", source);
+    const Keys keys(j, source);
+    ModelConfig c;
+
+    const std::string model_type = keys.string("model_type");
+    const auto arch = architecture_from_model_type(model_type);
+    if (!arch)
+        keys.fail("unsupported architecture '" + model_type +
+                  "' (model_type); supported: " + supported_architectures());
+    c.arch = *arch;
+    c.vocab_size = keys.dim("vocab_size");
+    c.hidden_size = keys.dim("hidden_size");
+    c.intermediate_size = keys.dim("intermediate_size");
+    c.num_layers = keys.dim("num_hidden_layers");
+    c.num_heads = keys.dim("num_attention_heads");
+    c.num_kv_heads = keys.dim("num_key_value_heads");
+    c.head_dim = keys.dim("head_dim");
+    c.max_position_embeddings = keys.dim("max_position_embeddings");
+    c.rms_norm_eps = keys.number("rms_norm_eps");
+    c.rope_theta = keys.number("rope_theta");
+
+    const json& rope = keys.required("rope_scaling");
+    require_object(rope, "'rope_scaling'", source);
+    const Keys r(rope, source, "rope_scaling.");
+    c.rope_scaling.type = r.string("type");
+    c.rope_scaling.factor = r.number("factor");
+    c.rope_scaling.low_freq_factor = r.number("low_freq_factor");
+    c.rope_scaling.high_freq_factor = r.number("high_freq_factor");
+    c.rope_scaling.original_max_position_embeddings = r.integer(
+        r.required("original_max_position_embeddings"), "original_max_position_embeddings", 0);
+
+    c.tie_word_embeddings = keys.boolean("tie_word_embeddings");
+    c.attention_bias = keys.boolean("attention_bias");
+    // Nullable keys must still be present: the normalized form spells out every field.
+    for (std::string_view key : {"bos_token_id", "sliding_window"})
+        if (!keys.find(key)) keys.fail("missing required key '" + std::string(key) + "'");
+    c.bos_token_id = keys.token_id("bos_token_id", std::nullopt);
+    const json& eos = keys.required("eos_token_ids");
+    if (!eos.is_array())
+        keys.fail("'eos_token_ids' must be a list of integers, found " + describe(eos));
+    c.eos_token_ids = keys.token_ids("eos_token_ids", std::nullopt);
+    c.sliding_window = keys.opt_dim("sliding_window");
+    if (!keys.find("torch_dtype")) keys.fail("missing required key 'torch_dtype'");
+    c.torch_dtype = keys.string_or("torch_dtype", "");
+
+    validate(c, source);
+    return c;
+}
+
+}  // namespace qforge
