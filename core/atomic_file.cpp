@@ -86,31 +86,27 @@ void AtomicFile::fail(const std::string& what, int err) {
     throw Error(final_path_, {}, what + ": " + errno_text(err));
 }
 
-void AtomicFile::flush() {
+void AtomicFile::write_fully(const uint8_t* data, size_t size) {
     size_t done = 0;
-    while (done < buffer_.size()) {
-        ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    while (done < size) {
+        ssize_t n = ::write(fd_, data + done, size - done);
         if (n < 0) {
             if (errno == EINTR) continue;
             fail("write failed", errno);
         }
         done += static_cast<size_t>(n);
     }
+}
+
+void AtomicFile::flush() {
+    write_fully(buffer_.data(), buffer_.size());
     buffer_.clear();
 }
 
 void AtomicFile::write(std::span<const uint8_t> bytes) {
     if (buffer_.size() + bytes.size() > kBufferSize) flush();
     if (bytes.size() >= kBufferSize) {
-        size_t done = 0;
-        while (done < bytes.size()) {
-            ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                fail("write failed", errno);
-            }
-            done += static_cast<size_t>(n);
-        }
+        write_fully(bytes.data(), bytes.size());
     } else {
         buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
     }

@@ -35,6 +35,7 @@ public:
 
 private:
     void flush();
+    void write_fully(const uint8_t* data, size_t size);
     [[noreturn]] void fail(const std::string& what, int err);
 
     std::string final_path_;
