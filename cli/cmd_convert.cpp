@@ -15,7 +15,8 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
         std::string dtype;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("input", a->opts.input, "Hugging Face directory or .safetensors file")
+    app.add_option("input", a->opts.input,
+                   "Hugging Face directory, .safetensors file or llama2.c .bin checkpoint")
         ->required()
         ->check(CLI::ExistingPath);
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
@@ -31,7 +32,7 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
 
     return [a, &common]() {
         if (!a->dtype.empty()) a->opts.dtype = qtype_from_name(a->dtype);
-        ConvertReport r = convert_hf_checkpoint(a->opts);
+        ConvertReport r = convert_checkpoint(a->opts);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
         if (common.json) {
             nlohmann::json j = {{"output", a->opts.output},     {"tensors", r.tensors},

@@ -1,16 +1,12 @@
 #include "convert/convert.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cmath>
 #include <filesystem>
 #include <map>
 
+#include "convert/convert_common.hpp"
+#include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/error.hpp"
-#include "core/hash.hpp"
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
@@ -25,32 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-// Hashes a source file with read() rather than through a mapping, so provenance hashing of a
-// large checkpoint does not add its pages to our resident memory.
-json source_entry(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path, {}, "cannot open: " + errno_text(errno));
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    Xxh3Stream128 h;
-    std::vector<uint8_t> buf(4 << 20);
-    uint64_t total = 0;
-    for (;;) {
-        ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int err = errno;
-            ::close(fd);
-            throw Error(path, {}, "read failed: " + errno_text(err));
-        }
-        if (n == 0) break;
-        h.update({buf.data(), static_cast<size_t>(n)});
-        total += static_cast<uint64_t>(n);
-    }
-    ::close(fd);
-    // Only the file name: absolute paths would make identical inputs give different files.
-    return {{"file", fs::path(path).filename().string()}, {"bytes", total}, {"hash", h.digest()}};
-}
-
 std::string config_path_for(const std::string& input) {
     fs::path p(input);
     fs::path dir = fs::is_directory(p) ? p : p.parent_path();
@@ -59,14 +29,6 @@ std::string config_path_for(const std::string& input) {
         throw Error(input, {}, "no config.json " + std::string(fs::is_directory(p) ? "in" : "beside") +
                                    " the checkpoint (needed for the model's architecture)");
     return cfg.string();
-}
-
-// The dtype a tensor is stored as. Without --dtype, the source's. With --dtype, matrices take
-// it and 1-D tensors (norms, biases) are stored as f32, which holds f16/bf16 values exactly.
-QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QType>& requested) {
-    if (!requested) return source;
-    if (spec.shape.size() < 2) return QType::f32;
-    return *requested;
 }
 
 }  // namespace
@@ -109,33 +71,20 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     }
 
     // Tokenizer: given, or found beside the checkpoint; a .qf without one is allowed.
-    std::string tok_path = options.tokenizer;
-    if (tok_path.empty()) tok_path = find_tokenizer(options.input).value_or("");
-    json tokenizer = nullptr;
-    if (!tok_path.empty()) {
-        tokenizer = load_tokenizer_source(tok_path);
-        report.tokenizer = tok_path;
-    } else {
-        report.warnings.push_back("no tokenizer found beside " + options.input +
-                                  "; the .qf will have none (pass --tokenizer FILE)");
-    }
+    json tokenizer = resolve_tokenizer(
+        options.tokenizer,
+        options.tokenizer.empty() ? find_tokenizer(options.input) : std::nullopt, options.input,
+        report);
 
     json sources = json::array();
     sources.push_back(source_entry(cfg_path));
     for (const auto& f : ckpt.files()) sources.push_back(source_entry(f));
-    if (!tok_path.empty()) sources.push_back(source_entry(tok_path));
+    if (!report.tokenizer.empty()) sources.push_back(source_entry(report.tokenizer));
 
     QfWriter writer(options.output, {.compress = options.compress});
     writer.set_model(model_config_to_json(cfg));
     writer.set_tokenizer(std::move(tokenizer));
-    writer.set_provenance({
-        {"generator", {{"name", "qforge"}, {"version", QFORGE_VERSION}}},
-        {"sources", std::move(sources)},
-        {"recipe",
-         {{"command", "convert"},
-          {"dtype", options.dtype ? std::string(qtype_traits(*options.dtype).name) : "source"},
-          {"compress", options.compress}}},
-    });
+    writer.set_provenance(convert_provenance(std::move(sources), options));
 
     Progress progress("convert", total_bytes);
     std::vector<uint8_t> buffer;
@@ -154,6 +103,11 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     progress.finish();
     report.bytes_written = writer.bytes_written();
     return report;
+}
+
+ConvertReport convert_checkpoint(const ConvertOptions& options) {
+    if (is_llama2c_checkpoint(options.input)) return convert_llama2c_checkpoint(options);
+    return convert_hf_checkpoint(options);
 }
 
 }  // namespace qforge

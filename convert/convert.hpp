@@ -13,7 +13,7 @@
 namespace qforge {
 
 struct ConvertOptions {
-    std::string input;               // HF directory or a .safetensors file
+    std::string input;               // HF directory, a .safetensors file or a llama2.c .bin
     std::string output;              // .qf path
     std::optional<QType> dtype;      // nullopt: keep each tensor's source precision
     std::string tokenizer;           // empty: look for one beside the checkpoint
@@ -29,5 +29,9 @@ struct ConvertReport {
 };
 
 ConvertReport convert_hf_checkpoint(const ConvertOptions& options);
+
+// Converts any supported input: a llama2.c checkpoint (convert/llama2c.hpp decides) or else a
+// Hugging Face checkpoint.
+ConvertReport convert_checkpoint(const ConvertOptions& options);
 
 }  // namespace qforge

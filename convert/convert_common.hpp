@@ -1,0 +1,34 @@
+// Pieces every converter shares (Hugging Face and llama2.c inputs): provenance entries for source
+// files, the recipe, the stored type of a tensor, and finding the tokenizer. One place, so both
+// inputs write the same header keys with the same meaning.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "convert/convert.hpp"
+#include "formats/architectures.hpp"
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+// {"file": name only, "bytes", "hash": xxh3-128}. Read with read() rather than through a
+// mapping, so hashing a large checkpoint does not add its pages to our resident memory.
+nlohmann::json source_entry(const std::string& path);
+
+// The provenance object of a converted .qf: generator, sources and the recipe (the command and
+// its options). `recipe_extra` keys are added to the recipe (e.g. the source format).
+nlohmann::json convert_provenance(nlohmann::json sources, const ConvertOptions& options,
+                                  const nlohmann::json& recipe_extra = nlohmann::json::object());
+
+// The type a tensor is stored as. Without --dtype, the source's. With --dtype, matrices take
+// it and 1-D tensors (norms, biases) are stored as f32, which holds f16/bf16 values exactly.
+QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QType>& requested);
+
+// The tokenizer to embed: `given` when not empty, else `found`; null (and a warning in the
+// report) when there is none. Sets report.tokenizer to the file used.
+nlohmann::json resolve_tokenizer(const std::string& given, const std::optional<std::string>& found,
+                                 const std::string& input, ConvertReport& report);
+
+}  // namespace qforge

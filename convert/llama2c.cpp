@@ -1,0 +1,403 @@
+#include "convert/llama2c.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include "convert/convert_common.hpp"
+#include "convert/tensor_cast.hpp"
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+#include "core/mapped_file.hpp"
+#include "core/progress.hpp"
+#include "formats/architectures.hpp"
+#include "formats/qf.hpp"
+#include "formats/tokenizer_source.hpp"
+
+namespace qforge {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// What run.c hard-codes for every llama2.c model (and what the HF configs of these models say).
+constexpr double kRmsNormEps = 1e-5;
+constexpr double kRopeTheta = 10000.0;
+constexpr int64_t kBosId = 1, kEosId = 2;
+
+// Symbolic sizes in the llama2.c layout, resolved against the header.
+enum class L2Dim : uint8_t {
+    one,        // the column count of a vector
+    vocab,      // |vocab_size|
+    dim,        // D
+    hidden,     // hidden_dim
+    kv,         // n_kv_heads * head_dim
+    seq,        // seq_len
+    half_head,  // head_dim / 2 (the freq_cis tables)
+};
+
+// Which RoPE row permutation a projection needs (its head count).
+enum class Rope : uint8_t { none, q_heads, kv_heads };
+
+// When an array is in the file.
+enum class When : uint8_t { always, unshared_classifier };
+
+// One array of the file. Per-layer arrays hold n_layers consecutive [rows, cols] blocks.
+struct Llama2cArray {
+    std::string_view name;      // run.c's TransformerWeights field
+    std::string_view our_name;  // our tensor (formats/architectures.cpp); "{i}": layer; "": unused
+    bool per_layer;
+    L2Dim rows, cols;  // one layer's shape, [out, in]; cols == one for vectors
+    Rope rope;
+    When when;
+};
+
+// The legacy (version 0) file, in file order, as llama2.c's legacy_export writes it and
+// run.c's memory_map_weights reads it. The w1/w2/w3 names are Meta's: w1 gate, w3 up, w2 down.
+namespace layout_v0 {
+using enum L2Dim;
+// clang-format off
+constexpr Llama2cArray kLayout[] = {
+    {"token_embedding_table", "embed",                false, vocab,  dim,       Rope::none,     When::always},
+    {"rms_att_weight",        "layers.{i}.attn_norm", true,  dim,    one,       Rope::none,     When::always},
+    {"wq",                    "layers.{i}.attn.q",    true,  dim,    dim,       Rope::q_heads,  When::always},
+    {"wk",                    "layers.{i}.attn.k",    true,  kv,     dim,       Rope::kv_heads, When::always},
+    {"wv",                    "layers.{i}.attn.v",    true,  kv,     dim,       Rope::none,     When::always},
+    {"wo",                    "layers.{i}.attn.o",    true,  dim,    dim,       Rope::none,     When::always},
+    {"rms_ffn_weight",        "layers.{i}.mlp_norm",  true,  dim,    one,       Rope::none,     When::always},
+    {"w1",                    "layers.{i}.mlp.gate",  true,  hidden, dim,       Rope::none,     When::always},
+    {"w2",                    "layers.{i}.mlp.down",  true,  dim,    hidden,    Rope::none,     When::always},
+    {"w3",                    "layers.{i}.mlp.up",    true,  hidden, dim,       Rope::none,     When::always},
+    {"rms_final_weight",      "final_norm",           false, dim,    one,       Rope::none,     When::always},
+    {"freq_cis_real",         "",                     false, seq,    half_head, Rope::none,     When::always},
+    {"freq_cis_imag",         "",                     false, seq,    half_head, Rope::none,     When::always},
+    {"wcls",                  "lm_head",              false, vocab,  dim,       Rope::none,     When::unshared_classifier},
+};
+// clang-format on
+}  // namespace layout_v0
+using layout_v0::kLayout;
+
+constexpr uint64_t kHeaderBytes = sizeof(Llama2cHeader);
+constexpr uint64_t kFloatBytes = 4;
+
+// Where one of our tensors lies in the file.
+struct SourceTensor {
+    const Llama2cArray* array;
+    uint64_t layer;
+    uint64_t offset;  // absolute, in bytes
+    uint64_t bytes;
+    std::vector<uint64_t> shape;
+};
+
+// Where one array of the file starts and how big each of its layers is.
+struct ArrayPlacement {
+    const Llama2cArray* array;
+    uint64_t offset;              // absolute, in bytes
+    uint64_t layer_bytes;         // one layer's bytes (the whole array's when not per layer)
+    std::vector<uint64_t> shape;  // one layer's shape, ours: [rows] for vectors
+};
+
+uint64_t resolve(L2Dim d, const ModelConfig& c) {
+    switch (d) {
+        case L2Dim::one:
+            return 1;
+        case L2Dim::vocab:
+            return c.vocab_size;
+        case L2Dim::dim:
+            return c.hidden_size;
+        case L2Dim::hidden:
+            return c.intermediate_size;
+        case L2Dim::kv:
+            return c.kv_dim();
+        case L2Dim::seq:
+            return c.max_position_embeddings;
+        case L2Dim::half_head:
+            return c.head_dim / 2;
+    }
+    return 0;
+}
+
+std::string with_layer(std::string_view pattern, uint64_t layer) {
+    std::string s(pattern);
+    if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+    return s;
+}
+
+// Every array of the file and the byte count the header implies for the whole file. Sizes use
+// overflow-checked arithmetic and no per-layer loop: the header is untrusted and is checked
+// against the file's length before anything is built per layer.
+struct FilePlan {
+    std::vector<ArrayPlacement> arrays;
+    uint64_t expected_bytes = 0;
+};
+
+FilePlan plan_file(const ModelConfig& c, const std::string& file) {
+    const auto overflow = [&]() {
+        return Error(file, {}, "llama2.c header implies a file larger than 2^64 bytes");
+    };
+    FilePlan plan;
+    uint64_t at = kHeaderBytes;
+    for (const Llama2cArray& a : kLayout) {
+        if (a.when == When::unshared_classifier && c.tie_word_embeddings) continue;
+        const uint64_t rows = resolve(a.rows, c), cols = resolve(a.cols, c);
+        const auto elems = checked_mul(rows, cols);
+        const auto layer_bytes = elems ? checked_mul(*elems, kFloatBytes) : std::nullopt;
+        const auto bytes =
+            layer_bytes ? checked_mul(*layer_bytes, a.per_layer ? c.num_layers : 1) : std::nullopt;
+        const auto next = bytes ? checked_add(at, *bytes) : std::nullopt;
+        if (!next) throw overflow();
+        std::vector<uint64_t> shape{rows};
+        if (a.cols != L2Dim::one) shape.push_back(cols);
+        plan.arrays.push_back({&a, at, *layer_bytes, std::move(shape)});
+        at = *next;
+    }
+    plan.expected_bytes = at;
+    return plan;
+}
+
+// Our tensors by name; only for a plan whose size matched the file (which bounds the layers).
+std::map<std::string, SourceTensor> source_tensors(const FilePlan& plan, uint64_t num_layers) {
+    std::map<std::string, SourceTensor> tensors;
+    for (const ArrayPlacement& p : plan.arrays) {
+        if (p.array->our_name.empty()) continue;
+        const uint64_t layers = p.array->per_layer ? num_layers : 1;
+        for (uint64_t layer = 0; layer < layers; ++layer)
+            tensors[with_layer(p.array->our_name, layer)] = {
+                p.array, layer, p.offset + layer * p.layer_bytes, p.layer_bytes, p.shape};
+    }
+    return tensors;
+}
+
+std::string header_text(const Llama2cHeader& h) {
+    return "dim " + std::to_string(h.dim) + ", hidden_dim " + std::to_string(h.hidden_dim) +
+           ", n_layers " + std::to_string(h.n_layers) + ", n_heads " + std::to_string(h.n_heads) +
+           ", n_kv_heads " + std::to_string(h.n_kv_heads) + ", vocab_size " +
+           std::to_string(h.vocab_size) + ", seq_len " + std::to_string(h.seq_len);
+}
+
+// Whether the bytes start like a PyTorch checkpoint (pytorch_model.bin): a zip archive, or a
+// pickle (protocol 2..5). Only a hint for a file whose header did not validate: a genuine
+// llama2.c header can start with the same two bytes (dim 640 is 0x80 0x02).
+bool looks_like_pytorch(const MappedFile& f) {
+    const uint8_t* p = f.data();
+    if (f.size() < 4) return false;
+    return std::memcmp(p, "PK\x03\x04", 4) == 0 || (p[0] == 0x80 && p[1] >= 2 && p[1] <= 5);
+}
+
+// Refuses the newer "ak42" exports with the reason; then reads the legacy header.
+Llama2cHeader read_header(const MappedFile& f) {
+    const std::string& path = f.path();
+    const uint8_t* p = f.data();
+    const uint64_t size = f.size();
+    if (size >= 4) {
+        uint32_t magic;
+        std::memcpy(&magic, p, 4);
+        if (magic == kLlama2cMagic) {
+            std::string version = "unknown";
+            if (size >= 8) {
+                int32_t v;
+                std::memcpy(&v, p + 4, 4);
+                version = std::to_string(v);
+            }
+            throw Error(path, {},
+                        "llama2.c export version " + version +
+                            " (magic \"ak42\") is not supported: only the legacy version-0 "
+                            "format is (llama2.c export.py --version 0), or convert the Hugging "
+                            "Face checkpoint");
+        }
+    }
+    if (size < kHeaderBytes)
+        throw Error(path, {},
+                    "truncated: " + std::to_string(size) +
+                        " bytes, a llama2.c checkpoint starts with a 28-byte header");
+    Llama2cHeader h;
+    std::memcpy(&h, p, kHeaderBytes);
+    return h;
+}
+
+// tok<vocab>.bin, then tokenizer.bin beside the checkpoint (llama2.c's naming), then whatever
+// find_tokenizer finds.
+std::optional<std::string> find_llama2c_tokenizer(const std::string& input, uint64_t vocab) {
+    const fs::path dir = fs::absolute(input).parent_path();
+    for (const std::string& name :
+         {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")})
+        if (fs::is_regular_file(dir / name)) return (dir / name).string();
+    return find_tokenizer(input);
+}
+
+}  // namespace
+
+ModelConfig llama2c_model_config(const Llama2cHeader& h, const std::string& file) {
+    auto bad = [&](const std::string& what) {
+        return Error(file, {}, "llama2.c header (" + header_text(h) + "): " + what);
+    };
+    const std::pair<const char*, int32_t> counts[] = {
+        {"dim", h.dim},         {"hidden_dim", h.hidden_dim}, {"n_layers", h.n_layers},
+        {"n_heads", h.n_heads}, {"n_kv_heads", h.n_kv_heads}, {"seq_len", h.seq_len}};
+    for (const auto& [name, value] : counts)
+        if (value < 1) throw bad(std::string(name) + " must be at least 1");
+    if (h.vocab_size == 0 || h.vocab_size == std::numeric_limits<int32_t>::min())
+        throw bad("vocab_size must be non-zero (negative: an unshared classifier)");
+    if (h.dim % h.n_heads != 0) throw bad("dim is not a multiple of n_heads");
+    if ((h.dim / h.n_heads) % 2 != 0)
+        throw bad("head_dim = dim / n_heads is odd (RoPE rotates pairs)");
+    if (h.n_kv_heads > h.n_heads || h.n_heads % h.n_kv_heads != 0)
+        throw bad("n_heads is not a multiple of n_kv_heads");
+
+    ModelConfig c;
+    c.arch = Architecture::llama;
+    c.vocab_size = static_cast<uint64_t>(h.vocab_size < 0 ? -static_cast<int64_t>(h.vocab_size)
+                                                          : h.vocab_size);
+    c.hidden_size = static_cast<uint64_t>(h.dim);
+    c.intermediate_size = static_cast<uint64_t>(h.hidden_dim);
+    c.num_layers = static_cast<uint64_t>(h.n_layers);
+    c.num_heads = static_cast<uint64_t>(h.n_heads);
+    c.num_kv_heads = static_cast<uint64_t>(h.n_kv_heads);
+    c.head_dim = c.hidden_size / c.num_heads;
+    c.max_position_embeddings = static_cast<uint64_t>(h.seq_len);
+    c.rms_norm_eps = kRmsNormEps;
+    c.rope_theta = kRopeTheta;
+    c.tie_word_embeddings = h.vocab_size > 0;
+    c.attention_bias = false;
+    c.bos_token_id = kBosId;
+    c.eos_token_ids = {kEosId};
+    c.torch_dtype = "float32";
+    return c;
+}
+
+void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes) {
+    if (head_dim % 2 != 0 || in.size() != out.size() || in.size() != n_heads * head_dim * row_bytes)
+        throw std::logic_error("permute_rope_pairs_to_halves: inconsistent sizes");
+    const uint64_t half = head_dim / 2;
+    for (uint64_t h = 0; h < n_heads; ++h)
+        for (uint64_t j = 0; j < 2; ++j)
+            for (uint64_t i = 0; i < half; ++i) {
+                const uint64_t src = h * head_dim + 2 * i + j, dst = h * head_dim + j * half + i;
+                std::memcpy(out.data() + dst * row_bytes, in.data() + src * row_bytes, row_bytes);
+            }
+}
+
+bool is_llama2c_checkpoint(const std::string& path) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return false;
+    const std::string ext = fs::path(path).extension().string();
+    if (ext == ".bin") return true;
+    if (ext == ".safetensors") return false;
+    std::ifstream f(path, std::ios::binary);
+    Llama2cHeader h{};
+    f.read(reinterpret_cast<char*>(&h), sizeof h);
+    uint32_t magic;
+    std::memcpy(&magic, &h, 4);
+    if (f.gcount() >= 4 && magic == kLlama2cMagic) return true;
+    if (f.gcount() != sizeof h) return false;
+    try {
+        const uint64_t size = fs::file_size(path, ec);
+        return !ec && plan_file(llama2c_model_config(h, path), path).expected_bytes == size;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
+    ConvertReport report;
+    const std::string& path = options.input;
+    const MappedFile file(path);
+    Llama2cHeader header{};
+    ModelConfig cfg;
+    FilePlan plan;
+    try {
+        header = read_header(file);
+        cfg = llama2c_model_config(header, path);
+        plan = plan_file(cfg, path);
+        if (plan.expected_bytes != file.size())
+            throw Error(
+                path, {},
+                "file is " + std::to_string(file.size()) + " bytes but its llama2.c header (" +
+                    header_text(header) + ") implies " + std::to_string(plan.expected_bytes) +
+                    (file.size() < plan.expected_bytes ? " (truncated)" : " (trailing bytes)"));
+    } catch (const Error&) {
+        if (looks_like_pytorch(file))
+            throw Error(path, {},
+                        "this is a PyTorch checkpoint (zip or pickle), not a llama2.c file: "
+                        "convert the model's safetensors instead");
+        throw;
+    }
+
+    // Our tensors, in canonical order, each found in the plan with the shape the table expects.
+    const std::vector<TensorSpec> specs = expected_tensors(cfg);
+    const std::map<std::string, SourceTensor> sources_by_name =
+        source_tensors(plan, cfg.num_layers);
+    if (specs.size() != sources_by_name.size())
+        throw std::logic_error(
+            "llama2.c layout and architecture table disagree on the tensor count");
+    uint64_t total_bytes = 0;
+    for (const TensorSpec& s : specs) {
+        const auto it = sources_by_name.find(s.name);
+        if (it == sources_by_name.end() || it->second.shape != s.shape)
+            throw std::logic_error("llama2.c layout has no tensor " + s.name + " of shape " +
+                                   shape_to_string(s.shape));
+        total_bytes += it->second.bytes;
+    }
+
+    json tokenizer = resolve_tokenizer(
+        options.tokenizer,
+        options.tokenizer.empty() ? find_llama2c_tokenizer(path, cfg.vocab_size) : std::nullopt,
+        path, report);
+    if (tokenizer.is_object() && tokenizer.value("source", "") == "llama2c" &&
+        tokenizer.contains("pieces") && tokenizer["pieces"].size() != cfg.vocab_size)
+        throw Error(report.tokenizer, {},
+                    "tokenizer has " + std::to_string(tokenizer["pieces"].size()) +
+                        " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+
+    json sources = json::array();
+    sources.push_back(source_entry(path));
+    if (!report.tokenizer.empty()) sources.push_back(source_entry(report.tokenizer));
+
+    QfWriter writer(options.output, {.compress = options.compress});
+    writer.set_model(model_config_to_json(cfg));
+    writer.set_tokenizer(std::move(tokenizer));
+    writer.set_provenance(
+        convert_provenance(std::move(sources), options, {{"source_format", "llama2c-v0"}}));
+
+    Progress progress("convert", total_bytes);
+    std::vector<uint8_t> permuted, buffer;
+    for (const TensorSpec& s : specs) {
+        const SourceTensor& src = sources_by_name.at(s.name);
+        std::string label = s.name + " (llama2.c " + std::string(src.array->name);
+        label += src.array->per_layer ? ", layer " + std::to_string(src.layer) + ")" : ")";
+        TensorView view{std::move(label), DType::f32, s.shape,
+                        file.bytes().subspan(src.offset, src.bytes)};
+        const QType target = target_qtype(s, QType::f32, options.dtype);
+        std::span<const uint8_t> out;
+        if (src.array->rope == Rope::none) {
+            out = cast_tensor(view, QType::f32, target, path, buffer);
+        } else {
+            // Check the values in file order first, so an error's element index is the file's.
+            cast_tensor(view, QType::f32, QType::f32, path, buffer);
+            const uint64_t heads =
+                src.array->rope == Rope::q_heads ? cfg.num_heads : cfg.num_kv_heads;
+            permuted.resize(src.bytes);
+            permute_rope_pairs_to_halves(view.data, permuted, heads, cfg.head_dim,
+                                         s.shape[1] * kFloatBytes);
+            view.data = permuted;
+            out = cast_tensor(view, QType::f32, target, path, buffer);
+        }
+        writer.add_tensor(s.name, target, s.shape, out);
+        file.release(src.offset, src.bytes);
+        report.tensors += 1;
+        report.parameters += *checked_product(s.shape);
+        progress.advance(src.bytes);
+    }
+    writer.finish();
+    progress.finish();
+    report.bytes_written = writer.bytes_written();
+    return report;
+}
+
+}  // namespace qforge
