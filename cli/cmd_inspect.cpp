@@ -50,13 +50,14 @@ std::string model_summary(const ModelConfig& c) {
 
 std::string tokenizer_summary(const json& t) {
     if (t.is_null()) return "none";
-    const std::string src = t.value("source", "?");
-    if (src == "llama2c") return "llama2.c vocabulary, " + std::to_string(t["pieces"].size()) + " tokens";
-    if (src == "hf") {
-        const json& vocab = t["tokenizer_json"]["model"].value("vocab", json::object());
-        return "tokenizer.json (BPE), " + std::to_string(vocab.size()) + " tokens";
-    }
-    return src;
+    const std::string model = t.value("model", "?");
+    const size_t n = t.value("pieces", json::array()).size();
+    std::string s = model + ", " + std::to_string(n) + " tokens";
+    if (model == "llama2c") s = "llama2.c vocabulary, " + std::to_string(n) + " tokens";
+    if (t.contains("chat_template") && t["chat_template"].is_string() &&
+        !t["chat_template"].get_ref<const std::string&>().empty())
+        s += ", chat template";
+    return s;
 }
 
 void print_rows(const std::vector<Row>& rows) {

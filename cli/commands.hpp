@@ -13,5 +13,8 @@ using Runner = std::function<int()>;
 Runner register_convert(CLI::App& app, CommonOptions& common);
 Runner register_inspect(CLI::App& app, CommonOptions& common);
 Runner register_verify(CLI::App& app, CommonOptions& common);
+Runner register_tokenize(CLI::App& app, CommonOptions& common);
+Runner register_ppl(CLI::App& app, CommonOptions& common);
+Runner register_generate(CLI::App& app, CommonOptions& common);
 
 }  // namespace qforge::cli

@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
         qforge::cli::register_inspect);
     add("verify", "check a .qf file's structure and every tensor checksum",
         qforge::cli::register_verify);
+    add("tokenize", "text to token ids with the tokenizer of a .qf, tokenizer.json or llama2.c .bin",
+        qforge::cli::register_tokenize);
+    add("ppl", "perplexity of a .qf on a text file (llama.cpp or GPTQ protocol), optionally KL divergence from a base model",
+        qforge::cli::register_ppl);
+    add("generate", "generate text from a prompt with a .qf (greedy or sampled)", qforge::cli::register_generate);
 
     try {
         app.parse(argc, argv);

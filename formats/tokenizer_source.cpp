@@ -1,14 +1,17 @@
+// Dispatch by file kind, the llama2.c vocabulary reader, the schema check every consumer relies
+// on, and the search for a checkpoint's tokenizer. tokenizer.json lives in
+// tokenizer_source_hf.cpp.
 #include "formats/tokenizer_source.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <unordered_set>
 
-#include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
+#include "formats/tokenizer_source_hf.hpp"
 
 namespace qforge {
 
@@ -17,30 +20,12 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kTokenizerSchemaVersion = 1;
-
-bool valid_utf8(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-        if (n == 0 || i + n > s.size()) return false;
-        for (size_t k = 1; k < n; ++k)
-            if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-        i += n;
-    }
-    return true;
-}
-
-json read_json_file(const std::string& path) {
-    MappedFile f(path);
-    const auto* p = reinterpret_cast<const char*>(f.data());
-    try {
-        return json::parse(p, p + f.size());
-    } catch (const json::exception& e) {
-        throw Error(path, {}, std::string("not valid JSON: ") + e.what());
-    }
-}
+// llama2.c fixes its special ids (run.c): 0 <unk>, 1 BOS, 2 EOS, and 3..258 are the byte
+// fallback pieces <0x00>..<0xFF> (run.c's encode uses id = byte + 3 without looking them up).
+constexpr int kLlama2cBos = 1;
+constexpr int kLlama2cEos = 2;
+constexpr int kLlama2cFirstByte = 3;
+constexpr int kLlama2cMaxTokenLength = 1024;
 
 // llama2.c tokenizer: int32 max_token_length, then per token: float32 score, int32 len, bytes.
 // The vocabulary size is not stored: it is the number of records until the end of the file.
@@ -55,9 +40,10 @@ json load_llama2c(const std::string& path) {
     };
     if (size < 4) throw Error(path, {}, "truncated llama2.c tokenizer: no max_token_length");
     const int32_t max_len = read_i32(0);
-    if (max_len <= 0 || max_len > 1024)
+    if (max_len <= 0 || max_len > kLlama2cMaxTokenLength)
         throw Error(path, {}, "max_token_length " + std::to_string(max_len) + " is not in 1..1024");
     json pieces = json::array(), scores = json::array();
+    std::unordered_set<std::string> seen;
     uint64_t at = 4;
     while (at < size) {
         const std::string where = "token " + std::to_string(pieces.size());
@@ -67,54 +53,128 @@ json load_llama2c(const std::string& path) {
         const int32_t len = read_i32(at + 4);
         at += 8;
         if (len < 0 || len > max_len)
-            throw Error(path, where, "length " + std::to_string(len) + " outside 0..max_token_length " +
-                                         std::to_string(max_len));
-        if (size - at < static_cast<uint64_t>(len))
-            throw Error(path, where, "truncated piece bytes");
+            throw Error(path, where, "length " + std::to_string(len) +
+                                         " outside 0..max_token_length " + std::to_string(max_len));
+        if (size - at < static_cast<uint64_t>(len)) throw Error(path, where, "truncated piece bytes");
         std::string piece(reinterpret_cast<const char*>(p + at), static_cast<size_t>(len));
         at += static_cast<uint64_t>(len);
-        if (!valid_utf8(piece)) throw Error(path, where, "piece is not valid UTF-8");
+        if (!is_valid_utf8(piece)) throw Error(path, where, "piece is not valid UTF-8");
         if (!std::isfinite(score)) throw Error(path, where, "score is not finite");
+        // run.c looks pieces up by binary search, so a duplicate would make encoding ambiguous.
+        if (!seen.insert(piece).second)
+            throw Error(path, where, "duplicate piece " + json(piece).dump());
         pieces.push_back(std::move(piece));
         scores.push_back(score);
     }
-    if (pieces.size() < 3) throw Error(path, {}, "llama2.c tokenizer has fewer than 3 tokens");
-    // llama2.c fixes the special ids: 0 <unk>, 1 BOS, 2 EOS (run.c).
-    return {{"source", "llama2c"},   {"schema_version", kTokenizerSchemaVersion},
-            {"pieces", pieces},      {"scores", scores},
-            {"max_token_length", max_len}, {"bos_id", 1},
-            {"eos_id", 2}};
+    if (pieces.size() < kLlama2cFirstByte + 256)
+        throw Error(path, {}, "llama2.c tokenizer has " + std::to_string(pieces.size()) +
+                                  " tokens; it needs at least 259 (<unk>, BOS, EOS, 256 bytes)");
+    json types = json::array();
+    for (size_t id = 0; id < pieces.size(); ++id) {
+        const char* t = id == 0                                            ? "unknown"
+                        : id < kLlama2cFirstByte                           ? "special"
+                        : id < static_cast<size_t>(kLlama2cFirstByte + 256) ? "byte"
+                                                                           : "normal";
+        types.push_back(t);
+    }
+    return {{"schema_version", kTokenizerSchemaVersion},
+            {"model", "llama2c"},
+            {"source", "llama2c"},
+            {"pieces", std::move(pieces)},
+            {"scores", std::move(scores)},
+            {"token_types", std::move(types)},
+            {"max_token_length", max_len},
+            {"added_tokens", json::array()},
+            {"normalizer", json::array()},
+            {"pre_tokenizer", nullptr},
+            {"bos_id", kLlama2cBos},
+            {"eos_id", kLlama2cEos},
+            {"unk_id", 0},
+            {"add_bos", true},
+            {"add_eos", false},
+            // run.c ends generation when the model emits BOS (and only then).
+            {"stop_ids", json::array({kLlama2cBos})},
+            {"chat_template", ""}};
 }
 
-json load_hf(const std::string& path) {
-    json tok = read_json_file(path);
-    if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object())
-        throw Error(path, {}, "tokenizer.json has no \"model\" object");
-    const json& type = tok["model"].value("type", json());
-    if (type != "BPE")
-        throw Error(path, {}, "unsupported tokenizer model type " + type.dump() + " (supported: BPE)");
-    json config = nullptr;
-    const fs::path cfg_path = fs::path(path).parent_path() / "tokenizer_config.json";
-    if (fs::exists(cfg_path)) {
-        config = read_json_file(cfg_path.string());
-        if (!config.is_object()) throw Error(cfg_path.string(), {}, "not a JSON object");
-    }
-    return {{"source", "hf"},
-            {"schema_version", kTokenizerSchemaVersion},
-            {"tokenizer_json", std::move(tok)},
-            {"tokenizer_config", std::move(config)}};
+void require(bool ok, const std::string& source, const std::string& what) {
+    if (!ok) throw Error(source, {}, "tokenizer schema: " + what);
 }
 
 }  // namespace
 
+bool is_valid_utf8(std::string_view s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1fu : n == 3 ? c & 0x0fu : c & 0x07u;
+        for (size_t k = 1; k < n; ++k) {
+            const auto b = static_cast<unsigned char>(s[i + k]);
+            if ((b >> 6) != 0x2) return false;
+            cp = (cp << 6) | (b & 0x3fu);
+        }
+        // Overlong forms, surrogates and values past U+10FFFF are not UTF-8 either.
+        static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < kMinForLength[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += n;
+    }
+    return true;
+}
+
 json load_tokenizer_source(const std::string& path) {
     if (fs::is_directory(path)) throw Error(path, {}, "expected a tokenizer file, found a directory");
     const std::string ext = fs::path(path).extension().string();
-    if (ext == ".json") return load_hf(path);
-    if (ext == ".bin") return load_llama2c(path);
-    if (ext == ".model")
+    json schema;
+    if (ext == ".json")
+        schema = load_hf_tokenizer(path);
+    else if (ext == ".bin")
+        schema = load_llama2c(path);
+    else if (ext == ".model")
         throw Error(path, {}, "SentencePiece .model files are not supported; use the model's tokenizer.json");
-    throw Error(path, {}, "unrecognised tokenizer file (expected tokenizer.json or a llama2.c .bin)");
+    else
+        throw Error(path, {}, "unrecognised tokenizer file (expected tokenizer.json or a llama2.c .bin)");
+    validate_tokenizer_schema(schema, path);
+    return schema;
+}
+
+void validate_tokenizer_schema(const json& s, const std::string& source) {
+    require(s.is_object(), source, "not an object");
+    const json& version = s.value("schema_version", json());
+    if (version != kTokenizerSchemaVersion)
+        throw Error(source, {}, "tokenizer schema_version " + version.dump() + " is not " +
+                                    std::to_string(kTokenizerSchemaVersion) +
+                                    " (the version this qforge reads): reconvert the model with this qforge");
+    const std::string model = s.value("model", "");
+    require(model == "llama2c" || model == "bpe_sentencepiece" || model == "bpe_byte_level", source,
+            "unknown model " + s.value("model", json()).dump());
+    require(s.contains("pieces") && s["pieces"].is_array() && !s["pieces"].empty(), source,
+            "\"pieces\" must be a non-empty array");
+    const size_t n = s["pieces"].size();
+    for (const json& p : s["pieces"]) require(p.is_string(), source, "every piece must be a string");
+    require(s.contains("token_types") && s["token_types"].is_array() && s["token_types"].size() == n,
+            source, "\"token_types\" must have one entry per piece");
+    if (model == "llama2c")
+        require(s.contains("scores") && s["scores"].is_array() && s["scores"].size() == n, source,
+                "\"scores\" must have one number per piece");
+    else
+        require(s.contains("merges") && s["merges"].is_array(), source, "\"merges\" must be an array");
+    auto check_id = [&](const json& id, const char* key) {
+        require(id.is_null() || (id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                                 id.get<uint64_t>() < n),
+                source, std::string(key) + " " + id.dump() + " is not a token id (vocabulary " +
+                            std::to_string(n) + ")");
+    };
+    for (const char* key : {"bos_id", "eos_id", "unk_id"}) check_id(s.value(key, json()), key);
+    require(s.value("stop_ids", json()).is_array(), source, "\"stop_ids\" must be an array");
+    for (const json& id : s["stop_ids"]) check_id(id, "stop id");
+    require(s.value("added_tokens", json()).is_array(), source, "\"added_tokens\" must be an array");
+    for (const json& t : s["added_tokens"]) {
+        require(t.is_object() && t.value("content", json()).is_string(), source,
+                "added token without content");
+        check_id(t.value("id", json(-1)), "added token id");
+    }
 }
 
 std::optional<std::string> find_tokenizer(const std::string& model_path) {
@@ -122,8 +182,10 @@ std::optional<std::string> find_tokenizer(const std::string& model_path) {
     if (!dir.has_filename()) dir = dir.parent_path();  // "hf/" -> "hf"
     if (!fs::is_directory(dir)) dir = dir.parent_path();
     if (fs::exists(dir / "tokenizer.json")) return (dir / "tokenizer.json").string();
+    // llama2.c names its vocabulary tokenizer.bin (Llama 2's 32000) or tok<vocab>.bin.
     for (const fs::path& d : {dir, dir.parent_path()}) {
         if (d.empty() || !fs::is_directory(d)) continue;
+        if (fs::is_regular_file(d / "tokenizer.bin")) return (d / "tokenizer.bin").string();
         std::vector<std::string> found;
         for (const auto& e : fs::directory_iterator(d)) {
             const std::string name = e.path().filename().string();

@@ -1,11 +1,10 @@
-// Tokenizer files as found beside checkpoints, read into the "tokenizer" object of a .qf header.
+// Tokenizer files as found beside checkpoints, mapped into the normalized, versioned tokenizer
+// schema that a .qf header stores (docs/FORMAT.md, "tokenizer"). Every source (tokenizer.json +
+// tokenizer_config.json, a llama2.c vocabulary) becomes the same shape, so the tokenizer module
+// reads one schema and never the original files' quirks.
 //
-// Schema (version 1; the tokenizer module defines the encoding rules that use it):
-//   {"source": "llama2c", "schema_version": 1, "pieces": [...], "scores": [...],
-//    "max_token_length": N, "bos_id": 1, "eos_id": 2}
-//   {"source": "hf", "schema_version": 1, "tokenizer_json": {...},
-//    "tokenizer_config": {...} or null}
-// Pieces are stored as JSON strings, so they must be valid UTF-8.
+// Readers treat these files as hostile: a missing model, an unknown model type, merges that name
+// absent tokens, ids out of range and duplicate pieces are each one qforge::Error naming the file.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,13 +13,21 @@
 
 namespace qforge {
 
-// `path` is a tokenizer.json (tokenizer_config.json beside it is read too) or a llama2.c
-// tokenizer (.bin). Throws qforge::Error naming the file on malformed input.
+// The schema version this build writes and reads. A .qf tokenizer with another version is
+// refused with a hint to reconvert.
+inline constexpr int kTokenizerSchemaVersion = 2;
+
+// `path` is a tokenizer.json (tokenizer_config.json and generation_config.json beside it are read
+// too) or a llama2.c tokenizer (.bin). Returns the normalized schema.
 nlohmann::json load_tokenizer_source(const std::string& path);
 
-// The tokenizer that belongs to a checkpoint at `model_path` (a directory or a .safetensors
-// file): tokenizer.json in its folder, else a llama2.c tok*.bin in its folder or the folder
-// above (llama2.c models keep it there). nullopt when there is none.
+// Checks the parts of a schema object every consumer relies on (version, model, pieces and the
+// per-id arrays, ids in range); `source` names where it came from in errors.
+void validate_tokenizer_schema(const nlohmann::json& schema, const std::string& source);
+
+// The tokenizer that belongs to a checkpoint at `model_path` (a directory or a .safetensors or
+// llama2.c .bin file): tokenizer.json in its folder, else a llama2.c tokenizer.bin or tok*.bin in
+// its folder or the folder above (llama2.c models keep it there). nullopt when there is none.
 std::optional<std::string> find_tokenizer(const std::string& model_path);
 
 }  // namespace qforge

@@ -5,7 +5,9 @@
 # the CPU code only.
 set -euo pipefail
 
-packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev libxxhash-dev catch2)
+packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev libxxhash-dev catch2
+          libonig-dev   # Oniguruma: the regex engine of the HF pre-tokenizers (tokenizer/regex.cpp)
+          libicu-dev)   # ICU: NFC normalization (Qwen2 tokenizers)
 
 missing=()
 for p in "${packages[@]}"; do

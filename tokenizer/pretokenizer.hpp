@@ -51,5 +51,10 @@ std::string byte_level_decode(std::string_view mapped);
 // tokenizer.ggml.pre names.
 std::optional<std::string> pretokenizer_regex_by_name(std::string_view name);
 std::optional<std::string> pretokenizer_regex_name(std::string_view pattern);
+// Every canonical pattern name, in table order (for tests and listings).
+std::vector<std::string> pretokenizer_regex_names();
+// The pre-tokenizer llama.cpp means by a GGUF `tokenizer.ggml.pre` name ("gpt-2", "llama-bpe",
+// "qwen2", "smollm", ...); nullopt for names that are not one of the byte-level regex splits.
+std::optional<PretokenizerSpec> pretokenizer_spec_for_gguf_pre(std::string_view gguf_name);
 
 }  // namespace qforge

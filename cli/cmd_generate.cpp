@@ -1,0 +1,99 @@
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/generate.hpp"
+#include "runtime/model.hpp"
+#include "runtime/thread_pool.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge::cli {
+
+Runner register_generate(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        std::string model, prompt;
+        uint64_t n = 128;
+        float temp = 0.8f, top_p = 0.95f;
+        uint32_t top_k = 40;
+        bool greedy = false;
+    };
+    auto a = std::make_shared<Args>();
+    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
+    app.add_option("-p,--prompt", a->prompt, "text to continue (empty: start from BOS)");
+    app.add_option("-n,--tokens", a->n, "new tokens to generate at most")->capture_default_str();
+    app.add_option("--temp", a->temp, "sampling temperature (0: greedy)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0f, 100.0f));
+    app.add_option("--top-k", a->top_k, "sample from the k most likely tokens (0: all)")
+        ->capture_default_str();
+    app.add_option("--top-p", a->top_p,
+                   "sample from the smallest set of tokens holding this probability")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0f, 1.0f));
+    app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
+    add_seed_option(app, common);
+    add_threads_option(app, common);
+
+    return [a, &common]() {
+        Model model(a->model);
+        const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
+        std::vector<int32_t> prompt;
+        if (a->prompt.empty()) {
+            if (!tok.bos_id())
+                throw Error(a->model, {},
+                            "an empty prompt starts from BOS, but the tokenizer has none");
+            prompt = {*tok.bos_id()};
+        } else {
+            prompt = tok.encode(a->prompt, true);
+        }
+        const uint64_t max_pos = model.config().max_position_embeddings;
+        if (prompt.size() > max_pos)
+            throw Error(a->model, {},
+                        "the prompt has " + std::to_string(prompt.size()) +
+                            " tokens; the model's context holds " + std::to_string(max_pos));
+        if (prompt.size() + a->n > max_pos)
+            std::fprintf(
+                stderr,
+                "qforge: warning: %zu prompt + %llu new tokens exceed the context of %llu; "
+                "generation stops when it is full\n",
+                prompt.size(), static_cast<unsigned long long>(a->n),
+                static_cast<unsigned long long>(max_pos));
+
+        GenerateOptions o;
+        o.sampling = {a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed};
+        o.max_new_tokens = a->n;
+        o.stop_ids = tok.stop_ids();
+
+        ThreadPool pool(resolved_threads(common));
+        auto backend = make_cpu_backend(model, pool);
+        std::fputs(a->prompt.c_str(), stdout);
+        int32_t previous = prompt.back();
+        const GenerateResult r = generate(*backend, prompt, o, [&](int32_t id) {
+            const std::string piece = tok.decode_piece(previous, id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+            previous = id;
+        });
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+
+        if (common.quiet) return 0;
+        const char* why = r.stop == GenerateResult::Stop::stop_id        ? "stop token"
+                          : r.stop == GenerateResult::Stop::context_full ? "context full"
+                                                                         : "token limit";
+        std::fprintf(
+            stderr,
+            "prompt: %zu tokens, %.1f tok/s; generated: %zu tokens, %.1f tok/s (%s); %d threads\n",
+            prompt.size(),
+            r.prompt_seconds > 0 ? static_cast<double>(prompt.size()) / r.prompt_seconds : 0.0,
+            r.tokens.size(),
+            r.decode_seconds > 0 ? static_cast<double>(r.decode_steps) / r.decode_seconds : 0.0,
+            why, pool.size());
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

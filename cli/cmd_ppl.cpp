@@ -1,0 +1,147 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/model.hpp"
+#include "runtime/perplexity.hpp"
+#include "runtime/thread_pool.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge::cli {
+
+namespace {
+
+std::string read_text(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path, {}, "cannot read the file");
+    std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    if (text.empty()) throw Error(path, {}, "the file is empty: perplexity needs text to score");
+    return text;
+}
+
+}  // namespace
+
+Runner register_ppl(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        std::string model, protocol = "llamacpp", kl_base;
+        uint64_t ctx = 512, chunks = 0;
+    };
+    auto a = std::make_shared<Args>();
+    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
+    add_file_option(app, common, true);
+    app.add_option("--ctx", a->ctx, "tokens per chunk (window)")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 1 << 24));
+    app.add_option(
+           "--protocol", a->protocol,
+           "llamacpp: chunks start with BOS, the second half of each is scored (llama-perplexity); "
+           "gptq: non-overlapping windows, all but the first token scored")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"llamacpp", "gptq"}));
+    app.add_option("--chunks", a->chunks, "evaluate only the first N chunks (0: all)")
+        ->capture_default_str();
+    app.add_option(
+           "--kl-base", a->kl_base,
+           "base .qf (e.g. the FP16 model): also report KL divergence from it, top-1 agreement "
+           "and RMS of the probability difference, both run in the same pass")
+        ->check(CLI::ExistingFile);
+    add_threads_option(app, common);
+    add_json_option(app, common);
+
+    return [a, &common]() {
+        const PplProtocol protocol = *ppl_protocol_from_name(a->protocol);
+        Model model(a->model);
+        const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
+        const uint64_t max_pos = model.config().max_position_embeddings;
+        if (a->ctx > max_pos)
+            throw Error(a->model, {},
+                        "--ctx " + std::to_string(a->ctx) +
+                            " exceeds the model's max_position_embeddings (" +
+                            std::to_string(max_pos) + "); positions beyond it were never trained");
+        std::optional<Model> base;
+        if (!a->kl_base.empty()) base.emplace(a->kl_base);
+        if (base && a->ctx > base->config().max_position_embeddings)
+            throw Error(a->kl_base, {},
+                        "--ctx " + std::to_string(a->ctx) +
+                            " exceeds the base model's max_position_embeddings (" +
+                            std::to_string(base->config().max_position_embeddings) + ")");
+
+        const std::string text = read_text(common.file);
+        const std::vector<int32_t> tokens = tok.encode(text, true);
+        const PplPlan plan = plan_perplexity(protocol, tokens.size(), a->ctx, a->chunks,
+                                             tok.add_bos(), tok.bos_id());
+
+        ThreadPool pool(resolved_threads(common));
+        auto backend = make_cpu_backend(model, pool);
+        std::unique_ptr<Backend> base_backend = base ? make_cpu_backend(*base, pool) : nullptr;
+
+        const bool chatty = !common.quiet;
+        if (chatty)
+            std::fprintf(stderr,
+                         "ppl: %zu tokens; %llu chunks of %llu (%s), scoring %llu tokens per "
+                         "chunk; %d threads\n",
+                         tokens.size(), static_cast<unsigned long long>(plan.n_chunks),
+                         static_cast<unsigned long long>(plan.ctx), a->protocol.c_str(),
+                         static_cast<unsigned long long>(plan.scored_per_chunk()), pool.size());
+        PplResult r;
+        {
+            Progress progress("ppl", plan.n_chunks * plan.ctx, Progress::Unit::tokens);
+            // A running value about ten times per run, on lines of their own.
+            const uint64_t every = std::max<uint64_t>(1, plan.n_chunks / 10);
+            const char* clear_line = ::isatty(STDERR_FILENO) ? "\r\x1b[K" : "";
+            r = run_perplexity(
+                *backend, base_backend.get(), tokens, plan,
+                [&](uint64_t done, const NllStats& nll) {
+                    progress.update(done * plan.ctx);
+                    if (chatty && !common.json && (done % every == 0 || done == plan.n_chunks))
+                        std::fprintf(stderr, "%s[%llu/%llu] PPL = %.4f +/- %.5f\n", clear_line,
+                                     static_cast<unsigned long long>(done),
+                                     static_cast<unsigned long long>(plan.n_chunks), nll.ppl(),
+                                     nll.ppl_stderr());
+                });
+        }
+        const double tok_per_s =
+            r.seconds > 0 ? static_cast<double>(r.tokens_evaluated) / r.seconds : 0.0;
+        if (common.json) {
+            nlohmann::json j = {{"ppl", r.nll.ppl()},
+                                {"ppl_stderr", r.nll.ppl_stderr()},
+                                {"n_tokens_scored", r.nll.count},
+                                {"n_chunks", r.n_chunks},
+                                {"ctx", plan.ctx},
+                                {"protocol", a->protocol},
+                                {"n_tokens", tokens.size()},
+                                {"seconds", r.seconds},
+                                {"tokens_per_second", tok_per_s}};
+            if (r.kl) {
+                j["kld"] = r.kl->mean_kl();
+                j["kld_stderr"] = r.kl->kl_stderr();
+                j["top1_agreement"] = r.kl->top1_agreement();
+                j["rms_dp"] = r.kl->rms_dp();
+            }
+            std::printf("%s\n", j.dump(2).c_str());
+        } else {
+            std::printf("PPL = %.4f +/- %.5f\n", r.nll.ppl(), r.nll.ppl_stderr());
+            if (r.kl)
+                std::printf("KLD = %.6f +/- %.6f; top-1 agreement = %.3f%%; RMS dp = %.3f%%\n",
+                            r.kl->mean_kl(), r.kl->kl_stderr(), 100.0 * r.kl->top1_agreement(),
+                            100.0 * r.kl->rms_dp());
+            std::printf("%llu tokens scored in %llu chunks of %llu (%s); %.1f tokens/s%s\n",
+                        static_cast<unsigned long long>(r.nll.count),
+                        static_cast<unsigned long long>(r.n_chunks),
+                        static_cast<unsigned long long>(plan.ctx), a->protocol.c_str(), tok_per_s,
+                        base ? " per model" : "");
+        }
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

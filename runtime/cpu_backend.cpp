@@ -1,0 +1,285 @@
+#include "runtime/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "runtime/cpu_kernels.hpp"
+
+namespace qforge {
+
+namespace {
+// Prefill tiling: kRowBlock weight rows (widened to f32 in a per-thread buffer) against
+// kTokenBlock tokens, so a block of rows stays in L1/L2 while the tokens stream past it.
+constexpr uint64_t kRowBlock = 8;
+constexpr uint64_t kTokenBlock = 64;
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+}  // namespace
+
+struct CpuBackend::Projection {
+    const Matrix* w;
+    float* y;  // [token][ldy], this matrix's first output column
+    uint64_t ldy;
+    const float* bias;  // nullptr: none
+    bool accumulate;    // y += (the residual add)
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, ThreadPool& pool,
+                                          CpuBackendOptions options) {
+    return std::make_unique<CpuBackend>(model, pool, options);
+}
+
+CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options)
+    : model_(model), c_(model.config()), pool_(pool), options_(options) {
+    const uint64_t widest = std::max({c_.hidden_size, c_.intermediate_size, c_.q_dim()});
+    row_scratch_.assign(static_cast<size_t>(pool.size()), std::vector<float>(kRowBlock * widest));
+    score_scratch_.resize(static_cast<size_t>(pool.size()));
+}
+
+std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
+    if (capacity == 0 || capacity > c_.max_position_embeddings)
+        throw Error(model_.path(), {},
+                    "a context of " + std::to_string(capacity) +
+                        " positions is outside 1 .. max_position_embeddings (" +
+                        std::to_string(c_.max_position_embeddings) + ")");
+    return std::make_unique<CpuKvCache>(c_, capacity);
+}
+
+template <class F>
+void CpuBackend::split(uint64_t n, uint64_t work, F&& fn) {
+    if (work < options_.min_parallel_work || pool_.size() == 1) {
+        fn(uint64_t{0}, n, 0);
+        return;
+    }
+    pool_.run([&](int thread) {
+        auto [b, e] =
+            split_range(n, static_cast<size_t>(pool_.size()), static_cast<size_t>(thread));
+        if (b < e) fn(uint64_t{b}, uint64_t{e}, thread);
+    });
+}
+
+template <class F>
+void CpuBackend::for_tokens(uint64_t n, F&& fn) {
+    // Per-token work (RMSNorm, RoPE) is a few operations per hidden element.
+    split(n, 4 * n * c_.hidden_size, [&](uint64_t b, uint64_t e, int) {
+        for (uint64_t t = b; t < e; ++t) fn(t);
+    });
+}
+
+void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
+                         std::span<float> logits) {
+    auto* cpu_cache = dynamic_cast<CpuKvCache*>(&cache);
+    if (!cpu_cache) throw Error("cpu backend: the KV cache was made by another backend");
+    const uint64_t n = tokens.size();
+    if (logits_from > n) throw Error("forward: logits_from is past the last token");
+    if (logits.size() != (n - logits_from) * c_.vocab_size)
+        throw Error("forward: logits hold " + std::to_string(logits.size()) + " floats, expected " +
+                    std::to_string((n - logits_from) * c_.vocab_size));
+    if (cache.size() + n > cache.capacity())
+        throw Error(model_.path(), {},
+                    "context is full: " + std::to_string(cache.size()) + " + " + std::to_string(n) +
+                        " tokens exceed the context of " + std::to_string(cache.capacity()));
+    if (c_.sliding_window && cache.size() + n > *c_.sliding_window)
+        throw Error(model_.path(), {},
+                    "sliding-window attention is not implemented: position " +
+                        std::to_string(cache.size() + n - 1) + " is beyond sliding_window " +
+                        std::to_string(*c_.sliding_window));
+    for (int32_t id : tokens)
+        if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
+            throw Error(model_.path(), {},
+                        "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                            std::to_string(c_.vocab_size) + ")");
+
+    if (rope_positions_ < cache.capacity()) {
+        rope_ = RopeTable(c_, cache.capacity());
+        rope_positions_ = cache.capacity();
+    }
+    const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    for (auto& s : score_scratch_)
+        if (s.size() < group * cache.capacity()) s.resize(group * cache.capacity());
+    const uint64_t batch = std::min(n, kMaxBatch);
+    if (x_.size() < batch * c_.hidden_size) {
+        x_.resize(batch * c_.hidden_size);
+        h_.resize(batch * c_.hidden_size);
+        qkv_.resize(batch * (c_.q_dim() + 2 * c_.kv_dim()));
+        att_.resize(batch * c_.q_dim());
+        gate_.resize(batch * c_.intermediate_size);
+        up_.resize(batch * c_.intermediate_size);
+    }
+
+    for (uint64_t start = 0; start < n; start += kMaxBatch) {
+        const uint64_t m = std::min(kMaxBatch, n - start);
+        // Logits rows of this step: tokens [max(start, logits_from), start + m).
+        const uint64_t first = std::max(start, logits_from);
+        float* out =
+            first < start + m ? logits.data() + (first - logits_from) * c_.vocab_size : nullptr;
+        forward_batch(tokens.data() + start, m, *cpu_cache, first < start + m ? first - start : m,
+                      out);
+    }
+}
+
+void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x,
+                                   uint64_t n, float* y, uint64_t ldy, const float* bias,
+                                   bool accumulate, float* scratch) {
+    const uint64_t cols = w.cols;
+    auto store = [&](float* dst, uint64_t r, float v) {
+        if (bias) v += bias[r];
+        if (accumulate)
+            *dst += v;
+        else
+            *dst = v;
+    };
+    if (n == 1) {  // decode: read each row once, straight from the mapping
+        for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot_row(w.qtype, w.row(r), x, cols));
+        return;
+    }
+    for (uint64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
+        const uint64_t t1 = std::min(n, t0 + kTokenBlock);
+        for (uint64_t rb = r0; rb < r1; rb += kRowBlock) {
+            const uint64_t re = std::min(r1, rb + kRowBlock);
+            const uint8_t* rows = w.row(rb);
+            if (w.qtype != QType::f32) {
+                row_to_f32(w.qtype, rows, scratch, (re - rb) * cols);
+                rows = reinterpret_cast<const uint8_t*>(scratch);
+            }
+            for (uint64_t t = t0; t < t1; ++t)
+                for (uint64_t r = rb; r < re; ++r)
+                    store(y + t * ldy + r, r,
+                          dot_row(QType::f32, rows + (r - rb) * cols * sizeof(float), x + t * cols,
+                                  cols));
+        }
+    }
+}
+
+void CpuBackend::project(std::span<const Projection> parts, const float* x, uint64_t n) {
+    uint64_t total = 0, work = 0;
+    for (const auto& p : parts) {
+        total += p.w->rows;
+        work += p.w->rows * p.w->cols * n;
+    }
+    split(total, work, [&](uint64_t b, uint64_t e, int thread) {
+        uint64_t base = 0;
+        for (const auto& p : parts) {
+            const uint64_t lo = std::max<uint64_t>(b, base),
+                           hi = std::min<uint64_t>(e, base + p.w->rows);
+            if (lo < hi)
+                rows_times_tokens(*p.w, lo - base, hi - base, x, n, p.y, p.ldy, p.bias,
+                                  p.accumulate, row_scratch_[static_cast<size_t>(thread)].data());
+            base += p.w->rows;
+        }
+    });
+}
+
+void CpuBackend::rms_norm(const float* x, const std::vector<float>& weight, float* out,
+                          uint64_t n) {
+    const uint64_t d = c_.hidden_size;
+    const double eps = c_.rms_norm_eps;
+    for_tokens(n, [&](uint64_t t) {
+        const float* xi = x + t * d;
+        double ss = 0.0;
+        for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
+        const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+        for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
+    });
+}
+
+void CpuBackend::attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uint64_t n) {
+    const uint64_t hd = c_.head_dim, qd = c_.q_dim(), qkv_ld = qd + 2 * c_.kv_dim();
+    const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    // One task: the `group` query heads of one token that share a key/value head, so each cached
+    // key and value row is read once for all of them.
+    auto one = [&](uint64_t task, float* scores) {
+        const uint64_t t = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
+        const uint64_t len = pos0 + t + 1;  // causal: keys 0 .. pos
+        const float* q = qkv_.data() + t * qkv_ld + kvh * group * hd;
+        for (uint64_t j = 0; j < len; ++j) {
+            const float* k = cache.keys(layer, j) + kvh * hd;
+            for (uint64_t g = 0; g < group; ++g)
+                scores[g * len + j] = dot_short(q + g * hd, k, hd) * scale;
+        }
+        float* out = att_.data() + t * qd + kvh * group * hd;
+        std::fill(out, out + group * hd, 0.0f);
+        for (uint64_t g = 0; g < group; ++g) {
+            float* s = scores + g * len;
+            const float max_score = *std::max_element(s, s + len);
+            for (uint64_t j = 0; j < len; ++j) s[j] = std::exp(s[j] - max_score);
+            float sum = 0.0f;
+            for (uint64_t j = 0; j < len; ++j) sum += s[j];
+            const float inv = 1.0f / sum;
+            for (uint64_t j = 0; j < len; ++j) s[j] *= inv;
+        }
+        for (uint64_t j = 0; j < len; ++j) {
+            const float* v = cache.values(layer, j) + kvh * hd;
+            for (uint64_t g = 0; g < group; ++g) axpy(scores[g * len + j], v, out + g * hd, hd);
+        }
+    };
+    const uint64_t tasks = n * c_.num_kv_heads;
+    const uint64_t work = n * c_.num_heads * (pos0 + n) * hd * 2;
+    split(tasks, work, [&](uint64_t b, uint64_t e, int thread) {
+        for (uint64_t task = b; task < e; ++task)
+            one(task, score_scratch_[static_cast<size_t>(thread)].data());
+    });
+}
+
+void CpuBackend::forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& cache,
+                               uint64_t logits_from, float* logits) {
+    const uint64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(),
+                   inter = c_.intermediate_size;
+    const uint64_t qkv_ld = qd + 2 * kvd, hd = c_.head_dim, half = hd / 2;
+    const uint64_t pos0 = cache.size();
+
+    const Matrix& embed = model_.embed();
+    for (uint64_t t = 0; t < n; ++t)
+        row_to_f32(embed.qtype, embed.row(static_cast<uint64_t>(tokens[t])), x_.data() + t * d, d);
+
+    for (uint64_t l = 0; l < c_.num_layers; ++l) {
+        const LayerWeights& w = model_.layers()[l];
+        const bool bias = c_.attention_bias;
+        rms_norm(x_.data(), w.attn_norm, h_.data(), n);
+        const Projection qkv[] = {
+            {&w.q, qkv_.data(), qkv_ld, bias ? w.q_bias.data() : nullptr, false},
+            {&w.k, qkv_.data() + qd, qkv_ld, bias ? w.k_bias.data() : nullptr, false},
+            {&w.v, qkv_.data() + qd + kvd, qkv_ld, bias ? w.v_bias.data() : nullptr, false},
+        };
+        project(qkv, h_.data(), n);
+        for_tokens(n, [&](uint64_t t) {
+            const uint64_t pos = pos0 + t;
+            const float* cs = rope_.cos.data() + pos * half;
+            const float* sn = rope_.sin.data() + pos * half;
+            float* row = qkv_.data() + t * qkv_ld;
+            for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(row + h * hd, cs, sn, half);
+            for (uint64_t h = 0; h < c_.num_kv_heads; ++h)
+                rope_rotate(row + qd + h * hd, cs, sn, half);
+            std::copy(row + qd, row + qd + kvd, cache.keys(l, pos));
+            std::copy(row + qd + kvd, row + qd + 2 * kvd, cache.values(l, pos));
+        });
+        attention(l, cache, pos0, n);
+        const Projection o[] = {{&w.o, x_.data(), d, nullptr, true}};
+        project(o, att_.data(), n);
+
+        rms_norm(x_.data(), w.mlp_norm, h_.data(), n);
+        split(inter, 2 * inter * d * n, [&](uint64_t b, uint64_t e, int thread) {
+            float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
+            rows_times_tokens(w.gate, b, e, h_.data(), n, gate_.data(), inter, nullptr, false,
+                              scratch);
+            rows_times_tokens(w.up, b, e, h_.data(), n, up_.data(), inter, nullptr, false, scratch);
+            for (uint64_t t = 0; t < n; ++t)
+                for (uint64_t r = b; r < e; ++r)
+                    gate_[t * inter + r] = silu(gate_[t * inter + r]) * up_[t * inter + r];
+        });
+        const Projection down[] = {{&w.down, x_.data(), d, nullptr, true}};
+        project(down, gate_.data(), n);
+    }
+    cache.size_ = pos0 + n;
+
+    if (!logits) return;
+    const uint64_t rows = n - logits_from;
+    rms_norm(x_.data() + logits_from * d, model_.final_norm(), h_.data(), rows);
+    const Projection head[] = {{&model_.lm_head(), logits, c_.vocab_size, nullptr, false}};
+    project(head, h_.data(), rows);
+}
+
+}  // namespace qforge

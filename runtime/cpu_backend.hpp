@@ -1,0 +1,72 @@
+// The CPU backend: float32 compute on f32/f16/bf16 weights read in place, with the persistent
+// thread pool.
+//
+// Parallel regions per layer: the fused q/k/v projection, RMSNorm+RoPE+cache writes (tokens),
+// attention ((token, KV head) pairs), the output projection, the fused gate/up projection with
+// SwiGLU, the down projection. Matrix rows are split over threads; every output element is
+// computed by one thread with one dot product in a fixed order (runtime/cpu_kernels.hpp), and
+// nothing is reduced across threads, so logits are bit-identical for any thread count. Prefill
+// and decode run the same dot products on the same inputs, so a prompt run as one batch and the
+// same prompt run token by token give the same logits too.
+//
+// Prefill tiles over tokens: each block of weight rows is widened to f32 once per block of
+// tokens and reused for all of them. Regions below CpuBackendOptions::min_parallel_work run on the
+// calling thread. See runtime/README.md.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/backend.hpp"
+#include "runtime/rope.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qforge {
+
+class CpuBackend final : public Backend {
+  public:
+    CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options = {});
+
+    std::string_view name() const override { return "cpu"; }
+    const Model& model() const override { return model_; }
+    std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
+    void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
+                 std::span<float> logits) override;
+
+    // Tokens per internal step of a long batch (bounds the activation buffers).
+    static constexpr uint64_t kMaxBatch = 256;
+
+  private:
+    struct Projection;  // one matrix of a fused projection pass
+
+    void forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& cache, uint64_t logits_from,
+                       float* logits);
+    void project(std::span<const Projection> parts, const float* x, uint64_t n);
+    // y[t * ldy + r] (=, or += when accumulate) W[r] . x[t * w.cols] (+ bias[r]) for rows
+    // [r0, r1) and tokens [0, n): activations are packed with the matrix's input width.
+    void rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x, uint64_t n,
+                           float* y, uint64_t ldy, const float* bias, bool accumulate,
+                           float* scratch);
+    void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n);
+    void attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uint64_t n);
+    template <class F>
+    void for_tokens(uint64_t n, F&& fn);
+    // fn(begin, end, thread) over parts of [0, n) on the pool, or all of it on the calling thread
+    // when `work` (multiply-adds) is too small to pay for waking the workers.
+    template <class F>
+    void split(uint64_t n, uint64_t work, F&& fn);
+
+    const Model& model_;
+    const ModelConfig& c_;
+    ThreadPool& pool_;
+    CpuBackendOptions options_;
+    RopeTable rope_;  // grown to the largest cache made
+    uint64_t rope_positions_ = 0;
+
+    // Activations for up to kMaxBatch tokens, row-major [token][...].
+    std::vector<float> x_, h_, qkv_, att_, gate_, up_;
+    // Per thread: weight rows widened to f32, and attention scores.
+    std::vector<std::vector<float>> row_scratch_, score_scratch_;
+};
+
+}  // namespace qforge

@@ -1,0 +1,150 @@
+#include "runtime/cpu_kernels.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/half.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define QF_X86 1
+#endif
+
+namespace qforge {
+
+namespace {
+
+// Scalar loads, one element at a time.
+template <QType T>
+inline float load1(const uint8_t* w, size_t i) {
+    if constexpr (T == QType::f32) {
+        float v;
+        std::memcpy(&v, w + 4 * i, 4);
+        return v;
+    } else {
+        uint16_t h;
+        std::memcpy(&h, w + 2 * i, 2);
+        if constexpr (T == QType::f16)
+            return f16_to_f32(h);
+        else
+            return bf16_to_f32(h);
+    }
+}
+
+// The summation order both versions share, written for 8 "lanes" held in plain arrays.
+template <QType T>
+float dot_scalar(const uint8_t* w, const float* x, size_t n) {
+    float acc[4][8] = {};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int a = 0; a < 4; ++a)
+            for (int l = 0; l < 8; ++l) {
+                const size_t k = i + 8 * static_cast<size_t>(a) + static_cast<size_t>(l);
+                acc[a][l] += load1<T>(w, k) * x[k];
+            }
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l)
+            acc[0][l] += load1<T>(w, i + static_cast<size_t>(l)) * x[i + static_cast<size_t>(l)];
+    float lanes[8];
+    for (int l = 0; l < 8; ++l) lanes[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    for (; i < n; ++i) sum += load1<T>(w, i) * x[i];
+    return sum;
+}
+
+#ifdef QF_X86
+template <QType T>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint8_t* w, size_t i) {
+    if constexpr (T == QType::f32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i);
+    } else if constexpr (T == QType::f16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    } else {
+        const __m256i wide =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+    }
+}
+
+template <QType T>
+__attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const float* x,
+                                                        size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load8<T>(w, i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load8<T>(w, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load8<T>(w, i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load8<T>(w, i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load8<T>(w, i), _mm256_loadu_ps(x + i), a0);
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    // lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1: the scalar version's order.
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float sum = _mm_cvtss_f32(h);
+    for (; i < n; ++i) sum += load1<T>(w, i) * x[i];
+    return sum;
+}
+
+bool detect_avx2() {
+    if (std::getenv("QFORGE_NO_AVX2")) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+#else
+bool detect_avx2() { return false; }
+#endif
+
+const bool g_avx2 = detect_avx2();
+
+}  // namespace
+
+bool cpu_has_avx2() { return g_avx2; }
+
+float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
+    switch (qtype) {
+        case QType::f32:
+            return dot_scalar<QType::f32>(w, x, n);
+        case QType::f16:
+            return dot_scalar<QType::f16>(w, x, n);
+        case QType::bf16:
+            return dot_scalar<QType::bf16>(w, x, n);
+    }
+    return 0.0f;
+}
+
+float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
+#ifdef QF_X86
+    if (g_avx2) {
+        switch (qtype) {
+            case QType::f32:
+                return dot_avx2<QType::f32>(w, x, n);
+            case QType::f16:
+                return dot_avx2<QType::f16>(w, x, n);
+            case QType::bf16:
+                return dot_avx2<QType::bf16>(w, x, n);
+        }
+    }
+#endif
+    return dot_row_scalar(qtype, w, x, n);
+}
+
+void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
+    switch (qtype) {
+        case QType::f32:
+            std::memcpy(out, w, 4 * n);
+            return;
+        case QType::f16:
+            for (size_t i = 0; i < n; ++i) out[i] = load1<QType::f16>(w, i);
+            return;
+        case QType::bf16:
+            for (size_t i = 0; i < n; ++i) out[i] = load1<QType::bf16>(w, i);
+            return;
+    }
+}
+
+}  // namespace qforge

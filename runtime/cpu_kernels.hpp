@@ -1,0 +1,46 @@
+// The CPU backend's inner loops on float rows stored as f32, f16 or bf16: a scalar version that is
+// obviously right, and an AVX2/FMA/F16C version chosen at run time when the CPU has it.
+//
+// Both versions sum in one fixed order that depends only on the row length (four 8-lane
+// accumulators over blocks of 32, then blocks of 8 into the first, the lanes added pairwise,
+// then the scalar tail), so a dot product gives the same bits whichever thread runs it, and a
+// row converted to f32 first gives the same bits as the row read directly (f16 and bf16 widen to
+// f32 exactly). The AVX2 and scalar versions differ only by float rounding (tested).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+// Whether the AVX2 path is in use (CPU support, unless QFORGE_NO_AVX2 is set in the environment).
+bool cpu_has_avx2();
+
+// sum_i w[i] * x[i] for a stored row w of `n` elements.
+float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n);
+float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n);
+
+// out[i] = w[i] as float32 (exact for every float qtype).
+void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n);
+
+// out[i] += a * x[i]
+inline void axpy(float a, const float* x, float* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] += a * x[i];
+}
+
+// sum_i a[i] * b[i] for short float vectors (attention heads, 8 to 256 wide), inlined: eight
+// independent lanes the compiler can keep in one vector register, added in a fixed tree.
+inline float dot_short(const float* a, const float* b, size_t n) {
+    float lane[8] = {};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+    float sum =
+        ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+}  // namespace qforge

@@ -1,0 +1,54 @@
+#include "runtime/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.hpp"
+
+namespace qforge {
+
+GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
+    const ModelConfig& c = backend.model().config();
+    if (prompt.empty()) throw Error("generate: the prompt has no tokens (it needs at least BOS)");
+    if (prompt.size() > c.max_position_embeddings)
+        throw Error(backend.model().path(), {},
+                    "the prompt has " + std::to_string(prompt.size()) +
+                        " tokens; the model's context holds " +
+                        std::to_string(c.max_position_embeddings) + " positions");
+    const uint64_t capacity =
+        std::min<uint64_t>(prompt.size() + options.max_new_tokens, c.max_position_embeddings);
+    auto cache = backend.new_cache(capacity);
+    Sampler sampler(options.sampling);
+    std::vector<float> logits(c.vocab_size);
+    GenerateResult result;
+    using Clock = std::chrono::steady_clock;
+
+    auto t0 = Clock::now();
+    backend.forward(prompt, *cache, prompt.size() - 1, logits);
+    result.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+    t0 = Clock::now();
+    while (result.tokens.size() < options.max_new_tokens) {
+        const int32_t next = sampler.sample(logits);
+        if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) !=
+            options.stop_ids.end()) {
+            result.stop = GenerateResult::Stop::stop_id;
+            break;
+        }
+        result.tokens.push_back(next);
+        if (on_token) on_token(next);
+        if (result.tokens.size() == options.max_new_tokens) break;
+        if (cache->size() == cache->capacity()) {
+            result.stop = GenerateResult::Stop::context_full;
+            break;
+        }
+        backend.forward({&next, 1}, *cache, 0, logits);
+        ++result.decode_steps;
+    }
+    result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return result;
+}
+
+}  // namespace qforge

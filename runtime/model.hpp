@@ -1,0 +1,72 @@
+// A model loaded from a .qf file: the configuration and views of every weight. Matrices are used
+// in place from the file's mapping (zero copy; the page cache holds them once); only zstd-encoded
+// tensors are decoded into memory the Model owns. Norm weights and biases, a few kB, are
+// converted to float32 at load so every backend reads them the same way.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/model_config.hpp"
+#include "formats/qf.hpp"
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+// A 2-D weight [rows = out, cols = in], row-major in its stored qtype.
+struct Matrix {
+    std::string name;  // our tensor name, for errors
+    QType qtype = QType::f32;
+    const uint8_t* data = nullptr;
+    uint64_t rows = 0, cols = 0;
+
+    uint64_t row_bytes() const { return cols * dtype_info(qtype_traits(qtype).dtype).size; }
+    const uint8_t* row(uint64_t r) const { return data + r * row_bytes(); }
+    uint64_t bytes() const { return rows * row_bytes(); }
+};
+
+struct LayerWeights {
+    std::vector<float> attn_norm, mlp_norm;
+    std::vector<float> q_bias, k_bias, v_bias;  // empty unless config.attention_bias
+    Matrix q, k, v, o, gate, up, down;
+};
+
+class Model {
+  public:
+    // Opens and validates the file: the model config, every tensor the architecture table
+    // expects with its shape, and a qtype the runtime computes with. Throws qforge::Error naming
+    // the file and the tensor.
+    explicit Model(const std::string& path);
+
+    const std::string& path() const { return file_.path(); }
+    const QfFile& file() const { return file_; }
+    const ModelConfig& config() const { return config_; }
+    const Matrix& embed() const { return embed_; }
+    const Matrix& lm_head() const { return config_.tie_word_embeddings ? embed_ : lm_head_; }
+    const std::vector<float>& final_norm() const { return final_norm_; }
+    const std::vector<LayerWeights>& layers() const { return layers_; }
+
+    // Bytes of weights a single-token decode reads: every layer matrix and the LM head (the
+    // embedding contributes one row, not counted). For bandwidth ratios.
+    uint64_t decode_weight_bytes() const;
+
+  private:
+    Matrix load_matrix(const std::string& name);
+    std::vector<float> load_vector(const std::string& name);
+    std::span<const uint8_t> bytes(const QfTensorInfo& t);
+
+    QfFile file_;
+    ModelConfig config_;
+    std::deque<std::vector<uint8_t>> decoded_;  // zstd tensors, decoded once
+    Matrix embed_, lm_head_;
+    std::vector<float> final_norm_;
+    std::vector<LayerWeights> layers_;
+};
+
+// One element of a stored float row as float64 (reference paths and tests).
+double stored_element(QType qtype, const uint8_t* row, uint64_t index);
+
+}  // namespace qforge

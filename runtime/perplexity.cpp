@@ -1,0 +1,159 @@
+#include "runtime/perplexity.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace qforge {
+
+namespace {
+
+// log(sum(exp(logits))) in float64, shifted by the maximum.
+double log_sum_exp(std::span<const float> logits, double* max_out = nullptr) {
+    double m = logits[0];
+    for (float v : logits) m = std::max(m, static_cast<double>(v));
+    double s = 0.0;
+    for (float v : logits) s += std::exp(static_cast<double>(v) - m);
+    if (max_out) *max_out = m;
+    return m + std::log(s);
+}
+
+size_t argmax_index(std::span<const float> v) {
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+}  // namespace
+
+std::optional<PplProtocol> ppl_protocol_from_name(std::string_view name) {
+    if (name == "llamacpp") return PplProtocol::llamacpp;
+    if (name == "gptq") return PplProtocol::gptq;
+    return std::nullopt;
+}
+
+std::string_view ppl_protocol_name(PplProtocol p) {
+    return p == PplProtocol::llamacpp ? "llamacpp" : "gptq";
+}
+
+PplPlan plan_perplexity(PplProtocol protocol, uint64_t n_tokens, uint64_t ctx, uint64_t max_chunks,
+                        bool add_bos, std::optional<int32_t> bos_id) {
+    if (ctx < 2) throw Error("--ctx must be at least 2, found " + std::to_string(ctx));
+    const uint64_t needed = protocol == PplProtocol::llamacpp ? 2 * ctx : ctx;
+    if (n_tokens < needed)
+        throw Error("the text has " + std::to_string(n_tokens) + " tokens; the " +
+                    std::string(ppl_protocol_name(protocol)) + " protocol with --ctx " +
+                    std::to_string(ctx) + " needs at least " + std::to_string(needed));
+    PplPlan plan;
+    plan.protocol = protocol;
+    plan.ctx = ctx;
+    plan.n_chunks = n_tokens / ctx;
+    if (max_chunks > 0) plan.n_chunks = std::min(plan.n_chunks, max_chunks);
+    if (protocol == PplProtocol::llamacpp) {
+        plan.first_scored = ctx / 2 + 1;
+        if (add_bos && bos_id) plan.bos_replacement = *bos_id;
+    } else {
+        plan.first_scored = 1;
+    }
+    return plan;
+}
+
+double NllStats::ppl() const { return count ? std::exp(sum / static_cast<double>(count)) : 0.0; }
+
+double NllStats::ppl_stderr() const {
+    if (count < 2) return 0.0;
+    const double n = static_cast<double>(count), mean = sum / n;
+    const double var = std::max(0.0, sum2 / n - mean * mean);
+    return ppl() * std::sqrt(var / (n - 1.0));
+}
+
+double KlStats::mean_kl() const { return count ? sum_kl / static_cast<double>(count) : 0.0; }
+
+double KlStats::kl_stderr() const {
+    if (count < 2) return 0.0;
+    const double n = static_cast<double>(count), mean = sum_kl / n;
+    return std::sqrt(std::max(0.0, sum_kl2 / n - mean * mean) / (n - 1.0));
+}
+
+double KlStats::top1_agreement() const {
+    return count ? static_cast<double>(same_top) / static_cast<double>(count) : 0.0;
+}
+
+double KlStats::rms_dp() const {
+    return count ? std::sqrt(sum_dp2 / static_cast<double>(count)) : 0.0;
+}
+
+double token_nll(std::span<const float> logits, int32_t target) {
+    return log_sum_exp(logits) - static_cast<double>(logits[static_cast<size_t>(target)]);
+}
+
+void add_kl(std::span<const float> base_logits, std::span<const float> logits, int32_t target,
+            KlStats& s) {
+    const double lse_base = log_sum_exp(base_logits), lse = log_sum_exp(logits);
+    double kl = 0.0;
+    for (size_t v = 0; v < logits.size(); ++v) {
+        const double lp_base = base_logits[v] - lse_base, lp = logits[v] - lse;
+        kl += std::exp(lp_base) * (lp_base - lp);
+    }
+    s.sum_kl += kl;
+    s.sum_kl2 += kl * kl;
+    s.same_top += argmax_index(base_logits) == argmax_index(logits);
+    const auto t = static_cast<size_t>(target);
+    const double dp = std::exp(logits[t] - lse) - std::exp(base_logits[t] - lse_base);
+    s.sum_dp2 += dp * dp;
+    ++s.count;
+}
+
+PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t> tokens,
+                         const PplPlan& plan, const PplProgress& progress) {
+    const uint64_t vocab = model.model().config().vocab_size;
+    if (base && base->model().config().vocab_size != vocab)
+        throw Error(base->model().path(), {},
+                    "--kl-base has a vocabulary of " +
+                        std::to_string(base->model().config().vocab_size) + " tokens, the model " +
+                        std::to_string(vocab));
+    if (plan.n_chunks * plan.ctx > tokens.size())
+        throw Error("perplexity plan is longer than the text");
+    const auto start_time = std::chrono::steady_clock::now();
+
+    auto cache = model.new_cache(plan.ctx);
+    auto base_cache = base ? base->new_cache(plan.ctx) : nullptr;
+    const uint64_t logits_from = plan.first_scored - 1;
+    const uint64_t rows = plan.ctx - logits_from;
+    std::vector<float> logits(rows * vocab), base_logits(base ? rows * vocab : 0);
+    std::vector<int32_t> input(plan.ctx);
+
+    PplResult result;
+    if (base) result.kl = KlStats{};
+    for (uint64_t chunk = 0; chunk < plan.n_chunks; ++chunk) {
+        const int32_t* text = tokens.data() + chunk * plan.ctx;
+        std::copy(text, text + plan.ctx, input.begin());
+        if (plan.bos_replacement) input[0] = *plan.bos_replacement;
+
+        cache->clear();
+        model.forward(input, *cache, logits_from, logits);
+        if (base) {
+            base_cache->clear();
+            base->forward(input, *base_cache, logits_from, base_logits);
+        }
+        // Row r holds the logits at position logits_from + r, which score the token after it.
+        for (uint64_t pos = plan.first_scored; pos < plan.ctx; ++pos) {
+            const uint64_t r = pos - 1 - logits_from;
+            const std::span<const float> row(logits.data() + r * vocab, vocab);
+            result.nll.add(token_nll(row, text[pos]));
+            if (base) add_kl({base_logits.data() + r * vocab, vocab}, row, text[pos], *result.kl);
+        }
+        result.n_chunks = chunk + 1;
+        result.tokens_evaluated += plan.ctx;
+        if (progress) progress(chunk + 1, result.nll);
+    }
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+    return result;
+}
+
+}  // namespace qforge

@@ -1,0 +1,113 @@
+#include "runtime/reference_forward.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "runtime/rope.hpp"
+
+namespace qforge {
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// y = W x (+ b), W stored [rows][cols].
+Vec matvec(const Matrix& w, const Vec& x, const std::vector<float>* bias = nullptr) {
+    Vec y(w.rows, 0.0);
+    for (uint64_t r = 0; r < w.rows; ++r) {
+        double s = 0.0;
+        for (uint64_t c = 0; c < w.cols; ++c) s += stored_element(w.qtype, w.row(r), c) * x[c];
+        y[r] = s + (bias && !bias->empty() ? (*bias)[r] : 0.0);
+    }
+    return y;
+}
+
+Vec rms_norm(const Vec& x, const std::vector<float>& weight, double eps) {
+    double ss = 0.0;
+    for (double v : x) ss += v * v;
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = weight[i] * x[i] * scale;
+    return y;
+}
+
+void rope(double* v, const Vec& inv_freq, uint64_t pos) {
+    const size_t half = inv_freq.size();
+    for (size_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos) * inv_freq[i];
+        const double c = std::cos(angle), s = std::sin(angle);
+        const double a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+    }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> reference_forward(const Model& model,
+                                                   std::span<const int32_t> tokens) {
+    const ModelConfig& c = model.config();
+    const uint64_t n = tokens.size(), d = c.hidden_size, hd = c.head_dim;
+    const Vec inv_freq = rope_inv_freq(c);
+
+    std::vector<Vec> x(n, Vec(d));
+    for (uint64_t t = 0; t < n; ++t) {
+        if (tokens[t] < 0 || static_cast<uint64_t>(tokens[t]) >= c.vocab_size)
+            throw Error("reference_forward: token id " + std::to_string(tokens[t]) +
+                        " out of range");
+        for (uint64_t i = 0; i < d; ++i)
+            x[t][i] = stored_element(model.embed().qtype,
+                                     model.embed().row(static_cast<uint64_t>(tokens[t])), i);
+    }
+
+    for (const LayerWeights& w : model.layers()) {
+        std::vector<Vec> q(n), k(n), v(n);
+        for (uint64_t t = 0; t < n; ++t) {
+            const Vec h = rms_norm(x[t], w.attn_norm, c.rms_norm_eps);
+            q[t] = matvec(w.q, h, &w.q_bias);
+            k[t] = matvec(w.k, h, &w.k_bias);
+            v[t] = matvec(w.v, h, &w.v_bias);
+            for (uint64_t head = 0; head < c.num_heads; ++head)
+                rope(q[t].data() + head * hd, inv_freq, t);
+            for (uint64_t head = 0; head < c.num_kv_heads; ++head)
+                rope(k[t].data() + head * hd, inv_freq, t);
+        }
+        const uint64_t group = c.num_heads / c.num_kv_heads;
+        for (uint64_t t = 0; t < n; ++t) {
+            Vec att(c.q_dim(), 0.0);
+            for (uint64_t head = 0; head < c.num_heads; ++head) {
+                const uint64_t kvh = head / group;
+                Vec scores(t + 1);
+                double max_score = -INFINITY;
+                for (uint64_t j = 0; j <= t; ++j) {
+                    double s = 0.0;
+                    for (uint64_t i = 0; i < hd; ++i) s += q[t][head * hd + i] * k[j][kvh * hd + i];
+                    scores[j] = s / std::sqrt(static_cast<double>(hd));
+                    max_score = std::max(max_score, scores[j]);
+                }
+                double sum = 0.0;
+                for (double& s : scores) sum += (s = std::exp(s - max_score));
+                for (uint64_t j = 0; j <= t; ++j)
+                    for (uint64_t i = 0; i < hd; ++i)
+                        att[head * hd + i] += scores[j] / sum * v[j][kvh * hd + i];
+            }
+            const Vec o = matvec(w.o, att);
+            for (uint64_t i = 0; i < d; ++i) x[t][i] += o[i];
+
+            const Vec h = rms_norm(x[t], w.mlp_norm, c.rms_norm_eps);
+            Vec gate = matvec(w.gate, h);
+            const Vec up = matvec(w.up, h);
+            for (size_t i = 0; i < gate.size(); ++i)
+                gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+            const Vec down = matvec(w.down, gate);
+            for (uint64_t i = 0; i < d; ++i) x[t][i] += down[i];
+        }
+    }
+
+    std::vector<Vec> logits(n);
+    for (uint64_t t = 0; t < n; ++t)
+        logits[t] = matvec(model.lm_head(), rms_norm(x[t], model.final_norm(), c.rms_norm_eps));
+    return logits;
+}
+
+}  // namespace qforge

@@ -1,0 +1,123 @@
+// `qforge generate` and `qforge ppl` end to end on stories260K: run.c's greedy text byte for
+// byte, the JSON result, and every bad input as one clear line of error.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+
+using namespace qforge;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+size_t count_lines(const std::string& s) {
+    return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+void require_one_line_error(const test::CommandResult& r, const std::string& what) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE(count_lines(r.output) == 1);
+    REQUIRE(r.output.rfind("qforge: error: ", 0) == 0);
+    REQUIRE_THAT(r.output, Contains(what));
+}
+
+// stories260K converted once per test case, with its tokenizer.
+fs::path stories(const fs::path& data, const test::ScratchDir& dir) {
+    const fs::path out = dir / "s.qf";
+    auto r = test::run_qforge("convert " + q(data / "stories260K" / "hf") + " -o " + q(out) +
+                              " --tokenizer " + q(data / "stories260K" / "tok512.bin"));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("qforge generate --greedy reproduces run.c's greedy sample byte for byte",
+          "[runtime][cli][shared]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("gen-greedy");
+    const fs::path model = stories(data, dir);
+    const auto expected =
+        test::read_file(data / "stories260K" / "reference" / "greedy_t0_n256.txt");
+    // run.c -n 256 runs 256 forward passes from BOS and prints the token chosen after each:
+    // 256 new tokens (the last one is the final '.'), then a newline. It never emits BOS here.
+    for (const char* threads : {"1", "2"}) {
+        auto r = test::run_qforge("generate " + q(model) + " -n 256 --greedy -q -t " + threads);
+        REQUIRE(r.exit_code == 0);
+        REQUIRE(r.output == std::string(expected.begin(), expected.end()));
+    }
+    // Sampling: deterministic for a seed, different across seeds.
+    auto a = test::run_qforge("generate " + q(model) + " -p 'Once upon a time' -n 40 --seed 7 -q");
+    auto b =
+        test::run_qforge("generate " + q(model) + " -p 'Once upon a time' -n 40 --seed 7 -t 1 -q");
+    auto c = test::run_qforge("generate " + q(model) + " -p 'Once upon a time' -n 40 --seed 8 -q");
+    REQUIRE(a.exit_code == 0);
+    REQUIRE(a.output == b.output);
+    REQUIRE(a.output != c.output);
+    REQUIRE(a.output.rfind("Once upon a time", 0) == 0);
+}
+
+TEST_CASE("qforge ppl --json reports the statistics; bad inputs get one clear line",
+          "[runtime][cli][shared]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("ppl-cli");
+    const fs::path model = stories(data, dir);
+    const fs::path text = data / "tinystories-val-sample" / "tinystories_val_sample.txt";
+
+    auto r = test::run_qforge("ppl " + q(model) + " -f " + q(text) +
+                              " --ctx 128 --chunks 2 --kl-base " + q(model) + " --json -q");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.output);
+    REQUIRE(j.at("n_chunks") == 2);
+    REQUIRE(j.at("n_tokens_scored") == 2 * 63);  // llamacpp: positions 65 .. 127 of each chunk
+    REQUIRE(j.at("ppl").get<double>() > 1.0);
+    REQUIRE(j.at("ppl_stderr").get<double>() > 0.0);
+    REQUIRE(j.at("kld").get<double>() == Approx(0.0).margin(1e-12));
+    REQUIRE(j.at("top1_agreement") == 1.0);
+    REQUIRE(j.at("rms_dp") == 0.0);
+    REQUIRE(j.contains("kld_stderr"));
+
+    r = test::run_qforge("ppl " + q(model) + " -f " + q(text) + " --ctx 64 --chunks 1 -q");
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.output, Contains("PPL = "));
+    REQUIRE_THAT(r.output, Contains(" +/- "));
+    REQUIRE_THAT(r.output, Contains("tokens/s"));
+
+    // --ctx above max_position_embeddings (512): refused.
+    require_one_line_error(test::run_qforge("ppl " + q(model) + " -f " + q(text) + " --ctx 1024"),
+                           "--ctx 1024 exceeds the model's max_position_embeddings (512)");
+    // A text shorter than 2 * ctx tokens.
+    const fs::path short_text = dir / "short.txt";
+    test::write_file(short_text, std::string("Once upon a time there was a cat.\n"));
+    require_one_line_error(
+        test::run_qforge("ppl " + q(model) + " -f " + q(short_text) + " --ctx 64"),
+        "the llamacpp protocol with --ctx 64 needs at least 128");
+    // An empty file.
+    const fs::path empty = dir / "empty.txt";
+    test::write_file(empty, std::string());
+    require_one_line_error(test::run_qforge("ppl " + q(model) + " -f " + q(empty)),
+                           "the file is empty");
+    // A prompt longer than the context.
+    std::string long_prompt;
+    for (int i = 0; i < 600; ++i) long_prompt += "cat ";
+    require_one_line_error(
+        test::run_qforge("generate " + q(model) + " -p '" + long_prompt + "' -n 4"),
+        "the model's context holds 512");
+    // A .qf without a tokenizer: a copy of the checkpoint with no tokenizer beside it.
+    const fs::path bare_dir = dir / "bare";
+    fs::create_directories(bare_dir);
+    for (const char* f : {"config.json", "model.safetensors"})
+        fs::copy_file(data / "stories260K" / "hf" / f, bare_dir / f);
+    const fs::path bare = dir / "bare.qf";
+    REQUIRE(test::run_qforge("convert " + q(bare_dir) + " -o " + q(bare)).exit_code == 0);
+    require_one_line_error(test::run_qforge("ppl " + q(bare) + " -f " + q(text)),
+                           "has no tokenizer");
+    require_one_line_error(test::run_qforge("generate " + q(bare)), "has no tokenizer");
+}

@@ -1,0 +1,157 @@
+// The CPU backend's building blocks: the AVX2 dot product against the scalar one on odd lengths,
+// exact widening of f16/bf16 rows, the thread pool's splits, RoPE frequencies and sampling.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "core/half.hpp"
+#include "runtime/cpu_kernels.hpp"
+#include "runtime/rope.hpp"
+#include "runtime/sampling.hpp"
+#include "runtime/thread_pool.hpp"
+
+using namespace qforge;
+
+namespace {
+
+std::vector<uint8_t> make_row(QType t, const std::vector<float>& v) {
+    std::vector<uint8_t> out;
+    for (float f : v) {
+        if (t == QType::f32) {
+            const auto* p = reinterpret_cast<const uint8_t*>(&f);
+            out.insert(out.end(), p, p + 4);
+        } else {
+            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
+            out.push_back(static_cast<uint8_t>(h & 0xff));
+            out.push_back(static_cast<uint8_t>(h >> 8));
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths; widening is exact", "[runtime]") {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (QType t : {QType::f32, QType::f16, QType::bf16}) {
+        for (size_t n : {1u, 3u, 7u, 8u, 17u, 31u, 32u, 33u, 100u, 172u, 2048u}) {
+            std::vector<float> w(n), x(n + 1);
+            for (auto& v : w) v = dist(rng);
+            for (auto& v : x) v = dist(rng);
+            x[n] = std::nanf("");  // poison past the end: must never be read
+            const auto row = make_row(t, w);
+            double exact = 0.0, magnitude = 0.0;
+            std::vector<float> widened(n);
+            row_to_f32(t, row.data(), widened.data(), n);
+            for (size_t i = 0; i < n; ++i) {
+                exact += static_cast<double>(widened[i]) * x[i];
+                magnitude += std::fabs(static_cast<double>(widened[i]) * x[i]);
+                if (t == QType::f32) REQUIRE(widened[i] == w[i]);
+            }
+            const float fast = dot_row(t, row.data(), x.data(), n);
+            const float scalar = dot_row_scalar(t, row.data(), x.data(), n);
+            // float32 summation of n products: error <= n * eps * sum|w x| (a loose, safe bound).
+            const double bound = static_cast<double>(n) * 1.2e-7 * magnitude + 1e-30;
+            INFO("qtype " << qtype_traits(t).name << " n " << n);
+            REQUIRE(std::fabs(fast - exact) <= bound);
+            REQUIRE(std::fabs(scalar - exact) <= bound);
+            // Reading a widened row gives the same bits as reading the stored row.
+            REQUIRE(dot_row(QType::f32, reinterpret_cast<const uint8_t*>(widened.data()), x.data(),
+                            n) == fast);
+        }
+    }
+}
+
+TEST_CASE("thread pool: split_range covers every index once; run reaches every thread",
+          "[runtime]") {
+    for (size_t n : {0u, 1u, 5u, 64u, 1001u})
+        for (size_t parts : {1u, 2u, 3u, 7u}) {
+            size_t next = 0;
+            for (size_t i = 0; i < parts; ++i) {
+                auto [b, e] = split_range(n, parts, i);
+                REQUIRE(b == next);
+                REQUIRE(e - b <= n / parts + 1);
+                next = e;
+            }
+            REQUIRE(next == n);
+        }
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        REQUIRE(pool.size() == threads);
+        for (int round = 0; round < 100; ++round) {
+            std::vector<int> hits(1000, 0);
+            pool.parallel_for(hits.size(), [&](size_t b, size_t e) {
+                for (size_t i = b; i < e; ++i) ++hits[i];
+            });
+            for (int h : hits) REQUIRE(h == 1);
+            std::atomic<int> calls{0};
+            pool.run([&](int) { ++calls; });
+            REQUIRE(calls == threads);
+        }
+    }
+}
+
+TEST_CASE("RoPE inverse frequencies: plain and llama3-scaled as transformers computes them",
+          "[runtime]") {
+    ModelConfig c;
+    c.head_dim = 64;
+    c.rope_theta = 500000.0;
+    auto plain = rope_inv_freq(c);
+    REQUIRE(plain.size() == 32);
+    REQUIRE(plain[0] == 1.0);
+    REQUIRE(plain[1] == Approx(std::pow(500000.0, -2.0 / 64)).epsilon(1e-15));
+
+    // Llama 3.1: factor 8, low 1, high 4, original 8192. Wavelengths above 8192 are divided by
+    // 8; below 2048 kept; between, (1 - s) f / 8 + s f with s = (8192 / wavelen - 1) / 3.
+    c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 8192};
+    auto scaled = rope_inv_freq(c);
+    for (size_t i = 0; i < plain.size(); ++i) {
+        const double wavelen = 2 * std::numbers::pi / plain[i];
+        double expect = plain[i];
+        if (wavelen > 8192) {
+            expect = plain[i] / 8;
+        } else if (wavelen >= 2048) {
+            const double s = (8192 / wavelen - 1) / 3;
+            expect = (1 - s) * plain[i] / 8 + s * plain[i];
+        }
+        INFO("i " << i << " wavelength " << wavelen);
+        REQUIRE(scaled[i] == Approx(expect).epsilon(1e-15));
+    }
+    REQUIRE(scaled[0] == plain[0]);        // short wavelength: kept
+    REQUIRE(scaled[31] == plain[31] / 8);  // long wavelength: divided
+}
+
+TEST_CASE("sampling: greedy is argmax; a seed fixes the sequence; top-k and top-p cut",
+          "[runtime]") {
+    const std::vector<float> logits = {0.5f, 3.0f, 2.9f, -1.0f, 3.0f};
+    REQUIRE(argmax(logits) == 1);  // lowest index on ties
+    Sampler greedy({0.0f, 40, 0.95f, 1});
+    REQUIRE(greedy.sample(logits) == 1);
+
+    auto draw = [&](SamplingParams p) {
+        Sampler s(p);
+        std::vector<int32_t> out;
+        for (int i = 0; i < 200; ++i) out.push_back(s.sample(logits));
+        return out;
+    };
+    REQUIRE(draw({1.0f, 0, 1.0f, 5}) == draw({1.0f, 0, 1.0f, 5}));
+    REQUIRE(draw({1.0f, 0, 1.0f, 5}) != draw({1.0f, 0, 1.0f, 6}));
+    for (int32_t id : draw({1.0f, 2, 1.0f, 3})) REQUIRE((id == 1 || id == 4));  // top-2
+    // top-p 0.5: tokens 1 and 4 (logit 3.0) hold 0.33 each, so the prefix reaching 0.5 is both.
+    for (int32_t id : draw({1.0f, 0, 0.5f, 3})) REQUIRE((id == 1 || id == 4));
+    // Frequencies follow the softmax at temperature 1 without cuts.
+    Sampler s({1.0f, 0, 1.0f, 11});
+    std::vector<int> counts(logits.size(), 0);
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.sample(logits))];
+    double z = 0;
+    for (float l : logits) z += std::exp(l);
+    for (size_t i = 0; i < logits.size(); ++i) {
+        const double p = std::exp(logits[i]) / z;
+        REQUIRE(std::fabs(counts[i] / double(n) - p) < 5 * std::sqrt(p * (1 - p) / n) + 1e-3);
+    }
+}

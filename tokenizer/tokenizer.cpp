@@ -1,0 +1,213 @@
+// Tokenizer construction from the normalized schema (docs/FORMAT.md, "tokenizer"), loading from
+// files, and the accessors. Encoding is in encode.cpp, decoding in decode.cpp.
+#include "tokenizer/tokenizer.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "formats/qf.hpp"
+#include "formats/tokenizer_source.hpp"
+#include "tokenizer/tokenizer_impl.hpp"
+
+namespace qforge {
+
+namespace {
+
+using nlohmann::json;
+
+// run.c merges only pairs whose merged score beats its initial best_score of -1e10.
+constexpr double kLlama2cMinScore = -1e10;
+const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581 "▁"
+
+TokenType token_type(const std::string& name, const std::string& source) {
+    if (name == "normal") return TokenType::normal;
+    if (name == "unknown") return TokenType::unknown;
+    if (name == "special") return TokenType::special;
+    if (name == "user_defined") return TokenType::user_defined;
+    if (name == "byte") return TokenType::byte;
+    if (name == "unused") return TokenType::unused;
+    throw Error(source, {}, "tokenizer schema: unknown token type \"" + name + "\"");
+}
+
+std::optional<int32_t> optional_id(const json& j) {
+    if (j.is_null()) return std::nullopt;
+    return j.get<int32_t>();
+}
+
+// "<0xAB>" -> 0xAB, or -1.
+int byte_piece_value(const std::string& p) {
+    if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
+    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    const int hi = hex(p[3]), lo = hex(p[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+// llama2.c merges by score: every piece that splits (at any byte) into two pieces is the merge
+// of that pair, ranked by its own score, exactly the pairs run.c's string lookup would find.
+void build_llama2c_merges(TokenizerData& t, const json& scores) {
+    for (size_t m = 0; m < t.pieces.size(); ++m) {
+        const std::string& s = t.pieces[m];
+        const double score = scores[m].get<double>();
+        if (score <= kLlama2cMinScore) continue;
+        for (size_t k = 1; k < s.size(); ++k) {
+            auto l = t.id_of.find(s.substr(0, k)), r = t.id_of.find(s.substr(k));
+            if (l != t.id_of.end() && r != t.id_of.end())
+                t.merges.add(l->second, r->second, -score, static_cast<int32_t>(m));
+        }
+    }
+}
+
+void build_rank_merges(TokenizerData& t, const json& merges) {
+    double rank = 0;
+    for (const json& m : merges) {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ');
+        if (space == std::string::npos) throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " has no space");
+        const std::string a = s.substr(0, space), b = s.substr(space + 1);
+        auto ia = t.id_of.find(a), ib = t.id_of.find(b), im = t.id_of.find(a + b);
+        if (ia == t.id_of.end() || ib == t.id_of.end() || im == t.id_of.end())
+            throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " names a token absent from the pieces");
+        t.merges.add(ia->second, ib->second, rank, im->second);
+        rank += 1;
+    }
+}
+
+// See TokenizerData::chunk_marker: the cut is exact when no merged token holds the marker right after
+// another character and the marker itself is a token.
+bool marker_is_cut_point(const TokenizerData& t, const std::string& marker) {
+    if (!t.id_of.count(marker)) return false;
+    for (size_t id = 0; id < t.pieces.size(); ++id) {
+        if (t.types[id] == TokenType::special || t.types[id] == TokenType::user_defined) continue;
+        const std::string& p = t.pieces[id];
+        for (size_t at = p.find(marker, 1); at != std::string::npos; at = p.find(marker, at + 1))
+            if (at < marker.size() || p.compare(at - marker.size(), marker.size(), marker) != 0) return false;
+    }
+    return true;
+}
+
+void load_decoder(TokenizerData& t, const json& d) {
+    t.decode_byte_fallback = t.model == TokenizerModel::llama2c || d.value("byte_fallback", false);
+    t.decode_byte_level = d.value("byte_level", false);
+    t.strip_leading_spaces = d.value("strip_leading_spaces", 0);
+    const std::string meta = d.value("metaspace", "");
+    t.decoded.resize(t.pieces.size());
+    t.byte_value.assign(t.pieces.size(), -1);
+    for (size_t id = 0; id < t.pieces.size(); ++id) {
+        std::string s = t.pieces[id];
+        const int b = t.decode_byte_fallback ? byte_piece_value(s) : -1;
+        if (b >= 0) t.byte_value[id] = static_cast<int16_t>(b);
+        if (t.decode_byte_level) {
+            // `tokenizers`' ByteLevel decoder: a token whose characters are all in the byte
+            // alphabet becomes those bytes; any other token (an added one) stays as written.
+            try {
+                s = byte_level_decode(s);
+            } catch (const Error&) {
+            }
+        } else if (!meta.empty()) {
+            for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, at + 1)) s.replace(at, meta.size(), " ");
+        }
+        t.decoded[id] = std::move(s);
+    }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_schema(const json& schema, const std::string& source) {
+    validate_tokenizer_schema(schema, source);
+    auto t = std::make_unique<Impl>();
+    t->source = source;
+    const std::string model = schema["model"];
+    t->model = model == "llama2c"             ? TokenizerModel::llama2c
+               : model == "bpe_sentencepiece" ? TokenizerModel::bpe_sentencepiece
+                                              : TokenizerModel::bpe_byte_level;
+    for (const json& p : schema["pieces"]) t->pieces.push_back(p.get<std::string>());
+    for (const json& ty : schema["token_types"]) t->types.push_back(token_type(ty.get<std::string>(), source));
+    for (size_t id = 0; id < t->pieces.size(); ++id)
+        if (!t->id_of.emplace(t->pieces[id], static_cast<int32_t>(id)).second)
+            throw Error(source, {}, "tokenizer schema: duplicate piece " + json(t->pieces[id]).dump());
+    t->bos = optional_id(schema.value("bos_id", json()));
+    t->eos = optional_id(schema.value("eos_id", json()));
+    t->add_bos = schema.value("add_bos", false);
+    t->add_eos = schema.value("add_eos", false);
+    for (const json& id : schema["stop_ids"]) t->stop_ids.push_back(id.get<int32_t>());
+    t->chat_template = schema.value("chat_template", "");
+    t->unk_id = optional_id(schema.value("unk_id", json())).value_or(-1);
+
+    if (t->model == TokenizerModel::llama2c) {
+        build_llama2c_merges(*t, schema["scores"]);
+        t->chunk_marker = " ";
+        load_decoder(*t, json::object());
+    } else {
+        build_rank_merges(*t, schema["merges"]);
+        const json bpe = schema.value("bpe", json::object());
+        t->byte_fallback = bpe.value("byte_fallback", false);
+        t->ignore_merges = bpe.value("ignore_merges", false);
+        t->fuse_unk = bpe.value("fuse_unk", false);
+        t->byte_piece_ids.fill(-1);
+        for (size_t id = 0; id < t->pieces.size(); ++id)
+            if (const int b = byte_piece_value(t->pieces[id]); b >= 0) t->byte_piece_ids[static_cast<size_t>(b)] = static_cast<int32_t>(id);
+        std::vector<AddedToken> raw, normalized;
+        for (const json& a : schema["added_tokens"]) {
+            AddedToken at{a["id"].get<int32_t>(), a["content"].get<std::string>(), a.value("special", false),
+                          a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false),
+                          a.value("normalized", false)};
+            (at.normalized ? normalized : raw).push_back(std::move(at));
+        }
+        t->raw_added = AddedTokenMatcher(raw);
+        t->normalized_added = AddedTokenMatcher(normalized);
+        t->normalizer = Normalizer(schema.value("normalizer", json::array()), source);
+        if (t->model == TokenizerModel::bpe_byte_level) {
+            t->pretokenizer = std::make_unique<Pretokenizer>(
+                pretokenizer_spec_from_hf(schema.value("pre_tokenizer", json()), source));
+        } else {
+            const json ms = schema.value("metaspace", json());
+            if (ms.is_object()) {
+                t->metaspace = true;
+                t->metaspace_char = ms.value("replacement", kMetaSpace);
+                const std::string scheme = ms.value("prepend_scheme", "always");
+                t->metaspace_prepend = scheme == "first"   ? TokenizerData::Prepend::first
+                                       : scheme == "never" ? TokenizerData::Prepend::never
+                                                           : TokenizerData::Prepend::always;
+                t->metaspace_split = ms.value("split", true);
+            }
+            t->chunk_marker = t->metaspace ? t->metaspace_char : kMetaSpace;
+        }
+        load_decoder(*t, schema.value("decoder", json::object()));
+    }
+    // ignore_merges looks at a whole word, so a word must not be cut into chunks then.
+    t->chunkable = !t->chunk_marker.empty() && !t->ignore_merges && marker_is_cut_point(*t, t->chunk_marker);
+    return Tokenizer(std::move(t));
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+    if (std::filesystem::path(path).extension() == ".qf") {
+        QfFile qf(path);
+        return from_schema(qf.tokenizer(), path);
+    }
+    return from_schema(load_tokenizer_source(path), path);
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+size_t Tokenizer::vocab_size() const { return impl_->pieces.size(); }
+std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+std::vector<int32_t> Tokenizer::stop_ids() const { return impl_->stop_ids; }
+const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+
+std::string_view Tokenizer::piece(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size())
+        throw Error(impl_->source, {}, "token id " + std::to_string(id) + " is out of range");
+    return impl_->pieces[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < impl_->types.size() &&
+           impl_->types[static_cast<size_t>(id)] == TokenType::special;
+}
+
+}  // namespace qforge
