@@ -12,7 +12,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 

@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 

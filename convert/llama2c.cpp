@@ -16,7 +16,7 @@
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 

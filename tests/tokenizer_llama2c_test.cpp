@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
 #include "tokenizer/bpe_merge.hpp"

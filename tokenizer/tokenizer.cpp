@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 #include "formats/qf.hpp"
-#include "formats/tokenizer_source.hpp"
+#include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer_impl.hpp"
 
 namespace qforge {
@@ -158,7 +158,7 @@ Tokenizer Tokenizer::from_schema(const json& schema, const std::string& source) 
         t->normalizer = Normalizer(schema.value("normalizer", json::array()), source);
         if (t->model == TokenizerModel::bpe_byte_level) {
             t->pretokenizer = std::make_unique<Pretokenizer>(
-                pretokenizer_spec_from_hf(schema.value("pre_tokenizer", json()), source));
+                pretokenizer_spec_from_json(schema.value("pre_tokenizer", json()), source));
         } else {
             const json ms = schema.value("metaspace", json());
             if (ms.is_object()) {

@@ -9,8 +9,9 @@
 
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
-#include "formats/tokenizer_source.hpp"
-#include "formats/tokenizer_source_hf.hpp"
+#include "tokenizer/pretokenizer.hpp"
+#include "tokenizer/source.hpp"
+#include "tokenizer/source_hf.hpp"
 
 namespace qforge {
 
@@ -246,7 +247,8 @@ json map_hf_tokenizer(const std::string& path) {
     s["metaspace"] = nullptr;
     if (contains_type(pre, "ByteLevel", "pretokenizers")) {
         s["model"] = "bpe_byte_level";
-        s["pre_tokenizer"] = pre;  // interpreted by tokenizer/pretokenizer.hpp
+        // Normalized: known split patterns by name, Digits and ByteLevel as flags.
+        s["pre_tokenizer"] = pretokenizer_spec_to_json(pretokenizer_spec_from_hf(pre, path));
     } else if (pre.is_object() && pre.value("type", "") == "Metaspace") {
         sentencepiece = true;
         s["metaspace"] = {{"replacement", pre.value("replacement", kMetaSpace)},

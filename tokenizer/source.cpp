@@ -1,7 +1,7 @@
 // Dispatch by file kind, the llama2.c vocabulary reader, the schema check every consumer relies
 // on, and the search for a checkpoint's tokenizer. tokenizer.json lives in
-// tokenizer_source_hf.cpp.
-#include "formats/tokenizer_source.hpp"
+// source_hf.cpp.
+#include "tokenizer/source.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
-#include "formats/tokenizer_source_hf.hpp"
+#include "tokenizer/source_hf.hpp"
 
 namespace qforge {
 

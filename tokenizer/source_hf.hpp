@@ -1,4 +1,4 @@
-// Internal to formats/tokenizer_source*.cpp: the tokenizer.json reader and a shared UTF-8 check.
+// Internal to tokenizer/source*.cpp: the tokenizer.json reader and a shared UTF-8 check.
 #pragma once
 
 #include <nlohmann/json.hpp>
