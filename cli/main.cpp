@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
     add("ppl", "perplexity of a .qf on a text file (llama.cpp or GPTQ protocol), optionally KL divergence from a base model",
         qforge::cli::register_ppl);
     add("generate", "generate text from a prompt with a .qf (greedy or sampled)", qforge::cli::register_generate);
+    add("bench", "prefill and decode tokens/s of a .qf, and decode's fraction of read bandwidth", qforge::cli::register_bench);
 
     try {
         app.parse(argc, argv);

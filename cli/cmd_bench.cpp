@@ -1,0 +1,110 @@
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "commands.hpp"
+#include "core/progress.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/bench.hpp"
+#include "runtime/model.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qforge::cli {
+
+namespace {
+
+nlohmann::json rate_json(const RateStats& s) {
+    return {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"runs", s.runs}};
+}
+
+}  // namespace
+
+Runner register_bench(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        std::string model;
+        BenchOptions bench;
+        double bandwidth = 0.0;  // 0: not given
+    };
+    auto a = std::make_shared<Args>();
+    // The model's context is the real bound (run_bench checks it); this one keeps CLI11's message
+    // short.
+    const CLI::Range kTokenRange(uint64_t{1}, uint64_t{1} << 24);
+    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
+    app.add_option("-p,--prefill", a->bench.prefill_tokens, "tokens in the prefill batch")
+        ->capture_default_str()
+        ->check(kTokenRange);
+    app.add_option("-n,--decode", a->bench.decode_tokens, "tokens decoded one at a time")
+        ->capture_default_str()
+        ->check(kTokenRange);
+    app.add_option("-r,--reps", a->bench.repetitions, "repetitions; medians are reported")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    app.add_option("--bandwidth", a->bandwidth,
+                   "read bandwidth in GB/s (qforge_bandwidth, same thread count) to quote decode "
+                   "against")
+        ->check(CLI::Range(1e-3, 1e6));
+    add_seed_option(app, common);
+    add_threads_option(app, common);
+    add_json_option(app, common);
+
+    return [a, &common]() {
+        BenchOptions o = a->bench;
+        o.seed = common.seed;
+        if (a->bandwidth > 0.0) o.bandwidth_gb_per_s = a->bandwidth;
+
+        Model model(a->model);
+        ThreadPool pool(resolved_threads(common));
+        auto backend = make_cpu_backend(model, pool);
+        BenchResult r;
+        {
+            Progress progress("bench", bench_total_tokens(o), Progress::Unit::tokens);
+            r = run_bench(*backend, o, [&](uint64_t done) { progress.update(done); });
+        }
+
+        const ModelConfig& c = model.config();
+        if (common.json) {
+            nlohmann::json j = {{"model", a->model},
+                                {"threads", pool.size()},
+                                {"prefill_tokens", o.prefill_tokens},
+                                {"decode_tokens", o.decode_tokens},
+                                {"decode_context", kBenchDecodeContext},
+                                {"repetitions", o.repetitions},
+                                {"seed", o.seed},
+                                {"prefill_tok_per_s", rate_json(r.prefill)},
+                                {"decode_tok_per_s", rate_json(r.decode)},
+                                {"weight_bytes_per_token", r.weight_bytes_per_token},
+                                {"effective_gb_per_s", r.effective_gb_per_s},
+                                {"bandwidth_gb_per_s", nullptr},
+                                {"bandwidth_fraction", nullptr}};
+            if (r.bandwidth_fraction) {
+                j["bandwidth_gb_per_s"] = *o.bandwidth_gb_per_s;
+                j["bandwidth_fraction"] = *r.bandwidth_fraction;
+            }
+            std::printf("%s\n", j.dump(2).c_str());
+            return 0;
+        }
+        std::printf("%s: %llu layers, hidden %llu, vocab %llu; %d thread%s; median of %d\n",
+                    a->model.c_str(), static_cast<unsigned long long>(c.num_layers),
+                    static_cast<unsigned long long>(c.hidden_size),
+                    static_cast<unsigned long long>(c.vocab_size), pool.size(),
+                    pool.size() == 1 ? "" : "s", o.repetitions);
+        std::printf("%-8s %7s %12s %12s %12s\n", "phase", "tokens", "tok/s", "min", "max");
+        const auto row = [](const char* phase, uint64_t tokens, const RateStats& s) {
+            std::printf("%-8s %7llu %12.2f %12.2f %12.2f\n", phase,
+                        static_cast<unsigned long long>(tokens), s.median, s.min, s.max);
+        };
+        row("prefill", o.prefill_tokens, r.prefill);
+        row("decode", o.decode_tokens, r.decode);
+        std::printf("decode reads %s of weights per token: %.2f GB/s effective",
+                    human_bytes(r.weight_bytes_per_token).c_str(), r.effective_gb_per_s);
+        if (r.bandwidth_fraction)
+            std::printf(", %.1f%% of %.1f GB/s read bandwidth", 100.0 * *r.bandwidth_fraction,
+                        *o.bandwidth_gb_per_s);
+        std::printf("\n");
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

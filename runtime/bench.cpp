@@ -1,0 +1,109 @@
+#include "runtime/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace qforge {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Ids in [0, vocab). The modulo's bias (under vocab / 2^64) is irrelevant to speed; mt19937_64's
+// output is specified bit for bit, so a seed gives the same ids everywhere.
+std::vector<int32_t> random_tokens(uint64_t n, uint64_t vocab, std::mt19937_64& rng) {
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+    return ids;
+}
+
+}  // namespace
+
+RateStats rate_stats(std::vector<double> runs) {
+    RateStats s;
+    s.runs = runs;
+    if (runs.empty()) return s;
+    std::sort(runs.begin(), runs.end());
+    const size_t n = runs.size();
+    s.median = n % 2 ? runs[n / 2] : (runs[n / 2 - 1] + runs[n / 2]) / 2.0;
+    s.min = runs.front();
+    s.max = runs.back();
+    return s;
+}
+
+uint64_t bench_total_tokens(const BenchOptions& o) {
+    return static_cast<uint64_t>(std::max(o.repetitions, 0)) * (o.prefill_tokens + o.decode_tokens);
+}
+
+BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgress& progress) {
+    const Model& model = backend.model();
+    const ModelConfig& c = model.config();
+    if (o.prefill_tokens == 0 || o.decode_tokens == 0 || o.repetitions < 1)
+        throw Error(model.path(), {},
+                    "bench needs at least one prefill token, one decode token and one repetition");
+    const uint64_t max_pos = c.max_position_embeddings;
+    if (o.prefill_tokens > max_pos)
+        throw Error(model.path(), {},
+                    "a prefill of " + std::to_string(o.prefill_tokens) +
+                        " tokens exceeds the model's context of " + std::to_string(max_pos));
+    const uint64_t decode_positions = kBenchDecodeContext + o.decode_tokens;
+    if (decode_positions > max_pos)
+        throw Error(model.path(), {},
+                    std::to_string(o.decode_tokens) + " decode tokens after " +
+                        std::to_string(kBenchDecodeContext) +
+                        " context positions exceed the model's context of " +
+                        std::to_string(max_pos));
+    if (o.bandwidth_gb_per_s && !(*o.bandwidth_gb_per_s > 0.0))
+        throw Error("bench: the read bandwidth must be a positive number of GB/s");
+
+    std::mt19937_64 rng(o.seed);
+    const std::vector<int32_t> prefill_ids = random_tokens(o.prefill_tokens, c.vocab_size, rng);
+    const std::vector<int32_t> decode_ids = random_tokens(decode_positions, c.vocab_size, rng);
+    std::vector<float> logits(c.vocab_size);
+    auto prefill_cache = backend.new_cache(o.prefill_tokens);
+    auto decode_cache = backend.new_cache(decode_positions);
+
+    // Warm-up: one token reads every weight once, so the timed passes do not pay page faults.
+    backend.forward({decode_ids.data(), 1}, *decode_cache, 0, logits);
+
+    std::vector<double> prefill_rates, decode_rates;
+    uint64_t done = 0;
+    for (int r = 0; r < o.repetitions; ++r) {
+        prefill_cache->clear();
+        auto t0 = Clock::now();
+        backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, logits);
+        prefill_rates.push_back(static_cast<double>(o.prefill_tokens) / seconds_since(t0));
+        done += o.prefill_tokens;
+        if (progress) progress(done);
+
+        decode_cache->clear();
+        backend.forward({decode_ids.data(), kBenchDecodeContext}, *decode_cache,
+                        kBenchDecodeContext - 1, logits);
+        t0 = Clock::now();
+        for (uint64_t i = kBenchDecodeContext; i < decode_positions; ++i)
+            backend.forward({&decode_ids[i], 1}, *decode_cache, 0, logits);
+        decode_rates.push_back(static_cast<double>(o.decode_tokens) / seconds_since(t0));
+        done += o.decode_tokens;
+        if (progress) progress(done);
+    }
+
+    BenchResult result;
+    result.prefill = rate_stats(std::move(prefill_rates));
+    result.decode = rate_stats(std::move(decode_rates));
+    result.weight_bytes_per_token = model.decode_weight_bytes();
+    result.effective_gb_per_s =
+        result.decode.median * static_cast<double>(result.weight_bytes_per_token) / 1e9;
+    if (o.bandwidth_gb_per_s)
+        result.bandwidth_fraction = result.effective_gb_per_s / *o.bandwidth_gb_per_s;
+    return result;
+}
+
+}  // namespace qforge

@@ -1,0 +1,62 @@
+// Speed of a backend on one model: prefill (one batch into a fresh cache) and batch-1 decode
+// (one token per forward pass), in tokens per second, with the weight bytes a decoded token reads
+// so decode speed can be quoted as a fraction of memory read bandwidth (PERFORMANCE.md: decode
+// tokens/s <= bandwidth / weight bytes per token).
+//
+// Token ids are drawn from a seeded std::mt19937_64 over the vocabulary: no tokenizer is needed,
+// and the same seed runs the same tokens. Nothing here is asserted by tests beyond sanity: speed
+// depends on the machine and its load, so every figure is a median over repetitions with its
+// min and max beside it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "runtime/backend.hpp"
+
+namespace qforge {
+
+struct BenchOptions {
+    uint64_t prefill_tokens = 128;  // one batch per repetition
+    uint64_t decode_tokens = 64;    // forward passes of one token per repetition
+    int repetitions = 5;
+    uint64_t seed = 42;
+    // Read bandwidth (GB/s, 1 GB = 1e9 bytes) to quote decode against, as measured by
+    // bench/bandwidth.cpp with the same thread count; nullopt leaves the fraction out.
+    std::optional<double> bandwidth_gb_per_s;
+};
+
+// Positions in the cache before the timed decode steps. Decode at position 0 would attend to
+// nothing; a few positions make it a real decode step while keeping attention negligible beside
+// the weight reads, as in llama.cpp's tg benchmark that the PERFORMANCE.md figures come from.
+inline constexpr uint64_t kBenchDecodeContext = 8;
+
+// Tokens per second over repetitions: the median (the mean of the middle two for an even count)
+// and the extremes.
+struct RateStats {
+    double median = 0.0, min = 0.0, max = 0.0;
+    std::vector<double> runs;  // in the order they ran
+};
+RateStats rate_stats(std::vector<double> runs);
+
+struct BenchResult {
+    RateStats prefill, decode;                 // tokens per second
+    uint64_t weight_bytes_per_token = 0;       // Model::decode_weight_bytes()
+    double effective_gb_per_s = 0.0;           // decode median * weight bytes per token / 1e9
+    std::optional<double> bandwidth_fraction;  // effective / BenchOptions::bandwidth_gb_per_s
+};
+
+// Called after each timed pass with the tokens run so far (of bench_total_tokens(options)).
+using BenchProgress = std::function<void(uint64_t tokens_done)>;
+uint64_t bench_total_tokens(const BenchOptions& options);
+
+// One untimed warm-up pass (it faults the mapped weights into memory), then `repetitions` times:
+// a prefill of prefill_tokens into a fresh cache, and kBenchDecodeContext untimed positions
+// followed by decode_tokens timed single-token passes in another fresh cache. Throws
+// qforge::Error when the counts are zero or the passes do not fit the model's context.
+BenchResult run_bench(Backend& backend, const BenchOptions& options,
+                      const BenchProgress& progress = {});
+
+}  // namespace qforge
