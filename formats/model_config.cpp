@@ -283,17 +283,22 @@ std::string supported_architectures() {
     return s;
 }
 
-ModelConfig parse_model_config(const json& j, const std::string& source) {
-    require_object(j, "config.json", source);
-    const Keys keys(j, source);
-    ModelConfig c;
-
+// The model_type key, mapped through the one table of architectures.
+static Architecture require_architecture(const Keys& keys) {
     const std::string model_type = keys.string("model_type");
     const auto arch = architecture_from_model_type(model_type);
     if (!arch)
         keys.fail("unsupported architecture '" + model_type +
                   "' (model_type); supported: " + supported_architectures());
-    c.arch = *arch;
+    return *arch;
+}
+
+ModelConfig parse_model_config(const json& j, const std::string& source) {
+    require_object(j, "config.json", source);
+    const Keys keys(j, source);
+    ModelConfig c;
+
+    c.arch = require_architecture(keys);
     const ArchitectureTraits& t = traits(c.arch);
 
     // Only what the runtime implements: SiLU-gated MLP without biases.
@@ -407,12 +412,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
     const Keys keys(j, source);
     ModelConfig c;
 
-    const std::string model_type = keys.string("model_type");
-    const auto arch = architecture_from_model_type(model_type);
-    if (!arch)
-        keys.fail("unsupported architecture '" + model_type +
-                  "' (model_type); supported: " + supported_architectures());
-    c.arch = *arch;
+    c.arch = require_architecture(keys);
     c.vocab_size = keys.dim("vocab_size");
     c.hidden_size = keys.dim("hidden_size");
     c.intermediate_size = keys.dim("intermediate_size");

@@ -18,18 +18,9 @@
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
+using test::convert_stories;
 
 namespace {
-
-fs::path convert_stories(const fs::path& data, const std::string& variant,
-                         const test::ScratchDir& dir) {
-    ConvertOptions o;
-    o.input = (data / "stories260K" / variant).string();
-    o.output = (dir / (variant + ".qf")).string();
-    o.tokenizer = (data / "stories260K" / "tok512.bin").string();
-    convert_hf_checkpoint(o);
-    return o.output;
-}
 
 std::string read_text(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);

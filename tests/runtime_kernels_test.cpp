@@ -9,30 +9,12 @@
 
 #include "core/half.hpp"
 #include "runtime/cpu_kernels.hpp"
+#include "test_support.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
 
 using namespace qforge;
-
-namespace {
-
-std::vector<uint8_t> make_row(QType t, const std::vector<float>& v) {
-    std::vector<uint8_t> out;
-    for (float f : v) {
-        if (t == QType::f32) {
-            const auto* p = reinterpret_cast<const uint8_t*>(&f);
-            out.insert(out.end(), p, p + 4);
-        } else {
-            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
-            out.push_back(static_cast<uint8_t>(h & 0xff));
-            out.push_back(static_cast<uint8_t>(h >> 8));
-        }
-    }
-    return out;
-}
-
-}  // namespace
 
 TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths; widening is exact", "[runtime]") {
     std::mt19937 rng(7);
@@ -43,7 +25,7 @@ TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths; widening is exact", "[
             for (auto& v : w) v = dist(rng);
             for (auto& v : x) v = dist(rng);
             x[n] = std::nanf("");  // poison past the end: must never be read
-            const auto row = make_row(t, w);
+            const auto row = test::float_bytes(t, w);
             double exact = 0.0, magnitude = 0.0;
             std::vector<float> widened(n);
             row_to_f32(t, row.data(), widened.data(), n);

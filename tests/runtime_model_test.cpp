@@ -42,21 +42,6 @@ ModelConfig tiny_config(Architecture arch) {
     return c;
 }
 
-std::vector<uint8_t> encode(QType t, const std::vector<float>& v) {
-    std::vector<uint8_t> out;
-    for (float f : v) {
-        if (t == QType::f32) {
-            const auto* p = reinterpret_cast<const uint8_t*>(&f);
-            out.insert(out.end(), p, p + 4);
-        } else {
-            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
-            out.push_back(static_cast<uint8_t>(h & 0xff));
-            out.push_back(static_cast<uint8_t>(h >> 8));
-        }
-    }
-    return out;
-}
-
 // Random weights with the scale of a trained model (rows of norm ~1, norms near 1), matrices
 // in `qtype`, vectors in f32. `shape_override` replaces one tensor's shape (broken files).
 void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32_t seed,
@@ -75,12 +60,12 @@ void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32
             for (auto& x : v) x = dist(rng);
             if (spec.name == "embed")
                 for (auto& x : v) x *= 4.0f;
-            w.add_tensor(spec.name, qtype, spec.shape, encode(qtype, v));
+            w.add_tensor(spec.name, qtype, spec.shape, test::float_bytes(qtype, v));
         } else {
             const bool is_bias = spec.name.find("bias") != std::string::npos;
             std::normal_distribution<float> dist(is_bias ? 0.0f : 1.0f, is_bias ? 0.5f : 0.1f);
             for (auto& x : v) x = dist(rng);
-            w.add_tensor(spec.name, QType::f32, spec.shape, encode(QType::f32, v));
+            w.add_tensor(spec.name, QType::f32, spec.shape, test::float_bytes(QType::f32, v));
         }
     }
     w.finish();

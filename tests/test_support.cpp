@@ -10,6 +10,9 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "convert/convert.hpp"
+#include "core/half.hpp"
+
 namespace qforge::test {
 
 namespace fs = std::filesystem;
@@ -50,6 +53,30 @@ std::vector<uint8_t> read_file(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     if (!f) throw std::runtime_error("cannot read " + p.string());
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v) {
+    std::vector<uint8_t> out;
+    for (float f : v) {
+        if (t == QType::f32) {
+            const auto* p = reinterpret_cast<const uint8_t*>(&f);
+            out.insert(out.end(), p, p + 4);
+        } else {
+            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
+            out.push_back(static_cast<uint8_t>(h & 0xff));
+            out.push_back(static_cast<uint8_t>(h >> 8));
+        }
+    }
+    return out;
+}
+
+fs::path convert_stories(const fs::path& data, const std::string& variant, const ScratchDir& dir) {
+    ConvertOptions o;
+    o.input = (data / "stories260K" / variant).string();
+    o.output = (dir / (variant + ".qf")).string();
+    o.tokenizer = (data / "stories260K" / "tok512.bin").string();
+    convert_hf_checkpoint(o);
+    return o.output;
 }
 
 CommandResult run_qforge(const std::string& args, const std::string& shell_prefix) {

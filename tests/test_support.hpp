@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/qtype.hpp"
+
 namespace qforge::test {
 
 // ../shared/data beside the checkout (or $QFORGE_SHARED_DATA); nullopt when absent.
@@ -41,6 +43,14 @@ private:
 void write_file(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
 void write_file(const std::filesystem::path& p, const std::string& text);
 std::vector<uint8_t> read_file(const std::filesystem::path& p);
+
+// Values stored as f32, f16 or bf16 bytes (little-endian), as a tensor of that qtype holds them.
+std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
+
+// Converts <data>/stories260K/<variant> ("hf" or "hf-fp16") with its tok512.bin into
+// <dir>/<variant>.qf and returns that path.
+std::filesystem::path convert_stories(const std::filesystem::path& data, const std::string& variant,
+                                      const ScratchDir& dir);
 
 struct CommandResult {
     int exit_code;
