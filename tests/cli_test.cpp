@@ -37,11 +37,7 @@ void require_clean_failure(const test::CommandResult& r, const fs::path& dir, co
     REQUIRE(count_lines(r.output) == 1);
     REQUIRE(r.output.rfind("qforge: error: ", 0) == 0);
     REQUIRE_THAT(r.output, Contains(what));
-    for (const auto& e : fs::directory_iterator(dir)) {
-        const std::string name = e.path().filename().string();
-        INFO("left behind: " << name);
-        REQUIRE(name.find(".qf") == std::string::npos);
-    }
+    REQUIRE(test::files_containing(dir, ".qf").empty());
 }
 
 }  // namespace

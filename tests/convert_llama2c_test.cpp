@@ -75,13 +75,7 @@ ConvertOptions options(const fs::path& in, const fs::path& out, const fs::path& 
     return o;
 }
 
-void require_no_output(const fs::path& dir) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-        const std::string name = e.path().filename().string();
-        INFO("left behind: " << name);
-        REQUIRE(name.find(".qf") == std::string::npos);
-    }
-}
+void require_no_output(const fs::path& dir) { REQUIRE(test::files_containing(dir, ".qf").empty()); }
 
 }  // namespace
 

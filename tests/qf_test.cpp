@@ -91,11 +91,7 @@ void edit_preamble(const fs::path& path, const std::function<void(QfPreamble&)>&
     test::write_file(path, bytes);
 }
 
-bool no_temp_files(const fs::path& dir) {
-    for (const auto& e : fs::directory_iterator(dir))
-        if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
-    return true;
-}
+bool no_temp_files(const fs::path& dir) { return test::files_containing(dir, ".tmp.").empty(); }
 
 }  // namespace
 

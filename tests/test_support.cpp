@@ -55,6 +55,15 @@ std::vector<uint8_t> read_file(const fs::path& p) {
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
+std::vector<std::string> files_containing(const fs::path& dir, const std::string& fragment) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        if (name.find(fragment) != std::string::npos) found.push_back(name);
+    }
+    return found;
+}
+
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v) {
     std::vector<uint8_t> out;
     for (float f : v) {

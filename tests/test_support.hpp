@@ -44,6 +44,10 @@ void write_file(const std::filesystem::path& p, const std::vector<uint8_t>& byte
 void write_file(const std::filesystem::path& p, const std::string& text);
 std::vector<uint8_t> read_file(const std::filesystem::path& p);
 
+// Names of the files in `dir` that contain `fragment` (".qf" finds outputs and their temporaries):
+// tests of failed writes require it to be empty.
+std::vector<std::string> files_containing(const std::filesystem::path& dir, const std::string& fragment);
+
 // Values stored as f32, f16 or bf16 bytes (little-endian), as a tensor of that qtype holds them.
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 
