@@ -32,31 +32,31 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     // short.
     const CLI::Range kTokenRange(uint64_t{1}, uint64_t{1} << 24);
     app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
-    app.add_option("-p,--prefill", a->bench.prefill_tokens, "tokens in the prefill batch")
+    app.add_option("-p,--prompt,--prefill", a->bench.prefill_tokens, "tokens in the prefill batch")
         ->capture_default_str()
         ->check(kTokenRange);
-    app.add_option("-n,--decode", a->bench.decode_tokens, "tokens decoded one at a time")
+    app.add_option("-n,--gen,--decode", a->bench.decode_tokens, "tokens decoded one at a time")
         ->capture_default_str()
         ->check(kTokenRange);
     app.add_option("-r,--reps", a->bench.repetitions, "repetitions; medians are reported")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
     app.add_option("--bandwidth", a->bandwidth,
-                   "read bandwidth in GB/s (qforge_bandwidth, same thread count) to quote decode "
-                   "against")
+                   "read bandwidth in GB/s to quote decode against (default: measured here, "
+                   "with the same threads, just before the timed passes)")
         ->check(CLI::Range(1e-3, 1e6));
     add_seed_option(app, common);
     add_threads_option(app, common);
+    add_cpu_backend_options(app, common);
     add_json_option(app, common);
 
     return [a, &common]() {
         BenchOptions o = a->bench;
         o.seed = common.seed;
-        if (a->bandwidth > 0.0) o.bandwidth_gb_per_s = a->bandwidth;
-
         Model model(a->model);
         ThreadPool pool(resolved_threads(common));
-        auto backend = make_cpu_backend(model, pool);
+        o.bandwidth_gb_per_s = a->bandwidth > 0.0 ? a->bandwidth : measure_read_bandwidth(pool);
+        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
         BenchResult r;
         {
             Progress progress("bench", bench_total_tokens(o), Progress::Unit::tokens);
@@ -72,16 +72,16 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                                 {"decode_context", kBenchDecodeContext},
                                 {"repetitions", o.repetitions},
                                 {"seed", o.seed},
+                                {"prefill_tok_s", r.prefill.median},
+                                {"decode_tok_s", r.decode.median},
                                 {"prefill_tok_per_s", rate_json(r.prefill)},
                                 {"decode_tok_per_s", rate_json(r.decode)},
                                 {"weight_bytes_per_token", r.weight_bytes_per_token},
                                 {"effective_gb_per_s", r.effective_gb_per_s},
-                                {"bandwidth_gb_per_s", nullptr},
-                                {"bandwidth_fraction", nullptr}};
-            if (r.bandwidth_fraction) {
-                j["bandwidth_gb_per_s"] = *o.bandwidth_gb_per_s;
-                j["bandwidth_fraction"] = *r.bandwidth_fraction;
-            }
+                                {"read_bandwidth_gb_s", *o.bandwidth_gb_per_s},
+                                {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
+                                {"bandwidth_fraction", *r.bandwidth_fraction},
+                                {"int8_activations", !common.float_activations}};
             std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }

@@ -36,6 +36,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     add_seed_option(app, common);
     add_threads_option(app, common);
+    add_cpu_backend_options(app, common);
 
     return [a, &common]() {
         Model model(a->model);
@@ -68,7 +69,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.stop_ids = tok.stop_ids();
 
         ThreadPool pool(resolved_threads(common));
-        auto backend = make_cpu_backend(model, pool);
+        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
         std::fputs(a->prompt.c_str(), stdout);
         int32_t previous = prompt.back();
         const GenerateResult r = generate(*backend, prompt, o, [&](int32_t id) {

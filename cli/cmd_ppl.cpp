@@ -55,6 +55,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
            "and RMS of the probability difference, both run in the same pass")
         ->check(CLI::ExistingFile);
     add_threads_option(app, common);
+    add_cpu_backend_options(app, common);
     add_json_option(app, common);
 
     return [a, &common]() {
@@ -81,8 +82,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                                              tok.add_bos(), tok.bos_id());
 
         ThreadPool pool(resolved_threads(common));
-        auto backend = make_cpu_backend(model, pool);
-        std::unique_ptr<Backend> base_backend = base ? make_cpu_backend(*base, pool) : nullptr;
+        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
+        std::unique_ptr<Backend> base_backend = base ? make_cpu_backend(*base, pool, cpu_backend_options(common)) : nullptr;
 
         const bool chatty = !common.quiet;
         if (chatty)

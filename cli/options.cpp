@@ -23,6 +23,18 @@ void add_file_option(CLI::App& app, CommonOptions& o, bool required) {
     if (required) opt->required();
 }
 
+void add_cpu_backend_options(CLI::App& app, CommonOptions& o) {
+    app.add_flag("--float-activations", o.float_activations,
+                 "multiply quantized weights with float32 activations instead of int8 blocks "
+                 "(exact, slower; to measure what int8 activations cost)");
+}
+
+CpuBackendOptions cpu_backend_options(const CommonOptions& o) {
+    CpuBackendOptions b;
+    b.int8_activations = !o.float_activations;
+    return b;
+}
+
 int resolved_threads(const CommonOptions& o) {
     if (o.threads > 0) return o.threads;
     const unsigned n = std::thread::hardware_concurrency();

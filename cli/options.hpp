@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/backend.hpp"
+
 namespace qforge::cli {
 
 struct CommonOptions {
@@ -14,12 +16,17 @@ struct CommonOptions {
     uint64_t seed = 42;   // every random choice derives from it
     std::string file;     // text input (-f/--file)
     bool quiet = false;   // no progress bars
+    bool float_activations = false;  // quantized matrices times float32 (not int8) activations
 };
 
 void add_threads_option(CLI::App& app, CommonOptions& o);
 void add_json_option(CLI::App& app, CommonOptions& o);
 void add_seed_option(CLI::App& app, CommonOptions& o);
 void add_file_option(CLI::App& app, CommonOptions& o, bool required);
+
+// --float-activations (runtime options of the CPU backend).
+void add_cpu_backend_options(CLI::App& app, CommonOptions& o);
+CpuBackendOptions cpu_backend_options(const CommonOptions& o);
 
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);

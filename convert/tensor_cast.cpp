@@ -23,6 +23,8 @@ float load(const uint8_t* p, QType t, uint64_t i) {
             std::memcpy(&h, p + 2 * i, 2);
             return t == QType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
+        default:  // float sources only
+            break;
     }
     return 0.0f;
 }
@@ -38,6 +40,8 @@ void store(uint8_t* p, QType t, uint64_t i, float f) {
             std::memcpy(p + 2 * i, &h, 2);
             return;
         }
+        default:  // float targets only
+            return;
     }
 }
 

@@ -139,6 +139,10 @@ void QfFile::parse_tensors() {
             t.shape.push_back(d.get<uint64_t>());
         }
         auto expected = qtype_tensor_bytes(t.qtype, t.shape);
+        if (!expected && qtype_is_quantized(t.qtype) && (t.shape.size() != 2 || t.shape[1] == 0))
+            throw Error(p, t.name,
+                        "shape " + shape_to_string(t.shape) + ": " + qname +
+                            " tensors must be matrices [rows, cols] with cols > 0");
         if (!expected)
             throw Error(p, t.name, "shape " + shape_to_string(t.shape) + " overflows 64-bit byte counts");
         t.offset = get_u64(e, "offset", p, t.name);

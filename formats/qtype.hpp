@@ -1,6 +1,25 @@
-// The table of tensor types a .qf file can hold. Every code path that sizes, names or converts a
-// stored tensor consults this table. Quantized rows (q8, q4_g128, ...) join it with the
-// quantization issue; a static check makes sure every enum value has its row.
+// The table of tensor types a .qf file can hold: float rows and quantized (packed) rows. Every
+// code path that names, sizes, quantizes, dequantizes or bounds a stored tensor consults this one
+// table; a static check makes sure every enum value has its row.
+//
+// A quantized tensor is a matrix [rows = out, cols = k = in], stored row by row. Each row is
+// self-contained (docs/FORMAT.md, "Quantized rows"):
+//
+//   codes    k rounded up to 32 codes. 8-bit: one int8 per weight. 4-bit: 16 bytes per 32
+//            weights; byte i of a chunk holds weight i in its low nibble and weight i + 16 in its
+//            high nibble, so one AND and one shift give 32 weights in order (AVX2: two 16-lane
+//            halves; CUDA: a 16-byte load is one chunk). Codes past k hold the zero code, so they
+//            dequantize to exactly 0.
+//   scales   one fp16 per group, in group order (little-endian binary16).
+//   zeros    asymmetric types only: one uint8 per group, the integer zero point.
+//   padding  zero bytes up to a multiple of 64: every row starts on a cache line (one x86 line,
+//            two AVX2 loads, four 16-byte GPU loads), given tensors start on 64-byte boundaries.
+//
+// Scales live in the row, after its codes, so a thread that owns a range of rows streams one
+// contiguous region and a row can be sliced without touching other rows. Weight j of a row is
+// w = scale[g] * (code[j] - zero[g]) with g = j / group; for symmetric types zero is the
+// type's implicit zero. This product is exact in float32 (11-bit scale times an 8-bit integer),
+// so every kernel sees bit-identical dequantized weights.
 #pragma once
 
 #include <cstdint>
@@ -13,31 +32,89 @@
 
 namespace qforge {
 
-enum class QType : uint8_t { f32, f16, bf16 };
+enum class QType : uint8_t {
+    f32,
+    f16,
+    bf16,
+    q8,
+    q8_g32,
+    q8_g128,
+    q4_g32,
+    q4_g64,
+    q4_g128,
+    q4s_g32,
+    q4s_g64,
+    q4s_g128,
+};
 
 struct QTypeTraits {
     QType type;
     std::string_view name;  // the name used verbatim by the CLI and the .qf header
-    uint32_t bits;          // storage bits per weight, scales included
-    bool is_float;          // plain float storage: no blocks, no scales
-    DType dtype;            // the element type of float rows
+    uint32_t bits;          // float rows: bits per element; quantized rows: bits per code
+    bool is_float;          // plain float storage: no codes, no scales
+    DType dtype;            // float rows: the element type; quantized rows: unused (f32)
+    uint32_t group;         // quantized: weights per scale; 0 = one scale per row
+    bool symmetric;         // quantized: no stored zero points
+    bool signed_codes;      // codes are int8 (q8 types); otherwise unsigned
+    int32_t implicit_zero;  // symmetric types: the code that means 0
+    // The reference quantizer's worst-case error per weight, in units of the group's scale:
+    // rounding gives 1/2; a clamped extreme code or the fp16 rounding of the scale add to it
+    // (docs/FORMAT.md derives each value). Tests allow this plus float rounding and no more.
+    double error_bound;
 };
 
+// Scales are rounded up (away from zero) to fp16, so no group's range exceeds its codes' range:
+// q8*:   amax / 127 maps the group into [-127, 127]; rounding only: 1/2.
+// q4_*:  asymmetric, range [min(0, lo), max(0, hi)] in 15 steps with an integer zero, as GPTQ and
+//        AWQ store it; the zero's rounding can push the top element to exactly 15.5, where it
+//        clamps to 15: still 1/2.
+// q4s_*: symmetric, scale = m / -8 for the element m of largest magnitude (llama.cpp's Q4_0): 16
+//        levels; an element of the opposite sign and equal magnitude lands on +8 and clamps to
+//        +7: one whole step.
+// Each bound adds 2^-10 for the float rounding of w / scale (relative 2^-24 times at most 2^8).
+inline constexpr double kHalfStepBound = 0.5 + 1.0 / 1024;
+inline constexpr double kSymClampBound = 1.0 + 1.0 / 1024;
+
 inline constexpr QTypeTraits kQTypes[] = {
-    {QType::f32, "f32", 32, true, DType::f32},
-    {QType::f16, "f16", 16, true, DType::f16},
-    {QType::bf16, "bf16", 16, true, DType::bf16},
+    // type        name        bits float  dtype       group sym    signed zero bound
+    {QType::f32, "f32", 32, true, DType::f32, 0, true, false, 0, 0.0},
+    {QType::f16, "f16", 16, true, DType::f16, 0, true, false, 0, 0.0},
+    {QType::bf16, "bf16", 16, true, DType::bf16, 0, true, false, 0, 0.0},
+    {QType::q8, "q8", 8, false, DType::f32, 0, true, true, 0, kHalfStepBound},
+    {QType::q8_g32, "q8_g32", 8, false, DType::f32, 32, true, true, 0, kHalfStepBound},
+    {QType::q8_g128, "q8_g128", 8, false, DType::f32, 128, true, true, 0, kHalfStepBound},
+    {QType::q4_g32, "q4_g32", 4, false, DType::f32, 32, false, false, 0, kHalfStepBound},
+    {QType::q4_g64, "q4_g64", 4, false, DType::f32, 64, false, false, 0, kHalfStepBound},
+    {QType::q4_g128, "q4_g128", 4, false, DType::f32, 128, false, false, 0, kHalfStepBound},
+    {QType::q4s_g32, "q4s_g32", 4, false, DType::f32, 32, true, false, 8, kSymClampBound},
+    {QType::q4s_g64, "q4s_g64", 4, false, DType::f32, 64, true, false, 8, kSymClampBound},
+    {QType::q4s_g128, "q4s_g128", 4, false, DType::f32, 128, true, false, 8, kSymClampBound},
 };
+
+inline constexpr size_t kQTypeCount = std::size(kQTypes);
 
 constexpr bool qtype_table_in_enum_order() {
     for (size_t i = 0; i < std::size(kQTypes); ++i)
         if (static_cast<size_t>(kQTypes[i].type) != i) return false;
     return true;
 }
-static_assert(std::size(kQTypes) == static_cast<size_t>(QType::bf16) + 1, "every QType needs a row");
+constexpr bool qtype_table_consistent() {
+    for (const auto& r : kQTypes) {
+        if (r.is_float) continue;
+        if (r.bits != 4 && r.bits != 8) return false;
+        if (r.group != 0 && r.group % 32 != 0) return false;  // groups are whole code chunks
+        if (r.signed_codes != (r.bits == 8)) return false;
+        if (!r.symmetric && r.implicit_zero != 0) return false;
+    }
+    return true;
+}
+static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q4s_g128) + 1,
+              "every QType needs a row");
 static_assert(qtype_table_in_enum_order(), "kQTypes rows must follow the enum order");
+static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rules");
 
 constexpr const QTypeTraits& qtype_traits(QType t) { return kQTypes[static_cast<size_t>(t)]; }
+constexpr bool qtype_is_quantized(QType t) { return !qtype_traits(t).is_float; }
 
 inline std::optional<QType> qtype_from_name(std::string_view s) {
     for (const auto& row : kQTypes)
@@ -51,11 +128,96 @@ inline std::optional<QType> qtype_from_dtype(DType d) {
     return std::nullopt;
 }
 
-// Bytes a tensor of this type and shape occupies; nullopt when the size overflows 64 bits.
-inline std::optional<uint64_t> qtype_tensor_bytes(QType t, std::span<const uint64_t> shape) {
-    auto n = checked_product(shape);
-    if (!n) return std::nullopt;
-    return checked_mul(*n, dtype_info(qtype_traits(t).dtype).size);
+// ---------------------------------------------------------------------------------------------
+// Row layout
+// ---------------------------------------------------------------------------------------------
+
+inline constexpr uint64_t kQuantRowAlign = 64;  // bytes: a cache line, 16-byte GPU loads
+inline constexpr uint64_t kCodeChunk = 32;      // weights per code chunk (16 bytes at 4 bits)
+
+struct QRowLayout {
+    uint64_t k = 0;              // weights per row (the tensor's second dimension)
+    uint64_t group = 0;          // weights per scale (k for one scale per row)
+    uint64_t groups = 0;         // ceil(k / group); the last may be partial
+    uint64_t codes_bytes = 0;    // codes start at byte 0
+    uint64_t scales_offset = 0;  // fp16 scales
+    uint64_t zeros_offset = 0;   // uint8 zero points (asymmetric types; == row_bytes otherwise)
+    uint64_t row_bytes = 0;      // the row stride, a multiple of kQuantRowAlign
+};
+
+constexpr uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+// The layout of one row of k weights; nullopt for float types or k == 0.
+constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.is_float || k == 0 || k > (uint64_t{1} << 40)) return std::nullopt;
+    QRowLayout l;
+    l.k = k;
+    l.group = tr.group ? tr.group : k;
+    l.groups = (k + l.group - 1) / l.group;
+    l.codes_bytes = round_up(k, kCodeChunk) * tr.bits / 8;
+    l.scales_offset = l.codes_bytes;
+    l.zeros_offset = l.scales_offset + 2 * l.groups;
+    const uint64_t end = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
+    l.row_bytes = round_up(end, kQuantRowAlign);
+    if (tr.symmetric) l.zeros_offset = l.row_bytes;
+    return l;
 }
+
+// Bytes of one stored row of k elements (float rows are not padded).
+inline std::optional<uint64_t> qtype_row_bytes(QType t, uint64_t k) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.is_float) return checked_mul(k, dtype_info(tr.dtype).size);
+    auto l = qtype_row_layout(t, k);
+    if (!l) return std::nullopt;
+    return l->row_bytes;
+}
+
+// Bytes a tensor of this type and shape occupies; nullopt when the size overflows 64 bits, or
+// for a quantized type whose shape is not a non-empty matrix.
+inline std::optional<uint64_t> qtype_tensor_bytes(QType t, std::span<const uint64_t> shape) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.is_float) {
+        auto n = checked_product(shape);
+        if (!n) return std::nullopt;
+        return checked_mul(*n, dtype_info(tr.dtype).size);
+    }
+    if (shape.size() != 2) return std::nullopt;
+    auto row = qtype_row_bytes(t, shape[1]);
+    if (!row) return std::nullopt;
+    return checked_mul(shape[0], *row);
+}
+
+// Storage bits per weight of a [rows, k] tensor, scales, zeros and padding included.
+inline double qtype_bits_per_weight(QType t, uint64_t k) {
+    auto row = qtype_row_bytes(t, k);
+    return row && k ? 8.0 * static_cast<double>(*row) / static_cast<double>(k) : 0.0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference (scalar) quantization: the truth every fast kernel and every importer is tested
+// against. Defined in formats/qtype.cpp.
+// ---------------------------------------------------------------------------------------------
+
+enum class QuantStatus : uint8_t {
+    ok,
+    non_finite,      // a weight is NaN or infinite
+    scale_overflow,  // a group's scale does not fit in fp16 (|w| above ~5e5 for q4s)
+};
+
+// Quantizes k float weights into one row of qtype t (row_bytes(t, k) bytes, padding zeroed).
+// Float types round to nearest even. Deterministic: depends only on the inputs. On an error
+// status the row's contents are unspecified.
+QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row);
+
+// Dequantizes one stored row of k weights into out (exact: see the layout comment).
+void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out);
+
+// The scale of group g of a quantized row (for error bounds and tests).
+float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g);
+
+// Code j and zero point of a quantized row, as integers (for importers, exporters and tests).
+int32_t row_code(QType t, const uint8_t* row, uint64_t j);
+int32_t row_group_zero(QType t, const uint8_t* row, uint64_t k, uint64_t g);
 
 }  // namespace qforge

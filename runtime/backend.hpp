@@ -49,6 +49,9 @@ struct CpuBackendOptions {
     // at the barrier costs a few microseconds, about this much work. (stories260K's 64x64
     // matrices in decode fall below it; TinyLlama's never do.) Tests set 0 to split everything.
     uint64_t min_parallel_work = 32 * 1024;
+    // Activations multiplied with quantized matrices: int8 blocks (integer dot products, the
+    // default) or float32 (exact; for measuring the int8 cost). kernels/cpu/qdot.hpp.
+    bool int8_activations = true;
 };
 
 // The CPU backend; `pool` (shared by every backend of a process) runs its parallel loops.

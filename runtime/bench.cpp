@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "core/error.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace qforge {
 
@@ -25,7 +28,52 @@ std::vector<int32_t> random_tokens(uint64_t n, uint64_t vocab, std::mt19937_64& 
     return ids;
 }
 
+// Four independent 8-float accumulators: enough loads in flight for DRAM, not the adder, to be
+// the limit (the same kernel as bench/bandwidth.cpp).
+using v8f = float __attribute__((vector_size(32)));
+
+float sum_floats(const float* p, size_t n) {
+    v8f a0{}, a1{}, a2{}, a3{};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        v8f x[4];
+        std::memcpy(x, p + i, sizeof x);
+        a0 += x[0];
+        a1 += x[1];
+        a2 += x[2];
+        a3 += x[3];
+    }
+    const v8f a = (a0 + a1) + (a2 + a3);
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k) s += a[k];
+    for (; i < n; ++i) s += p[i];
+    return s;
+}
+
 }  // namespace
+
+double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes, int repetitions) {
+    const size_t n = static_cast<size_t>(bytes / sizeof(float));
+    const auto parts = static_cast<size_t>(pool.size());
+    std::unique_ptr<float[]> data(new float[n]);  // pages first touched by their reader below
+    std::vector<double> sums(parts, 0.0);
+    pool.run([&](int t) {
+        auto [b, e] = split_range(n, parts, static_cast<size_t>(t));
+        std::fill(data.get() + b, data.get() + e, 1.0f);
+    });
+    double best = 0.0;
+    for (int r = 0; r < repetitions; ++r) {
+        const auto t0 = Clock::now();
+        pool.run([&](int t) {
+            auto [b, e] = split_range(n, parts, static_cast<size_t>(t));
+            sums[static_cast<size_t>(t)] += sum_floats(data.get() + b, e - b);
+        });
+        best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
+    }
+    volatile double sink = 0.0;  // the sums must be used, or the loads could be dropped
+    for (double v : sums) sink = sink + v;
+    return best;
+}
 
 RateStats rate_stats(std::vector<double> runs) {
     RateStats s;

@@ -59,4 +59,10 @@ uint64_t bench_total_tokens(const BenchOptions& options);
 BenchResult run_bench(Backend& backend, const BenchOptions& options,
                       const BenchProgress& progress = {});
 
+// Read bandwidth in GB/s with the pool's threads: each thread sums its own slice of a `bytes`
+// float buffer (first touched by that thread), best of `repetitions` timed passes, as
+// bench/bandwidth.cpp measures it. Run beside a bench so its fraction compares like with like.
+double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes = uint64_t{512} << 20,
+                              int repetitions = 3);
+
 }  // namespace qforge

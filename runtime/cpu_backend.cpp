@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "runtime/cpu_kernels.hpp"
+#include "kernels/cpu/float_dot.hpp"
 
 namespace qforge {
 
@@ -14,6 +14,9 @@ namespace {
 // kTokenBlock tokens, so a block of rows stays in L1/L2 while the tokens stream past it.
 constexpr uint64_t kRowBlock = 8;
 constexpr uint64_t kTokenBlock = 64;
+// Quantized matrices: outputs per call of the fused kernel (rows x tokens), within the per-thread
+// scratch of kRowBlock * widest floats.
+constexpr uint64_t kQuantTile = 4096;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 }  // namespace
@@ -34,7 +37,8 @@ std::unique_ptr<Backend> make_cpu_backend(const Model& model, ThreadPool& pool,
 CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options)
     : model_(model), c_(model.config()), pool_(pool), options_(options) {
     const uint64_t widest = std::max({c_.hidden_size, c_.intermediate_size, c_.q_dim()});
-    row_scratch_.assign(static_cast<size_t>(pool.size()), std::vector<float>(kRowBlock * widest));
+    row_scratch_.assign(static_cast<size_t>(pool.size()),
+                        std::vector<float>(std::max(kRowBlock * widest, kQuantTile + kMaxBatch)));
     score_scratch_.resize(static_cast<size_t>(pool.size()));
 }
 
@@ -131,6 +135,18 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
         else
             *dst = v;
     };
+    if (qtype_is_quantized(w.qtype)) {
+        // Blocks of rows x tokens through the fused kernel into scratch, then stored.
+        const uint64_t rows_per_block = std::max<uint64_t>(1, kQuantTile / std::max<uint64_t>(n, 1));
+        for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
+            const uint64_t re = std::min(r1, rb + rows_per_block);
+            qmatmul(w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch, re - rb);
+            for (uint64_t t = 0; t < n; ++t)
+                for (uint64_t r = rb; r < re; ++r)
+                    store(y + t * ldy + r, r, scratch[t * (re - rb) + (r - rb)]);
+        }
+        return;
+    }
     if (n == 1) {  // decode: read each row once, straight from the mapping
         for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot_row(w.qtype, w.row(r), x, cols));
         return;
@@ -153,7 +169,21 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     }
 }
 
+void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, const float* x,
+                                     uint64_t n) {
+    for (const Matrix* m : matrices)
+        if (qtype_is_quantized(m->qtype)) {
+            acts_.prepare(options_.int8_activations ? QActivations::Mode::int8
+                                                    : QActivations::Mode::f32,
+                          x, n, m->cols);
+            return;
+        }
+}
+
 void CpuBackend::project(std::span<const Projection> parts, const float* x, uint64_t n) {
+    const Matrix* matrices[3] = {};  // fused projections have at most three parts
+    for (size_t i = 0; i < parts.size() && i < 3; ++i) matrices[i] = parts[i].w;
+    prepare_activations({matrices, std::min<size_t>(parts.size(), 3)}, x, n);  // one shared input
     uint64_t total = 0, work = 0;
     for (const auto& p : parts) {
         total += p.w->rows;
@@ -261,6 +291,8 @@ void CpuBackend::forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& ca
         project(o, att_.data(), n);
 
         rms_norm(x_.data(), w.mlp_norm, h_.data(), n);
+        const Matrix* gate_up[] = {&w.gate, &w.up};
+        prepare_activations(gate_up, h_.data(), n);
         split(inter, 2 * inter * d * n, [&](uint64_t b, uint64_t e, int thread) {
             float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
             rows_times_tokens(w.gate, b, e, h_.data(), n, gate_.data(), inter, nullptr, false,

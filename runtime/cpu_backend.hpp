@@ -4,19 +4,22 @@
 // Parallel regions per layer: the fused q/k/v projection, RMSNorm+RoPE+cache writes (tokens),
 // attention ((token, KV head) pairs), the output projection, the fused gate/up projection with
 // SwiGLU, the down projection. Matrix rows are split over threads; every output element is
-// computed by one thread with one dot product in a fixed order (runtime/cpu_kernels.hpp), and
+// computed by one thread with one dot product in a fixed order (kernels/cpu/float_dot.hpp), and
 // nothing is reduced across threads, so logits are bit-identical for any thread count. Prefill
 // and decode run the same dot products on the same inputs, so a prompt run as one batch and the
 // same prompt run token by token give the same logits too.
 //
-// Prefill tiles over tokens: each block of weight rows is widened to f32 once per block of
-// tokens and reused for all of them. Regions below CpuBackendOptions::min_parallel_work run on the
+// Prefill tiles over tokens: each block of float weight rows is widened to f32 once per block of
+// tokens and reused for all of them; quantized matrices go through the dequant-fused kernels
+// (kernels/cpu/qdot.hpp), which tile over tokens themselves, with the input prepared once per
+// projection (int8 blocks by default). Regions below CpuBackendOptions::min_parallel_work run on the
 // calling thread. See runtime/README.md.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/qdot.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/thread_pool.hpp"
@@ -42,8 +45,11 @@ class CpuBackend final : public Backend {
     void forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& cache, uint64_t logits_from,
                        float* logits);
     void project(std::span<const Projection> parts, const float* x, uint64_t n);
+    // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized.
+    void prepare_activations(std::span<const Matrix* const> matrices, const float* x, uint64_t n);
     // y[t * ldy + r] (=, or += when accumulate) W[r] . x[t * w.cols] (+ bias[r]) for rows
-    // [r0, r1) and tokens [0, n): activations are packed with the matrix's input width.
+    // [r0, r1) and tokens [0, n): activations are packed with the matrix's input width; quantized
+    // matrices read them from acts_ (prepare_activations).
     void rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x, uint64_t n,
                            float* y, uint64_t ldy, const float* bias, bool accumulate,
                            float* scratch);
@@ -65,6 +71,7 @@ class CpuBackend final : public Backend {
 
     // Activations for up to kMaxBatch tokens, row-major [token][...].
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;
+    QActivations acts_;  // the current projection input, prepared for quantized matrices
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

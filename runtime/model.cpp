@@ -33,27 +33,6 @@ void check_runnable(const ModelConfig& c, const std::string& path) {
 
 }  // namespace
 
-double stored_element(QType qtype, const uint8_t* row, uint64_t index) {
-    switch (qtype) {
-        case QType::f32: {
-            float v;
-            std::memcpy(&v, row + 4 * index, 4);
-            return v;
-        }
-        case QType::f16: {
-            uint16_t h;
-            std::memcpy(&h, row + 2 * index, 2);
-            return f16_to_f32(h);
-        }
-        case QType::bf16: {
-            uint16_t h;
-            std::memcpy(&h, row + 2 * index, 2);
-            return bf16_to_f32(h);
-        }
-    }
-    return 0.0;
-}
-
 Model::Model(const std::string& path) : file_(path) {
     config_ = model_config_from_json(file_.model(), path);
     check_runnable(config_, path);
@@ -65,10 +44,6 @@ Model::Model(const std::string& path) : file_(path) {
             throw Error(
                 path, name,
                 "shape " + shape_text(t.shape) + ", the config needs " + shape_text(spec.shape));
-        if (!qtype_traits(t.qtype).is_float)
-            throw Error(path, name,
-                        "qtype " + std::string(qtype_traits(t.qtype).name) +
-                            " is not supported by the runtime yet");
     }
 
     embed_ = load_matrix("embed");
@@ -112,8 +87,10 @@ std::vector<float> Model::load_vector(const std::string& name) {
     const QfTensorInfo& t = file_.at(name);
     auto b = bytes(t);
     std::vector<float> v(t.shape.at(0));
-    for (size_t i = 0; i < v.size(); ++i)
-        v[i] = static_cast<float>(stored_element(t.qtype, b.data(), i));
+    if (qtype_is_quantized(t.qtype))
+        throw Error(path(), name, "vectors (norms, biases) must be stored as float, found " +
+                                      std::string(qtype_traits(t.qtype).name));
+    dequantize_row_ref(t.qtype, b.data(), v.size(), v.data());
     return v;
 }
 

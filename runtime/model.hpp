@@ -23,7 +23,7 @@ struct Matrix {
     const uint8_t* data = nullptr;
     uint64_t rows = 0, cols = 0;
 
-    uint64_t row_bytes() const { return cols * dtype_info(qtype_traits(qtype).dtype).size; }
+    uint64_t row_bytes() const { return *qtype_row_bytes(qtype, cols); }
     const uint8_t* row(uint64_t r) const { return data + r * row_bytes(); }
     uint64_t bytes() const { return rows * row_bytes(); }
 };
@@ -65,8 +65,5 @@ class Model {
     std::vector<float> final_norm_;
     std::vector<LayerWeights> layers_;
 };
-
-// One element of a stored float row as float64 (reference paths and tests).
-double stored_element(QType qtype, const uint8_t* row, uint64_t index);
 
 }  // namespace qforge

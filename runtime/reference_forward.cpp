@@ -14,9 +14,11 @@ using Vec = std::vector<double>;
 // y = W x (+ b), W stored [rows][cols].
 Vec matvec(const Matrix& w, const Vec& x, const std::vector<float>* bias = nullptr) {
     Vec y(w.rows, 0.0);
+    std::vector<float> row(w.cols);
     for (uint64_t r = 0; r < w.rows; ++r) {
+        dequantize_row_ref(w.qtype, w.row(r), w.cols, row.data());
         double s = 0.0;
-        for (uint64_t c = 0; c < w.cols; ++c) s += stored_element(w.qtype, w.row(r), c) * x[c];
+        for (uint64_t c = 0; c < w.cols; ++c) s += static_cast<double>(row[c]) * x[c];
         y[r] = s + (bias && !bias->empty() ? (*bias)[r] : 0.0);
     }
     return y;
@@ -55,9 +57,10 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
         if (tokens[t] < 0 || static_cast<uint64_t>(tokens[t]) >= c.vocab_size)
             throw Error("reference_forward: token id " + std::to_string(tokens[t]) +
                         " out of range");
-        for (uint64_t i = 0; i < d; ++i)
-            x[t][i] = stored_element(model.embed().qtype,
-                                     model.embed().row(static_cast<uint64_t>(tokens[t])), i);
+        std::vector<float> row(d);
+        dequantize_row_ref(model.embed().qtype,
+                           model.embed().row(static_cast<uint64_t>(tokens[t])), d, row.data());
+        for (uint64_t i = 0; i < d; ++i) x[t][i] = row[i];
     }
 
     for (const LayerWeights& w : model.layers()) {

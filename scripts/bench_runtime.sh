@@ -76,7 +76,7 @@ print(f"|---|---|---|---|---|---|---|---|")
 for j in rows:
     print(f"| {os.path.basename(j['model'])} | {j['threads']} | {j['prefill_tok_per_s']['median']:.1f} "
           f"| {j['decode_tok_per_s']['median']:.2f} | {j['weight_bytes_per_token'] / 1e6:.3f} "
-          f"| {j['effective_gb_per_s']:.2f} | {j['bandwidth_gb_per_s']:.1f} "
+          f"| {j['effective_gb_per_s']:.2f} | {j['read_bandwidth_gb_s']:.1f} "
           f"| {100 * j['bandwidth_fraction']:.1f}% |")
 if any(j["bandwidth_fraction"] > 1 for j in rows):
     print("(above 100%: decode read faster than qforge_bandwidth's sum did; expected where the weights\n"

@@ -7,7 +7,8 @@ set -euo pipefail
 
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev libxxhash-dev catch2
           libonig-dev   # Oniguruma: the regex engine of the HF pre-tokenizers (tokenizer/regex.cpp)
-          libicu-dev)   # ICU: NFC normalization (Qwen2 tokenizers)
+          libicu-dev    # ICU: NFC normalization (Qwen2 tokenizers)
+          libbenchmark-dev)  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -98,16 +98,24 @@ TEST_CASE("qforge bench on stories260K: JSON fields, sane values, bytes per toke
     REQUIRE(std::isfinite(effective));
     REQUIRE(effective ==
             Approx(j.at("decode_tok_per_s").at("median").get<double>() * double(bytes) / 1e9));
-    REQUIRE(j.at("bandwidth_gb_per_s").get<double>() == 20.0);
+    REQUIRE(j.at("read_bandwidth_gb_s").get<double>() == 20.0);
+    REQUIRE_FALSE(j.at("read_bandwidth_measured").get<bool>());
     REQUIRE(j.at("bandwidth_fraction").get<double>() == Approx(effective / 20.0));
+    REQUIRE(j.at("prefill_tok_s").get<double>() ==
+            j.at("prefill_tok_per_s").at("median").get<double>());
+    REQUIRE(j.at("decode_tok_s").get<double>() ==
+            j.at("decode_tok_per_s").at("median").get<double>());
 
-    // The table form prints both phases; no --bandwidth leaves the fraction out.
-    auto t = test::run_qforge("bench " + q(model) + " -p 8 -n 4 -r 1 -t 1 -q");
+    // The table form prints both phases; without --bandwidth the read bandwidth is measured.
+    auto t = test::run_qforge("bench " + q(model) + " --prompt 8 --gen 4 -r 1 -t 1 -q");
     INFO(t.output);
     REQUIRE(t.exit_code == 0);
     REQUIRE_THAT(t.output, Contains("prefill") && Contains("decode") && Contains("GB/s effective"));
-    REQUIRE_THAT(t.output, !Contains("read bandwidth"));
-    REQUIRE(bench_json(model, "-p 4 -n 4 -r 1").at("bandwidth_fraction").is_null());
+    REQUIRE_THAT(t.output, Contains("read bandwidth"));
+    const auto m = bench_json(model, "-p 4 -n 4 -r 1");
+    REQUIRE(m.at("read_bandwidth_measured").get<bool>());
+    REQUIRE(m.at("read_bandwidth_gb_s").get<double>() > 0.1);
+    REQUIRE(m.at("bandwidth_fraction").get<double>() > 0.0);
 }
 
 TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context enforced",

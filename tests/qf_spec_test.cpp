@@ -1,6 +1,7 @@
 // docs/FORMAT.md is the specification: its tables must agree with the code.
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -91,8 +92,26 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
     REQUIRE(rows.size() == std::size(kQTypes));
     for (size_t i = 0; i < rows.size(); ++i) {
         INFO("row " << rows[i].at(0));
-        REQUIRE(rows[i].at(0) == kQTypes[i].name);
-        REQUIRE(std::stoul(rows[i].at(1)) == kQTypes[i].bits);
+        const QTypeTraits& t = kQTypes[i];
+        REQUIRE(rows[i].size() == 6);
+        REQUIRE(rows[i].at(0) == t.name);
+        REQUIRE(std::stoul(rows[i].at(1)) == t.bits);
+        if (t.is_float) {
+            REQUIRE(rows[i].at(2) == "-");
+            REQUIRE(rows[i].at(4) == "exact");
+        } else {
+            REQUIRE(rows[i].at(2) == (t.group ? std::to_string(t.group) : std::string("row")));
+            const std::string zero = !t.symmetric     ? "stored"
+                                     : t.signed_codes ? std::to_string(t.implicit_zero) + " (int8 codes)"
+                                                      : std::to_string(t.implicit_zero);
+            REQUIRE(rows[i].at(3) == zero);
+            // The documented bound is the table's without its 2^-10 float-rounding allowance.
+            const double bound = t.error_bound - 1.0 / 1024;
+            REQUIRE(rows[i].at(4) == (bound == 0.5 ? "1/2" : bound == 1.0 ? "1" : "?"));
+        }
+        char bpw[32];
+        std::snprintf(bpw, sizeof bpw, "%.3f", qtype_bits_per_weight(t.type, 4096));
+        REQUIRE(rows[i].at(5) == bpw);
     }
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/half.hpp"
-#include "runtime/cpu_kernels.hpp"
+#include "kernels/cpu/float_dot.hpp"
 #include "test_support.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/sampling.hpp"

@@ -42,6 +42,19 @@ ModelConfig tiny_config(Architecture arch) {
     return c;
 }
 
+// A matrix [rows, cols] of floats stored as `qtype`: float bytes, or rows through the reference
+// quantizer.
+std::vector<uint8_t> matrix_bytes(QType qtype, const std::vector<uint64_t>& shape,
+                                  const std::vector<float>& v) {
+    if (!qtype_is_quantized(qtype)) return test::float_bytes(qtype, v);
+    const uint64_t row = *qtype_row_bytes(qtype, shape[1]);
+    std::vector<uint8_t> out(shape[0] * row);
+    for (uint64_t r = 0; r < shape[0]; ++r)
+        REQUIRE(quantize_row_ref(qtype, v.data() + r * shape[1], shape[1], out.data() + r * row) ==
+                QuantStatus::ok);
+    return out;
+}
+
 // Random weights with the scale of a trained model (rows of norm ~1, norms near 1), matrices
 // in `qtype`, vectors in f32. `shape_override` replaces one tensor's shape (broken files).
 void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32_t seed,
@@ -60,7 +73,7 @@ void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32
             for (auto& x : v) x = dist(rng);
             if (spec.name == "embed")
                 for (auto& x : v) x *= 4.0f;
-            w.add_tensor(spec.name, qtype, spec.shape, test::float_bytes(qtype, v));
+            w.add_tensor(spec.name, qtype, spec.shape, matrix_bytes(qtype, spec.shape, v));
         } else {
             const bool is_bias = spec.name.find("bias") != std::string::npos;
             std::normal_distribution<float> dist(is_bias ? 0.0f : 1.0f, is_bias ? 0.5f : 0.1f);
@@ -261,5 +274,67 @@ TEST_CASE("cpu backend and model loader refuse bad input with a clear error", "[
         REQUIRE_THROWS_WITH(
             Model(mixed.string()),
             Contains("tensor 'layers.0.mlp.gate': shape [72, 48], the config needs [70, 48]"));
+    }
+}
+
+TEST_CASE("cpu backend runs every quantized qtype: exact with float activations, near with int8",
+          "[runtime][quant]") {
+    test::ScratchDir dir("runtime-quant");
+    ThreadPool pool(2);
+    for (const auto& row : kQTypes) {
+        if (row.is_float) continue;
+        INFO(row.name);
+        // Every matrix quantized, the embedding too (its rows are dequantized at lookup); widths
+        // 48 and 70 end in partial code chunks and partial groups.
+        Variant v = kVariants[2];
+        v.qtype = row.type;
+        const fs::path path = dir / "m.qf";
+        write_model(path, variant_config(v), v.qtype, 3);
+        Model model(path.string());
+        const auto tokens = some_tokens(29, model.config().vocab_size, 5);
+        // The reference dequantizes every weight exactly (formats/qtype.hpp), so with float
+        // activations the only difference is float32 rounding, as for float models (above).
+        const auto ref = reference_forward(model, tokens);
+        auto exact = make_cpu_backend(model, pool, {.int8_activations = false});
+        const double err_f32 = worst_rel_l2(run(*exact, tokens), ref);
+        INFO("float activations: worst relative L2 " << err_f32);
+        REQUIRE(err_f32 <= 1e-5);
+        // int8 activations round each input element by at most 1/254 of its block's largest
+        // magnitude (a relative RMS near 0.2% for Gaussian-like activations); every projection
+        // (7 per layer, 2 layers, the head) adds such an error, so logits move by about
+        // sqrt(15) * 0.2% ~ 1%. 3% allows for the softmax and SwiGLU amplifying it; a wrong
+        // scale, zero or block sum moves logits by tens of percent.
+        auto fast = make_cpu_backend(model, pool);
+        const double err_i8 = worst_rel_l2(run(*fast, tokens), ref);
+        INFO("int8 activations: worst relative L2 " << err_i8);
+        REQUIRE(err_i8 <= 3e-2);
+        fs::remove(path);
+    }
+}
+
+TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefill == decode",
+          "[runtime][quant]") {
+    test::ScratchDir dir("runtime-quant-det");
+    for (QType qtype : {QType::q4_g32, QType::q8, QType::q4s_g64}) {
+        Variant v = kVariants[0];
+        v.qtype = qtype;
+        const fs::path path = dir / "m.qf";
+        write_model(path, variant_config(v), v.qtype, 11);
+        Model model(path.string());
+        const auto tokens = some_tokens(37, model.config().vocab_size, 4);
+        for (bool int8 : {true, false}) {
+            INFO(qtype_traits(qtype).name << (int8 ? " int8" : " f32") << " activations");
+            std::vector<float> first;
+            for (int threads : {1, 2, 3}) {
+                ThreadPool pool(threads);
+                auto cpu = make_cpu_backend(model, pool,
+                                            {.min_parallel_work = 0, .int8_activations = int8});
+                const auto prefill = run(*cpu, tokens);
+                REQUIRE(prefill == run_token_by_token(*cpu, tokens));
+                if (first.empty()) first = prefill;
+                REQUIRE(prefill == first);
+            }
+        }
+        fs::remove(path);
     }
 }

@@ -1,4 +1,4 @@
-// The CPU backend's inner loops on float rows stored as f32, f16 or bf16: a scalar version that is
+// Inner loops on float rows stored as f32, f16 or bf16: a scalar version that is
 // obviously right, and an AVX2/FMA/F16C version chosen at run time when the CPU has it.
 //
 // Both versions sum in one fixed order that depends only on the row length (four 8-lane
@@ -22,7 +22,7 @@ bool cpu_has_avx2();
 float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n);
 float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n);
 
-// out[i] = w[i] as float32 (exact for every float qtype).
+// out[i] = w[i] as float32 (exact for every qtype: quantized rows dequantize exactly).
 void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n);
 
 // out[i] += a * x[i]

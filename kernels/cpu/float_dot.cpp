@@ -1,4 +1,4 @@
-#include "runtime/cpu_kernels.hpp"
+#include "kernels/cpu/float_dot.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +113,8 @@ float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
             return dot_scalar<QType::f16>(w, x, n);
         case QType::bf16:
             return dot_scalar<QType::bf16>(w, x, n);
+        default:  // quantized rows: kernels/cpu/qdot.hpp
+            break;
     }
     return 0.0f;
 }
@@ -127,6 +129,8 @@ float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
                 return dot_avx2<QType::f16>(w, x, n);
             case QType::bf16:
                 return dot_avx2<QType::bf16>(w, x, n);
+            default:
+                break;
         }
     }
 #endif
@@ -143,6 +147,9 @@ void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
             return;
         case QType::bf16:
             for (size_t i = 0; i < n; ++i) out[i] = load1<QType::bf16>(w, i);
+            return;
+        default:
+            dequantize_row_ref(qtype, w, n, out);
             return;
     }
 }

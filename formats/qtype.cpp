@@ -1,0 +1,162 @@
+// The reference quantizer and dequantizer of every quantized row type (formats/qtype.hpp has the
+// layout and the error bounds). Plain scalar code: the truth the fast kernels are tested against.
+#include "formats/qtype.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.hpp"
+
+namespace qforge {
+
+namespace {
+
+// fp16 of |v| rounded up (toward +inf), so the stored scale never makes a group's range smaller;
+// nullopt when it does not fit.
+std::optional<uint16_t> f16_round_up(float v) {
+    uint16_t h = f32_to_f16(v);
+    if (f16_to_f32(h) < v) ++h;  // positive binary16 values are ordered like their bits
+    if ((h & 0x7c00) == 0x7c00) return std::nullopt;
+    return h;
+}
+
+void put_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+uint16_t get_f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+// Code j of a row: 4-bit codes sit in 16-byte chunks of 32 (weight i low, i + 16 high nibble).
+void put_code(const QTypeTraits& tr, uint8_t* row, uint64_t j, int32_t code) {
+    if (tr.bits == 8) {
+        row[j] = static_cast<uint8_t>(static_cast<int8_t>(code));
+        return;
+    }
+    const uint64_t chunk = j / kCodeChunk, i = j % kCodeChunk;
+    uint8_t& b = row[chunk * 16 + i % 16];
+    if (i < 16)
+        b = static_cast<uint8_t>((b & 0xf0) | code);
+    else
+        b = static_cast<uint8_t>((b & 0x0f) | (code << 4));
+}
+
+int32_t get_code(const QTypeTraits& tr, const uint8_t* row, uint64_t j) {
+    if (tr.bits == 8) return static_cast<int8_t>(row[j]);
+    const uint64_t chunk = j / kCodeChunk, i = j % kCodeChunk;
+    const uint8_t b = row[chunk * 16 + i % 16];
+    return i < 16 ? (b & 0x0f) : (b >> 4);
+}
+
+}  // namespace
+
+QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) {
+    const QTypeTraits& tr = qtype_traits(t);
+    for (uint64_t j = 0; j < k; ++j)
+        if (!std::isfinite(w[j])) return QuantStatus::non_finite;
+    if (tr.is_float) {
+        for (uint64_t j = 0; j < k; ++j) {
+            if (tr.dtype == DType::f32) {
+                std::memcpy(row + 4 * j, &w[j], 4);
+            } else {
+                if (tr.dtype == DType::f16 && f16_overflows(w[j])) return QuantStatus::scale_overflow;
+                put_f16(row + 2 * j, tr.dtype == DType::f16 ? f32_to_f16(w[j]) : f32_to_bf16(w[j]));
+            }
+        }
+        return QuantStatus::ok;
+    }
+    const QRowLayout l = *qtype_row_layout(t, k);
+    std::memset(row, 0, l.row_bytes);
+    const int32_t max_code = tr.bits == 8 ? 127 : 15;
+    const int32_t min_code = tr.bits == 8 ? -127 : 0;
+    int32_t zero = tr.implicit_zero;
+    for (uint64_t g = 0; g < l.groups; ++g) {
+        const uint64_t b = g * l.group, e = std::min(k, b + l.group);  // real elements only
+        float scale = 0.0f;
+        uint16_t scale_bits = 0;
+        if (tr.symmetric) {
+            // The element of largest magnitude (the first one on ties).
+            float m = 0.0f;
+            for (uint64_t j = b; j < e; ++j)
+                if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
+            if (m != 0.0f) {
+                // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8).
+                const float s = tr.bits == 8 ? std::fabs(m) / 127.0f : std::fabs(m) / 8.0f;
+                auto h = f16_round_up(s);
+                if (!h) return QuantStatus::scale_overflow;
+                const bool negate = tr.bits == 4 && m > 0.0f;
+                scale_bits = static_cast<uint16_t>(*h | (negate ? 0x8000 : 0));
+                scale = f16_to_f32(scale_bits);
+            }
+        } else {
+            float lo = 0.0f, hi = 0.0f;  // the range always includes 0
+            for (uint64_t j = b; j < e; ++j) {
+                lo = std::min(lo, w[j]);
+                hi = std::max(hi, w[j]);
+            }
+            zero = 0;
+            if (hi > lo) {
+                auto h = f16_round_up((hi - lo) / static_cast<float>(max_code));
+                if (!h) return QuantStatus::scale_overflow;
+                scale_bits = *h;
+                scale = f16_to_f32(scale_bits);
+                zero = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f));
+            }
+            row[l.zeros_offset + g] = static_cast<uint8_t>(zero);
+        }
+        put_f16(row + l.scales_offset + 2 * g, scale_bits);
+        for (uint64_t j = b; j < e; ++j) {
+            int32_t q = zero;
+            if (scale != 0.0f) {
+                const float r = std::nearbyint(w[j] / scale);
+                q = static_cast<int32_t>(std::clamp(r + static_cast<float>(zero),
+                                                    static_cast<float>(min_code),
+                                                    static_cast<float>(max_code)));
+            }
+            put_code(tr, row, j, q);
+        }
+    }
+    // Codes past k: the last group's zero, so they dequantize to exactly 0.
+    for (uint64_t j = k; j < round_up(k, kCodeChunk); ++j) put_code(tr, row, j, zero);
+    return QuantStatus::ok;
+}
+
+void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.is_float) {
+        for (uint64_t j = 0; j < k; ++j) {
+            if (tr.dtype == DType::f32)
+                std::memcpy(&out[j], row + 4 * j, 4);
+            else if (tr.dtype == DType::f16)
+                out[j] = f16_to_f32(get_f16(row + 2 * j));
+            else
+                out[j] = bf16_to_f32(get_f16(row + 2 * j));
+        }
+        return;
+    }
+    const QRowLayout l = *qtype_row_layout(t, k);
+    for (uint64_t j = 0; j < k; ++j) {
+        const uint64_t g = j / l.group;
+        const float s = f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
+        const int32_t z = tr.symmetric ? tr.implicit_zero : row[l.zeros_offset + g];
+        out[j] = s * static_cast<float>(get_code(tr, row, j) - z);
+    }
+}
+
+float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
+    const QRowLayout l = *qtype_row_layout(t, k);
+    return f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
+}
+
+int32_t row_code(QType t, const uint8_t* row, uint64_t j) {
+    return get_code(qtype_traits(t), row, j);
+}
+
+int32_t row_group_zero(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.symmetric) return tr.implicit_zero;
+    return row[qtype_row_layout(t, k)->zeros_offset + g];
+}
+
+}  // namespace qforge

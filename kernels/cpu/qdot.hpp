@@ -1,0 +1,68 @@
+// Dequant-fused products of quantized rows (formats/qtype.hpp's layout) with activations: the
+// packed codes are read once and dequantized in registers; float weights are never materialized.
+//
+// Two activation modes:
+//   int8 (default)  each token's activations are quantized once per projection input to int8 in
+//                   blocks of 32 (one float scale d = amax / 127 per block, and the block's code
+//                   sum), so a block's product is an integer dot product (AVX2: maddubs/madd)
+//                   scaled by d * scale: sum_g scale_g * sum_b d_b * (sum_i q_i a_i - zero_g *
+//                   sum_i a_i). The cost in quality is measured as KL divergence (README).
+//   f32             exact: the row's weights dequantized in registers times float activations.
+//
+// Each function has a scalar reference (_scalar) and an AVX2/FMA/F16C version chosen at run time
+// (cpu_has_avx2(); QFORGE_NO_AVX2 forces the scalar path). Every output element is one dot product
+// whose summation order depends only on k, never on the thread or the tile, so results are
+// bit-identical for any thread count and for prefill versus decode.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+// Activations of n tokens prepared for products with rows of k weights. Buffers are padded to a
+// whole number of 32-blocks with zeros (codes past k dequantize to 0, so padding adds nothing).
+class QActivations {
+  public:
+    enum class Mode : uint8_t { int8, f32 };
+
+    // Prepares tokens [0, n) of x ([n][k], row-major). Reuses its buffers.
+    void prepare(Mode mode, const float* x, uint64_t n, uint64_t k);
+
+    Mode mode() const { return mode_; }
+    uint64_t tokens() const { return n_; }
+    uint64_t k() const { return k_; }
+    uint64_t blocks() const { return blocks_; }  // ceil(k / 32)
+
+    // int8 mode: codes [token][blocks * 32], scales and code sums [token][blocks].
+    const int8_t* codes(uint64_t t) const { return q_.data() + t * blocks_ * 32; }
+    const float* scales(uint64_t t) const { return d_.data() + t * blocks_; }
+    const int32_t* sums(uint64_t t) const { return s_.data() + t * blocks_; }
+    // f32 mode: [token][blocks * 32].
+    const float* floats(uint64_t t) const { return f_.data() + t * blocks_ * 32; }
+
+  private:
+    Mode mode_ = Mode::int8;
+    uint64_t n_ = 0, k_ = 0, blocks_ = 0;
+    std::vector<int8_t> q_;
+    std::vector<float> d_;
+    std::vector<int32_t> s_;
+    std::vector<float> f_;
+};
+
+// out[(t - t0) * ldo + (r - r0)] = row r of w . token t of a, for rows [r0, r1) and tokens
+// [t0, t1). w: quantized rows of a.k() weights, `stride` bytes apart (qtype_row_bytes). Tiles over
+// tokens internally so each block of codes is unpacked once per tile of tokens.
+void qmatmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+             const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                    const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+
+// Fast dequantization of n consecutive rows of k weights into out[n][k] (equal to
+// dequantize_row_ref, bit for bit).
+void dequantize_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
+                     float* out);
+
+}  // namespace qforge
