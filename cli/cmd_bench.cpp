@@ -48,6 +48,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     add_seed_option(app, common);
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
+    add_backend_option(app, common);
     add_json_option(app, common);
 
     return [a, &common]() {
@@ -56,7 +57,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
         Model model(a->model);
         ThreadPool pool(resolved_threads(common));
         o.bandwidth_gb_per_s = a->bandwidth > 0.0 ? a->bandwidth : measure_read_bandwidth(pool);
-        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
+        auto backend = make_selected_backend(common, model, pool);
         BenchResult r;
         {
             Progress progress("bench", bench_total_tokens(o), Progress::Unit::tokens);

@@ -16,16 +16,18 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
     };
     auto a = std::make_shared<Args>();
     app.add_option("input", a->opts.input,
-                   "Hugging Face directory, .safetensors file or llama2.c .bin checkpoint")
+                   "Hugging Face directory, .safetensors file, llama2.c .bin checkpoint or "
+                   "GGUF model (.gguf, dequantized)")
         ->required()
         ->check(CLI::ExistingPath);
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
     app.add_option("--dtype", a->dtype,
-                   "store matrices as f32, f16 or bf16 (default: keep the source precision; "
-                   "norms and biases then stay f32)")
+                   "store matrices as f32, f16 or bf16 (default: keep the source precision, "
+                   "f32 for GGUF; norms and biases then stay f32)")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     app.add_option("--tokenizer", a->opts.tokenizer,
-                   "tokenizer.json or llama2.c tokenizer .bin (default: found beside the checkpoint)")
+                   "tokenizer.json or llama2.c tokenizer .bin (default: found beside the "
+                   "checkpoint, or a GGUF's own)")
         ->check(CLI::ExistingFile);
     app.add_flag("--compress", a->opts.compress, "zstd-compress tensors where it saves space");
     add_json_option(app, common);

@@ -8,21 +8,27 @@
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
+#include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace qforge::cli {
 
 Runner register_generate(CLI::App& app, CommonOptions& common) {
     struct Args {
-        std::string model, prompt;
+        std::string model, prompt, system;
         uint64_t n = 128;
         float temp = 0.8f, top_p = 0.95f;
         uint32_t top_k = 40;
         bool greedy = false;
+        bool raw = false;
     };
     auto a = std::make_shared<Args>();
     app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
-    app.add_option("-p,--prompt", a->prompt, "text to continue (empty: start from BOS)");
+    app.add_option("-p,--prompt", a->prompt,
+                   "the user's message, rendered with the model's chat template when it has one; "
+                   "with --raw or no template, text to continue (empty: start from BOS)");
+    app.add_option("--system", a->system, "a system message for the chat template");
+    app.add_flag("--raw", a->raw, "continue the prompt as plain text, without the chat template");
     app.add_option("-n,--tokens", a->n, "new tokens to generate at most")->capture_default_str();
     app.add_option("--temp", a->temp, "sampling temperature (0: greedy)")
         ->capture_default_str()
@@ -37,17 +43,30 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     add_seed_option(app, common);
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
+    add_backend_option(app, common);
 
     return [a, &common]() {
         Model model(a->model);
         const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
+        // A chat model answers its template's rendering of the prompt; the template writes the
+        // special tokens itself, so the rendered text is encoded without adding BOS/EOS.
         std::vector<int32_t> prompt;
-        if (a->prompt.empty()) {
+        bool chat = !a->raw && !a->prompt.empty() && !tok.chat_template().empty();
+        if (chat) {
+            try {
+                prompt = tok.encode(render_chat_prompt(tok, a->system, a->prompt), false);
+            } catch (const Error& e) {
+                std::fprintf(stderr, "qforge: warning: %s; continuing the raw prompt (--raw)\n",
+                             e.what());
+                chat = false;
+            }
+        }
+        if (!chat && a->prompt.empty()) {
             if (!tok.bos_id())
                 throw Error(a->model, {},
                             "an empty prompt starts from BOS, but the tokenizer has none");
             prompt = {*tok.bos_id()};
-        } else {
+        } else if (!chat) {
             prompt = tok.encode(a->prompt, true);
         }
         const uint64_t max_pos = model.config().max_position_embeddings;
@@ -69,8 +88,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.stop_ids = tok.stop_ids();
 
         ThreadPool pool(resolved_threads(common));
-        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
-        std::fputs(a->prompt.c_str(), stdout);
+        auto backend = make_selected_backend(common, model, pool);
+        if (!chat) std::fputs(a->prompt.c_str(), stdout);  // a chat shows only the reply
         int32_t previous = prompt.back();
         const GenerateResult r = generate(*backend, prompt, o, [&](int32_t id) {
             const std::string piece = tok.decode_piece(previous, id);

@@ -25,7 +25,13 @@ struct Row {
     std::vector<uint64_t> shape;
     uint64_t bytes;
     std::string encoding;
+    double bits_per_weight;  // decoded bytes per parameter: scales, zeros and row padding included
 };
+
+double bits_per_weight(uint64_t bytes, const std::vector<uint64_t>& shape) {
+    const uint64_t n = checked_product(shape).value_or(0);
+    return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
+}
 
 bool is_qf(const std::string& path) {
     if (fs::is_directory(path)) return false;
@@ -63,12 +69,13 @@ std::string tokenizer_summary(const json& t) {
 void print_rows(const std::vector<Row>& rows) {
     size_t w = 4;
     for (const auto& r : rows) w = std::max(w, r.name.size());
-    std::printf("  %-*s  %-5s  %-18s  %12s  %s\n", static_cast<int>(w), "name", "type", "shape", "bytes",
-                "encoding");
+    std::printf("  %-*s  %-8s  %-18s  %12s  %6s  %s\n", static_cast<int>(w), "name", "type",
+                "shape", "bytes", "bpw", "encoding");
     for (const auto& r : rows)
-        std::printf("  %-*s  %-5s  %-18s  %12llu  %s\n", static_cast<int>(w), r.name.c_str(),
+        std::printf("  %-*s  %-8s  %-18s  %12llu  %6.2f  %s\n", static_cast<int>(w), r.name.c_str(),
                     r.type.c_str(), shape_to_string(r.shape).c_str(),
-                    static_cast<unsigned long long>(r.bytes), r.encoding.c_str());
+                    static_cast<unsigned long long>(r.bytes), r.bits_per_weight,
+                    r.encoding.c_str());
 }
 
 json totals(const std::vector<Row>& rows) {
@@ -81,6 +88,63 @@ json totals(const std::vector<Row>& rows) {
             {"parameters", params},
             {"bytes", bytes},
             {"bits_per_weight", params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0}};
+}
+
+// Per stored type: tensors, parameters and bits per weight (decoded bytes), in table order.
+json qtype_totals(const std::vector<Row>& rows) {
+    json out = json::array();
+    for (const auto& q : kQTypes) {
+        uint64_t tensors = 0, params = 0;
+        double bits = 0.0;
+        for (const auto& r : rows) {
+            if (r.type != q.name) continue;
+            const uint64_t n = checked_product(r.shape).value_or(0);
+            tensors += 1;
+            params += n;
+            bits += r.bits_per_weight * static_cast<double>(n);
+        }
+        if (tensors)
+            out.push_back({{"qtype", q.name},
+                           {"tensors", tensors},
+                           {"parameters", params},
+                           {"bits_per_weight", params ? bits / static_cast<double>(params) : 0.0}});
+    }
+    return out;
+}
+
+void print_qtype_totals(const json& by_type) {
+    for (const auto& t : by_type)
+        std::printf("  %-8s %4llu tensor%s %12llu parameters, %.2f bits per weight\n",
+                    t["qtype"].get<std::string>().c_str(),
+                    (unsigned long long)t["tensors"].get<uint64_t>(),
+                    t["tensors"].get<uint64_t>() == 1 ? ", " : "s,",
+                    (unsigned long long)t["parameters"].get<uint64_t>(),
+                    t["bits_per_weight"].get<double>());
+}
+
+// A string member of a header object, or "?": the header is input, so nothing is assumed.
+std::string text_of(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : "?";
+}
+
+// The recipe `qforge quantize` recorded: method, default type, overrides and each class's type.
+void print_quantization(const json& q) {
+    std::printf("quantization: %s, default %s", text_of(q, "method").c_str(),
+                text_of(q, "qtype").c_str());
+    if (q.contains("overrides") && q["overrides"].is_array())
+        for (const auto& o : q["overrides"])
+            if (o.is_string())
+                std::printf(", --tensor-type %s", o.get_ref<const std::string&>().c_str());
+    std::printf("\n");
+    if (!q.contains("classes") || !q["classes"].is_array()) return;
+    for (const auto& c : q["classes"]) {
+        if (!c.is_object()) continue;
+        const std::string n = c.contains("tensors") ? c["tensors"].dump() : "?";
+        std::printf("  %-10s %4s tensor%s -> %-8s %s\n", text_of(c, "class").c_str(), n.c_str(),
+                    n == "1" ? " " : "s", text_of(c, "qtype").c_str(),
+                    text_of(c, "reason").c_str());
+    }
 }
 
 void print_totals(const json& t) {
@@ -96,11 +160,18 @@ int inspect_qf(const std::string& path, bool as_json) {
     std::vector<Row> rows;
     for (const auto& t : qf.tensors())
         rows.push_back({t.name, std::string(qtype_traits(t.qtype).name), t.shape, t.stored_length,
-                        std::string(qf_encoding_name(t.encoding))});
+                        std::string(qf_encoding_name(t.encoding)),
+                        bits_per_weight(t.length, t.shape)});
     const json& tok = qf.header().at("tokenizer");
+    const json& prov = qf.header().at("provenance");
+    const json quantization =
+        prov.is_object() ? prov.value("quantization", json(nullptr)) : json(nullptr);
     if (as_json) {
         json tensors = json::array();
-        for (const auto& t : qf.tensors()) tensors.push_back(qf_tensor_to_json(t));
+        for (size_t i = 0; i < qf.tensors().size(); ++i) {
+            tensors.push_back(qf_tensor_to_json(qf.tensors()[i]));
+            tensors.back()["bits_per_weight"] = rows[i].bits_per_weight;
+        }
         json j = {{"file", path},
                   {"kind", "qf"},
                   {"format_version", qf.version()},
@@ -109,7 +180,9 @@ int inspect_qf(const std::string& path, bool as_json) {
                   {"tokenizer", tokenizer_summary(tok)},
                   {"provenance", qf.header().at("provenance")},
                   {"tensors", tensors},
-                  {"totals", totals(rows)}};
+                  {"totals", totals(rows)},
+                  {"qtypes", qtype_totals(rows)},
+                  {"quantization", quantization}};
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
@@ -117,14 +190,15 @@ int inspect_qf(const std::string& path, bool as_json) {
                 human_bytes(qf.file_size()).c_str());
     std::printf("model: %s\n", model_summary(cfg).c_str());
     std::printf("tokenizer: %s\n", tokenizer_summary(tok).c_str());
-    const json& prov = qf.header().at("provenance");
     if (prov.contains("recipe")) std::printf("recipe: %s\n", prov["recipe"].dump().c_str());
     if (prov.contains("sources"))
         for (const auto& s : prov["sources"])
             std::printf("source: %s (%s bytes, %s)\n", s.value("file", "?").c_str(),
                         s.value("bytes", json(0)).dump().c_str(), s.value("hash", "?").c_str());
+    if (quantization.is_object()) print_quantization(quantization);
     print_rows(rows);
     print_totals(totals(rows));
+    print_qtype_totals(qtype_totals(rows));
     return 0;
 }
 
@@ -140,7 +214,8 @@ int inspect_safetensors(const std::string& path, bool as_json) {
     std::vector<Row> rows;
     for (const auto& name : ckpt.tensor_names()) {
         TensorView v = ckpt.tensor(name);
-        rows.push_back({name, std::string(dtype_info(v.dtype).name), v.shape, v.data.size(), "raw"});
+        rows.push_back({name, std::string(dtype_info(v.dtype).name), v.shape, v.data.size(), "raw",
+                        bits_per_weight(v.data.size(), v.shape)});
     }
     if (as_json) {
         json tensors = json::array();

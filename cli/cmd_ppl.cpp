@@ -56,6 +56,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         ->check(CLI::ExistingFile);
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
+    add_backend_option(app, common);
     add_json_option(app, common);
 
     return [a, &common]() {
@@ -82,8 +83,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                                              tok.add_bos(), tok.bos_id());
 
         ThreadPool pool(resolved_threads(common));
-        auto backend = make_cpu_backend(model, pool, cpu_backend_options(common));
-        std::unique_ptr<Backend> base_backend = base ? make_cpu_backend(*base, pool, cpu_backend_options(common)) : nullptr;
+        auto backend = make_selected_backend(common, model, pool);
+        std::unique_ptr<Backend> base_backend = base ? make_selected_backend(common, *base, pool) : nullptr;
 
         const bool chatty = !common.quiet;
         if (chatty)

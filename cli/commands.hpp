@@ -11,6 +11,7 @@ namespace qforge::cli {
 using Runner = std::function<int()>;
 
 Runner register_convert(CLI::App& app, CommonOptions& common);
+Runner register_quantize(CLI::App& app, CommonOptions& common);
 Runner register_inspect(CLI::App& app, CommonOptions& common);
 Runner register_verify(CLI::App& app, CommonOptions& common);
 Runner register_tokenize(CLI::App& app, CommonOptions& common);

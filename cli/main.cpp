@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
     };
     add("convert", "convert a Hugging Face checkpoint (directory or .safetensors) to .qf",
         qforge::cli::register_convert);
+    add("quantize",
+        "quantize a .qf or Hugging Face checkpoint to a .qf (rtn; per-tensor types by regex)",
+        qforge::cli::register_quantize);
     add("inspect", "show the config, tensors, dtypes and sizes of a .qf, .safetensors or HF directory",
         qforge::cli::register_inspect);
     add("verify", "check a .qf file's structure and every tensor checksum",

@@ -35,6 +35,20 @@ CpuBackendOptions cpu_backend_options(const CommonOptions& o) {
     return b;
 }
 
+void add_backend_option(CLI::App& app, CommonOptions& o) {
+    app.add_option("--backend", o.backend,
+                   "compute backend: auto (cuda when a CUDA device is present, else cpu), cpu, cuda")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+}
+
+std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Model& model,
+                                               ThreadPool& pool) {
+    BackendOptions b;
+    b.cpu = cpu_backend_options(o);
+    return make_backend(*backend_kind_from_name(o.backend), model, pool, b);
+}
+
 int resolved_threads(const CommonOptions& o) {
     if (o.threads > 0) return o.threads;
     const unsigned n = std::thread::hardware_concurrency();

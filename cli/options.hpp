@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/backend.hpp"
+#include "runtime/backend_factory.hpp"
 
 namespace qforge::cli {
 
@@ -17,6 +18,7 @@ struct CommonOptions {
     std::string file;     // text input (-f/--file)
     bool quiet = false;   // no progress bars
     bool float_activations = false;  // quantized matrices times float32 (not int8) activations
+    std::string backend = "auto";    // --backend: auto (cuda when a device is present), cpu, cuda
 };
 
 void add_threads_option(CLI::App& app, CommonOptions& o);
@@ -27,6 +29,11 @@ void add_file_option(CLI::App& app, CommonOptions& o, bool required);
 // --float-activations (runtime options of the CPU backend).
 void add_cpu_backend_options(CLI::App& app, CommonOptions& o);
 CpuBackendOptions cpu_backend_options(const CommonOptions& o);
+
+// --backend auto|cpu|cuda, and the backend it selects for a model (options of both backends).
+void add_backend_option(CLI::App& app, CommonOptions& o);
+std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Model& model,
+                                               ThreadPool& pool);
 
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);

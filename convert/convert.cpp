@@ -4,6 +4,7 @@
 #include <map>
 
 #include "convert/convert_common.hpp"
+#include "convert/gguf.hpp"
 #include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/error.hpp"
@@ -106,6 +107,7 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
 }
 
 ConvertReport convert_checkpoint(const ConvertOptions& options) {
+    if (is_gguf_file(options.input)) return convert_gguf_checkpoint(options);
     if (is_llama2c_checkpoint(options.input)) return convert_llama2c_checkpoint(options);
     return convert_hf_checkpoint(options);
 }

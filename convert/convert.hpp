@@ -13,9 +13,9 @@
 namespace qforge {
 
 struct ConvertOptions {
-    std::string input;               // HF directory, a .safetensors file or a llama2.c .bin
+    std::string input;               // HF directory, .safetensors, llama2.c .bin or .gguf file
     std::string output;              // .qf path
-    std::optional<QType> dtype;      // nullopt: keep each tensor's source precision
+    std::optional<QType> dtype;      // nullopt: keep each tensor's source precision (GGUF: f32)
     std::string tokenizer;           // empty: look for one beside the checkpoint
     bool compress = false;           // zstd tensor encoding
 };
@@ -30,8 +30,8 @@ struct ConvertReport {
 
 ConvertReport convert_hf_checkpoint(const ConvertOptions& options);
 
-// Converts any supported input: a llama2.c checkpoint (convert/llama2c.hpp decides) or else a
-// Hugging Face checkpoint.
+// Converts any supported input: a GGUF file (convert/gguf.hpp), a llama2.c checkpoint
+// (convert/llama2c.hpp decides) or else a Hugging Face checkpoint.
 ConvertReport convert_checkpoint(const ConvertOptions& options);
 
 }  // namespace qforge

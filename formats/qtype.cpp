@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/half.hpp"
 
@@ -67,59 +68,75 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
         return QuantStatus::ok;
     }
     const QRowLayout l = *qtype_row_layout(t, k);
-    std::memset(row, 0, l.row_bytes);
-    const int32_t max_code = tr.bits == 8 ? 127 : 15;
-    const int32_t min_code = tr.bits == 8 ? -127 : 0;
-    int32_t zero = tr.implicit_zero;
+    std::vector<int32_t> codes(k);
+    std::vector<QGroupParams> groups(l.groups);
     for (uint64_t g = 0; g < l.groups; ++g) {
         const uint64_t b = g * l.group, e = std::min(k, b + l.group);  // real elements only
-        float scale = 0.0f;
-        uint16_t scale_bits = 0;
-        if (tr.symmetric) {
-            // The element of largest magnitude (the first one on ties).
-            float m = 0.0f;
-            for (uint64_t j = b; j < e; ++j)
-                if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
-            if (m != 0.0f) {
-                // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8).
-                const float s = tr.bits == 8 ? std::fabs(m) / 127.0f : std::fabs(m) / 8.0f;
-                auto h = f16_round_up(s);
-                if (!h) return QuantStatus::scale_overflow;
-                const bool negate = tr.bits == 4 && m > 0.0f;
-                scale_bits = static_cast<uint16_t>(*h | (negate ? 0x8000 : 0));
-                scale = f16_to_f32(scale_bits);
-            }
-        } else {
-            float lo = 0.0f, hi = 0.0f;  // the range always includes 0
-            for (uint64_t j = b; j < e; ++j) {
-                lo = std::min(lo, w[j]);
-                hi = std::max(hi, w[j]);
-            }
-            zero = 0;
-            if (hi > lo) {
-                auto h = f16_round_up((hi - lo) / static_cast<float>(max_code));
-                if (!h) return QuantStatus::scale_overflow;
-                scale_bits = *h;
-                scale = f16_to_f32(scale_bits);
-                zero = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f));
-            }
-            row[l.zeros_offset + g] = static_cast<uint8_t>(zero);
+        auto p = qtype_group_params(t, w + b, e - b);
+        if (!p) return QuantStatus::scale_overflow;
+        groups[g] = *p;
+        for (uint64_t j = b; j < e; ++j) codes[j] = qtype_quantize_value(t, *p, w[j]);
+    }
+    pack_row(t, codes.data(), groups.data(), k, row);
+    return QuantStatus::ok;
+}
+
+std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n) {
+    const QTypeTraits& tr = qtype_traits(t);
+    QGroupParams p;
+    p.zero = tr.implicit_zero;
+    if (tr.symmetric) {
+        // The element of largest magnitude (the first one on ties).
+        float m = 0.0f;
+        for (uint64_t j = 0; j < n; ++j)
+            if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
+        if (m != 0.0f) {
+            // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8).
+            const float s = tr.bits == 8 ? std::fabs(m) / 127.0f : std::fabs(m) / 8.0f;
+            auto h = f16_round_up(s);
+            if (!h) return std::nullopt;
+            const bool negate = tr.bits == 4 && m > 0.0f;
+            p.scale_bits = static_cast<uint16_t>(*h | (negate ? 0x8000 : 0));
         }
-        put_f16(row + l.scales_offset + 2 * g, scale_bits);
-        for (uint64_t j = b; j < e; ++j) {
-            int32_t q = zero;
-            if (scale != 0.0f) {
-                const float r = std::nearbyint(w[j] / scale);
-                q = static_cast<int32_t>(std::clamp(r + static_cast<float>(zero),
-                                                    static_cast<float>(min_code),
-                                                    static_cast<float>(max_code)));
-            }
-            put_code(tr, row, j, q);
+    } else {
+        float lo = 0.0f, hi = 0.0f;  // the range always includes 0
+        for (uint64_t j = 0; j < n; ++j) {
+            lo = std::min(lo, w[j]);
+            hi = std::max(hi, w[j]);
+        }
+        if (hi > lo) {
+            auto h = f16_round_up((hi - lo) / static_cast<float>(qtype_max_code(t)));
+            if (!h) return std::nullopt;
+            p.scale_bits = *h;
+            p.zero = static_cast<int32_t>(
+                std::clamp(std::nearbyint(-lo / f16_to_f32(p.scale_bits)), 0.0f,
+                           static_cast<float>(qtype_max_code(t))));
         }
     }
+    p.scale = f16_to_f32(p.scale_bits);
+    return p;
+}
+
+int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
+    if (p.scale == 0.0f) return p.zero;
+    const float r = std::nearbyint(w / p.scale) + static_cast<float>(p.zero);
+    return static_cast<int32_t>(std::clamp(r, static_cast<float>(qtype_min_code(t)),
+                                           static_cast<float>(qtype_max_code(t))));
+}
+
+void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k,
+              uint8_t* row) {
+    const QTypeTraits& tr = qtype_traits(t);
+    const QRowLayout l = *qtype_row_layout(t, k);
+    std::memset(row, 0, l.row_bytes);
+    for (uint64_t j = 0; j < k; ++j) put_code(tr, row, j, codes[j]);
+    for (uint64_t g = 0; g < l.groups; ++g) {
+        put_f16(row + l.scales_offset + 2 * g, groups[g].scale_bits);
+        if (!tr.symmetric) row[l.zeros_offset + g] = static_cast<uint8_t>(groups[g].zero);
+    }
     // Codes past k: the last group's zero, so they dequantize to exactly 0.
+    const int32_t zero = tr.symmetric ? tr.implicit_zero : groups[l.groups - 1].zero;
     for (uint64_t j = k; j < round_up(k, kCodeChunk); ++j) put_code(tr, row, j, zero);
-    return QuantStatus::ok;
 }
 
 void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {

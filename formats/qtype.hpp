@@ -210,6 +210,30 @@ enum class QuantStatus : uint8_t {
 // status the row's contents are unspecified.
 QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row);
 
+// The grid of one group of n weights as quantize_row_ref chooses it (scale rounded up to fp16,
+// zero for asymmetric types; the implicit zero otherwise); nullopt when the scale does not fit
+// fp16. Weights must be finite. GPTQ and AWQ choose groups on updated or scaled weights with the
+// same function, so every method shares one grid.
+struct QGroupParams {
+    uint16_t scale_bits = 0;  // binary16, as stored
+    float scale = 0.0f;       // the same value as float
+    int32_t zero = 0;         // the integer zero point (implicit for symmetric types)
+};
+std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n);
+
+// The code of weight w on a group's grid: round to nearest even, clamped to the type's codes.
+int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w);
+inline float qtype_dequantize_value(const QGroupParams& p, int32_t code) {
+    return p.scale * static_cast<float>(code - p.zero);
+}
+constexpr int32_t qtype_max_code(QType t) { return qtype_traits(t).bits == 8 ? 127 : 15; }
+constexpr int32_t qtype_min_code(QType t) { return qtype_traits(t).bits == 8 ? -127 : 0; }
+
+// Packs codes (k of them) and group grids (ceil(k / group)) into one row of qtype t, padding and
+// codes past k as the layout says.
+void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k,
+              uint8_t* row);
+
 // Dequantizes one stored row of k weights into out (exact: see the layout comment).
 void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out);
 

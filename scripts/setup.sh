@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev libxxhash-dev catch2
           libonig-dev   # Oniguruma: the regex engine of the HF pre-tokenizers (tokenizer/regex.cpp)
           libicu-dev    # ICU: NFC normalization (Qwen2 tokenizers)
+          libopenblas-dev liblapacke-dev  # BLAS/LAPACK: GPTQ's Cholesky and updates (quant/)
           libbenchmark-dev)  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
 
 missing=()

@@ -65,26 +65,53 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kRegexAli
     {"llama-v3", "llama-bpe"},
 }};
 
-// llama.cpp's tokenizer.ggml.pre names whose pre-tokenizer is one of ours (src/llama-vocab.cpp
-// groups them by the regexes it runs); all are byte-level without a prefix space.
+// llama.cpp's tokenizer.ggml.pre names whose pre-tokenizer is one of ours, as
+// src/llama-vocab.cpp groups them by the regexes it runs; all are byte-level without a prefix
+// space. The patterns are the tokenizer.json originals llama.cpp quotes for each group (its own
+// strings are rewrites for its regex engine: the GPT-2 group drops the final `|\s+`, which
+// matches nothing the isolated split does not already make a word; the Llama 3 group spells
+// (?i:'s|...) as (?:'[sS]|...)). `ignore_merges` and `add_bos` are llama.cpp's settings for the
+// name; a file's tokenizer.ggml.add_bos_token overrides add_bos.
 struct GgufPre {
     std::string_view gguf_name;
     bool individual_digits;
     std::string_view regex;
+    bool ignore_merges;
+    bool add_bos;
 };
+// clang-format off
 constexpr std::array kGgufPres{
-    GgufPre{"gpt-2", false, "gpt-2"},         GgufPre{"mpt", false, "gpt-2"},
-    GgufPre{"olmo", false, "gpt-2"},          GgufPre{"jais", false, "gpt-2"},
-    GgufPre{"llama-bpe", false, "llama-bpe"}, GgufPre{"llama3", false, "llama-bpe"},
-    GgufPre{"llama-v3", false, "llama-bpe"},  GgufPre{"dbrx", false, "llama-bpe"},
-    GgufPre{"smaug-bpe", false, "llama-bpe"}, GgufPre{"qwen2", false, "qwen2"},
-    GgufPre{"stablelm2", false, "qwen2"},     GgufPre{"qwen35", false, "qwen35"},
-    GgufPre{"gpt-4o", false, "gpt-4o"},       GgufPre{"tekken", false, "tekken"},
-    GgufPre{"smollm", true, "gpt-2"},         GgufPre{"starcoder", true, "gpt-2"},
-    GgufPre{"refact", true, "gpt-2"},         GgufPre{"command-r", true, "gpt-2"},
-    GgufPre{"codeshell", true, "gpt-2"},      GgufPre{"exaone", true, "gpt-2"},
-    GgufPre{"minerva-7b", true, "gpt-2"},
+    GgufPre{"gpt-2",      false, "gpt-2",     false, false},
+    GgufPre{"phi-2",      false, "gpt-2",     false, false},
+    GgufPre{"mpt",        false, "gpt-2",     false, false},
+    GgufPre{"olmo",       false, "gpt-2",     false, false},
+    GgufPre{"jais",       false, "gpt-2",     false, false},
+    GgufPre{"exaone4",    false, "gpt-2",     false, false},
+    GgufPre{"llama-bpe",  false, "llama-bpe", true,  true},
+    GgufPre{"llama3",     false, "llama-bpe", true,  true},
+    GgufPre{"llama-v3",   false, "llama-bpe", true,  true},
+    GgufPre{"falcon3",    false, "llama-bpe", true,  true},
+    GgufPre{"pixtral",    false, "llama-bpe", true,  true},
+    GgufPre{"dbrx",       false, "llama-bpe", false, false},
+    GgufPre{"smaug-bpe",  false, "llama-bpe", false, false},
+    GgufPre{"qwen2",      false, "qwen2",     false, false},
+    GgufPre{"deepseek-r1-qwen", false, "qwen2", false, false},
+    GgufPre{"megrez",     false, "qwen2",     false, false},
+    GgufPre{"stablelm2",  false, "qwen2",     false, false},
+    GgufPre{"qwen35",     false, "qwen35",    false, false},
+    GgufPre{"gpt-4o",     false, "gpt-4o",    false, false},
+    GgufPre{"llama4",     false, "gpt-4o",    false, false},
+    GgufPre{"tekken",     false, "tekken",    true,  true},
+    GgufPre{"smollm",     true,  "gpt-2",     false, false},
+    GgufPre{"starcoder",  true,  "gpt-2",     false, false},
+    GgufPre{"refact",     true,  "gpt-2",     false, false},
+    GgufPre{"command-r",  true,  "gpt-2",     false, false},
+    GgufPre{"codeshell",  true,  "gpt-2",     false, false},
+    GgufPre{"exaone",     true,  "gpt-2",     false, false},
+    GgufPre{"minerva-7b", true,  "gpt-2",     false, false},
+    GgufPre{"mellum2",    true,  "gpt-2",     false, false},
 };
+// clang-format on
 
 // The `regex` crate's escape(), which HF applies to a Split's {"String": ...} pattern before
 // handing it to Oniguruma; reproduced so that the same pattern string reaches the same engine.
@@ -199,6 +226,18 @@ std::optional<std::string> pretokenizer_regex_name(std::string_view pattern) {
 std::vector<std::string> pretokenizer_regex_names() {
     std::vector<std::string> names;
     for (const auto& r : kNamedRegexes) names.emplace_back(r.name);
+    return names;
+}
+
+std::optional<GgufPreDefaults> gguf_pre_defaults(std::string_view gguf_name) {
+    for (const auto& g : kGgufPres)
+        if (g.gguf_name == gguf_name) return GgufPreDefaults{g.ignore_merges, g.add_bos};
+    return std::nullopt;
+}
+
+std::vector<std::string> gguf_pre_names() {
+    std::vector<std::string> names;
+    for (const auto& g : kGgufPres) names.emplace_back(g.gguf_name);
     return names;
 }
 

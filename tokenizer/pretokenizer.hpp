@@ -56,5 +56,15 @@ std::vector<std::string> pretokenizer_regex_names();
 // The pre-tokenizer llama.cpp means by a GGUF `tokenizer.ggml.pre` name ("gpt-2", "llama-bpe",
 // "qwen2", "smollm", ...); nullopt for names that are not one of the byte-level regex splits.
 std::optional<PretokenizerSpec> pretokenizer_spec_for_gguf_pre(std::string_view gguf_name);
+// llama.cpp's other settings for a GGUF pre name: ignore_merges (a word that is a token is not
+// merged: the Llama 3 group, Tekken) and whether BOS is added by default (a file's
+// tokenizer.ggml.add_bos_token overrides it). nullopt for the same names as above.
+struct GgufPreDefaults {
+    bool ignore_merges = false;
+    bool add_bos = false;
+};
+std::optional<GgufPreDefaults> gguf_pre_defaults(std::string_view gguf_name);
+// Every GGUF pre name mapped above, in table order (for messages and tests).
+std::vector<std::string> gguf_pre_names();
 
 }  // namespace qforge

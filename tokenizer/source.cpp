@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
+#include "tokenizer/source_gguf.hpp"
 #include "tokenizer/source_hf.hpp"
 
 namespace qforge {
@@ -131,10 +132,12 @@ json load_tokenizer_source(const std::string& path) {
         schema = load_hf_tokenizer(path);
     else if (ext == ".bin")
         schema = load_llama2c(path);
+    else if (ext == ".gguf")
+        schema = tokenizer_schema_from_gguf(GgufFile(path));
     else if (ext == ".model")
         throw Error(path, {}, "SentencePiece .model files are not supported; use the model's tokenizer.json");
     else
-        throw Error(path, {}, "unrecognised tokenizer file (expected tokenizer.json or a llama2.c .bin)");
+        throw Error(path, {}, "unrecognised tokenizer file (expected tokenizer.json, a llama2.c .bin or a .gguf model)");
     validate_tokenizer_schema(schema, path);
     return schema;
 }

@@ -18,7 +18,8 @@ namespace qforge {
 inline constexpr int kTokenizerSchemaVersion = 2;
 
 // `path` is a tokenizer.json (tokenizer_config.json and generation_config.json beside it are read
-// too) or a llama2.c tokenizer (.bin). Returns the normalized schema.
+// too), a llama2.c tokenizer (.bin) or a GGUF model (its tokenizer.ggml.* metadata). Returns the
+// normalized schema.
 nlohmann::json load_tokenizer_source(const std::string& path);
 
 // Checks the parts of a schema object every consumer relies on (version, model, pieces and the

@@ -9,12 +9,35 @@
 
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/qdot_avx2.hpp"
 
 namespace qforge {
 
 namespace {
 
 constexpr uint64_t kBlock = 32;  // activation block: one float scale per 32 int8 codes
+
+// One block of n <= 32 activations to int8: d = amax / 127, q = round(x / d) (to nearest even),
+// s = sum of q. An all-zero block (or one whose d underflows to 0) gets d = 0 and zero codes; a
+// block holding NaN or infinity gets d = NaN, so every product with it is NaN as in f32 mode.
+void quantize_activation_block(const float* x, uint64_t n, int8_t* q, float* d, int32_t* s) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (uint64_t j = 0; j < n; ++j) {
+        finite = finite && std::isfinite(x[j]);
+        amax = std::max(amax, std::fabs(x[j]));
+    }
+    const float db = amax / 127.0f;
+    int32_t sum = 0;
+    if (finite && db > 0.0f) {
+        for (uint64_t j = 0; j < n; ++j) {
+            q[j] = static_cast<int8_t>(std::clamp(std::nearbyint(x[j] / db), -127.0f, 127.0f));
+            sum += q[j];
+        }
+    }
+    *d = !finite ? std::numeric_limits<float>::quiet_NaN() : (db > 0.0f ? db : 0.0f);
+    *s = sum;
+}
 
 }  // namespace
 
@@ -26,40 +49,43 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
     const uint64_t padded = blocks_ * kBlock;
     if (mode == Mode::f32) {
         f_.assign(n * padded, 0.0f);
-        for (uint64_t t = 0; t < n; ++t) std::copy(x + t * k, x + t * k + k, f_.data() + t * padded);
+        for (uint64_t t = 0; t < n; ++t)
+            std::copy(x + t * k, x + t * k + k, f_.data() + t * padded);
         return;
     }
     q_.assign(n * padded, 0);
     d_.assign(n * blocks_, 0.0f);
     s_.assign(n * blocks_, 0);
+    const bool avx2 = cpu_has_avx2();
     for (uint64_t t = 0; t < n; ++t) {
         const float* xt = x + t * k;
+        int8_t* q = q_.data() + t * padded;
+        float* d = d_.data() + t * blocks_;
+        int32_t* s = s_.data() + t * blocks_;
+        const uint64_t whole = avx2 ? k / kBlock : 0;  // the same bits either way
+        if (whole) detail::quantize_activation_blocks_avx2(xt, whole, q, d, s);
+        for (uint64_t b = whole; b < blocks_; ++b)
+            quantize_activation_block(xt + b * kBlock, std::min(kBlock, k - b * kBlock),
+                                      q + b * kBlock, d + b, s + b);
+    }
+    // The AVX2 layouts of the same values (qdot.hpp).
+    pq_.assign(n * padded, 0);
+    ds_.assign(n * sums_stride(), 0.0f);
+    for (uint64_t t = 0; t < n; ++t) {
+        const int8_t* q = codes(t);
+        int8_t* pq = pq_.data() + t * padded;
         for (uint64_t b = 0; b < blocks_; ++b) {
-            const uint64_t e = std::min(k, (b + 1) * kBlock);
-            float amax = 0.0f;
-            bool finite = true;
-            for (uint64_t j = b * kBlock; j < e; ++j) {
-                finite = finite && std::isfinite(xt[j]);
-                amax = std::max(amax, std::fabs(xt[j]));
+            const uint64_t p = b / 2;
+            if (b + 1 == blocks_ && b % 2 == 0) {  // a last odd block: in order
+                std::copy(q + b * kBlock, q + (b + 1) * kBlock, pq + b * kBlock);
+                break;
             }
-            float d = amax / 127.0f;
-            int8_t* q = q_.data() + t * padded;
-            int32_t sum = 0;
-            if (!finite) {
-                // Codes 0 and a NaN scale: every product with this block is NaN, as in f32 mode.
-                d = std::numeric_limits<float>::quiet_NaN();
-            } else if (d > 0.0f) {  // d underflows to 0 only for blocks of tiny subnormals
-                for (uint64_t j = b * kBlock; j < e; ++j) {
-                    const float r = std::clamp(std::nearbyint(xt[j] / d), -127.0f, 127.0f);
-                    q[j] = static_cast<int8_t>(r);
-                    sum += q[j];
-                }
-            } else {
-                d = 0.0f;
-            }
-            d_[t * blocks_ + b] = d;
-            s_[t * blocks_ + b] = sum;
+            const uint64_t half = b % 2;  // 0: the pair's first block, 1: its second
+            std::copy(q + b * kBlock, q + b * kBlock + 16, pq + p * 64 + half * 16);
+            std::copy(q + b * kBlock + 16, q + (b + 1) * kBlock, pq + p * 64 + 32 + half * 16);
         }
+        for (uint64_t b = 0; b < blocks_; ++b)
+            ds_[t * sums_stride() + b] = scales(t)[b] * static_cast<float>(sums(t)[b]);
     }
 }
 
@@ -75,6 +101,11 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
     std::vector<float> wrow(k);
     for (uint64_t r = r0; r < r1; ++r) {
         const uint8_t* row = w + r * stride;
+        if (tr.is_float && a.mode() == QActivations::Mode::f32) {  // float_dot's order
+            for (uint64_t tok = t0; tok < t1; ++tok)
+                out[(tok - t0) * ldo + (r - r0)] = dot_row_scalar(t, row, a.floats(tok), k);
+            continue;
+        }
         if (a.mode() == QActivations::Mode::f32 || tr.is_float) {
             // Exact weights (dequantization is exact), then one float product at a time.
             if (tr.is_float)
@@ -88,8 +119,8 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
                     for (uint64_t j = 0; j < k; ++j) acc += wrow[j] * x[j];
                 } else {  // float rows times int8 activations: the dequantized d * q
                     for (uint64_t j = 0; j < k; ++j)
-                        acc += wrow[j] * (a.scales(tok)[j / kBlock] *
-                                          static_cast<float>(a.codes(tok)[j]));
+                        acc += wrow[j] *
+                               (a.scales(tok)[j / kBlock] * static_cast<float>(a.codes(tok)[j]));
                 }
                 out[(tok - t0) * ldo + (r - r0)] = acc;
             }
@@ -118,12 +149,23 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
 
 void qmatmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
              const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    if (r0 >= r1 || t0 >= t1) return;
+    if (cpu_has_avx2() && a.k() > 0 && detail::qdot_avx2_supports(t))
+        return detail::qmatmul_avx2(t, w, stride, r0, r1, a, t0, t1, out, ldo);
+    if (cpu_has_avx2() && qtype_traits(t).is_float && a.mode() == QActivations::Mode::f32) {
+        for (uint64_t tok = t0; tok < t1; ++tok)
+            for (uint64_t r = r0; r < r1; ++r)
+                out[(tok - t0) * ldo + (r - r0)] = dot_row(t, w + r * stride, a.floats(tok), a.k());
+        return;
+    }
     qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
 }
 
 void dequantize_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
                      float* out) {
-    for (uint64_t r = 0; r < n; ++r) dequantize_row_ref(t, w + r * stride, k, out + r * k);
+    if (cpu_has_avx2() && k > 0 && detail::qdot_avx2_supports(t))
+        return detail::dequantize_rows_avx2(t, w, stride, n, k, out);
+    for (uint64_t r = 0; r < n; ++r) row_to_f32(t, w + r * stride, out + r * k, k);
 }
 
 }  // namespace qforge

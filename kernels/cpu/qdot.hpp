@@ -43,13 +43,25 @@ class QActivations {
     // f32 mode: [token][blocks * 32].
     const float* floats(uint64_t t) const { return f_.data() + t * blocks_ * 32; }
 
+    // int8 mode, the same values in the layouts the AVX2 kernels read (kernels/README.md):
+    // pair_codes: codes(t) with each pair of blocks (2p, 2p + 1) stored as [2p: 0..15][2p+1:
+    //     0..15][2p: 16..31][2p+1: 16..31], which is what one 32-byte load of two 4-bit chunks
+    //     gives after splitting low and high nibbles; a last odd block stays in order.
+    // scaled_sums: d * (code sum) per block, zero-padded to a multiple of 8 blocks.
+    const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
+    const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }
+
   private:
+    uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }
+
     Mode mode_ = Mode::int8;
     uint64_t n_ = 0, k_ = 0, blocks_ = 0;
     std::vector<int8_t> q_;
     std::vector<float> d_;
     std::vector<int32_t> s_;
     std::vector<float> f_;
+    std::vector<int8_t> pq_;
+    std::vector<float> ds_;
 };
 
 // out[(t - t0) * ldo + (r - r0)] = row r of w . token t of a, for rows [r0, r1) and tokens

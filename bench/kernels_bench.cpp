@@ -1,0 +1,317 @@
+// Quantized matrix products at real model shapes: GEMV (decode, m = 1) and GEMM (prefill, m = 16
+// and 128) per qtype and activation mode, with f16 rows through float_dot's dot_row as the
+// baseline. Reports the weight bytes read per second ("GB/s", 1 GB = 1e9 bytes) and that as a
+// fraction of this machine kind's read bandwidth ("bw": 21.7 GB/s with 1 thread, 32.0 with 2;
+// ../shared/PERFORMANCE.md, measured by qforge_bandwidth). kernels/README.md holds the results.
+//
+//     qforge_kernels_bench [--benchmark_filter=gemv/q4_g32] [--benchmark_repetitions=5] ...
+//
+// Method: each timed iteration multiplies the next of several copies of the weight matrix, enough
+// copies (>= 192 MiB) that the 32 MiB L3 cannot hold them, so DRAM is measured. Rows are split
+// evenly over 1 or 2 threads: the calling thread and a spinning worker started once, so a timed
+// iteration holds no thread creation or sleep/wake. Activations are prepared once per benchmark
+// (their cost is measured separately, "prepare/").
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "formats/qtype.hpp"
+#include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/qdot.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace qforge;
+
+namespace {
+
+constexpr double kReadGBs[3] = {0.0, 21.7, 32.0};       // by thread count (PERFORMANCE.md)
+constexpr uint64_t kRotateBytes = uint64_t{192} << 20;  // > 4 x the 32 MiB L3
+
+struct Shape {
+    uint64_t out, in;
+};
+constexpr Shape kShapes[] = {{576, 1536}, {2048, 5632}, {4096, 4096}, {4096, 14336}};
+
+// The calling thread plus one spinning worker; run(job) calls job(0) here and job(1) there.
+class SpinPair {
+  public:
+    SpinPair() : worker_([this] { loop(); }) {}
+    ~SpinPair() {
+        stop_ = true;
+        gen_.fetch_add(1, std::memory_order_release);
+        worker_.join();
+    }
+    void run(const std::function<void(int)>& job) {
+        job_ = &job;
+        const uint64_t g = gen_.fetch_add(1, std::memory_order_acq_rel) + 1;
+        job(0);
+        while (done_.load(std::memory_order_acquire) != g) pause();
+    }
+
+  private:
+    static void pause() {
+#if defined(__x86_64__)
+        _mm_pause();
+#endif
+    }
+    void loop() {
+        uint64_t seen = 0;
+        for (;;) {
+            uint64_t g;
+            while ((g = gen_.load(std::memory_order_acquire)) == seen) pause();
+            if (stop_) return;
+            (*job_)(1);
+            seen = g;
+            done_.store(g, std::memory_order_release);
+        }
+    }
+    std::atomic<uint64_t> gen_{0}, done_{0};
+    std::atomic<bool> stop_{false};
+    const std::function<void(int)>* job_ = nullptr;
+    std::thread worker_;
+};
+
+SpinPair& spin_pair() {
+    static SpinPair p;
+    return p;
+}
+
+// Weight copies for one (qtype, shape), kept while consecutive benchmarks share them.
+struct Weights {
+    QType t;
+    Shape s;
+    uint64_t stride, bytes, copies;
+    std::unique_ptr<uint8_t[]> data;
+    const uint8_t* copy(uint64_t i) const { return data.get() + (i % copies) * bytes; }
+};
+
+const Weights& weights(QType t, Shape s, uint64_t rotate_bytes = kRotateBytes) {
+    static std::unique_ptr<Weights> cached;
+    static uint64_t cached_rotate = 0;
+    if (cached && cached->t == t && cached->s.out == s.out && cached->s.in == s.in &&
+        cached_rotate == rotate_bytes)
+        return *cached;
+    cached_rotate = rotate_bytes;
+    cached.reset();
+    auto w = std::make_unique<Weights>();
+    w->t = t;
+    w->s = s;
+    w->stride = *qtype_row_bytes(t, s.in);
+    w->bytes = w->stride * s.out;
+    w->copies = std::max<uint64_t>(rotate_bytes ? 2 : 1, (rotate_bytes + w->bytes - 1) / w->bytes);
+    w->data.reset(new uint8_t[w->copies * w->bytes]);
+    // 64 distinct random rows, repeated: the speed does not depend on the values.
+    std::mt19937 rng(42);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    std::vector<float> src(s.in);
+    const uint64_t distinct = std::min<uint64_t>(64, s.out);
+    for (uint64_t r = 0; r < distinct; ++r) {
+        for (auto& v : src) v = dist(rng);
+        if (quantize_row_ref(t, src.data(), s.in, w->data.get() + r * w->stride) != QuantStatus::ok)
+            std::abort();
+    }
+    for (uint64_t r = distinct; r < s.out * w->copies; ++r)
+        std::memcpy(w->data.get() + r * w->stride, w->data.get() + (r % distinct) * w->stride,
+                    w->stride);
+    cached = std::move(w);
+    return *cached;
+}
+
+std::vector<float> activations(uint64_t m, uint64_t k) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (auto& v : x) v = dist(rng);
+    return x;
+}
+
+void set_counters(benchmark::State& state, const Weights& w, uint64_t m, int threads) {
+    const double iters = static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(w.bytes) * 1e-9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["bw"] =
+        benchmark::Counter(iters * static_cast<double>(w.bytes) * 1e-9 / kReadGBs[threads],
+                           benchmark::Counter::kIsRate);
+    state.counters["GMAC/s"] = benchmark::Counter(
+        iters * static_cast<double>(w.s.out * w.s.in * m) * 1e-9, benchmark::Counter::kIsRate);
+}
+
+// Rows [out * i / threads, out * (i + 1) / threads) for thread i.
+void split_rows(int threads, uint64_t n, const std::function<void(uint64_t, uint64_t)>& f) {
+    if (threads == 1) return f(0, n);
+    spin_pair().run(
+        [&](int i) { f(n * static_cast<uint64_t>(i) / 2, n * static_cast<uint64_t>(i + 1) / 2); });
+}
+
+void bm_quant(benchmark::State& state, QType t, Shape s, uint64_t m, QActivations::Mode mode,
+              int threads, uint64_t rotate_bytes = kRotateBytes) {
+    const Weights& w = weights(t, s, rotate_bytes);
+    const auto x = activations(m, s.in);
+    QActivations a;
+    a.prepare(mode, x.data(), m, s.in);
+    std::vector<float> out(m * s.out);
+    uint64_t i = 0;
+    for (auto _ : state) {
+        const uint8_t* wc = w.copy(i++);
+        split_rows(threads, s.out, [&](uint64_t r0, uint64_t r1) {
+            qmatmul(t, wc, w.stride, r0, r1, a, 0, m, out.data() + r0, s.out);
+        });
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, w, m, threads);
+}
+
+// The float baseline: f16 rows, one dot_row per (row, token), each row's tokens together.
+void bm_f16(benchmark::State& state, Shape s, uint64_t m, int threads) {
+    const Weights& w = weights(QType::f16, s);
+    const auto x = activations(m, s.in);
+    std::vector<float> out(m * s.out);
+    uint64_t i = 0;
+    for (auto _ : state) {
+        const uint8_t* wc = w.copy(i++);
+        split_rows(threads, s.out, [&](uint64_t r0, uint64_t r1) {
+            for (uint64_t r = r0; r < r1; ++r)
+                for (uint64_t tok = 0; tok < m; ++tok)
+                    out[tok * s.out + r] =
+                        dot_row(QType::f16, wc + r * w.stride, x.data() + tok * s.in, s.in);
+        });
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, w, m, threads);
+}
+
+// The side-by-side reference: a plain sum over 192 MiB of floats, split like the products, so
+// a product's GB/s can be quoted against the bandwidth the machine gave in the same run.
+using v8f = float __attribute__((vector_size(32)));
+
+float sum_floats(const float* p, uint64_t n) {
+    v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (uint64_t i = 0; i + 32 <= n; i += 32) {
+        v8f v[4];
+        std::memcpy(v, p + i, sizeof v);
+        a0 += v[0];
+        a1 += v[1];
+        a2 += v[2];
+        a3 += v[3];
+    }
+    const v8f s = (a0 + a1) + (a2 + a3);
+    float r = 0.0f;
+    for (int l = 0; l < 8; ++l) r += s[l];
+    return r;
+}
+
+void bm_read(benchmark::State& state, int threads) {
+    const uint64_t n = kRotateBytes / sizeof(float);
+    std::vector<float> buf(n, 1.0f);
+    float sums[2] = {};
+    for (auto _ : state) {
+        split_rows(threads, n / 32, [&](uint64_t b, uint64_t e) {
+            sums[b == 0 ? 0 : 1] = sum_floats(buf.data() + 32 * b, 32 * (e - b));
+        });
+        benchmark::DoNotOptimize(sums);
+    }
+    const double iters = static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(kRotateBytes) * 1e-9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["bw"] =
+        benchmark::Counter(iters * static_cast<double>(kRotateBytes) * 1e-9 / kReadGBs[threads],
+                           benchmark::Counter::kIsRate);
+}
+
+void bm_prepare(benchmark::State& state, uint64_t m, uint64_t k) {
+    const auto x = activations(m, k);
+    QActivations a;
+    for (auto _ : state) {
+        a.prepare(QActivations::Mode::int8, x.data(), m, k);
+        benchmark::DoNotOptimize(a.codes(0));
+    }
+    state.counters["floats/s"] = benchmark::Counter(static_cast<double>(state.iterations() * m * k),
+                                                    benchmark::Counter::kIsRate);
+}
+
+std::string shape_name(Shape s) { return std::to_string(s.out) + "x" + std::to_string(s.in); }
+
+void register_all() {
+    const QType quant[] = {QType::q8,      QType::q8_g32,  QType::q8_g128,
+                           QType::q4_g32,  QType::q4_g64,  QType::q4_g128,
+                           QType::q4s_g32, QType::q4s_g64, QType::q4s_g128};
+    auto reg = [](const std::string& name, auto fn) {
+        benchmark::RegisterBenchmark(name.c_str(), fn)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+    };
+    for (int th : {1, 2})
+        reg("read/threads:" + std::to_string(th), [=](benchmark::State& st) { bm_read(st, th); });
+    // Registered grouped by (qtype, shape), so each weight set is built once.
+    for (Shape s : kShapes) {
+        for (int th : {1, 2})
+            reg("gemv/f16/" + shape_name(s) + "/threads:" + std::to_string(th),
+                [=](benchmark::State& st) { bm_f16(st, s, 1, th); });
+        for (QType t : quant)
+            for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
+                for (int th : {1, 2}) {
+                    const std::string mname = mode == QActivations::Mode::int8 ? "int8" : "f32";
+                    reg("gemv/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) + "/" +
+                            mname + "/threads:" + std::to_string(th),
+                        [=](benchmark::State& st) { bm_quant(st, t, s, 1, mode, th); });
+                }
+    }
+    // Prefill at the two smaller shapes (the f16 baseline at m = 128 and 4096x14336 would take
+    // seconds per iteration).
+    for (Shape s : {kShapes[0], kShapes[1]})
+        for (uint64_t m : {16u, 128u}) {
+            reg("gemm/f16/" + shape_name(s) + "/m:" + std::to_string(m) + "/threads:2",
+                [=](benchmark::State& st) { bm_f16(st, s, m, 2); });
+            for (QType t : quant)
+                for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
+                    const std::string mname = mode == QActivations::Mode::int8 ? "int8" : "f32";
+                    reg("gemm/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                            "/m:" + std::to_string(m) + "/" + mname + "/threads:2",
+                        [=](benchmark::State& st) { bm_quant(st, t, s, m, mode, 2); });
+                }
+        }
+    // The inner loop's own speed: one copy of 512 x 1024 weights (<= 0.6 MiB) that stays in L2,
+    // one thread, CPU time: the ceiling the DRAM-bound figures above are compared with.
+    for (QType t : quant)
+        for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
+            for (uint64_t m : {1u, 16u}) {
+                const std::string mname = mode == QActivations::Mode::int8 ? "int8" : "f32";
+                benchmark::RegisterBenchmark(("l2/" + std::string(qtype_traits(t).name) +
+                                              "/512x1024/m:" + std::to_string(m) + "/" + mname)
+                                                 .c_str(),
+                                             [=](benchmark::State& st) {
+                                                 bm_quant(st, t, {512, 1024}, m, mode, 1, 0);
+                                             })
+                    ->Unit(benchmark::kMicrosecond);
+            }
+    for (Shape s : kShapes)
+        for (uint64_t m : {1u, 128u})
+            reg("prepare/k:" + std::to_string(s.in) + "/m:" + std::to_string(m),
+                [=](benchmark::State& st) { bm_prepare(st, m, s.in); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    register_all();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::AddCustomContext("avx2", cpu_has_avx2() ? "yes" : "no");
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,170 @@
+// qforge quantize: a .qf or Hugging Face checkpoint to a quantized .qf (quant/quantize_model.hpp).
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "quant/quantize_model.hpp"
+
+namespace qforge::cli {
+
+namespace {
+
+using nlohmann::json;
+
+std::string_view qname(QType t) { return qtype_traits(t).name; }
+
+double bits_per_weight(uint64_t bytes, uint64_t parameters) {
+    return parameters ? 8.0 * static_cast<double>(bytes) / static_cast<double>(parameters) : 0.0;
+}
+
+void print_plan(const std::vector<TensorPlan>& plan) {
+    for (const auto& g : group_plan(plan))
+        std::fprintf(stderr, "qforge: quantize: %-10s %3llu tensor%s -> %-8s %s\n",
+                     std::string(tensor_class_name(g.cls)).c_str(), (unsigned long long)g.tensors,
+                     g.tensors == 1 ? " " : "s", std::string(qname(g.qtype)).c_str(),
+                     g.reason.c_str());
+}
+
+json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads) {
+    json tensors = json::array();
+    for (const auto& t : r.tensors)
+        tensors.push_back({{"name", t.name},
+                           {"class", tensor_class_name(t.cls)},
+                           {"source_qtype", qname(t.source)},
+                           {"qtype", qname(t.qtype)},
+                           {"shape", t.shape},
+                           {"parameters", t.parameters},
+                           {"bytes", t.bytes},
+                           {"bits_per_weight", bits_per_weight(t.bytes, t.parameters)},
+                           {"copied", t.copied}});
+    json classes = json::array();
+    for (const auto& g : r.groups)
+        classes.push_back({{"class", tensor_class_name(g.cls)},
+                           {"qtype", qname(g.qtype)},
+                           {"tensors", g.tensors},
+                           {"reason", g.reason}});
+    json j = recipe_to_json(o.recipe);
+    j.update({{"input", o.input},
+              {"output", o.output},
+              {"classes", std::move(classes)},
+              {"tensors", std::move(tensors)},
+              {"totals",
+               {{"tensors", r.tensors.size()},
+                {"parameters", r.parameters},
+                {"bytes", r.tensor_bytes},
+                {"file_bytes", r.bytes_written},
+                {"bits_per_weight", bits_per_weight(r.tensor_bytes, r.parameters)}}},
+              {"seconds", r.seconds},
+              {"threads", threads},
+              {"tokenizer", r.tokenizer},
+              {"warnings", r.warnings}});
+    if (!r.linears.empty()) {
+        json linears = json::array();
+        for (const auto& l : r.linears)
+            linears.push_back({{"name", l.name},
+                               {"qtype", l.qtype},
+                               {"relative_error", l.relative_error},
+                               {"rtn_relative_error", l.rtn_relative_error},
+                               {"damp", l.damp},
+                               {"damp_raises", l.damp_raises}});
+        j["linears"] = std::move(linears);
+    }
+    return j;
+}
+
+}  // namespace
+
+Runner register_quantize(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        QuantizeOptions opts;
+        std::string method = "rtn", qtype;
+        std::vector<std::string> tensor_types;
+    };
+    auto a = std::make_shared<Args>();
+    app.add_option("input", a->opts.input, ".qf file, Hugging Face directory or .safetensors file")
+        ->required()
+        ->check(CLI::ExistingPath);
+    app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
+    app.add_option("--method", a->method,
+                   "rtn (round to nearest per group, no data); gptq, awq or awq+gptq "
+                   "(layer-sequential, with --calib text; awq+gptq: AWQ's scales and clipping, "
+                   "then GPTQ instead of RTN)")
+        ->capture_default_str();
+    CalibratedOptions& co = a->opts.calibrated;
+    app.add_option("--calib", co.calibration.files,
+                   "calibration text files (plain text; gptq, awq): random windows of --seqlen tokens")
+        ->check(CLI::ExistingFile)
+        ->take_all();
+    app.add_option("--nsamples", co.calibration.nsamples, "calibration windows")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+    app.add_option("--seqlen", co.calibration.seqlen,
+                   "tokens per calibration window (capped at the model's context)")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 20));
+    app.add_option("--damp", co.damp,
+                   "GPTQ dampening: this fraction of the mean diagonal of H is added to it; "
+                   "raised automatically (and reported) when the Cholesky factorization fails")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    app.add_flag("--act-order", co.act_order,
+                 "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
+                 "static groups, so inference needs no permutation");
+    add_seed_option(app, common);
+    app.add_option("--qtype", a->qtype, "the default type: " + qtype_names())->required();
+    app.add_option("--tensor-type", a->tensor_types,
+                   "REGEX=TYPE: store tensors whose name contains a match of REGEX (ECMAScript, "
+                   "searched anywhere in the name as llama-quantize's --tensor-type; anchor with ^ "
+                   "and $) as TYPE. Repeatable; the first matching override wins. Quantized types "
+                   "apply to matrices only. Names: embed, layers.N.attn.q/k/v/o, "
+                   "layers.N.attn.q_bias/k_bias/v_bias, layers.N.attn_norm, layers.N.mlp_norm, "
+                   "layers.N.mlp.gate/up/down, final_norm, lm_head")
+        ->take_all();
+    app.add_option("--tokenizer", a->opts.tokenizer,
+                   "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
+                   "beside the checkpoint)")
+        ->check(CLI::ExistingFile);
+    add_threads_option(app, common);
+    add_json_option(app, common);
+    app.footer(
+        "Default policy (overrides first): 1-D tensors (norms, biases) are stored f32; the output "
+        "head (lm_head, or the tied embedding that serves as it) gets at least 8 bits (q8_g32 "
+        "under a 4-bit --qtype); every other matrix, the untied embedding included, gets --qtype, "
+        "unless its rows are too short for the packed form to be smaller than the source's float "
+        "rows. The decision for each class is printed on stderr and recorded in the .qf header. "
+        "The output is byte-identical whatever --threads is.");
+
+    return [a, &common]() {
+        // Every option is checked before the input is opened.
+        a->opts.recipe.method = parse_quant_method(a->method);
+        a->opts.recipe.qtype = parse_qtype_name(a->qtype);
+        for (const auto& spec : a->tensor_types)
+            a->opts.recipe.overrides.push_back(parse_tensor_type_override(spec));
+        a->opts.threads = resolved_threads(common);
+        a->opts.calibrated.calibration.seed = common.seed;
+        const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
+        if (calibrated && a->opts.calibrated.calibration.files.empty())
+            throw Error("--method " + a->method + " needs calibration text: --calib FILE");
+        if (!calibrated && !a->opts.calibrated.calibration.files.empty())
+            throw Error("--calib is for calibrated methods (gptq, awq); --method " + a->method +
+                        " uses no data");
+
+        QuantizeReport r = quantize_model(a->opts, print_plan);
+        for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
+        if (common.json) {
+            std::printf("%s\n", report_json(a->opts, r, a->opts.threads).dump(2).c_str());
+        } else {
+            std::printf(
+                "wrote %s: %zu tensors, %llu parameters, %s, %.3f bits per weight, %.1f s\n",
+                a->opts.output.c_str(), r.tensors.size(), (unsigned long long)r.parameters,
+                human_bytes(r.bytes_written).c_str(), bits_per_weight(r.tensor_bytes, r.parameters),
+                r.seconds);
+        }
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

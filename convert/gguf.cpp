@@ -1,0 +1,353 @@
+#include "convert/gguf.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "convert/convert_common.hpp"
+#include "convert/llama2c.hpp"
+#include "convert/tensor_cast.hpp"
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "formats/architectures.hpp"
+#include "formats/gguf_dequant.hpp"
+#include "formats/qf.hpp"
+#include "tokenizer/source_gguf.hpp"
+
+namespace qforge {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// GGUF architectures qforge runs. `adjacent_pair_rope`: llama.cpp rotates adjacent pairs for
+// this architecture (LLAMA_ROPE_TYPE_NORM), so its converter permuted q and k and we undo it.
+struct GgufArchitecture {
+    std::string_view name;  // general.architecture
+    Architecture arch;
+    bool adjacent_pair_rope;
+};
+constexpr GgufArchitecture kGgufArchitectures[] = {
+    // Llama 1-3, Mistral 7B, TinyLlama, SmolLM/SmolLM2: llama.cpp converts all as "llama".
+    {"llama", Architecture::llama, true},
+    // Qwen2 and Qwen2.5: rotate-half RoPE (LLAMA_ROPE_TYPE_NEOX), q/k/v biases.
+    {"qwen2", Architecture::qwen2, false},
+};
+
+// Which head count a RoPE row reordering uses.
+enum class RopeRows : uint8_t { none, q_heads, kv_heads };
+
+// llama.cpp's tensor names (its LLM_TENSOR_NAMES, gguf-py's TensorNameMap) against ours
+// (formats/architectures.cpp). "{i}" is the layer index in both.
+struct GgufTensorName {
+    std::string_view gguf_pattern;
+    std::string_view name_pattern;
+    RopeRows rope;
+};
+// clang-format off
+constexpr GgufTensorName kGgufTensorNames[] = {
+    {"token_embd.weight",          "embed",                  RopeRows::none},
+    {"blk.{i}.attn_norm.weight",   "layers.{i}.attn_norm",   RopeRows::none},
+    {"blk.{i}.attn_q.weight",      "layers.{i}.attn.q",      RopeRows::q_heads},
+    {"blk.{i}.attn_k.weight",      "layers.{i}.attn.k",      RopeRows::kv_heads},
+    {"blk.{i}.attn_v.weight",      "layers.{i}.attn.v",      RopeRows::none},
+    {"blk.{i}.attn_output.weight", "layers.{i}.attn.o",      RopeRows::none},
+    {"blk.{i}.attn_q.bias",        "layers.{i}.attn.q_bias", RopeRows::q_heads},
+    {"blk.{i}.attn_k.bias",        "layers.{i}.attn.k_bias", RopeRows::kv_heads},
+    {"blk.{i}.attn_v.bias",        "layers.{i}.attn.v_bias", RopeRows::none},
+    {"blk.{i}.ffn_norm.weight",    "layers.{i}.mlp_norm",    RopeRows::none},
+    {"blk.{i}.ffn_gate.weight",    "layers.{i}.mlp.gate",    RopeRows::none},
+    {"blk.{i}.ffn_up.weight",      "layers.{i}.mlp.up",      RopeRows::none},
+    {"blk.{i}.ffn_down.weight",    "layers.{i}.mlp.down",    RopeRows::none},
+    {"output_norm.weight",         "final_norm",             RopeRows::none},
+    {"output.weight",              "lm_head",                RopeRows::none},
+};
+// clang-format on
+
+// Dimensions and counts must fit an int32, as for config.json (formats/model_config.cpp).
+constexpr uint64_t kMaxDim = (uint64_t{1} << 31) - 1;
+constexpr double kDefaultRopeTheta = 10000.0;  // llama.cpp's default rope.freq_base
+
+// GGUF stores float metadata as float32: 1e-05 from a config.json arrives as 9.99999975e-06.
+// The shortest decimal that reads back to the same float32 is what the writer started from, so
+// the config gets the value a Hugging Face conversion of the same model would hold.
+double shortest_decimal(double stored) {
+    const auto f = static_cast<float>(stored);
+    char buf[32];
+    for (int digits = 1; digits <= 9; ++digits) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+        if (std::strtof(buf, nullptr) == f) break;
+    }
+    return std::strtod(buf, nullptr);
+}
+
+std::string with_layer(std::string_view pattern, uint64_t layer) {
+    std::string s(pattern);
+    if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+    return s;
+}
+
+const GgufArchitecture& gguf_architecture(const GgufFile& f) {
+    const std::string* name = f.get_string("general.architecture");
+    if (!name) throw Error(f.path(), {}, "metadata key 'general.architecture' is absent");
+    std::string supported;
+    for (const auto& a : kGgufArchitectures) {
+        if (a.name == *name) return a;
+        supported += (supported.empty() ? "" : ", ") + std::string(a.name);
+    }
+    throw Error(
+        f.path(), {},
+        "GGUF architecture '" + *name + "' is not supported (supported: " + supported + ")");
+}
+
+// Typed metadata of one architecture ("llama.embedding_length", ...), checked against the
+// ranges the runtime allows, with the GGUF key in every message.
+class ArchKeys {
+  public:
+    ArchKeys(const GgufFile& f, std::string_view arch) : f_(f), prefix_(std::string(arch) + ".") {}
+
+    std::string key(std::string_view k) const { return prefix_ + std::string(k); }
+    std::optional<uint64_t> opt_dim(std::string_view k) const {
+        const auto v = f_.get_uint(key(k));
+        if (v && (*v < 1 || *v > kMaxDim))
+            throw Error(f_.path(), {},
+                        "metadata key '" + key(k) + "' is " + std::to_string(*v) +
+                            ", expected 1 to " + std::to_string(kMaxDim));
+        return v;
+    }
+    uint64_t dim(std::string_view k) const {
+        const auto v = opt_dim(k);
+        if (!v) throw Error(f_.path(), {}, "metadata key '" + key(k) + "' is absent");
+        return *v;
+    }
+    std::optional<double> opt_float(std::string_view k) const { return f_.get_float(key(k)); }
+
+  private:
+    const GgufFile& f_;
+    std::string prefix_;
+};
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return false;
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    return in.gcount() == 4 && std::memcmp(magic, kGgufMagic, 4) == 0;
+}
+
+ModelConfig gguf_model_config(const GgufFile& f) {
+    const GgufArchitecture& a = gguf_architecture(f);
+    const ArchKeys keys(f, a.name);
+    const std::string& file = f.path();
+    ModelConfig c;
+    c.arch = a.arch;
+    c.hidden_size = keys.dim("embedding_length");
+    c.intermediate_size = keys.dim("feed_forward_length");
+    c.num_layers = keys.dim("block_count");
+    c.num_heads = keys.dim("attention.head_count");
+    c.num_kv_heads = keys.opt_dim("attention.head_count_kv").value_or(c.num_heads);
+    c.max_position_embeddings = keys.dim("context_length");
+    if (const auto head_dim = keys.opt_dim("attention.key_length")) {
+        c.head_dim = *head_dim;
+    } else {
+        if (c.hidden_size % c.num_heads != 0)
+            throw Error(file, {},
+                        keys.key("embedding_length") + " (" + std::to_string(c.hidden_size) +
+                            ") is not a multiple of " + keys.key("attention.head_count") + " (" +
+                            std::to_string(c.num_heads) + ") and attention.key_length is absent");
+        c.head_dim = c.hidden_size / c.num_heads;
+    }
+    if (const auto v = keys.opt_dim("attention.value_length"); v && *v != c.head_dim)
+        throw Error(file, {},
+                    keys.key("attention.value_length") + " (" + std::to_string(*v) +
+                        ") differs from the key length (" + std::to_string(c.head_dim) +
+                        "): not supported");
+    if (const auto rot = keys.opt_dim("rope.dimension_count"); rot && *rot != c.head_dim)
+        throw Error(file, {},
+                    keys.key("rope.dimension_count") + " (" + std::to_string(*rot) +
+                        ") is not the head dimension (" + std::to_string(c.head_dim) +
+                        "): partial rotary embeddings are not supported");
+    if (const std::string* scaling = f.get_string(keys.key("rope.scaling.type"));
+        scaling && *scaling != "none")
+        throw Error(file, {},
+                    "RoPE scaling '" + *scaling + "' (" + keys.key("rope.scaling.type") +
+                        ") is not supported");
+    if (const auto factor = keys.opt_float("rope.scale_linear"); factor && *factor != 1.0)
+        throw Error(file, {},
+                    "linear RoPE scaling (" + keys.key("rope.scale_linear") + ") is not supported");
+    if (f.find_tensor("rope_freqs.weight"))
+        throw Error(file, "rope_freqs.weight",
+                    "per-frequency RoPE factors (Llama 3.1-style scaling as llama.cpp stores it) "
+                    "are not supported");
+    const auto eps = keys.opt_float("attention.layer_norm_rms_epsilon");
+    if (!eps)
+        throw Error(
+            file, {},
+            "metadata key '" + keys.key("attention.layer_norm_rms_epsilon") + "' is absent");
+    c.rms_norm_eps = shortest_decimal(*eps);
+    c.rope_theta = shortest_decimal(keys.opt_float("rope.freq_base").value_or(kDefaultRopeTheta));
+
+    // The vocabulary: the embedding's rows, which the metadata must agree with.
+    const GgufTensorInfo* embed = f.find_tensor("token_embd.weight");
+    if (!embed || embed->ne.size() != 2)
+        throw Error(file, "token_embd.weight", "missing, or not a matrix");
+    c.vocab_size = embed->ne[1];
+    if (const auto v = keys.opt_dim("vocab_size"); v && *v != c.vocab_size)
+        throw Error(file, {},
+                    keys.key("vocab_size") + " (" + std::to_string(*v) +
+                        ") differs from token_embd.weight's " + std::to_string(c.vocab_size) +
+                        " rows");
+    c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+    c.attention_bias =
+        a.arch == Architecture::qwen2 || f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    if (const auto bos = f.get_uint("tokenizer.ggml.bos_token_id"))
+        c.bos_token_id = static_cast<int64_t>(*bos);
+    if (const auto eos = f.get_uint("tokenizer.ggml.eos_token_id"))
+        c.eos_token_ids = {static_cast<int64_t>(*eos)};
+    c.torch_dtype = "";  // GGUF declares no Hugging Face dtype
+    // The cross-field checks every config gets (heads, RoPE, eps), through the normalized form.
+    return model_config_from_json(model_config_to_json(c), file);
+}
+
+ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
+    ConvertReport report;
+    const std::string& path = options.input;
+    const GgufFile file(path);
+    const GgufArchitecture& arch = gguf_architecture(file);
+    const ModelConfig cfg = gguf_model_config(file);
+
+    // Every GGUF tensor to its row of the name table, and so to one of our tensors.
+    struct Source {
+        const GgufTensorInfo* info;
+        const GgufTensorName* row;
+    };
+    std::map<std::string, Source> by_name;  // our name -> source
+    for (const GgufTensorInfo& t : file.tensors()) {
+        const GgufTensorName* row = nullptr;
+        uint64_t layer = 0;
+        for (const auto& r : kGgufTensorNames)
+            if (match_tensor_pattern(r.gguf_pattern, t.name, &layer)) {
+                row = &r;
+                break;
+            }
+        if (!row)
+            throw Error(path, t.name,
+                        "unexpected tensor for GGUF architecture '" + std::string(arch.name) +
+                            "' (not in qforge's table of llama.cpp tensor names)");
+        by_name.emplace(with_layer(row->name_pattern, layer), Source{&t, row});
+    }
+    const std::vector<TensorSpec> specs = expected_tensors(cfg);
+    uint64_t total_bytes = 0;
+    for (const TensorSpec& s : specs) {
+        const auto it = by_name.find(s.name);
+        if (it == by_name.end())
+            throw Error(path, {},
+                        "tensor for '" + s.name + "' (shape " + shape_to_string(s.shape) +
+                            ") is missing from the GGUF file");
+        const GgufTensorInfo& t = *it->second.info;
+        if (t.shape() != s.shape)
+            throw Error(path, t.name,
+                        "shape " + shape_to_string(t.shape()) + " but the metadata implies " +
+                            shape_to_string(s.shape));
+        if (!ggml_type_traits(t.type).to_float)
+            throw Error(path, t.name,
+                        "ggml type " + std::string(ggml_type_traits(t.type).name) +
+                            " cannot be dequantized by qforge (supported: " +
+                            gguf_dequantizable_types() + ")");
+        total_bytes += t.bytes;
+    }
+    if (by_name.size() != specs.size()) {
+        for (const auto& [name, src] : by_name) {
+            bool expected = false;
+            for (const auto& s : specs) expected = expected || s.name == name;
+            if (!expected)
+                throw Error(path, src.info->name,
+                            "is not part of the model the metadata describes (as '" + name + "')");
+        }
+    }
+
+    // The tokenizer: given, else the GGUF's own; a file without one converts with a warning.
+    json tokenizer;
+    if (!options.tokenizer.empty()) {
+        tokenizer = resolve_tokenizer(options.tokenizer, std::nullopt, path, report);
+    } else if (file.find("tokenizer.ggml.model")) {
+        tokenizer = tokenizer_schema_from_gguf(file);
+        report.tokenizer = path;
+    } else {
+        report.warnings.push_back(path +
+                                  " has no tokenizer metadata; the .qf will have none "
+                                  "(pass --tokenizer FILE)");
+        tokenizer = nullptr;
+    }
+    if (tokenizer.is_object() && tokenizer.at("pieces").size() != cfg.vocab_size)
+        throw Error(report.tokenizer, {},
+                    "tokenizer has " + std::to_string(tokenizer.at("pieces").size()) +
+                        " tokens but the model's vocabulary has " + std::to_string(cfg.vocab_size));
+
+    // GGUF input is stored as f32 unless --dtype says otherwise: its weights are not floats.
+    ConvertOptions recorded = options;
+    if (!recorded.dtype) recorded.dtype = QType::f32;
+    std::map<std::string, uint64_t> source_types;
+    for (const GgufTensorInfo& t : file.tensors())
+        ++source_types[std::string(ggml_type_traits(t.type).name)];
+    json sources = json::array();
+    sources.push_back(source_entry(path));
+    if (!options.tokenizer.empty()) sources.push_back(source_entry(options.tokenizer));
+
+    QfWriter writer(options.output, {.compress = options.compress});
+    writer.set_model(model_config_to_json(cfg));
+    writer.set_tokenizer(std::move(tokenizer));
+    writer.set_provenance(convert_provenance(std::move(sources), recorded,
+                                             {{"source_format", "gguf"},
+                                              {"gguf_version", file.version()},
+                                              {"gguf_tensor_types", source_types}}));
+
+    Progress progress("convert", total_bytes);
+    std::vector<float> values, permuted;
+    std::vector<uint8_t> buffer;
+    for (const TensorSpec& s : specs) {
+        const Source& src = by_name.at(s.name);
+        const GgufTensorInfo& t = *src.info;
+        const std::string label =
+            s.name + " (GGUF " + t.name + ", " + std::string(ggml_type_traits(t.type).name) + ")";
+        values.resize(t.elements);
+        gguf_dequantize(t.type, file.tensor_data(t), values, path, t.name);
+        std::span<const float> out = values;
+        const RopeRows rope = arch.adjacent_pair_rope ? src.row->rope : RopeRows::none;
+        if (rope != RopeRows::none) {
+            const uint64_t heads = rope == RopeRows::q_heads ? cfg.num_heads : cfg.num_kv_heads;
+            const uint64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+            permuted.resize(values.size());
+            permute_rope_pairs_to_halves(
+                {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)},
+                {reinterpret_cast<uint8_t*>(permuted.data()), permuted.size() * sizeof(float)},
+                heads, cfg.head_dim, cols * sizeof(float));
+            out = permuted;
+        }
+        const TensorView view{label,
+                              DType::f32,
+                              s.shape,
+                              {reinterpret_cast<const uint8_t*>(out.data()), out.size_bytes()}};
+        const QType target = target_qtype(s, QType::f32, recorded.dtype);
+        writer.add_tensor(s.name, target, s.shape,
+                          cast_tensor(view, QType::f32, target, path, buffer));
+        file.release(t);
+        report.tensors += 1;
+        report.parameters += t.elements;
+        progress.advance(t.bytes);
+    }
+    writer.finish();
+    progress.finish();
+    report.bytes_written = writer.bytes_written();
+    return report;
+}
+
+}  // namespace qforge

@@ -1,0 +1,35 @@
+// GGUF model (llama.cpp's format) -> .qf: the model config from the metadata, every tensor
+// dequantized to float and renamed from llama.cpp's names to ours, and the tokenizer from the
+// metadata (tokenizer/source_gguf.hpp).
+//
+// llama.cpp's names (blk.N.attn_q.weight, token_embd.weight, ...) map to ours through one table
+// (kGgufTensorNames in gguf.cpp). For the "llama" architecture llama.cpp's converter
+// (convert_hf_to_gguf.py, LlamaModel.permute) reorders the rows of q and k from Hugging Face's
+// rotate-half RoPE to adjacent-pair RoPE (llama.cpp's LLAMA_ROPE_TYPE_NORM); conversion
+// reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
+// need), so the stored model is the Hugging Face one. "qwen2" files keep Hugging Face's order
+// (LLAMA_ROPE_TYPE_NEOX) and are not reordered.
+//
+// Quantized GGUF weights are dequantized exactly (formats/gguf_dequant.hpp); the result is
+// stored as f32 by default, or as --dtype asks (matrices only: 1-D tensors stay f32). The .qf
+// is then the "float" model that the GGUF's quantized weights represent.
+#pragma once
+
+#include <string>
+
+#include "convert/convert.hpp"
+#include "formats/gguf.hpp"
+#include "formats/model_config.hpp"
+
+namespace qforge {
+
+// Whether `path` is a GGUF file: a regular file starting with the magic "GGUF". Never throws.
+bool is_gguf_file(const std::string& path);
+
+// The model config the metadata describes (general.architecture and its keys); throws an Error
+// naming the file and the key for an unsupported architecture or a value qforge cannot run.
+ModelConfig gguf_model_config(const GgufFile& file);
+
+ConvertReport convert_gguf_checkpoint(const ConvertOptions& options);
+
+}  // namespace qforge

@@ -1,0 +1,164 @@
+// RoPE with the fp16 KV-cache write, and causal grouped-query attention over that cache, for
+// prefill (n tokens) and decode (one token) alike.
+//
+// Supported configurations (plans.hpp: check_attention_config refuses the rest on the host):
+//   head_dim  even, at most 256 (a lane of a warp holds ceil(head_dim / 32) <= 8 dimensions;
+//             compiled for 1, 2, 4, 8 per lane)
+//   heads     num_heads a multiple of num_kv_heads (GQA; MHA when equal)
+//   context   any length: an online softmax streams the cache once, no scores buffer
+//   cache     fp16 keys and values, [position][kv_heads * head_dim] per layer; positions come
+//             from a device integer (pos0), so a captured CUDA graph serves every decode step
+//
+// RoPE computes exactly the CPU's products and differences (rounded separately, no fused
+// multiply-add), so rotated q and k equal the CPU's before the fp16 rounding of the cache.
+// Attention: one block of 4 warps per (token, query head); warp w takes keys w, w + 4, ...,
+// keeping a running maximum, sum and weighted value sum; the four are merged at the end.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/launchers.hpp"
+
+namespace qforge::cuda {
+
+namespace {
+
+constexpr int kAttnWarps = 4;
+
+__global__ void rope_store_kv_kernel(RopeParams p) {
+    const uint32_t t = blockIdx.x;
+    const uint64_t pos = static_cast<uint64_t>(*p.pos0) + t;
+    const uint32_t half = p.head_dim / 2;
+    const uint32_t kvd = p.kv_heads * p.head_dim;
+    float* row = p.qkv + t * p.ld;
+    const float* cs = p.cos + pos * half;
+    const float* sn = p.sin + pos * half;
+    uint16_t* kc = p.k_cache + pos * kvd;
+    uint16_t* vc = p.v_cache + pos * kvd;
+    const uint32_t pairs = (p.heads + p.kv_heads) * half;
+    for (uint32_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+        const uint32_t h = idx / half, i = idx % half;
+        float* x = row + static_cast<uint64_t>(h) * p.head_dim;  // k heads follow the q heads
+        const float a = x[i], b = x[i + half];
+        const float ra = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
+        const float rb = __fadd_rn(__fmul_rn(b, cs[i]), __fmul_rn(a, sn[i]));
+        x[i] = ra;
+        x[i + half] = rb;
+        if (h >= p.heads) {
+            const uint32_t base = (h - p.heads) * p.head_dim;
+            kc[base + i] = __half_as_ushort(__float2half_rn(ra));
+            kc[base + i + half] = __half_as_ushort(__float2half_rn(rb));
+        }
+    }
+    const float* v = row + static_cast<uint64_t>(p.heads + p.kv_heads) * p.head_dim;
+    for (uint32_t j = threadIdx.x; j < kvd; j += blockDim.x)
+        vc[j] = __half_as_ushort(__float2half_rn(v[j]));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Lane l holds dimensions [l * D, l * D + D) of the head (those below head_dim).
+template <int D>
+__global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionParams p) {
+    const uint32_t t = blockIdx.x, h = blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
+    const uint32_t kvh = h / (p.heads / p.kv_heads);
+    const uint64_t len = static_cast<uint64_t>(*p.pos0) + t + 1;  // causal: keys 0 .. pos
+    const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
+
+    const float* q = p.qkv + t * p.ld + static_cast<uint64_t>(h) * hd;
+    float qv[D], o[D];
+#pragma unroll
+    for (int i = 0; i < D; ++i) {
+        const uint32_t d = lane * D + i;
+        qv[i] = d < hd ? q[d] : 0.0f;
+        o[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint16_t* kbase = p.k_cache + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* vbase = p.v_cache + static_cast<uint64_t>(kvh) * hd;
+    for (uint64_t j = warp; j < len; j += kAttnWarps) {
+        const uint16_t* kr = kbase + j * kvd;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            if (d < hd) s = fmaf(qv[i], __half2float(__ushort_as_half(kr[d])), s);
+        }
+        s = warp_sum(s) * scale;
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), e = expf(s - m_new);
+        l = l * corr + e;
+        const uint16_t* vr = vbase + j * kvd;
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            const float vv = d < hd ? __half2float(__ushort_as_half(vr[d])) : 0.0f;
+            o[i] = fmaf(e, vv, o[i] * corr);
+        }
+        m = m_new;
+    }
+
+    __shared__ float sm[kAttnWarps], sl[kAttnWarps];
+    __shared__ float so[kAttnWarps][32 * D];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int i = 0; i < D; ++i) so[warp][lane * D + i] = o[i];
+    __syncthreads();
+    if (warp == 0) {
+        float mx = sm[0];
+        for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, sm[w]);
+        float f[kAttnWarps], total = 0.0f;
+        for (int w = 0; w < kAttnWarps; ++w) {
+            f[w] = sl[w] > 0.0f ? expf(sm[w] - mx) : 0.0f;
+            total += sl[w] * f[w];
+        }
+        const float inv = 1.0f / total;
+        float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            if (d >= hd) continue;
+            float acc = 0.0f;
+            for (int w = 0; w < kAttnWarps; ++w) acc = fmaf(f[w], so[w][d], acc);
+            out[d] = acc * inv;
+        }
+    }
+}
+
+}  // namespace
+
+void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
+    rope_store_kv_kernel<<<p.n, 128, 0, stream>>>(p);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream) {
+    const dim3 grid(p.n, p.heads), block(32 * kAttnWarps);
+    switch (dims_per_lane) {
+        case 1:
+            attention_kernel<1><<<grid, block, 0, stream>>>(p);
+            break;
+        case 2:
+            attention_kernel<2><<<grid, block, 0, stream>>>(p);
+            break;
+        case 4:
+            attention_kernel<4><<<grid, block, 0, stream>>>(p);
+            break;
+        case 8:
+            attention_kernel<8><<<grid, block, 0, stream>>>(p);
+            break;
+        default:
+            throw_cuda_error(cudaErrorInvalidValue, "attention_launch: dims_per_lane not 1/2/4/8",
+                             __FILE__, __LINE__);
+    }
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace qforge::cuda

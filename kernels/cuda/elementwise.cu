@@ -1,0 +1,195 @@
+// The small kernels of the forward pass: embedding lookup, RMSNorm, SwiGLU, residual and bias
+// adds, fp32 -> fp16 activation rows, greedy argmax. Each matches the CPU backend's formula
+// (runtime/cpu_backend.cpp) operation for operation where that matters for the tests.
+//
+// Supported configurations: any n, d, width below 2^31 (grid-stride loops; one block per token
+// row for the row reductions); every weight kind of gpu_format.hpp for the embedding.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/dequant.hpp"
+#include "kernels/cuda/launchers.hpp"
+
+namespace qforge::cuda {
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+unsigned grid_for(uint64_t count) {
+    return static_cast<unsigned>(std::clamp<uint64_t>((count + kThreads - 1) / kThreads, 1, 65535));
+}
+
+__global__ void f32_to_f16_rows_kernel(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad,
+                                       uint32_t k, uint16_t* x16, uint64_t ldx16) {
+    const uint64_t total = static_cast<uint64_t>(m_pad) * ldx16;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t t = i / ldx16, j = i % ldx16;
+        const float v = t < m && j < k ? x[t * ldx + j] : 0.0f;
+        x16[i] = __half_as_ushort(__float2half_rn(v));
+    }
+}
+
+__global__ void add_bias_kernel(float* y, uint64_t ldy, uint32_t m, uint32_t rows,
+                                const float* bias) {
+    const uint64_t total = static_cast<uint64_t>(m) * rows;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t t = i / rows, r = i % rows;
+        y[t * ldy + r] += bias[r];
+    }
+}
+
+// One block per token: chunk c of the row goes to thread c % blockDim.x.
+__global__ void embed_rows_kernel(RowsParams e, const int32_t* tokens, uint32_t d, float* x,
+                                  uint64_t ldx) {
+    const uint32_t t = blockIdx.x;
+    const uint8_t* row = e.w + static_cast<uint64_t>(tokens[t]) * e.row_bytes;
+    float* out = x + t * ldx;
+    for (uint32_t c = threadIdx.x; c < e.chunks; c += blockDim.x) {
+        float w[32];
+        switch (e.kind) {
+            case WeightKind::q4:
+            case WeightKind::q8:
+                dequant_quant_chunk(row, e.kind == WeightKind::q4 ? 4 : 8, c, e.chunks_per_group,
+                                    e.scales_offset, e.zeros_offset, e.has_zeros != 0, e.zero, w);
+                break;
+            case WeightKind::f32:
+                for (int i = 0; i < 32; ++i) w[i] = reinterpret_cast<const float*>(row)[32 * c + i];
+                break;
+            case WeightKind::f16:
+                for (int i = 0; i < 32; ++i)
+                    w[i] = f16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[32 * c + i]);
+                break;
+            case WeightKind::bf16:
+                for (int i = 0; i < 32; ++i)
+                    w[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[32 * c + i]);
+                break;
+        }
+        for (uint32_t i = 0; i < 32 && 32 * c + i < d; ++i) out[32 * c + i] = w[i];
+    }
+}
+
+// One block per token. The sum of squares is accumulated in double, as on the CPU, so the scale
+// differs from the CPU's only by the order of a double sum.
+__global__ void rms_norm_kernel(const float* x, uint64_t ldx, const float* w, double eps,
+                                uint32_t d, float* out, uint64_t ldo) {
+    const float* xi = x + blockIdx.x * ldx;
+    double ss = 0.0;
+    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x) ss += static_cast<double>(xi[i]) * xi[i];
+    __shared__ double part[kThreads];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float scale = static_cast<float>(1.0 / sqrt(part[0] / static_cast<double>(d) + eps));
+    float* o = out + blockIdx.x * ldo;
+    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+        o[i] = __fmul_rn(w[i], __fmul_rn(xi[i], scale));
+}
+
+__global__ void swiglu_kernel(float* gate, const float* up, uint64_t ld, uint32_t n,
+                              uint32_t width) {
+    const uint64_t total = static_cast<uint64_t>(n) * width;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t at = (i / width) * ld + i % width;
+        const float v = gate[at];
+        gate[at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), up[at]);
+    }
+}
+
+__global__ void add_inplace_kernel(float* y, const float* x, uint64_t count) {
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+        y[i] += x[i];
+}
+
+// One block per row; ties go to the lowest index (std::max_element's choice).
+__global__ void argmax_rows_kernel(const float* logits, uint64_t ld, uint32_t vocab, int32_t* out) {
+    const float* row = logits + blockIdx.x * ld;
+    float best = -FLT_MAX;
+    int32_t idx = 0x7fffffff;
+    for (uint32_t i = threadIdx.x; i < vocab; i += blockDim.x)
+        if (row[i] > best) best = row[i], idx = static_cast<int32_t>(i);
+    __shared__ float bv[kThreads];
+    __shared__ int32_t bi[kThreads];
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const float ov = bv[threadIdx.x + s];
+            const int32_t oi = bi[threadIdx.x + s];
+            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x]))
+                bv[threadIdx.x] = ov, bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = bi[0] == 0x7fffffff ? 0 : bi[0];
+}
+
+__global__ void record_token_kernel(const int32_t* next, int32_t* pos, int32_t* history) {
+    history[*pos] = *next;
+    *pos += 1;
+}
+
+}  // namespace
+
+void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad, uint32_t k,
+                            uint16_t* x16, uint64_t ldx16, cudaStream_t stream) {
+    f32_to_f16_rows_kernel<<<grid_for(static_cast<uint64_t>(m_pad) * ldx16), kThreads, 0, stream>>>(
+        x, ldx, m, m_pad, k, x16, ldx16);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias_launch(float* y, uint64_t ldy, uint32_t m, uint32_t rows, const float* bias,
+                     cudaStream_t stream) {
+    add_bias_kernel<<<grid_for(static_cast<uint64_t>(m) * rows), kThreads, 0, stream>>>(y, ldy, m,
+                                                                                        rows, bias);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, uint32_t d, float* x,
+                       uint64_t ldx, cudaStream_t stream) {
+    embed_rows_kernel<<<n, 128, 0, stream>>>(e, tokens, d, x, ldx);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream) {
+    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
+                   cudaStream_t stream) {
+    swiglu_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(gate, up, ld,
+                                                                                       n, width);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t stream) {
+    add_inplace_kernel<<<grid_for(count), kThreads, 0, stream>>>(y, x, count);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t vocab, int32_t* out,
+                        cudaStream_t stream) {
+    argmax_rows_kernel<<<n, kThreads, 0, stream>>>(logits, ld, vocab, out);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, cudaStream_t stream) {
+    record_token_kernel<<<1, 1, 0, stream>>>(next, pos, history);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace qforge::cuda

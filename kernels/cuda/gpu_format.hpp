@@ -1,0 +1,119 @@
+// How a weight matrix of each qtype lives in GPU memory, which qtypes the CUDA kernels support,
+// and the host-side repack from the .qf row layout. Plain C++ (no CUDA headers), so it builds and
+// is unit-tested on machines without a GPU.
+//
+// GPU layout, per row (formats/qtype.hpp has the .qf row layout it derives from):
+//   quantized  the .qf row unchanged: codes in 16-byte chunks of 32 weights (4-bit: byte i =
+//              weight i low nibble, weight i + 16 high nibble; 8-bit: one int8 per weight), then
+//              fp16 scales, then uint8 zeros, padded to 64 bytes. Already GPU-shaped: a 16-byte
+//              load is one 4-bit chunk, every row starts on a 64-byte boundary. No repack.
+//   f32/f16/bf16  the .qf row (k elements, not padded) is repacked at load: elements past k up to
+//              round_up(k, 32) are zero, so every row is whole 32-weight chunks and starts on a
+//              64-byte boundary (16-byte loads of any chunk are aligned).
+// So every kernel walks a row as `chunks` = round_up(k, 32) / 32 chunks of 32 weights; weights
+// past k are exactly zero and contribute nothing as long as the activations there are finite.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "formats/qtype.hpp"
+#include "kernels/cuda/weight_kind.hpp"
+
+namespace qforge::cuda {
+
+// Thrown by every CUDA entry point for a configuration it does not support (a qtype without
+// kernels, a head_dim outside the attention table, a forced path that does not apply). The message
+// names the configuration; callers may fall back to the CPU backend.
+class UnsupportedOnCuda : public Error {
+  public:
+    explicit UnsupportedOnCuda(const std::string& configuration)
+        : Error("unsupported on CUDA: " + configuration), configuration_(configuration) {}
+    // The same, naming the model file and tensor it arose in.
+    UnsupportedOnCuda(const std::string& file, const std::string& tensor,
+                      const std::string& configuration)
+        : Error(file, tensor, "unsupported on CUDA: " + configuration),
+          configuration_(configuration) {}
+
+    const std::string& configuration() const { return configuration_; }
+
+  private:
+    std::string configuration_;
+};
+
+// Per qtype: whether the CUDA kernels read it, and with which family. One row per QType (a static
+// check below); a qtype added to formats/qtype.hpp without kernels gets `supported = false` and
+// every entry point throws UnsupportedOnCuda for it.
+struct CudaQTypeRow {
+    QType type;
+    bool supported;
+    WeightKind kind;
+    bool tensor_core_gemm;  // the fused mma.sync kernel reads it (integer codes, exact in fp16)
+};
+
+inline constexpr CudaQTypeRow kCudaQTypes[] = {
+    // type          supported kind              fused mma
+    {QType::f32, true, WeightKind::f32, false},
+    {QType::f16, true, WeightKind::f16, false},  // prefill: cuBLAS reads it directly
+    {QType::bf16, true, WeightKind::bf16, false},
+    {QType::q8, true, WeightKind::q8, true},
+    {QType::q8_g32, true, WeightKind::q8, true},
+    {QType::q8_g128, true, WeightKind::q8, true},
+    {QType::q4_g32, true, WeightKind::q4, true},
+    {QType::q4_g64, true, WeightKind::q4, true},
+    {QType::q4_g128, true, WeightKind::q4, true},
+    {QType::q4s_g32, true, WeightKind::q4, true},
+    {QType::q4s_g64, true, WeightKind::q4, true},
+    {QType::q4s_g128, true, WeightKind::q4, true},
+};
+
+constexpr bool cuda_qtype_table_in_enum_order() {
+    for (size_t i = 0; i < std::size(kCudaQTypes); ++i)
+        if (static_cast<size_t>(kCudaQTypes[i].type) != i) return false;
+    return true;
+}
+static_assert(std::size(kCudaQTypes) == kQTypeCount, "every QType needs a row in kCudaQTypes");
+static_assert(cuda_qtype_table_in_enum_order(), "kCudaQTypes rows must follow the QType order");
+
+constexpr const CudaQTypeRow& cuda_qtype_row(QType t) {
+    return kCudaQTypes[static_cast<size_t>(t)];
+}
+
+inline constexpr uint64_t kChunkWeights = 32;  // weights per chunk, every kind
+// Rows and k are 32-bit in the kernels' index arithmetic.
+inline constexpr uint64_t kMaxGpuDim = (uint64_t{1} << 31) - 1;
+
+// The GPU layout of a matrix of `k` weights per row.
+struct GpuMatrixFormat {
+    QType qtype = QType::f32;
+    WeightKind kind = WeightKind::f32;
+    uint64_t k = 0;
+    uint64_t kpad = 0;            // round_up(k, 32): weights per row the kernels walk
+    uint64_t chunks = 0;          // kpad / 32
+    uint64_t row_bytes = 0;       // GPU row stride, a multiple of 64
+    uint64_t file_row_bytes = 0;  // the .qf row stride (qtype_row_bytes)
+    // Quantized only:
+    uint64_t scales_offset = 0;     // fp16 scales within a row
+    uint64_t zeros_offset = 0;      // uint8 zeros within a row (has_zeros)
+    uint64_t chunks_per_group = 0;  // group / 32; `chunks` for one scale per row
+    bool has_zeros = false;         // asymmetric: a stored zero per group
+    int32_t zero = 0;               // symmetric: the implicit zero code
+
+    bool quantized() const { return kind == WeightKind::q8 || kind == WeightKind::q4; }
+    bool repacked() const { return row_bytes != file_row_bytes; }
+    // Bytes of one 32-weight chunk's codes or elements.
+    uint64_t chunk_bytes() const;
+};
+
+// The GPU layout for `qtype` rows of k weights. Throws UnsupportedOnCuda for a qtype the kernels
+// do not read, k == 0 or k above kMaxGpuDim.
+GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k);
+
+// Copies `rows` rows from the .qf layout (`src`, rows `src_stride` bytes apart) into the GPU
+// layout (`dst`, rows * fmt.row_bytes bytes): quantized rows verbatim, float rows with zeros from
+// element k up to the padded width.
+void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_t src_stride,
+                         uint64_t rows, uint8_t* dst);
+
+}  // namespace qforge::cuda

@@ -1,0 +1,138 @@
+// The boundary between the C++20 host code and the CUDA translation units (C++17): plain
+// parameter structs and one launch function per kernel family. Callers build the parameters from
+// the validated formats and plans (matmul.cpp, the backend); the launchers check every launch.
+// Pointers are device pointers; fp16 buffers are uint16_t here (bits of IEEE binary16).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/weight_kind.hpp"
+
+namespace qforge::cuda {
+
+// How to read the rows of a weight matrix (gpu_format.hpp's layout).
+struct RowsParams {
+    const uint8_t* w = nullptr;
+    uint64_t row_bytes = 0;
+    uint32_t rows = 0;
+    uint32_t chunks = 0;            // 32-weight chunks per row
+    uint32_t chunks_per_group = 1;  // quantized: chunks sharing one scale
+    uint32_t scales_offset = 0;     // quantized: bytes into the row
+    uint32_t zeros_offset = 0;
+    int32_t zero = 0;       // symmetric: the implicit zero code
+    int32_t has_zeros = 0;  // asymmetric: a stored zero per group
+    WeightKind kind = WeightKind::f32;
+};
+
+// Where a product goes: y[t * ldo + r] (=, or += when accumulate) value (+ bias[r]).
+struct OutParams {
+    float* y = nullptr;
+    uint64_t ldo = 0;
+    const float* bias = nullptr;
+    int32_t accumulate = 0;
+};
+
+// ---- GEMV (gemv_q4.cu, gemv_q8.cu, gemv_float.cu) -------------------------------------------
+struct GemvParams {
+    RowsParams w;
+    const float* x = nullptr;  // m rows, stride ldx
+    uint64_t ldx = 0;
+    uint32_t m = 0;  // tokens in this pass, <= token_tile
+    OutParams out;
+};
+void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
+                    cudaStream_t stream);
+void gemv_q8_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
+                    cudaStream_t stream);
+void gemv_float_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
+                       cudaStream_t stream);
+
+// ---- Fused tensor-core GEMM (gemm_mma.cu) ---------------------------------------------------
+struct MmaParams {
+    RowsParams w;                   // q4 or q8
+    const uint16_t* x16 = nullptr;  // round_up(m, 32) rows of ldx16 halves
+    uint64_t ldx16 = 0;
+    uint32_t m = 0;
+    uint32_t chunks_per_split = 0;
+    uint32_t splits = 1;
+    float* workspace = nullptr;  // splits > 1: [split][m][rows]
+    OutParams out;
+};
+void mma_gemm_launch(const MmaParams& p, uint32_t row_tiles, uint32_t token_tiles,
+                     cudaStream_t stream);
+
+// ---- Dequantize to fp16 (dequant_f16.cu) ----------------------------------------------------
+// Rows [r0, r0 + n) of a quantized matrix into n rows of chunks * 32 halves.
+void dequantize_f16_launch(const RowsParams& w, uint32_t r0, uint32_t n, uint16_t* out,
+                           cudaStream_t stream);
+
+// ---- Elementwise (elementwise.cu) -----------------------------------------------------------
+// x[t][0 .. k) (stride ldx) to fp16 rows of ldx16; zero past k and for rows m .. m_pad.
+void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad, uint32_t k,
+                            uint16_t* x16, uint64_t ldx16, cudaStream_t stream);
+// y[t][r] (+)= bias[r] for t < m, r < rows (the cuBLAS path's bias).
+void add_bias_launch(float* y, uint64_t ldy, uint32_t m, uint32_t rows, const float* bias,
+                     cudaStream_t stream);
+// Sum of split-K partial tiles in split order, then bias and accumulate (gemm_mma.cu).
+void splitk_reduce_launch(const float* workspace, uint32_t splits, uint32_t m, uint32_t rows,
+                          const OutParams& out, cudaStream_t stream);
+// Row tokens[t] of the embedding matrix, dequantized exactly, into x[t][0 .. d).
+void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, uint32_t d, float* x,
+                       uint64_t ldx, cudaStream_t stream);
+// out[t][i] = w[i] * (x[t][i] * s_t), s_t = 1 / sqrt(mean(x[t]^2) + eps) summed in double (as
+// the CPU backend does), for t < n, i < d.
+void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream);
+// gate[t][i] = silu(gate[t][i]) * up[t][i] for t < n, i < width.
+void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
+                   cudaStream_t stream);
+// y[i] += x[i] for i < count.
+void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t stream);
+// Index of the largest value of each row (the first on ties), for greedy sampling on the device.
+void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t vocab, int32_t* out,
+                        cudaStream_t stream);
+// Greedy decode bookkeeping after argmax: history[*pos] = *next; *pos += 1 (one thread).
+void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, cudaStream_t stream);
+
+// ---- RoPE and the KV cache (attention.cu) ---------------------------------------------------
+struct RopeParams {
+    float* qkv = nullptr;  // n rows: q heads, then k heads, then v heads
+    uint64_t ld = 0;
+    uint32_t n = 0, heads = 0, kv_heads = 0, head_dim = 0;
+    const float* cos = nullptr;  // [position][head_dim / 2]
+    const float* sin = nullptr;
+    const int32_t* pos0 = nullptr;  // device: position of token 0
+    uint16_t* k_cache = nullptr;    // this layer: [capacity][kv_heads * head_dim] fp16
+    uint16_t* v_cache = nullptr;
+};
+// Rotates q and k in place (rotate-half layout) and stores k, v as fp16 at positions pos0 + t.
+void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream);
+
+struct AttentionParams {
+    const float* qkv = nullptr;  // q of token t at qkv + t * ld
+    uint64_t ld = 0;
+    uint32_t n = 0, heads = 0, kv_heads = 0, head_dim = 0;
+    const uint16_t* k_cache = nullptr;
+    const uint16_t* v_cache = nullptr;
+    const int32_t* pos0 = nullptr;  // device: token t attends to positions 0 .. pos0 + t
+    float* out = nullptr;           // [t][heads * head_dim], stride ldo
+    uint64_t ldo = 0;
+};
+// Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
+void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream);
+
+// ---- Random weights on the device (random_fill.cu) ------------------------------------------
+// Values come from a counter-based hash of (seed, index): the same seed gives the same matrix.
+// Float rows (f32/f16/bf16): elements below k uniform with standard deviation `stddev`, the
+// padding up to the row stride zero.
+void fill_random_float_rows_launch(const RowsParams& w, uint32_t k, float stddev, uint64_t seed,
+                                   cudaStream_t stream);
+// Quantized rows: codes uniform over the type's range (codes_bytes = scales_offset bytes), every
+// scale `scale`, zeros mid-range (8), padding zero.
+void fill_random_quant_rows_launch(const RowsParams& w, float scale, uint64_t seed,
+                                   cudaStream_t stream);
+void fill_f32_launch(float* p, uint64_t count, float value, cudaStream_t stream);
+
+}  // namespace qforge::cuda

@@ -1,0 +1,110 @@
+#include "kernels/cuda/plans.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace qforge::cuda {
+
+namespace {
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+std::string_view matmul_path_name(MatmulPath p) {
+    switch (p) {
+        case MatmulPath::gemv:
+            return "gemv";
+        case MatmulPath::mma:
+            return "mma";
+        case MatmulPath::cublas:
+            return "cublas";
+    }
+    return "?";
+}
+
+bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major) {
+    switch (p) {
+        case MatmulPath::gemv:
+            return true;
+        case MatmulPath::mma:
+            return cuda_qtype_row(fmt.qtype).tensor_core_gemm && cc_major >= 8;
+        case MatmulPath::cublas:
+            return fmt.quantized() || fmt.kind == WeightKind::f16;
+    }
+    return false;
+}
+
+MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_major) {
+    if (m <= kGemvMaxTokens) return MatmulPath::gemv;
+    if (fmt.kind == WeightKind::f32 || fmt.kind == WeightKind::bf16) return MatmulPath::gemv;
+    if (fmt.kind == WeightKind::f16) return MatmulPath::cublas;
+    if (m <= kMmaMaxTokens && matmul_path_applies(MatmulPath::mma, fmt, cc_major))
+        return MatmulPath::mma;
+    return MatmulPath::cublas;
+}
+
+uint32_t gemv_rows_per_block(WeightKind kind) {
+    switch (kind) {
+        case WeightKind::q4:
+            return 4;
+        case WeightKind::q8:
+            return 2;
+        case WeightKind::f16:
+        case WeightKind::bf16:
+        case WeightKind::f32:
+            return 1;
+    }
+    return 1;
+}
+
+GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m) {
+    GemvPlan p;
+    p.rows_per_block = gemv_rows_per_block(fmt.kind);
+    p.blocks = ceil_div(rows, p.rows_per_block);
+    // As few chunk steps as 256 threads allow, then the fewest whole warps for that many steps
+    // (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
+    p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, kGemvMaxThreads));
+    p.threads = static_cast<uint32_t>(
+        std::max<uint64_t>(32, round_up(ceil_div(fmt.chunks, p.chunk_steps), 32)));
+    const uint64_t tile = std::min(m, kGemvMaxTokens);
+    p.token_tile = tile <= 1 ? 1 : tile <= 2 ? 2 : tile <= 4 ? 4 : 8;
+    p.passes = std::max<uint64_t>(1, ceil_div(m, kGemvMaxTokens));
+    return p;
+}
+
+MmaPlan plan_mma(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, int sm_count) {
+    MmaPlan p;
+    p.row_tiles = ceil_div(rows, kMmaTileRows);
+    p.token_tiles = ceil_div(m, kMmaTileTokens);
+    const uint64_t base = p.row_tiles * p.token_tiles;
+    const uint64_t target = 8 * static_cast<uint64_t>(std::max(sm_count, 1));
+    // Each warp should keep at least 4 chunks, so a split holds at least 16.
+    const uint64_t max_splits = std::max<uint64_t>(1, fmt.chunks / (4 * kMmaWarps));
+    const uint64_t want = base >= target ? 1 : ceil_div(target, base);
+    const uint64_t splits = std::min({want, max_splits, uint64_t{64}});
+    p.chunks_per_split = ceil_div(fmt.chunks, splits);
+    p.splits = static_cast<uint32_t>(ceil_div(fmt.chunks, p.chunks_per_split));  // none empty
+    p.workspace_floats = p.splits > 1 ? p.splits * m * rows : 0;
+    return p;
+}
+
+uint64_t cublas_slab_rows(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t scratch_halves) {
+    return std::clamp<uint64_t>(scratch_halves / fmt.kpad, 1, rows);
+}
+
+void check_attention_config(uint64_t head_dim, uint64_t num_heads, uint64_t num_kv_heads) {
+    if (head_dim == 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim)
+        throw UnsupportedOnCuda("attention with head_dim " + std::to_string(head_dim) +
+                                " (even values up to " + std::to_string(kMaxHeadDim) +
+                                " are supported)");
+    if (num_kv_heads == 0 || num_heads % num_kv_heads != 0)
+        throw UnsupportedOnCuda("attention with " + std::to_string(num_heads) +
+                                " query heads over " + std::to_string(num_kv_heads) +
+                                " key/value heads");
+}
+
+uint32_t attention_dims_per_lane(uint64_t head_dim) {
+    const uint64_t per_lane = ceil_div(head_dim, 32);
+    return per_lane <= 1 ? 1 : per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
+}
+
+}  // namespace qforge::cuda

@@ -1,0 +1,235 @@
+#include "quant/awq.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qforge {
+
+namespace {
+
+uint64_t group_size(QType t, uint64_t k) {
+    const uint32_t g = qtype_traits(t).group;
+    return g == 0 ? k : std::min<uint64_t>(g, k);
+}
+
+// Rows [0, rows) split over the pool's threads, or run on the caller.
+template <class F>
+void for_rows(ThreadPool* pool, uint64_t rows, F&& fn) {
+    if (pool)
+        pool->parallel_for(rows, [&](size_t b, size_t e) { fn(b, e); });
+    else
+        fn(0, rows);
+}
+
+void require_size(const std::vector<float>& v, uint64_t n, const char* what) {
+    if (!v.empty() && v.size() != n)
+        throw Error(std::string("awq: ") + what + " has " + std::to_string(v.size()) +
+                    " entries, expected " + std::to_string(n));
+}
+
+}  // namespace
+
+std::vector<float> awq_scales(const std::vector<double>& x_mean, double alpha) {
+    std::vector<float> s(x_mean.size());
+    if (s.empty()) return s;
+    double lo = 0.0, hi = 0.0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const double v = std::max(std::pow(x_mean[i], alpha), static_cast<double>(kAwqMinScale));
+        s[i] = static_cast<float>(v);
+        lo = i == 0 ? v : std::min(lo, v);
+        hi = i == 0 ? v : std::max(hi, v);
+    }
+    const double norm = std::sqrt(hi * lo);
+    for (auto& v : s) v = static_cast<float>(v / norm);
+    return s;
+}
+
+void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const float* s,
+                       float* out, ThreadPool* pool) {
+    const uint64_t gs = group_size(t, k);
+    std::string failure;  // the first error, raised on the caller's thread
+    for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
+        std::vector<float> ws(gs);
+        for (uint64_t r = r0; r < r1; ++r) {
+            for (uint64_t c0 = 0; c0 < k; c0 += gs) {
+                const uint64_t n = std::min(gs, k - c0);
+                const float* wr = w + r * k + c0;
+                for (uint64_t j = 0; j < n; ++j) ws[j] = s ? wr[j] * s[c0 + j] : wr[j];
+                auto p = qtype_group_params(t, ws.data(), n);
+                if (!p) {
+                    if (failure.empty())
+                        failure = std::to_string(r) + ", column " + std::to_string(c0);
+                    return;
+                }
+                for (uint64_t j = 0; j < n; ++j) {
+                    const float q = qtype_dequantize_value(*p, qtype_quantize_value(t, *p, ws[j]));
+                    out[r * k + c0 + j] = s ? q / s[c0 + j] : q;
+                }
+            }
+        }
+    });
+    if (!failure.empty())
+        throw Error("awq: the group at row " + failure + " overflows fp16 when scaled for " +
+                    std::string(qtype_traits(t).name));
+}
+
+AwqScaleSearch awq_search_scales(const std::vector<double>& x_mean,
+                                 const std::vector<AwqLinear>& linears, uint64_t k,
+                                 const AwqEvaluate& evaluate, int grid, ThreadPool* pool) {
+    if (x_mean.size() != k) throw Error("awq: x_mean has the wrong size");
+    if (grid < 1) throw Error("awq: the alpha grid needs at least one point");
+    AwqScaleSearch r;
+    std::vector<std::vector<float>> candidate(linears.size());
+    for (int i = 0; i < grid; ++i) {
+        const double alpha = static_cast<double>(i) / grid;
+        const std::vector<float> s = awq_scales(x_mean, alpha);
+        for (size_t l = 0; l < linears.size(); ++l) {
+            const AwqLinear& a = linears[l];
+            if (!qtype_is_quantized(a.qtype)) {
+                candidate[l].assign(a.w, a.w + a.rows * k);
+                continue;
+            }
+            candidate[l].resize(a.rows * k);
+            awq_fake_quantize(a.qtype, a.w, a.rows, k, s.data(), candidate[l].data(), pool);
+        }
+        const double e = evaluate(candidate);
+        r.errors.push_back(e);
+        if (i == 0 || e < r.errors[static_cast<size_t>(r.best)]) {
+            r.best = i;
+            r.alpha = alpha;
+            r.scales = s;
+        }
+    }
+    return r;
+}
+
+double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
+                         const std::vector<double>& h) {
+    if (h.size() != k * k) throw Error("awq: H has the wrong size");
+    std::vector<double> e(rows * k), eh(rows * k);
+    for (uint64_t i = 0; i < rows * k; ++i)
+        e[i] = static_cast<double>(w[i]) - static_cast<double>(q[i]);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                static_cast<int>(k), static_cast<int>(k), 1.0, e.data(), static_cast<int>(k),
+                h.data(), static_cast<int>(k), 0.0, eh.data(), static_cast<int>(k));
+    double sum = 0.0;
+    for (uint64_t i = 0; i < rows * k; ++i) sum += e[i] * eh[i];
+    return sum;
+}
+
+std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s) {
+    const uint64_t k = s.size();
+    if (h.size() != k * k) throw Error("awq: H has the wrong size");
+    std::vector<double> out(k * k);
+    for (uint64_t i = 0; i < k; ++i)
+        for (uint64_t j = 0; j < k; ++j)
+            out[i * k + j] = h[i * k + j] / (static_cast<double>(s[i]) * s[j]);
+    return out;
+}
+
+AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::vector<double>& h,
+                      ThreadPool* pool) {
+    if (h.size() != k * k) throw Error("awq: H has the wrong size");
+    const uint64_t gs = group_size(t, k), groups = (k + gs - 1) / gs;
+    std::vector<uint64_t> clipped(rows, 0);
+    std::string failure;
+    for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
+        std::vector<float> c(gs), best(gs);
+        std::vector<double> d(gs);
+        for (uint64_t r = r0; r < r1; ++r) {
+            for (uint64_t g = 0; g < groups; ++g) {
+                const uint64_t c0 = g * gs, n = std::min(gs, k - c0);
+                float* wg = w + r * k + c0;
+                float amax = 0.0f;
+                for (uint64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(wg[j]));
+                if (amax == 0.0f) continue;
+                double best_err = 0.0;
+                int best_i = 0;
+                for (int i = 0; i < kAwqClipSteps; ++i) {
+                    const float m = amax * (1.0f - static_cast<float>(i) / kAwqClipGrid);
+                    for (uint64_t j = 0; j < n; ++j) c[j] = std::clamp(wg[j], -m, m);
+                    auto p = qtype_group_params(t, c.data(), n);
+                    if (!p) {
+                        if (failure.empty())
+                            failure = std::to_string(r) + ", column " + std::to_string(c0);
+                        return;
+                    }
+                    for (uint64_t j = 0; j < n; ++j)
+                        d[j] = static_cast<double>(
+                                   qtype_dequantize_value(*p, qtype_quantize_value(t, *p, c[j]))) -
+                               wg[j];
+                    double err = 0.0;
+                    for (uint64_t a = 0; a < n; ++a) {
+                        const double* ha = h.data() + (c0 + a) * k + c0;
+                        double row = 0.0;
+                        for (uint64_t b = 0; b < n; ++b) row += ha[b] * d[b];
+                        err += d[a] * row;
+                    }
+                    if (i == 0 || err < best_err) {
+                        best_err = err;
+                        best_i = i;
+                        best.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n));
+                    }
+                }
+                if (best_i > 0) {
+                    std::copy(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n), wg);
+                    clipped[r] += 1;
+                }
+            }
+        }
+    });
+    if (!failure.empty())
+        throw Error("awq: the group at row " + failure + " overflows fp16 for " +
+                    std::string(qtype_traits(t).name));
+    AwqClipStats st;
+    st.groups = rows * groups;
+    for (auto v : clipped) st.clipped += v;
+    return st;
+}
+
+void awq_fold(const ModelConfig& c, AwqBlock& b, const AwqBlockScales& s) {
+    const uint64_t d = c.hidden_size, inter = c.intermediate_size, qd = c.q_dim();
+    require_size(s.qkv, d, "the q/k/v scales");
+    require_size(s.vo, qd, "the v -> o scales");
+    require_size(s.gate_up, d, "the gate/up scales");
+    require_size(s.down, inter, "the down scales");
+    if (!s.vo.empty() && !awq_scales_v_to_o(c))
+        throw Error("awq: v -> o scales need as many kv heads as heads (v and o differ in shape)");
+    auto scale_columns = [](std::vector<float>& w, uint64_t k, const std::vector<float>& sc) {
+        for (size_t i = 0; i < w.size(); ++i) w[i] *= sc[i % k];
+    };
+    auto divide_rows = [](std::vector<float>& w, uint64_t k, const std::vector<float>& sc) {
+        for (size_t i = 0; i < w.size(); ++i) w[i] /= sc[i / k];
+    };
+    auto divide = [](std::vector<float>& v, const std::vector<float>& sc) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] /= sc[i];
+    };
+    if (!s.qkv.empty()) {
+        divide(b.attn_norm, s.qkv);
+        scale_columns(b.q, d, s.qkv);
+        scale_columns(b.k, d, s.qkv);
+        scale_columns(b.v, d, s.qkv);
+    }
+    if (!s.vo.empty()) {
+        divide_rows(b.v, d, s.vo);
+        divide(b.v_bias, s.vo);
+        scale_columns(b.o, qd, s.vo);
+    }
+    if (!s.gate_up.empty()) {
+        divide(b.mlp_norm, s.gate_up);
+        scale_columns(b.gate, d, s.gate_up);
+        scale_columns(b.up, d, s.gate_up);
+    }
+    if (!s.down.empty()) {
+        divide_rows(b.up, d, s.down);
+        scale_columns(b.down, inter, s.down);
+    }
+}
+
+}  // namespace qforge

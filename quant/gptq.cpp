@@ -1,0 +1,309 @@
+// GPTQ on one linear layer (quant/gptq.hpp has the algorithm and its determinism argument).
+//
+// Storage: the Hessian is one k * k row-major float64 array whose strict lower triangle keeps H
+// (in the column-visiting order) while the upper triangle receives U (inverse_cholesky_upper,
+// quant/hessian.hpp). A failed factorisation is retried from the lower triangle; the output
+// errors are measured with it (dsymm reads the lower triangle). No second k * k array is needed
+// without act-order.
+//
+// Threads: OpenBLAS runs single-threaded (quant/hessian.hpp says why); rows are processed in
+// fixed panels of kPanelRows, each panel's column loop and lazy-update dgemms by one thread.
+#include "quant/gptq.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+#include "quant/hessian.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qforge {
+
+namespace {
+
+constexpr uint64_t kPanelRows = 64;     // rows per lazy-update dgemm (one thread's unit)
+constexpr uint64_t kMeasureRows = 128;  // rows per dsymm when measuring output errors
+
+// For `forms` matrices E_f with rows filled by fill(r, s) (s: forms rows of k doubles, E_0[r]
+// first), returns sum_f-wise trace(E_f H E_f^T), H's lower triangle and diagonal read from h
+// (row-major). Rows go in fixed batches of kMeasureRows (one single-threaded dsymm each) and the
+// per-row values are summed in row order, so the sums do not depend on the threads.
+template <class Fill>
+std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                    ThreadPool* pool, Fill fill) {
+    const uint64_t batches = (rows + kMeasureRows - 1) / kMeasureRows;
+    std::vector<double> per_row(rows * forms);
+    auto run = [&](size_t bb, size_t be) {
+        std::vector<double> s, hs;
+        for (uint64_t b = bb; b < be; ++b) {
+            const uint64_t r0 = b * kMeasureRows, m = std::min(kMeasureRows, rows - r0) * forms;
+            s.resize(m * k);
+            hs.resize(m * k);
+            for (uint64_t r = r0; r < r0 + m / forms; ++r) fill(r, s.data() + (r - r0) * forms * k);
+            cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, static_cast<int>(m),
+                        static_cast<int>(k), 1.0, h, static_cast<int>(k), s.data(),
+                        static_cast<int>(k), 0.0, hs.data(), static_cast<int>(k));
+            for (uint64_t i = 0; i < m; ++i) {
+                double acc = 0.0;
+                for (uint64_t j = 0; j < k; ++j) acc += s[i * k + j] * hs[i * k + j];
+                per_row[r0 * forms + i] = acc;
+            }
+        }
+    };
+    if (pool)
+        pool->parallel_for(batches, run);
+    else
+        run(0, batches);
+    std::vector<double> total(forms, 0.0);
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t f = 0; f < forms; ++f) total[f] += per_row[r * forms + f];
+    return total;
+}
+
+void check_blas_size(uint64_t v, const char* what) {
+    if (v == 0 || v > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        throw Error(std::string("GPTQ: ") + what + " = " + std::to_string(v) +
+                    " is outside 1 .. 2^31 - 1");
+}
+
+std::string where(uint64_t r, uint64_t c) {
+    return "[" + std::to_string(r) + "][" + std::to_string(c) + "]";
+}
+
+}  // namespace
+
+GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<double> h,
+                         const GptqOptions& o, ThreadPool* pool) {
+    const QTypeTraits& tr = qtype_traits(o.qtype);
+    if (tr.is_float) throw Error("GPTQ: " + std::string(tr.name) + " is not a quantized type");
+    check_blas_size(rows, "rows");
+    check_blas_size(k, "k");
+    const auto kk = checked_mul(k, k);
+    const auto rk = checked_mul(rows, k);
+    if (!kk || !rk) throw Error("GPTQ: the layer's size overflows 64 bits");
+    if (h.size() != *kk)
+        throw Error("GPTQ: the Hessian has " + std::to_string(h.size()) + " elements, expected " +
+                    std::to_string(*kk));
+    if (o.block == 0) throw Error("GPTQ: block must be at least 1 column");
+    if (!std::isfinite(o.damp) || o.damp < 0.0)
+        throw Error("GPTQ: damp " + std::to_string(o.damp) + " is not a finite value >= 0");
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t c = 0; c < k; ++c)
+            if (!std::isfinite(w[r * k + c]))
+                throw Error("GPTQ: weight " + where(r, c) + " is not finite");
+    for (uint64_t i = 0; i < k; ++i) {
+        for (uint64_t j = 0; j <= i; ++j)
+            if (!std::isfinite(h[i * k + j]))
+                throw Error("GPTQ: Hessian element " + where(i, j) + " is not finite");
+        if (h[i * k + i] < 0.0)
+            throw Error("GPTQ: Hessian diagonal element " + std::to_string(i) + " is negative (" +
+                        std::to_string(h[i * k + i]) + ")");
+    }
+
+    const QRowLayout layout = *qtype_row_layout(o.qtype, k);
+    const uint64_t group = layout.group, groups = layout.groups;
+
+    // Step 1: dead inputs.
+    std::vector<double> diag(k);
+    std::vector<uint8_t> dead(k);
+    for (uint64_t i = 0; i < k; ++i) {
+        dead[i] = h[i * k + i] == 0.0;
+        diag[i] = dead[i] ? 1.0 : h[i * k + i];
+    }
+    auto weight = [&](uint64_t r, uint64_t c) { return dead[c] ? 0.0f : w[r * k + c]; };
+
+    // Step 2: the visiting order; perm[i] is the original column visited i-th.
+    std::vector<uint64_t> perm(k);
+    std::iota(perm.begin(), perm.end(), uint64_t{0});
+    if (o.act_order)
+        std::stable_sort(perm.begin(), perm.end(),
+                         [&](uint64_t a, uint64_t b) { return diag[a] > diag[b]; });
+
+    // Grids fixed before the loop: one per row (group 0 types), or static groups (act-order).
+    const bool dynamic_groups = !o.act_order && tr.group != 0;
+    std::vector<QGroupParams> params(rows * groups);
+    if (!dynamic_groups) {
+        std::vector<float> vals(group);
+        for (uint64_t r = 0; r < rows; ++r) {
+            for (uint64_t g = 0; g < groups; ++g) {
+                const uint64_t b = g * group, e = std::min(k, b + group);
+                for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
+                auto p = qtype_group_params(o.qtype, vals.data(), e - b);
+                if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
+                params[r * groups + g] = *p;
+            }
+        }
+    }
+
+    // W in visiting order, float64.
+    std::vector<double> wk(*rk);
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t i = 0; i < k; ++i) wk[r * k + i] = weight(r, perm[i]);
+
+    // Steps 3 and 4 on H in visiting order (lower triangle filled for act-order's copy).
+    std::vector<double> permuted;
+    double* a = h.data();
+    if (o.act_order) {
+        permuted.assign(*kk, 0.0);
+        for (uint64_t i = 0; i < k; ++i)
+            for (uint64_t j = 0; j <= i; ++j) {
+                const uint64_t pi = perm[i], pj = perm[j];
+                permuted[i * k + j] = pi >= pj ? h[pi * k + pj] : h[pj * k + pi];
+            }
+        a = permuted.data();
+    }
+    std::vector<double> visit_diag(k);
+    for (uint64_t i = 0; i < k; ++i) visit_diag[i] = diag[perm[i]];
+    double mean_diag = 0.0;  // summed in visiting order: act-order == the pre-permuted problem
+    for (uint64_t i = 0; i < k; ++i) mean_diag += visit_diag[i];
+    mean_diag /= static_cast<double>(k);
+
+    const BlasSingleThread single_threaded_blas;
+    GptqResult res;
+    double damp = o.damp;
+    while (!inverse_cholesky_upper(a, k, visit_diag, damp * mean_diag, pool)) {
+        if (damp >= kGptqMaxDamp)
+            throw Error("GPTQ: the Hessian is not positive definite even with damp " +
+                        std::to_string(damp) + " (are the calibration inputs finite and varied?)");
+        damp = damp > 0.0 ? std::min(2.0 * damp, kGptqMaxDamp) : kGptqFirstRaise;
+        ++res.damp_raises;
+    }
+    res.damp_used = damp;
+    auto u = [&](uint64_t i, uint64_t j) { return a[i * k + j]; };  // j >= i
+
+    // Step 5: the column loop, panel by panel of rows: every row is independent given U.
+    const uint64_t block = std::min(o.block, k);
+    const uint64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+    std::vector<int32_t> codes(*rk);
+    std::vector<double> row_loss(rows, 0.0), row_sq_error(rows, 0.0);
+    std::vector<uint64_t> failed_group(rows, UINT64_MAX);
+    auto run_panels = [&](size_t pb, size_t pe) {
+        std::vector<double> err(kPanelRows * block);
+        std::vector<float> vals(dynamic_groups ? group : 0);
+        for (uint64_t panel = pb; panel < pe; ++panel) {
+            const uint64_t r0 = panel * kPanelRows, r1 = std::min(rows, r0 + kPanelRows);
+            for (uint64_t i1 = 0; i1 < k; i1 += block) {
+                const uint64_t i2 = std::min(i1 + block, k), count = i2 - i1;
+                for (uint64_t r = r0; r < r1; ++r) {
+                    if (failed_group[r] != UINT64_MAX) continue;
+                    double* wr = wk.data() + r * k;
+                    double* er = err.data() + (r - r0) * count;
+                    for (uint64_t i = 0; i < count; ++i) {
+                        const uint64_t col = i1 + i;
+                        if (dynamic_groups && col % group == 0) {
+                            // The group's weights as updated by columns 0 .. col - 1: those in
+                            // this block are; those past it still lack this block's updates.
+                            const uint64_t gend = std::min(col + group, k);
+                            for (uint64_t c = col; c < gend; ++c) {
+                                double v = wr[c];
+                                if (c >= i2)
+                                    for (uint64_t j = i1; j < col; ++j) v -= er[j - i1] * u(j, c);
+                                vals[c - col] = static_cast<float>(v);
+                            }
+                            auto p = qtype_group_params(o.qtype, vals.data(), gend - col);
+                            if (!p) {
+                                failed_group[r] = col / group;
+                                break;
+                            }
+                            params[r * groups + col / group] = *p;
+                        }
+                        const uint64_t oc = perm[col];
+                        const QGroupParams& p = params[r * groups + oc / group];
+                        const double x = wr[col];
+                        const int32_t code =
+                            qtype_quantize_value(o.qtype, p, static_cast<float>(x));
+                        const double q = qtype_dequantize_value(p, code);
+                        const double e = (x - q) / u(col, col);
+                        const double e0 = weight(r, oc) - q;  // against the unchanged weight
+                        codes[r * k + oc] = code;
+                        row_loss[r] += e * e / 2.0;
+                        row_sq_error[r] += e0 * e0;
+                        er[i] = e;
+                        const double* urow = a + col * k;
+                        for (uint64_t j = col + 1; j < i2; ++j) wr[j] -= e * urow[j];
+                    }
+                }
+                if (i2 < k)  // W[r0:r1, i2:] -= Err1 * U[i1:i2, i2:]
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                                static_cast<int>(r1 - r0), static_cast<int>(k - i2),
+                                static_cast<int>(count), -1.0, err.data(), static_cast<int>(count),
+                                a + i1 * k + i2, static_cast<int>(k), 1.0, wk.data() + r0 * k + i2,
+                                static_cast<int>(k));
+            }
+        }
+    };
+    if (pool)
+        pool->parallel_for(panels, run_panels);
+    else
+        run_panels(0, panels);
+    for (uint64_t r = 0; r < rows; ++r)
+        if (failed_group[r] != UINT64_MAX)
+            throw Error("GPTQ: the scale of group " + where(r, failed_group[r]) +
+                        " overflows fp16 on the updated weights");
+    double sq_error = 0.0;
+    for (uint64_t r = 0; r < rows; ++r) {
+        res.loss += row_loss[r];
+        sq_error += row_sq_error[r];
+    }
+    // W - Q = Err U (each column's error is err_i U[i][i] plus what earlier columns moved into
+    // it), and U H_damped U^T = I, so trace((W - Q) H_damped (W - Q)^T) = ||Err||^2 = 2 * loss
+    // exactly; H_damped = H + damp * mean * I (dead inputs: W - Q is 0 there, so their changed
+    // diagonal does not count).
+    // (Clamped at 0: when W is all but exact on the grid, rounding could make it -1e-17.)
+    res.output_error = std::max(0.0, 2.0 * res.loss - damp * mean_diag * sq_error);
+
+    const uint64_t row_bytes = layout.row_bytes;
+    res.packed.resize(rows * row_bytes);
+    for (uint64_t r = 0; r < rows; ++r)
+        pack_row(o.qtype, codes.data() + r * k, params.data() + r * groups, k,
+                 res.packed.data() + r * row_bytes);
+
+    res.rtn_output_error = res.weight_output_norm = std::numeric_limits<double>::quiet_NaN();
+    if (o.measure) {
+        // The lower triangle of `h` is H as given; put its diagonal back (it held U's).
+        if (!o.act_order)
+            for (uint64_t i = 0; i < k; ++i) h[i * k + i] = dead[i] ? 0.0 : diag[i];
+        std::vector<uint8_t> rtn_failed(rows, 0);
+        const auto forms = quadratic_forms(h.data(), k, rows, 2, pool, [&](uint64_t r, double* s) {
+            std::vector<uint8_t> rtn_row(row_bytes);
+            std::vector<float> rtn(k);
+            const float* wr = w + r * k;
+            if (quantize_row_ref(o.qtype, wr, k, rtn_row.data()) != QuantStatus::ok)
+                rtn_failed[r] = 1;
+            dequantize_row_ref(o.qtype, rtn_row.data(), k, rtn.data());
+            for (uint64_t c = 0; c < k; ++c) {
+                s[c] = wr[c];
+                s[k + c] = static_cast<double>(wr[c]) - rtn[c];
+            }
+        });
+        for (uint64_t r = 0; r < rows; ++r)
+            if (rtn_failed[r]) throw Error("GPTQ: RTN cannot quantize row " + std::to_string(r));
+        res.weight_output_norm = forms[0];
+        res.rtn_output_error = forms[1];
+    }
+    return res;
+}
+
+double hessian_output_error(const float* w, QType t, const uint8_t* packed, uint64_t rows,
+                            uint64_t k, const std::vector<double>& h, ThreadPool* pool) {
+    check_blas_size(rows, "rows");
+    check_blas_size(k, "k");
+    const auto row_bytes = qtype_row_bytes(t, k);
+    const auto kk = checked_mul(k, k);
+    if (!row_bytes || !kk || h.size() != *kk)
+        throw Error("hessian_output_error: the Hessian does not match k = " + std::to_string(k));
+    const BlasSingleThread single_threaded_blas;
+    return quadratic_forms(h.data(), k, rows, 1, pool, [&](uint64_t r, double* s) {
+        std::vector<float> deq(k);
+        dequantize_row_ref(t, packed + r * *row_bytes, k, deq.data());
+        for (uint64_t c = 0; c < k; ++c) s[c] = static_cast<double>(w[r * k + c]) - deq[c];
+    })[0];
+}
+
+}  // namespace qforge

@@ -1,0 +1,253 @@
+// HessianAccumulator: float32 products of fixed chunks of rows in fixed tiles (OpenBLAS ssyrk on
+// the diagonal, sgemm elsewhere), summed in float64 (quant/hessian.hpp explains why this is
+// deterministic and accurate enough).
+#include "quant/hessian.hpp"
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qforge {
+
+BlasSingleThread::BlasSingleThread() : saved_(openblas_get_num_threads()) {
+    openblas_set_num_threads(1);
+}
+BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(saved_); }
+
+HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool) : k_(k), pool_(pool) {
+    if (k == 0) throw Error("Hessian: a layer with no inputs");
+    const auto kk = checked_mul(k, k);
+    const auto chunk = checked_mul(kHessianChunk, k);
+    if (!kk || !chunk || k > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        throw Error("Hessian: " + std::to_string(k) + " inputs are too many for BLAS");
+    chunk_.assign(*chunk, 0.0f);
+    sum_.assign(*kk, 0.0);
+    abs_sum_.assign(k, 0.0);
+}
+
+void HessianAccumulator::add(const float* x, uint64_t n) {
+    if (finished_) throw Error("Hessian: rows added after finish()");
+    for (uint64_t r = 0; r < n; ++r) {
+        const float* row = x + r * k_;
+        for (uint64_t c = 0; c < k_; ++c) abs_sum_[c] += std::fabs(static_cast<double>(row[c]));
+    }
+    // Rows are always copied into the chunk buffer, so every product reads the same memory
+    // layout whatever the caller's pointer and split.
+    while (n > 0) {
+        const uint64_t take = std::min(n, kHessianChunk - buffered_);
+        std::memcpy(chunk_.data() + buffered_ * k_, x, take * k_ * sizeof(float));
+        buffered_ += take;
+        count_ += take;
+        x += take * k_;
+        n -= take;
+        if (buffered_ == kHessianChunk) flush_chunk();
+    }
+}
+
+void HessianAccumulator::flush_chunk() {
+    if (buffered_ == 0) return;
+    const uint64_t tiles = (k_ + kHessianTile - 1) / kHessianTile;
+    const uint64_t pairs = tiles * (tiles + 1) / 2;  // tiles (bi, bj) with bj >= bi
+    const int k = static_cast<int>(k_), n = static_cast<int>(buffered_);
+    auto run = [&](size_t begin, size_t end) {
+        std::vector<float> tile(kHessianTile * kHessianTile);
+        uint64_t bi = 0, first = 0;  // pair index of (bi, bi)
+        for (size_t p = begin; p < end; ++p) {
+            while (p >= first + (tiles - bi)) first += tiles - bi++;
+            const uint64_t bj = bi + (p - first);
+            const uint64_t i0 = bi * kHessianTile, j0 = bj * kHessianTile;
+            const uint64_t ni = std::min(kHessianTile, k_ - i0),
+                           nj = std::min(kHessianTile, k_ - j0);
+            const float* a = chunk_.data() + i0;
+            if (bi == bj)
+                cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(ni), n, 1.0f, a,
+                            k, 0.0f, tile.data(), static_cast<int>(nj));
+            else
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(ni),
+                            static_cast<int>(nj), n, 1.0f, a, k, chunk_.data() + j0, k, 0.0f,
+                            tile.data(), static_cast<int>(nj));
+            for (uint64_t i = 0; i < ni; ++i) {
+                double* s = sum_.data() + (i0 + i) * k_ + j0;
+                const float* t = tile.data() + i * nj;
+                for (uint64_t j = bi == bj ? i : 0; j < nj; ++j) s[j] += static_cast<double>(t[j]);
+            }
+        }
+    };
+    BlasSingleThread single;
+    if (pool_)
+        pool_->parallel_for(pairs, run);
+    else
+        run(0, pairs);
+    buffered_ = 0;
+}
+
+HessianStats HessianAccumulator::finish() {
+    if (finished_) throw Error("Hessian: finish() called twice");
+    if (count_ == 0) throw Error("Hessian: no calibration rows were added");
+    flush_chunk();
+    finished_ = true;
+    HessianStats st;
+    st.k = k_;
+    st.count = count_;
+    const double scale = 2.0 / static_cast<double>(count_);
+    st.h = std::move(sum_);
+    for (uint64_t i = 0; i < k_; ++i) {
+        for (uint64_t j = i; j < k_; ++j) {
+            const double v = st.h[i * k_ + j] * scale;
+            if (!std::isfinite(v))
+                throw Error("Hessian: calibration inputs " + std::to_string(i) + " and " +
+                            std::to_string(j) + " give a non-finite product");
+            st.h[i * k_ + j] = v;
+            st.h[j * k_ + i] = v;
+        }
+    }
+    st.mean_abs.resize(k_);
+    for (uint64_t c = 0; c < k_; ++c) st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
+    chunk_ = {};
+    return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// inverse_cholesky_upper
+//
+// GPTQ needs U, upper with H^-1 = U^T U. The usual route (Cholesky of H, its inverse, Cholesky of
+// the inverse) costs k^3 * 4/3 flops. Cheaper and without forming H^-1: with J the order-reversing
+// permutation, factor M = J H J = L L^T (L lower); then H = (J L J)(J L J)^T with J L J upper, so
+// H^-1 = U^T U for U = (J L J)^-1 = J L^-1 J, upper with a positive diagonal: the same unique
+// factor, for k^3 * 2/3 flops. Reversing a row-major array's elements maps (i, j) to
+// (k-1-i, k-1-j): it is J . J, and it turns the untouched lower triangle into an upper one. So
+// the array is reversed, M's lower triangle is factored and inverted in place, and the array is
+// reversed back, leaving U in the upper triangle and H in the lower one.
+//
+// Both steps run on fixed kFactorTile x kFactorTile tiles (row-major, leading dimension k), each
+// tile operation one single-threaded BLAS/LAPACK call, tiles of a step spread over the threads
+// round-robin; every tile sees the same sequence of operations whatever the thread count.
+// LAPACK is called column-major: a row-major lower tile is a column-major upper one.
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// Calls f(task) for task in [0, n), round-robin over the pool's threads (or on the caller).
+template <class F>
+void for_each_task(ThreadPool* pool, size_t n, F&& f) {
+    if (!pool || n <= 1) {
+        for (size_t i = 0; i < n; ++i) f(i);
+        return;
+    }
+    const auto threads = static_cast<size_t>(pool->size());
+    pool->run([&](int t) {
+        for (size_t i = static_cast<size_t>(t); i < n; i += threads) f(i);
+    });
+}
+
+struct Tiles {
+    double* a;
+    uint64_t k, n;  // matrix size, tiles per side
+    double* at(uint64_t i, uint64_t j) const { return a + i * kFactorTile * k + j * kFactorTile; }
+    int size(uint64_t i) const {
+        return static_cast<int>(std::min(kFactorTile, k - i * kFactorTile));
+    }
+    int ld() const { return static_cast<int>(k); }
+};
+
+// Right-looking tiled Cholesky of the row-major lower triangle: M = L L^T, L in its place.
+bool tiled_cholesky(const Tiles& t, ThreadPool* pool) {
+    for (uint64_t kk = 0; kk < t.n; ++kk) {
+        const int nk = t.size(kk);
+        if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', nk, t.at(kk, kk), t.ld()) != 0) return false;
+        const uint64_t below = t.n - kk - 1;
+        for_each_task(pool, below, [&](size_t task) {  // L_ik = A_ik L_kk^-T
+            const uint64_t i = kk + 1 + task;
+            cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, t.size(i),
+                        nk, 1.0, t.at(kk, kk), t.ld(), t.at(i, kk), t.ld());
+        });
+        // A_ij -= L_ik L_jk^T for kk < j <= i: pairs (i, j) numbered row by row.
+        for_each_task(pool, below * (below + 1) / 2, [&](size_t task) {
+            uint64_t i = kk + 1, first = 0;
+            while (task >= first + (i - kk)) first += i++ - kk;
+            const uint64_t j = kk + 1 + (task - first);
+            if (i == j)
+                cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, t.size(i), nk, -1.0,
+                            t.at(i, kk), t.ld(), 1.0, t.at(i, i), t.ld());
+            else
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t.size(i), t.size(j), nk, -1.0,
+                            t.at(i, kk), t.ld(), t.at(j, kk), t.ld(), 1.0, t.at(i, j), t.ld());
+        });
+    }
+    return true;
+}
+
+// Tiled inverse of the row-major lower triangle, in place, column of tiles by column of tiles
+// from the last (LAPACK dtrtri's order): X_jj = L_jj^-1, then for i > j
+// X_ij = -(sum_{m=j+1..i} X_im L_mj) X_jj, which reads the already inverted columns m > j and
+// this column's L, so the new column goes to `scratch` first and is copied in afterwards.
+bool tiled_inverse(const Tiles& t, ThreadPool* pool) {
+    std::vector<double> scratch(t.k * kFactorTile);
+    for (uint64_t jj = t.n; jj-- > 0;) {
+        const int nj = t.size(jj);
+        if (LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'U', 'N', nj, t.at(jj, jj), t.ld()) != 0) return false;
+        const uint64_t below = t.n - jj - 1;
+        auto slot = [&](uint64_t i) {
+            return scratch.data() + (i - jj - 1) * kFactorTile * kFactorTile;
+        };
+        for_each_task(pool, below, [&](size_t task) {
+            const uint64_t i = jj + 1 + task;
+            const int ni = t.size(i);
+            double* y = slot(i);  // [ni][nj], leading dimension nj
+            for (int r = 0; r < ni; ++r)
+                std::memcpy(y + static_cast<size_t>(r) * nj,
+                            t.at(i, jj) + static_cast<uint64_t>(r) * t.k,
+                            static_cast<size_t>(nj) * sizeof(double));
+            cblas_dtrmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, ni, nj,
+                        1.0, t.at(i, i), t.ld(), y, nj);  // X_ii L_ij
+            for (uint64_t m = jj + 1; m < i; ++m)
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, nj, t.size(m), 1.0,
+                            t.at(i, m), t.ld(), t.at(m, jj), t.ld(), 1.0, y, nj);
+            cblas_dtrmm(CblasRowMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit, ni, nj,
+                        -1.0, t.at(jj, jj), t.ld(), y, nj);
+        });
+        for (uint64_t i = jj + 1; i < t.n; ++i) {
+            const int ni = t.size(i);
+            for (int r = 0; r < ni; ++r)
+                std::memcpy(t.at(i, jj) + static_cast<uint64_t>(r) * t.k,
+                            slot(i) + static_cast<size_t>(r) * nj,
+                            static_cast<size_t>(nj) * sizeof(double));
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+bool inverse_cholesky_upper(double* a, uint64_t k, const std::vector<double>& diag, double add,
+                            ThreadPool* pool) {
+    if (k > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        throw Error("GPTQ: " + std::to_string(k) + " inputs are too many for LAPACK");
+    for (uint64_t i = 0; i < k; ++i) {
+        a[i * k + i] = diag[i] + add;
+        for (uint64_t j = i + 1; j < k; ++j) a[i * k + j] = a[j * k + i];
+    }
+    const BlasSingleThread single;
+    const Tiles t{a, k, (k + kFactorTile - 1) / kFactorTile};
+    std::reverse(a, a + k * k);
+    const bool ok = tiled_cholesky(t, pool) && tiled_inverse(t, pool);
+    std::reverse(a, a + k * k);
+    if (!ok) return false;
+    for (uint64_t i = 0; i < k; ++i) {
+        const double d = a[i * k + i];
+        if (!std::isfinite(d) || !(d > 0.0)) return false;
+    }
+    return true;
+}
+
+}  // namespace qforge

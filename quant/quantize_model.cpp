@@ -1,0 +1,193 @@
+#include "quant/quantize_model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "formats/qf.hpp"
+#include "quant/model_source.hpp"
+#include "quant/rtn.hpp"
+#include "runtime/thread_pool.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge {
+
+namespace {
+
+using nlohmann::json;
+
+std::string value_text(float f) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+    return buf;
+}
+
+std::string_view qname(QType t) { return qtype_traits(t).name; }
+
+std::string failure_text(const RowFailure& f, uint64_t rows, QType target) {
+    const std::string where =
+        rows == 1 ? "element " + std::to_string(f.col)
+                  : "row " + std::to_string(f.row) + ", column " + std::to_string(f.col);
+    if (f.status == QuantStatus::non_finite)
+        return where + " is " + value_text(f.value) + " (weights must be finite)";
+    if (qtype_is_quantized(target))
+        return where + ": " + value_text(f.value) + " is too large for " +
+               std::string(qname(target)) + " (its group's scale overflows fp16)";
+    return where + " = " + value_text(f.value) + " overflows " + std::string(qname(target));
+}
+
+json quantization_record(const QuantRecipe& recipe, const std::vector<PlanGroup>& groups,
+                         const std::vector<TensorPlan>& plan) {
+    json q = recipe_to_json(recipe);
+    json classes = json::array();
+    for (const auto& g : groups)
+        classes.push_back({{"class", tensor_class_name(g.cls)},
+                           {"qtype", qname(g.qtype)},
+                           {"tensors", g.tensors},
+                           {"reason", g.reason}});
+    std::map<std::string, uint64_t> counts;
+    for (const auto& p : plan) counts[std::string(qname(p.choice.qtype))] += 1;
+    q["classes"] = std::move(classes);
+    q["qtypes"] = counts;
+    q["version"] = QFORGE_VERSION;
+    return q;
+}
+
+json provenance(const ModelSource& src, const json& quantization) {
+    json p = {
+        {"generator", {{"name", "qforge"}, {"version", QFORGE_VERSION}}},
+        {"sources", src.sources()},
+        {"recipe", {{"command", "quantize"}, {"source_format", src.format()}}},
+        {"quantization", quantization},
+    };
+    if (!src.input_provenance().is_null()) p["input_provenance"] = src.input_provenance();
+    return p;
+}
+
+}  // namespace
+
+std::vector<PlanGroup> group_plan(const std::vector<TensorPlan>& plan) {
+    std::vector<PlanGroup> groups;
+    for (const auto& p : plan) {
+        auto it = std::find_if(groups.begin(), groups.end(), [&](const PlanGroup& g) {
+            return g.cls == p.choice.cls && g.qtype == p.choice.qtype &&
+                   g.reason == p.choice.reason;
+        });
+        if (it == groups.end())
+            it = groups.insert(groups.end(), {p.choice.cls, p.choice.qtype, p.choice.reason});
+        it->tensors += 1;
+    }
+    return groups;
+}
+
+QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback& on_plan) {
+    const auto start = std::chrono::steady_clock::now();
+    QuantizeReport report;
+    const std::unique_ptr<ModelSource> src = open_model_source(options.input, options.tokenizer);
+    report.warnings = src->warnings();
+    report.tokenizer = src->tokenizer_file();
+
+    // Every decision, and every refusal, before the first byte is written.
+    std::vector<TensorPlan> plan;
+    uint64_t total_bytes = 0;
+    const bool tied = src->config().tie_word_embeddings;
+    for (size_t i = 0; i < src->tensors().size(); ++i) {
+        const SourceTensor& t = src->tensors()[i];
+        TensorPlan p{t.name, t.shape, t.qtype,
+                     choose_tensor_qtype(options.recipe, t.name, t.shape, t.qtype, tied)};
+        if (qtype_is_quantized(t.qtype) && p.choice.qtype != t.qtype)
+            throw Error(src->file_of(i), t.name,
+                        "already quantized as " + std::string(qname(t.qtype)) +
+                            "; re-quantizing to " + std::string(qname(p.choice.qtype)) +
+                            " is not supported (quantize the float model instead)");
+        total_bytes += qtype_tensor_bytes(t.qtype, t.shape).value_or(0);
+        plan.push_back(std::move(p));
+    }
+    report.groups = group_plan(plan);
+    if (on_plan) on_plan(plan);
+
+    QfWriter writer(options.output);
+    writer.set_model(src->model_json());
+    writer.set_tokenizer(src->tokenizer());
+    writer.set_provenance(
+        provenance(*src, quantization_record(options.recipe, report.groups, plan)));
+
+    ThreadPool pool(std::max(1, options.threads));
+    // Calibrated methods: the layer-sequential engine produces the blocks' linears.
+    std::unique_ptr<CalibrationSet> calibration;
+    std::unique_ptr<LayerSequential> engine;
+    if (quant_method_info(options.recipe.method).calibrated) {
+        if (src->tokenizer().is_null())
+            throw Error(options.input, {}, "calibration needs the model's tokenizer, and it has none");
+        const Tokenizer tok = Tokenizer::from_schema(src->tokenizer(), options.input);
+        CalibrationOptions co = options.calibrated.calibration;
+        co.seqlen = std::min<uint64_t>(co.seqlen, src->config().max_position_embeddings);
+        calibration = std::make_unique<CalibrationSet>(make_calibration_set(tok, co));
+        std::vector<QType> qtypes;
+        for (const auto& p : plan) qtypes.push_back(p.choice.qtype);
+        CalibratedOptions engine_options = options.calibrated;
+        engine_options.method = options.recipe.method;
+        engine = std::make_unique<LayerSequential>(*src, std::move(qtypes), *calibration,
+                                                   engine_options, pool);
+    }
+    Progress progress("quantize", total_bytes);
+    std::vector<uint8_t> scratch, out;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const TensorPlan& p = plan[i];
+        const QType target = p.choice.qtype;
+        const std::span<const uint8_t> in = src->bytes(i, scratch);
+        QuantizedTensor r;
+        r.name = p.name;
+        r.cls = p.choice.cls;
+        r.source = p.source;
+        r.qtype = target;
+        r.shape = p.shape;
+        r.parameters = checked_product(p.shape).value_or(0);
+        r.copied = target == p.source && qtype_is_quantized(target);  // refused above otherwise
+        std::optional<std::vector<uint8_t>> calibrated;
+        if (engine && !r.copied) calibrated = engine->take(i);
+        if (calibrated) {
+            writer.add_tensor(p.name, target, p.shape, *calibrated);
+            r.bytes = calibrated->size();
+        } else if (r.copied) {
+            writer.add_tensor(p.name, target, p.shape, in);
+            r.bytes = in.size();
+        } else {
+            // Matrices row by row; any other shape is one row of all its elements.
+            const uint64_t rows = p.shape.size() == 2 ? p.shape[0] : 1;
+            const uint64_t k = p.shape.size() == 2 ? p.shape[1] : r.parameters;
+            const auto size = qtype_tensor_bytes(target, p.shape);
+            if (!size)
+                throw Error(src->file_of(i), p.name,
+                            "shape " + shape_to_string(p.shape) + " cannot be stored as " +
+                                std::string(qname(target)));
+            out.resize(*size);
+            if (auto f = rtn_quantize(p.source, in, rows, k, target, out, &pool))
+                throw Error(src->file_of(i), p.name, failure_text(*f, rows, target));
+            writer.add_tensor(p.name, target, p.shape, out);
+            r.bytes = out.size();
+        }
+        src->release(i);
+        progress.advance(in.size());
+        report.parameters += r.parameters;
+        report.tensor_bytes += r.bytes;
+        report.tensors.push_back(std::move(r));
+    }
+    if (engine) {
+        json q = quantization_record(options.recipe, report.groups, plan);
+        q[std::string(quant_method_info(options.recipe.method).name)] = engine->record();
+        writer.set_provenance(provenance(*src, q));
+        report.linears = engine->linears();
+    }
+    writer.finish();
+    progress.finish();
+    report.bytes_written = writer.bytes_written();
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return report;
+}
+
+}  // namespace qforge

@@ -1,0 +1,84 @@
+// The quantize pipeline: a model (a .qf or a Hugging Face checkpoint, quant/model_source.hpp)
+// in, a quantized .qf out. Streams tensor by tensor in canonical order: read the stored rows,
+// choose the type (quant/recipe.hpp), quantize (quant/rtn.hpp), write, release the input's
+// pages, so peak memory stays near the largest tensor. Nothing appears under the output name
+// until the whole file is written (QfWriter), so a failure leaves nothing behind.
+//
+// The .qf header records what was done, under "provenance" (docs/FORMAT.md):
+//   generator      {name, version}, as convert writes it
+//   sources        [{file, bytes, hash}] of the input files (the .qf, or config + shards +
+//                  tokenizer)
+//   recipe         {command: "quantize", source_format: "qf" | "safetensors"}
+//   quantization   {method, qtype, overrides: ["REGEX=TYPE"], classes: [{class, qtype, tensors,
+//                  reason}], qtypes: {type: tensors}, version}
+//   input_provenance   the input .qf's own provenance (a .qf input only), so the chain back to
+//                  the original checkpoint stays in the file
+// Nothing depends on the thread count, so the file is byte-identical whatever --threads is.
+#pragma once
+
+#include "quant/layer_sequential.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "quant/recipe.hpp"
+
+namespace qforge {
+
+struct QuantizeOptions {
+    std::string input;      // .qf file or Hugging Face checkpoint
+    std::string output;     // .qf path
+    std::string tokenizer;  // checkpoints only; empty: found beside it
+    QuantRecipe recipe;
+    CalibratedOptions calibrated;  // calibrated methods (gptq): data and method options
+    int threads = 1;
+};
+
+// One tensor's decision, known before any tensor is read.
+struct TensorPlan {
+    std::string name;
+    std::vector<uint64_t> shape;
+    QType source;  // stored type in the input
+    TensorChoice choice;
+};
+
+// Tensors that share a class, a type and a reason: how the decisions are reported.
+struct PlanGroup {
+    TensorClass cls;
+    QType qtype;
+    std::string reason;
+    uint64_t tensors = 0;
+};
+std::vector<PlanGroup> group_plan(const std::vector<TensorPlan>& plan);
+
+struct QuantizedTensor {
+    std::string name;
+    TensorClass cls = TensorClass::linear;
+    QType source = QType::f32, qtype = QType::f32;
+    std::vector<uint64_t> shape;
+    uint64_t parameters = 0;
+    uint64_t bytes = 0;   // stored bytes: scales, zeros and row padding included
+    bool copied = false;  // already stored as the target type: bytes copied as they were
+};
+
+struct QuantizeReport {
+    std::vector<QuantizedTensor> tensors;
+    std::vector<PlanGroup> groups;
+    uint64_t parameters = 0;
+    uint64_t tensor_bytes = 0;   // sum of the tensors' bytes
+    uint64_t bytes_written = 0;  // the whole file
+    double seconds = 0.0;
+    std::string tokenizer;              // the tokenizer file embedded from a checkpoint
+    std::vector<std::string> warnings;  // shown to the user; quantization still succeeded
+    std::vector<LinearReport> linears;  // calibrated methods: each quantized linear's error
+};
+
+// Called once the plan is made, before the first tensor is read (the CLI prints it).
+using PlanCallback = std::function<void(const std::vector<TensorPlan>&)>;
+
+QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback& on_plan = {});
+
+}  // namespace qforge

@@ -1,0 +1,41 @@
+#include "runtime/backend_factory.hpp"
+
+#include "kernels/device_info.hpp"
+
+namespace qforge {
+
+std::optional<BackendKind> backend_kind_from_name(std::string_view name) {
+    if (name == "auto") return BackendKind::auto_select;
+    if (name == "cpu") return BackendKind::cpu;
+    if (name == "cuda") return BackendKind::cuda;
+    return std::nullopt;
+}
+
+std::string_view backend_kind_name(BackendKind kind) {
+    switch (kind) {
+        case BackendKind::auto_select:
+            return "auto";
+        case BackendKind::cpu:
+            return "cpu";
+        case BackendKind::cuda:
+            return "cuda";
+    }
+    return "?";
+}
+
+BackendKind resolve_backend_kind(BackendKind kind, std::string* why) {
+    if (kind != BackendKind::auto_select) return kind;
+    std::string reason;
+    const bool gpu = !list_gpus(&reason).empty();
+    if (why) *why = gpu ? "a CUDA device is present" : reason;
+    return gpu ? BackendKind::cuda : BackendKind::cpu;
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, ThreadPool& pool,
+                                      const BackendOptions& options) {
+    if (resolve_backend_kind(kind) == BackendKind::cuda)
+        return make_cuda_backend(model, options.cuda);
+    return make_cpu_backend(model, pool, options.cpu);
+}
+
+}  // namespace qforge

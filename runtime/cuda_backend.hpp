@@ -1,0 +1,91 @@
+// The CUDA backend: the forward pass of backend.hpp on one GPU, with the kernels of
+// kernels/cuda/. Weights are uploaded once in their packed form (float rows repacked to whole
+// 32-weight chunks, kernels/cuda/gpu_format.hpp); activations and the residual stream are fp32;
+// the KV cache is fp16; single-token decode replays a CUDA graph captured on first use, so
+// launch overhead does not dominate small models.
+//
+// Precision against the CPU backend: decode products (GEMV) use the exact dequantized weights
+// and fp32 activations, like the CPU; batched products of more than 8 tokens round the
+// activations to fp16 for the tensor cores (and f16 / cuBLAS-path weights are fp16), and keys and
+// values are stored in fp16. Logits agree with the CPU within relative L2 ~1e-3 (tested).
+//
+// Built without CUDA, the constructors throw qforge::Error saying so; backend_factory.hpp picks
+// the CPU then.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/plans.hpp"
+#include "runtime/backend.hpp"
+
+namespace qforge {
+
+struct CudaBackendOptions {
+    int device = 0;
+    bool use_graphs = true;    // single-token decode replays a captured CUDA graph
+    uint64_t max_batch = 512;  // tokens per internal step of a long batch (bounds activations)
+    // Tests and benchmarks: run every product through this path (kernels/cuda/plans.hpp).
+    std::optional<cuda::MatmulPath> forced_path;
+};
+
+class CudaEngine;  // the device-side model and forward pass (cuda_backend.cpp)
+
+class CudaBackend final : public Backend {
+  public:
+    // Uploads the model's weights. Throws qforge::Error without CUDA or device, and
+    // cuda::UnsupportedOnCuda for a qtype or shape the kernels do not run.
+    CudaBackend(const Model& model, CudaBackendOptions options = {});
+    ~CudaBackend() override;
+
+    std::string_view name() const override { return "cuda"; }
+    const Model& model() const override { return model_; }
+    std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
+    void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
+                 std::span<float> logits) override;
+
+    // Greedy decoding without a host round trip per token: runs `first` at cache.size(), then
+    // feeds each argmax (lowest index on ties) back, `steps` tokens in all; returns the chosen
+    // tokens. One CUDA graph per step: forward, argmax, bookkeeping.
+    std::vector<int32_t> greedy_decode(KvCache& cache, int32_t first, uint64_t steps);
+
+    // "NVIDIA H200 (sm_90, 132 SMs)".
+    std::string device_description() const;
+
+  private:
+    const Model& model_;
+    std::unique_ptr<CudaEngine> engine_;
+};
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, CudaBackendOptions options = {});
+
+// A model at `config`'s shapes whose weights are generated on the device (every matrix in
+// `qtype`, norms 1): for benchmarks of shapes too large to write to disk, e.g. Llama-3-8B.
+class CudaSyntheticModel {
+  public:
+    CudaSyntheticModel(const ModelConfig& config, QType qtype, uint64_t seed,
+                       CudaBackendOptions options = {});
+    ~CudaSyntheticModel();
+
+    // Bytes of weights one decode step reads (every layer matrix and the LM head).
+    uint64_t decode_weight_bytes() const;
+    // Device memory the weights occupy.
+    uint64_t weight_bytes() const;
+
+    struct DecodeTiming {
+        uint64_t steps = 0;
+        double seconds = 0.0;
+        double tokens_per_s = 0.0;
+    };
+    // Greedy decode from position 0: `warmup` untimed steps, then `steps` timed ones (CUDA
+    // events around graph replays).
+    DecodeTiming time_greedy_decode(uint64_t warmup, uint64_t steps);
+
+  private:
+    std::unique_ptr<CudaEngine> engine_;
+};
+
+}  // namespace qforge

@@ -1,0 +1,354 @@
+// The CUDA backend end to end: logits of random models written here (every architecture feature,
+// float and quantized qtypes, the SmolLM2-135M and TinyLlama-1.1B shapes with fewer layers) against
+// the float64 reference forward, prefill through every matmul path and token-by-token decode
+// through the captured CUDA graph; graph replay equal to eager launches bit for bit; greedy
+// decoding on the device equal to the host loop; stories260K against the CPU backend; the errors
+// of the Backend contract. Skipped with a printed reason when no CUDA device is present.
+//
+// Tolerance: relative L2 distance of each position's logits <= 1e-3 (the bound for fp16
+// paths: fp16 KV cache, fp16 activations in batched products, fp16 weights on the cuBLAS path).
+//
+// stories260K is read from $QFORGE_GPU_CHECK_DATA (stories260K.qf, stories260K-f16.qf:
+// scripts/fetch_gpu_check_deps.sh converts them), so the GPU check needs no converter.
+#include "runtime/cuda_backend.hpp"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/architectures.hpp"
+#include "formats/qf.hpp"
+#include "kernels/device_info.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/model.hpp"
+#include "runtime/reference_forward.hpp"
+#include "runtime/thread_pool.hpp"
+#include "test_support.hpp"
+
+using namespace qforge;
+namespace fs = std::filesystem;
+
+#ifndef QFORGE_HAVE_CUDA
+
+TEST_CASE("CUDA backend matches the reference", "[cuda]") {
+    QF_SKIP("no CUDA device: qforge was built without CUDA");
+}
+
+#else
+
+namespace {
+
+#define QF_REQUIRE_GPU()                                                  \
+    do {                                                                  \
+        std::string why_;                                                 \
+        if (list_gpus(&why_).empty()) QF_SKIP("no CUDA device: " + why_); \
+    } while (0)
+
+// A scratch folder of its own (test_support's ScratchDir needs the full test library).
+struct TempDir {
+    fs::path path;
+    explicit TempDir(const std::string& name)
+        : path(fs::temp_directory_path() /
+               ("qforge_cuda_" + name + "_" + std::to_string(::getpid()))) {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+ModelConfig tiny_config(Architecture arch) {
+    ModelConfig c;
+    c.arch = arch;
+    c.vocab_size = 97;
+    c.hidden_size = 48;
+    c.intermediate_size = 70;
+    c.num_layers = 2;
+    c.num_heads = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 320;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    c.torch_dtype = "float32";
+    return c;
+}
+
+// Random weights with the scale of a trained model; matrices in `qtype`, vectors in f32.
+void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32_t seed) {
+    std::mt19937 rng(seed);
+    QfWriter w(path.string());
+    w.set_model(model_config_to_json(c));
+    for (const auto& spec : expected_tensors(c)) {
+        uint64_t n = 1;
+        for (uint64_t d : spec.shape) n *= d;
+        std::vector<float> v(n);
+        // Matrices in `qtype` row by row; vectors as one f32 row.
+        const QType t = spec.is_matrix ? qtype : QType::f32;
+        const uint64_t rows = spec.is_matrix ? spec.shape[0] : 1, k = n / rows;
+        if (spec.is_matrix) {
+            std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+            for (auto& x : v) x = dist(rng);
+            if (spec.name == "embed")
+                for (auto& x : v) x *= 4.0f;
+        } else {
+            const bool is_bias = spec.name.find("bias") != std::string::npos;
+            std::normal_distribution<float> dist(is_bias ? 0.0f : 1.0f, is_bias ? 0.5f : 0.1f);
+            for (auto& x : v) x = dist(rng);
+        }
+        const uint64_t stride = *qtype_row_bytes(t, k);
+        std::vector<uint8_t> bytes(rows * stride);
+        for (uint64_t r = 0; r < rows; ++r)
+            REQUIRE(quantize_row_ref(t, v.data() + r * k, k, bytes.data() + r * stride) ==
+                    QuantStatus::ok);
+        w.add_tensor(spec.name, t, spec.shape, bytes);
+    }
+    w.finish();
+}
+
+std::vector<int32_t> some_tokens(size_t n, uint64_t vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+    t[0] = 1;
+    return t;
+}
+
+std::vector<float> run_batch(Backend& b, std::span<const int32_t> tokens) {
+    auto cache = b.new_cache(tokens.size() + 4);
+    std::vector<float> logits(tokens.size() * b.model().config().vocab_size);
+    b.forward(tokens, *cache, 0, logits);
+    return logits;
+}
+
+std::vector<float> run_token_by_token(Backend& b, std::span<const int32_t> tokens) {
+    const uint64_t v = b.model().config().vocab_size;
+    auto cache = b.new_cache(tokens.size() + 4);
+    std::vector<float> all, one(v);
+    for (int32_t t : tokens) {
+        b.forward({&t, 1}, *cache, 0, one);
+        all.insert(all.end(), one.begin(), one.end());
+    }
+    return all;
+}
+
+// The largest relative L2 distance of a position's logits from `ref`.
+double worst_rel_l2(const std::vector<float>& got, const std::vector<double>& ref, uint64_t vocab) {
+    double worst = 0.0;
+    for (uint64_t t = 0; t * vocab < ref.size(); ++t) {
+        double diff = 0.0, norm = 0.0;
+        for (uint64_t i = 0; i < vocab; ++i) {
+            const double d = got[t * vocab + i] - ref[t * vocab + i];
+            diff += d * d;
+            norm += ref[t * vocab + i] * ref[t * vocab + i];
+        }
+        worst = std::max(worst, std::sqrt(diff / norm));
+    }
+    return worst;
+}
+
+std::vector<double> flatten(const std::vector<std::vector<double> >& rows) {
+    std::vector<double> out;
+    for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
+    return out;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+constexpr double kMaxRelL2 = 1e-3;
+
+// Prefill through every path that applies, and decode through the graph, against the reference.
+void check_model_against_reference(const fs::path& path, size_t n_tokens, uint32_t seed) {
+    Model model(path.string());
+    const uint64_t vocab = model.config().vocab_size;
+    const auto tokens = some_tokens(n_tokens, vocab, seed);
+    const auto ref = flatten(reference_forward(model, tokens));
+    CudaBackend gpu(model);
+    INFO(gpu.device_description());
+    const double decode = worst_rel_l2(run_token_by_token(gpu, tokens), ref, vocab);
+    CHECK(decode <= kMaxRelL2);
+    const double prefill = worst_rel_l2(run_batch(gpu, tokens), ref, vocab);
+    CHECK(prefill <= kMaxRelL2);
+    for (cuda::MatmulPath p :
+         {cuda::MatmulPath::gemv, cuda::MatmulPath::mma, cuda::MatmulPath::cublas}) {
+        CudaBackendOptions o;
+        o.forced_path = p;
+        try {
+            CudaBackend forced(model, o);
+            const double e = worst_rel_l2(run_batch(forced, tokens), ref, vocab);
+            INFO("forced path " << cuda::matmul_path_name(p));
+            CHECK(e <= kMaxRelL2);
+        } catch (const cuda::UnsupportedOnCuda&) {
+            // The path does not apply to this model's qtype (e.g. mma on f32): the first
+            // product refuses it, as the table says.
+        }
+    }
+}
+
+struct Variant {
+    const char* name;
+    Architecture arch;
+    bool tied, bias, llama3;
+    QType qtype;
+};
+
+constexpr Variant kVariants[] = {
+    {"llama untied f32", Architecture::llama, false, false, false, QType::f32},
+    {"llama untied f16 + llama3 rope", Architecture::llama, false, false, true, QType::f16},
+    {"qwen2 tied bias bf16", Architecture::qwen2, true, true, false, QType::bf16},
+    {"mistral untied f16", Architecture::mistral, false, false, false, QType::f16},
+    {"llama q8", Architecture::llama, false, false, false, QType::q8},
+    {"qwen2 tied bias q8_g32", Architecture::qwen2, true, true, false, QType::q8_g32},
+    {"llama q4_g32", Architecture::llama, false, false, false, QType::q4_g32},
+    {"llama q4s_g64", Architecture::llama, false, false, false, QType::q4s_g64},
+    {"llama3 rope q4_g128", Architecture::llama, false, false, true, QType::q4_g128},
+};
+
+}  // namespace
+
+TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]") {
+    QF_REQUIRE_GPU();
+    TempDir dir("variants");
+    uint32_t seed = 1;
+    for (const auto& v : kVariants) {
+        INFO(v.name);
+        ModelConfig c = tiny_config(v.arch);
+        c.tie_word_embeddings = v.tied;
+        c.attention_bias = v.bias;
+        if (v.llama3) c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+        const fs::path p = dir.path / (std::to_string(seed) + ".qf");
+        write_model(p, c, v.qtype, seed);
+        // 40 tokens: prefill batches above the GEMV limit take the tensor-core paths.
+        check_model_against_reference(p, 40, seed++);
+    }
+}
+
+TEST_CASE("CUDA backend on SmolLM2 and TinyLlama shapes", "[cuda]") {
+    QF_REQUIRE_GPU();
+    TempDir dir("shapes");
+    for (const char* file : {"smollm2_135m.json", "tinyllama_1.1b.json"}) {
+        ModelConfig c =
+            read_model_config(std::string(QFORGE_SOURCE_DIR) + "/tests/data/configs/" + file);
+        c.num_layers = 1;  // the shapes, not the depth: keeps the float64 reference quick
+        c.vocab_size = std::min<uint64_t>(c.vocab_size, 16384);
+        for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
+            INFO(file << " " << qtype_traits(t).name);
+            const fs::path p = dir.path / (std::string(qtype_traits(t).name) + ".qf");
+            write_model(p, c, t, 7);
+            check_model_against_reference(p, 12, 3);
+            fs::remove(p);
+        }
+    }
+}
+
+TEST_CASE(
+    "CUDA graph decode equals eager decode bit for bit, and greedy decoding on the device equals "
+    "the host loop",
+    "[cuda]") {
+    QF_REQUIRE_GPU();
+    TempDir dir("graph");
+    ModelConfig c = tiny_config(Architecture::llama);
+    const fs::path p = dir.path / "m.qf";
+    write_model(p, c, QType::q4_g32, 9);
+    Model model(p.string());
+    const auto tokens = some_tokens(20, c.vocab_size, 4);
+    CudaBackendOptions eager_options;
+    eager_options.use_graphs = false;
+    CudaBackend graph(model), eager(model, eager_options);
+    REQUIRE(run_token_by_token(graph, tokens) == run_token_by_token(eager, tokens));
+
+    // Greedy: prefill a prompt, then 30 steps on the device vs argmax of forward() per step.
+    const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 10);
+    auto dev_cache = graph.new_cache(64), host_cache = graph.new_cache(64);
+    std::vector<float> last(c.vocab_size);
+    const auto head = std::span(prompt).first(prompt.size() - 1);
+    graph.forward(head, *dev_cache, head.size(), std::span<float>());
+    const auto on_device = graph.greedy_decode(*dev_cache, prompt.back(), 30);
+    REQUIRE(dev_cache->size() == prompt.size() - 1 + 30);
+    // The host loop runs the same kernels: the same batch, then single-token steps.
+    graph.forward(head, *host_cache, head.size(), std::span<float>());
+    graph.forward({&prompt.back(), 1}, *host_cache, 0, last);
+    std::vector<int32_t> on_host;
+    for (int i = 0; i < 30; ++i) {
+        const int32_t next =
+            static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+        on_host.push_back(next);
+        if (i + 1 < 30) graph.forward({&next, 1}, *host_cache, 0, last);
+    }
+    REQUIRE(on_device == on_host);
+}
+
+TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
+    QF_REQUIRE_GPU();
+    TempDir dir("errors");
+    ModelConfig c = tiny_config(Architecture::llama);
+    c.max_position_embeddings = 16;
+    const fs::path p = dir.path / "m.qf";
+    write_model(p, c, QType::f16, 2);
+    Model model(p.string());
+    CudaBackend gpu(model);
+    ThreadPool pool(1);
+    auto cpu = make_cpu_backend(model, pool);
+    REQUIRE_THROWS_AS(gpu.new_cache(0), Error);
+    REQUIRE_THROWS_AS(gpu.new_cache(17), Error);
+    auto cache = gpu.new_cache(4);
+    std::vector<float> logits(c.vocab_size);
+    const int32_t bad = static_cast<int32_t>(c.vocab_size);
+    REQUIRE_THROWS_WITH(gpu.forward({&bad, 1}, *cache, 0, logits),
+                        Catch::Contains("outside the vocabulary"));
+    const std::vector<int32_t> five = {1, 2, 3, 4, 5};
+    std::vector<float> five_logits(5 * c.vocab_size);
+    REQUIRE_THROWS_WITH(gpu.forward(five, *cache, 0, five_logits),
+                        Catch::Contains("context is full"));
+    REQUIRE(cache->size() == 0);  // refused calls leave the cache unchanged
+    REQUIRE_THROWS_WITH(gpu.forward(std::span(five).first(2), *cache, 0, logits),
+                        Catch::Contains("expected"));
+    auto cpu_cache = cpu->new_cache(4);
+    REQUIRE_THROWS_WITH(gpu.forward({&five[0], 1}, *cpu_cache, 0, logits),
+                        Catch::Contains("another backend"));
+}
+
+TEST_CASE("CUDA backend matches the reference and the CPU backend on stories260K", "[cuda]") {
+    QF_REQUIRE_GPU();
+    const char* env = std::getenv("QFORGE_GPU_CHECK_DATA");
+    if (!env || !fs::exists(fs::path(env) / "stories260K.qf"))
+        QF_SKIP(
+            "QFORGE_GPU_CHECK_DATA/stories260K.qf is absent (scripts/fetch_gpu_check_deps.sh makes "
+            "it)");
+    for (const char* name :
+         {"stories260K.qf", "stories260K-f16.qf", "stories260K-q8.qf", "stories260K-q4_g32.qf"}) {
+        const fs::path path = fs::path(env) / name;
+        if (!fs::exists(path)) continue;
+        INFO(name);
+        // Against the float64 reference (every qtype; exact dequantized weights on both sides).
+        check_model_against_reference(path, 60, 11);
+        Model model(path.string());
+        bool is_float = true;
+        for (const auto& l : model.layers()) is_float = is_float && !qtype_is_quantized(l.q.qtype);
+        if (!is_float) continue;
+        // Against the CPU backend over a longer run: a 200-token batch, and 40 tokens one by one.
+        ThreadPool pool(4);
+        auto cpu = make_cpu_backend(model, pool);
+        CudaBackend gpu(model);
+        const auto tokens = some_tokens(200, model.config().vocab_size, 11);
+        const uint64_t vocab = model.config().vocab_size;
+        const auto cpu_logits = run_batch(*cpu, tokens);
+        CHECK(worst_rel_l2(run_batch(gpu, tokens), widen(cpu_logits), vocab) <= kMaxRelL2);
+        const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40);
+        const std::vector<double> cpu_head(cpu_logits.begin(),
+                                           cpu_logits.begin() + static_cast<long>(40 * vocab));
+        CHECK(worst_rel_l2(run_token_by_token(gpu, head), cpu_head, vocab) <= kMaxRelL2);
+    }
+}
+
+#endif  // QFORGE_HAVE_CUDA

@@ -1,0 +1,601 @@
+// Every CUDA kernel against a CPU reference computed here in double precision from the exact
+// dequantized weights (dequantize_row_ref): the products on every path (gemv, fused mma, dequantize
+// + cuBLAS) for every supported qtype, m in {1, 2, 3, 8, 16, 64, 512}, k in {576, 1536, 2048, 4096,
+// 1000 (not a multiple of any group, nor of 32)}, an odd and an even number of rows; outputs
+// poisoned first (NaN bytes) and the columns past the rows checked untouched. Then RMSNorm,
+// SwiGLU, RoPE with the fp16 cache write, attention, the embedding lookup, fp16 dequantization,
+// argmax, and the typed errors. Skipped with a printed reason when no CUDA device is present.
+//
+// Tolerances are derived per output element from A = sum_i |w_i x_i| (what rounding errors scale
+// with): fp32 accumulation of depth d gives d * 2^-24 * A; rounding the activations to fp16 (the
+// tensor-core paths) adds 2^-11 * A; rounding the weights to fp16 (dequantize + cuBLAS) another
+// 2^-11 * A; tensor-core fp32 accumulation is allowed 2^-22 per k-step of 16.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/half.hpp"
+#include "formats/qtype.hpp"
+#include "kernels/device_info.hpp"
+#include "test_support.hpp"
+
+#ifdef QFORGE_HAVE_CUDA
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/launchers.hpp"
+#include "kernels/cuda/matmul.hpp"
+#endif
+
+using namespace qforge;
+
+#ifndef QFORGE_HAVE_CUDA
+
+TEST_CASE("CUDA kernels match the CPU reference", "[cuda]") {
+    QF_SKIP("no CUDA device: qforge was built without CUDA");
+}
+
+#else
+
+using namespace qforge::cuda;
+
+namespace {
+
+#define QF_REQUIRE_GPU()                                                  \
+    do {                                                                  \
+        std::string why_;                                                 \
+        if (list_gpus(&why_).empty()) QF_SKIP("no CUDA device: " + why_); \
+    } while (0)
+
+int cc_major() { return list_gpus().at(0).cc_major; }
+int sm_count() { return list_gpus().at(0).sm_count; }
+
+constexpr float kU32 = 1.0f / 16777216.0f;  // 2^-24
+constexpr double kHalfRel = 1.0 / 2048.0;   // 2^-11
+
+uint32_t poison_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+// Runs fn(i) for i in [0, n) on all hardware threads.
+template <class F>
+void parallel_for(uint64_t n, F&& fn) {
+    const unsigned t = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    for (unsigned w = 0; w < t; ++w)
+        pool.emplace_back([&, w] {
+            for (uint64_t i = w; i < n; i += t) fn(i);
+        });
+    for (auto& th : pool) th.join();
+}
+
+// A rows x k matrix of qtype t from random weights (rows of norm ~1, a few large weights), in the
+// .qf layout, with its exact dequantized weights.
+struct HostMatrix {
+    QType t;
+    uint64_t rows, k;
+    std::vector<uint8_t> file;  // rows * qtype_row_bytes
+    std::vector<float> w;       // rows * k, dequantized exactly
+};
+
+HostMatrix make_matrix(QType t, uint64_t rows, uint64_t k, uint32_t seed) {
+    HostMatrix m{t, rows, k, {}, {}};
+    const uint64_t stride = *qtype_row_bytes(t, k);
+    m.file.resize(rows * stride);
+    m.w.resize(rows * k);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+    std::vector<float> row(k);
+    for (uint64_t r = 0; r < rows; ++r) {
+        for (uint64_t j = 0; j < k; ++j) row[j] = dist(rng) * (j % 97 == 3 ? 8.0f : 1.0f);
+        REQUIRE(quantize_row_ref(t, row.data(), k, m.file.data() + r * stride) == QuantStatus::ok);
+        dequantize_row_ref(t, m.file.data() + r * stride, k, m.w.data() + r * k);
+    }
+    return m;
+}
+
+struct GpuMatrix {
+    DeviceBuffer<uint8_t> buf;
+    DeviceMatrix view;
+};
+
+GpuMatrix upload(const HostMatrix& m) {
+    GpuMatrix g;
+    g.view.fmt = gpu_matrix_format(m.t, m.k);
+    g.view.rows = m.rows;
+    std::vector<uint8_t> packed(m.rows * g.view.fmt.row_bytes);
+    repack_rows_for_gpu(g.view.fmt, m.file.data(), g.view.fmt.file_row_bytes, m.rows,
+                        packed.data());
+    g.buf = DeviceBuffer<uint8_t>(packed.size());
+    g.buf.upload(packed);
+    g.view.data = g.buf.get();
+    return g;
+}
+
+// m x k activations, with ldx columns (zero past k).
+std::vector<float> make_activations(uint64_t m, uint64_t k, uint64_t ldx, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(m * ldx, 0.0f);
+    for (uint64_t t = 0; t < m; ++t)
+        for (uint64_t j = 0; j < k; ++j) x[t * ldx + j] = dist(rng);
+    return x;
+}
+
+struct Reference {
+    std::vector<double> y;    // m x rows
+    std::vector<double> mag;  // sum_i |w_i x_i|
+};
+
+Reference reference(const HostMatrix& w, const std::vector<float>& x, uint64_t ldx, uint64_t m) {
+    Reference r;
+    r.y.assign(m * w.rows, 0.0);
+    r.mag.assign(m * w.rows, 0.0);
+    parallel_for(m, [&](uint64_t t) {
+        for (uint64_t n = 0; n < w.rows; ++n) {
+            double s = 0.0, a = 0.0;
+            const float* wr = w.w.data() + n * w.k;
+            const float* xt = x.data() + t * ldx;
+            for (uint64_t j = 0; j < w.k; ++j) {
+                const double p = static_cast<double>(wr[j]) * xt[j];
+                s += p;
+                a += std::fabs(p);
+            }
+            r.y[t * w.rows + n] = s;
+            r.mag[t * w.rows + n] = a;
+        }
+    });
+    return r;
+}
+
+double tolerance_factor(MatmulPath path, const GpuMatrixFormat& f) {
+    const double k = static_cast<double>(f.kpad);
+    switch (path) {
+        case MatmulPath::gemv:
+            return (64.0 + k / 1024.0) * kU32;
+        case MatmulPath::mma:
+            return kHalfRel + (k / 16.0 + 64.0) * 4.0 * kU32;
+        case MatmulPath::cublas:
+            return (f.kind == WeightKind::f16 ? 1.0 : 2.0) * kHalfRel +
+                   (k / 16.0 + 64.0) * 4.0 * kU32;
+    }
+    return 0.0;
+}
+
+struct Ctx {
+    Stream stream;
+    cublasHandle_t cublas = nullptr;
+    DeviceBuffer<uint16_t> x16, w16;
+    DeviceBuffer<float> ws;
+    MatmulContext mc;
+
+    Ctx(uint64_t m_max, const GpuMatrixFormat& f, uint64_t rows, bool forced_mma_any_m) {
+        REQUIRE(cublasCreate(&cublas) == CUBLAS_STATUS_SUCCESS);
+        cublasSetStream(cublas, stream.get());
+        // A slab of 50 rows, so the cuBLAS path runs several slabs on these small matrices.
+        const auto s = matmul_scratch_size(m_max, f.kpad, rows, 50 * f.kpad);
+        x16 = DeviceBuffer<uint16_t>(s.x16_halves);
+        w16 = DeviceBuffer<uint16_t>(s.w16_halves);
+        const uint64_t wsf =
+            f.quantized() ? mma_workspace_floats(
+                                f, rows, forced_mma_any_m ? m_max : std::min(m_max, kMmaMaxTokens),
+                                sm_count())
+                          : 0;
+        ws = DeviceBuffer<float>(std::max<uint64_t>(wsf, 1));
+        mc.stream = stream.get();
+        mc.cublas = cublas;
+        mc.cc_major = cc_major();
+        mc.sm_count = sm_count();
+        mc.x16 = x16.get();
+        mc.x16_halves = x16.size();
+        mc.w16 = w16.get();
+        mc.w16_halves = w16.size();
+        mc.workspace = ws.get();
+        mc.workspace_floats = ws.size();
+    }
+    ~Ctx() { cublasDestroy(cublas); }
+};
+
+std::vector<QType> supported_qtypes() {
+    std::vector<QType> v;
+    for (const auto& row : kCudaQTypes)
+        if (row.supported) v.push_back(row.type);
+    return v;
+}
+
+// Checks one product's output (ldo = rows + 3: the 3 columns past the rows must stay poisoned).
+void check_output(const std::vector<float>& got, const Reference& ref, uint64_t m, uint64_t rows,
+                  uint64_t ldo, double factor, const std::vector<float>* base,
+                  const std::vector<float>* bias) {
+    uint64_t bad = 0;
+    double worst = 0.0;
+    for (uint64_t t = 0; t < m; ++t) {
+        for (uint64_t n = 0; n < rows; ++n) {
+            double want = ref.y[t * rows + n];
+            if (bias) want += (*bias)[n];
+            if (base) want += (*base)[t * ldo + n];
+            const double g = got[t * ldo + n];
+            const double tol = factor * ref.mag[t * rows + n] + 1e-30 +
+                               (base || bias ? 4.0 * kU32 * std::fabs(want) : 0.0);
+            const double err = std::fabs(g - want);
+            if (!(err <= tol)) ++bad;
+            if (tol > 0) worst = std::max(worst, err / tol);
+        }
+        for (uint64_t n = rows; n < ldo; ++n)
+            if (!base && poison_bits(got[t * ldo + n]) != 0xffffffffu) ++bad;
+    }
+    INFO("worst error / tolerance " << worst);
+    REQUIRE(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA matmul paths match the CPU reference for every qtype and shape", "[cuda]") {
+    QF_REQUIRE_GPU();
+    const uint64_t ms[] = {1, 2, 3, 8, 16, 64, 512};
+    const uint64_t ks[] = {576, 1536, 2048, 4096, 1000};
+    const uint64_t rows_list[] = {67, 128};
+    const uint64_t m_max = 512;
+    for (QType t : supported_qtypes()) {
+        for (uint64_t k : ks) {
+            for (uint64_t rows : rows_list) {
+                const HostMatrix hw = make_matrix(t, rows, k, static_cast<uint32_t>(k + rows));
+                GpuMatrix gw = upload(hw);
+                const GpuMatrixFormat& f = gw.view.fmt;
+                const uint64_t ldx = f.kpad + 4;
+                const auto x = make_activations(m_max, k, ldx, static_cast<uint32_t>(k * 3 + rows));
+                const Reference ref = reference(hw, x, ldx, m_max);
+                DeviceBuffer<float> dx(x.size());
+                dx.upload(x);
+                const uint64_t ldo = rows + 3;
+                DeviceBuffer<float> dy(m_max * ldo);
+                Ctx ctx(m_max, f, rows, true);
+                for (uint64_t m : ms) {
+                    Reference sub{
+                        std::vector<double>(ref.y.begin(),
+                                            ref.y.begin() + static_cast<long>(m * rows)),
+                        std::vector<double>(ref.mag.begin(),
+                                            ref.mag.begin() + static_cast<long>(m * rows))};
+                    for (MatmulPath path :
+                         {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
+                        if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
+                        INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
+                                                  << " path " << matmul_path_name(path));
+                        dy.fill_bytes(0xff);
+                        ctx.mc.forced = path;
+                        REQUIRE(matmul(ctx.mc, gw.view, dx.get(), ldx, m,
+                                       {dy.get(), ldo, nullptr, false}) == path);
+                        ctx.stream.sync();
+                        check_output(dy.download(m * ldo), sub, m, rows, ldo,
+                                     tolerance_factor(path, f), nullptr, nullptr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("CUDA matmul adds the bias and accumulates into the output", "[cuda]") {
+    QF_REQUIRE_GPU();
+    for (QType t : {QType::q4_g32, QType::q8_g128, QType::f16, QType::bf16}) {
+        const uint64_t rows = 45, k = 333, m_max = 100;
+        const HostMatrix hw = make_matrix(t, rows, k, 7);
+        GpuMatrix gw = upload(hw);
+        const GpuMatrixFormat& f = gw.view.fmt;
+        const uint64_t ldx = f.kpad, ldo = rows + 3;
+        const auto x = make_activations(m_max, k, ldx, 11);
+        const Reference ref = reference(hw, x, ldx, m_max);
+        DeviceBuffer<float> dx(x.size());
+        dx.upload(x);
+        std::vector<float> bias(rows), base(m_max * ldo);
+        for (uint64_t i = 0; i < rows; ++i) bias[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
+        for (uint64_t i = 0; i < base.size(); ++i) base[i] = static_cast<float>(i % 11) - 5.0f;
+        DeviceBuffer<float> db(rows), dy(base.size());
+        db.upload(bias);
+        Ctx ctx(m_max, f, rows, true);
+        for (uint64_t m : {uint64_t{1}, uint64_t{16}, uint64_t{100}}) {
+            Reference sub{
+                std::vector<double>(ref.y.begin(), ref.y.begin() + static_cast<long>(m * rows)),
+                std::vector<double>(ref.mag.begin(),
+                                    ref.mag.begin() + static_cast<long>(m * rows))};
+            for (MatmulPath path : {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
+                if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
+                INFO(qtype_traits(t).name << " m " << m << " path " << matmul_path_name(path));
+                dy.upload(base);
+                ctx.mc.forced = path;
+                matmul(ctx.mc, gw.view, dx.get(), ldx, m, {dy.get(), ldo, db.get(), true});
+                ctx.stream.sync();
+                check_output(dy.download(m * ldo), sub, m, rows, ldo, tolerance_factor(path, f),
+                             &base, &bias);
+            }
+        }
+    }
+}
+
+TEST_CASE("CUDA matmul refuses paths and shapes it does not support", "[cuda]") {
+    QF_REQUIRE_GPU();
+    const HostMatrix hw = make_matrix(QType::f32, 8, 64, 1);
+    GpuMatrix gw = upload(hw);
+    Ctx ctx(16, gw.view.fmt, 8, true);
+    DeviceBuffer<float> dx(16 * 64), dy(16 * 8);
+    dx.fill_bytes(0);
+    ctx.mc.forced = MatmulPath::mma;
+    REQUIRE_THROWS_AS(matmul(ctx.mc, gw.view, dx.get(), 64, 16, {dy.get(), 8, nullptr, false}),
+                      UnsupportedOnCuda);
+    ctx.mc.forced = MatmulPath::cublas;
+    REQUIRE_THROWS_AS(matmul(ctx.mc, gw.view, dx.get(), 64, 16, {dy.get(), 8, nullptr, false}),
+                      UnsupportedOnCuda);
+    ctx.mc.forced.reset();
+    REQUIRE_THROWS_AS(matmul(ctx.mc, gw.view, dx.get(), 62, 16, {dy.get(), 8, nullptr, false}),
+                      UnsupportedOnCuda);  // stride below kpad
+    REQUIRE_THROWS_AS(matmul(ctx.mc, gw.view, dx.get(), 64, 0, {dy.get(), 8, nullptr, false}),
+                      UnsupportedOnCuda);
+}
+
+TEST_CASE("CUDA embedding lookup and fp16 dequantization are exact", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    for (QType t : supported_qtypes()) {
+        for (uint64_t k : {uint64_t{45}, uint64_t{128}, uint64_t{1000}}) {
+            INFO(qtype_traits(t).name << " k " << k);
+            const uint64_t rows = 9;
+            const HostMatrix hw = make_matrix(t, rows, k, 3);
+            GpuMatrix gw = upload(hw);
+            const std::vector<int32_t> tokens = {3, 0, 8, 3, 5};
+            DeviceBuffer<int32_t> dt(tokens.size());
+            dt.upload(tokens);
+            const uint64_t ldx = gw.view.fmt.kpad + 1;
+            DeviceBuffer<float> dx(tokens.size() * ldx);
+            dx.fill_bytes(0xff);
+            const RowsParams p = to_rows_params(gw.view);
+            embed_rows_launch(p, dt.get(), static_cast<uint32_t>(tokens.size()),
+                              static_cast<uint32_t>(k), dx.get(), ldx, s.get());
+            s.sync();
+            const auto x = dx.download();
+            for (size_t i = 0; i < tokens.size(); ++i)
+                for (uint64_t j = 0; j < ldx; ++j) {
+                    const float want =
+                        hw.w[static_cast<uint64_t>(tokens[i]) * k + std::min(j, k - 1)];
+                    if (j < k)
+                        REQUIRE(poison_bits(x[i * ldx + j]) == poison_bits(want));
+                    else
+                        REQUIRE(poison_bits(x[i * ldx + j]) == 0xffffffffu);  // untouched
+                }
+            if (!gw.view.fmt.quantized()) continue;
+            DeviceBuffer<uint16_t> dh((rows - 2) * gw.view.fmt.kpad);
+            dequantize_rows_to_f16(gw.view, 2, rows - 2, dh.get(), s.get());
+            s.sync();
+            const auto h = dh.download();
+            for (uint64_t r = 0; r < rows - 2; ++r)
+                for (uint64_t j = 0; j < gw.view.fmt.kpad; ++j)
+                    REQUIRE(h[r * gw.view.fmt.kpad + j] ==
+                            (j < k ? f32_to_f16(hw.w[(r + 2) * k + j]) : uint16_t{0}));
+        }
+    }
+}
+
+TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    const uint32_t n = 5, d = 300;
+    const uint64_t ld = 320;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 2.0f);
+    std::vector<float> x(n * ld, 0.0f), w(d), up(n * ld, 0.0f);
+    for (auto& v : x) v = dist(rng);
+    for (auto& v : w) v = 1.0f + 0.1f * dist(rng);
+    for (auto& v : up) v = dist(rng);
+    DeviceBuffer<float> dx(x.size()), dw(d), dout(x.size()), dup(up.size());
+    dx.upload(x);
+    dw.upload(w);
+    dup.upload(up);
+    const double eps = 1e-5;
+    dout.fill_bytes(0xff);
+    rms_norm_launch(dx.get(), ld, dw.get(), eps, n, d, dout.get(), ld, s.get());
+    s.sync();
+    auto out = dout.download();
+    for (uint32_t t = 0; t < n; ++t) {
+        double ss = 0.0;
+        for (uint32_t i = 0; i < d; ++i) ss += static_cast<double>(x[t * ld + i]) * x[t * ld + i];
+        const auto scale = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+        for (uint32_t i = 0; i < d; ++i) {
+            const float want = w[i] * (x[t * ld + i] * scale);
+            REQUIRE(std::fabs(out[t * ld + i] - want) <= 2e-7f * std::fabs(want) + 1e-30f);
+        }
+        for (uint64_t i = d; i < ld; ++i) REQUIRE(poison_bits(out[t * ld + i]) == 0xffffffffu);
+    }
+
+    DeviceBuffer<float> dg(x.size());
+    dg.upload(x);
+    swiglu_launch(dg.get(), dup.get(), ld, n, d, s.get());
+    s.sync();
+    out = dg.download();
+    for (uint32_t t = 0; t < n; ++t)
+        for (uint32_t i = 0; i < d; ++i) {
+            const float v = x[t * ld + i];
+            const float want = (v / (1.0f + std::exp(-v))) * up[t * ld + i];
+            REQUIRE(std::fabs(out[t * ld + i] - want) <= 1e-6f * std::fabs(want) + 1e-30f);
+        }
+
+    dg.upload(x);
+    add_inplace_launch(dg.get(), dup.get(), x.size(), s.get());
+    s.sync();
+    out = dg.download();
+    for (size_t i = 0; i < x.size(); ++i) REQUIRE(out[i] == x[i] + up[i]);
+
+    // Argmax with ties: the first index wins, as std::max_element's.
+    const uint32_t vocab = 1001;
+    std::vector<float> logits(3 * vocab);
+    for (auto& v : logits) v = dist(rng);
+    logits[0 * vocab + 17] = logits[0 * vocab + 900] = 50.0f;
+    logits[1 * vocab + 1000] = 60.0f;
+    logits[2 * vocab + 0] = 70.0f;
+    DeviceBuffer<float> dl(logits.size());
+    dl.upload(logits);
+    DeviceBuffer<int32_t> di(3);
+    argmax_rows_launch(dl.get(), vocab, 3, vocab, di.get(), s.get());
+    s.sync();
+    const auto idx = di.download();
+    for (int r = 0; r < 3; ++r) {
+        const auto* row = logits.data() + r * vocab;
+        REQUIRE(idx[static_cast<size_t>(r)] == std::max_element(row, row + vocab) - row);
+    }
+}
+
+namespace {
+
+// RoPE then attention on the CPU, in double, over the fp16-rounded cache the GPU stores.
+struct AttnCase {
+    uint32_t hd, heads, kv_heads, n, pos0;
+};
+
+void check_attention(const AttnCase& c) {
+    INFO("head_dim " << c.hd << " heads " << c.heads << "/" << c.kv_heads << " n " << c.n
+                     << " pos0 " << c.pos0);
+    Stream s;
+    const uint32_t half = c.hd / 2, kvd = c.kv_heads * c.hd, qd = c.heads * c.hd;
+    const uint64_t ld = qd + 2 * kvd + 5, capacity = c.pos0 + c.n + 3, ldo = qd + 2;
+    std::mt19937 rng(c.hd + c.n);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> qkv(c.n * ld);
+    for (auto& v : qkv) v = dist(rng);
+    std::vector<float> cs(capacity * half), sn(capacity * half);
+    for (uint64_t p = 0; p < capacity; ++p)
+        for (uint32_t i = 0; i < half; ++i) {
+            const double a = static_cast<double>(p) * std::pow(10000.0, -2.0 * i / c.hd);
+            cs[p * half + i] = static_cast<float>(std::cos(a));
+            sn[p * half + i] = static_cast<float>(std::sin(a));
+        }
+    // Earlier positions already in the cache.
+    std::vector<uint16_t> kc(capacity * kvd, 0x7e00), vc(capacity * kvd, 0x7e00);  // NaN: unused
+    for (uint64_t i = 0; i < static_cast<uint64_t>(c.pos0) * kvd; ++i) {
+        kc[i] = f32_to_f16(dist(rng));
+        vc[i] = f32_to_f16(dist(rng));
+    }
+    DeviceBuffer<float> dqkv(qkv.size()), dcs(cs.size()), dsn(sn.size()), dout(c.n * ldo);
+    DeviceBuffer<uint16_t> dk(kc.size()), dv(vc.size());
+    DeviceBuffer<int32_t> dpos(1);
+    dqkv.upload(qkv);
+    dcs.upload(cs);
+    dsn.upload(sn);
+    dk.upload(kc);
+    dv.upload(vc);
+    const std::vector<int32_t> pos = {static_cast<int32_t>(c.pos0)};
+    dpos.upload(pos);
+    dout.fill_bytes(0xff);
+
+    RopeParams rp;
+    rp.qkv = dqkv.get();
+    rp.ld = ld;
+    rp.n = c.n;
+    rp.heads = c.heads;
+    rp.kv_heads = c.kv_heads;
+    rp.head_dim = c.hd;
+    rp.cos = dcs.get();
+    rp.sin = dsn.get();
+    rp.pos0 = dpos.get();
+    rp.k_cache = dk.get();
+    rp.v_cache = dv.get();
+    rope_store_kv_launch(rp, s.get());
+    AttentionParams ap;
+    ap.qkv = dqkv.get();
+    ap.ld = ld;
+    ap.n = c.n;
+    ap.heads = c.heads;
+    ap.kv_heads = c.kv_heads;
+    ap.head_dim = c.hd;
+    ap.k_cache = dk.get();
+    ap.v_cache = dv.get();
+    ap.pos0 = dpos.get();
+    ap.out = dout.get();
+    ap.ldo = ldo;
+    attention_launch(ap, attention_dims_per_lane(c.hd), s.get());
+    s.sync();
+
+    // CPU: rotate exactly as runtime/rope.hpp (float products, no fused multiply-add).
+    std::vector<float> rq = qkv;
+    for (uint32_t t = 0; t < c.n; ++t) {
+        const uint64_t p = c.pos0 + t;
+        for (uint32_t h = 0; h < c.heads + c.kv_heads; ++h) {
+            float* x = rq.data() + t * ld + h * c.hd;
+            for (uint32_t i = 0; i < half; ++i) {
+                const float a = x[i], b = x[i + half];
+                const float ac = a * cs[p * half + i], bs = b * sn[p * half + i];
+                const float bc = b * cs[p * half + i], as = a * sn[p * half + i];
+                x[i] = ac - bs;
+                x[i + half] = bc + as;
+            }
+        }
+        for (uint32_t j = 0; j < kvd; ++j) {
+            kc[(c.pos0 + t) * kvd + j] = f32_to_f16(rq[t * ld + qd + j]);
+            vc[(c.pos0 + t) * kvd + j] = f32_to_f16(rq[t * ld + qd + kvd + j]);
+        }
+    }
+    const auto gk = dk.download(), gv = dv.download();
+    REQUIRE(gk == kc);
+    REQUIRE(gv == vc);
+    const auto gq = dqkv.download();
+    for (uint32_t t = 0; t < c.n; ++t)
+        for (uint32_t j = 0; j < qd; ++j)
+            REQUIRE(poison_bits(gq[t * ld + j]) == poison_bits(rq[t * ld + j]));
+
+    const auto got = dout.download();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+    for (uint32_t t = 0; t < c.n; ++t) {
+        const uint64_t len = c.pos0 + t + 1;
+        for (uint32_t h = 0; h < c.heads; ++h) {
+            const uint32_t kvh = h / (c.heads / c.kv_heads);
+            const float* q = rq.data() + t * ld + h * c.hd;
+            std::vector<double> sc(len);
+            double mx = -1e300, score_mag = 0.0;
+            for (uint64_t j = 0; j < len; ++j) {
+                double d = 0.0, a = 0.0;
+                for (uint32_t i = 0; i < c.hd; ++i) {
+                    const double p =
+                        static_cast<double>(q[i]) * f16_to_f32(kc[j * kvd + kvh * c.hd + i]);
+                    d += p;
+                    a += std::fabs(p);
+                }
+                sc[j] = d * scale;
+                mx = std::max(mx, sc[j]);
+                score_mag = std::max(score_mag, a * scale);
+            }
+            // A score's fp32 error (dot of head_dim terms, warp-tree sum, scale) shifts its
+            // softmax weight by that much relatively; the output moves by at most twice the
+            // largest shift times the value magnitude, plus fp32 rounding of the running sums.
+            const double ds = (c.hd + 8.0) * kU32 * score_mag + 4.0 * kU32;
+            const double factor = 2.0 * ds + (static_cast<double>(len) + 16.0) * 4.0 * kU32;
+            double sum = 0.0;
+            for (auto& v : sc) sum += (v = std::exp(v - mx));
+            for (uint32_t i = 0; i < c.hd; ++i) {
+                double o = 0.0, mag = 0.0;
+                for (uint64_t j = 0; j < len; ++j) {
+                    const double v = f16_to_f32(vc[j * kvd + kvh * c.hd + i]);
+                    o += sc[j] / sum * v;
+                    mag += sc[j] / sum * std::fabs(v);
+                }
+                const double g = got[t * ldo + h * c.hd + i];
+                REQUIRE(std::fabs(g - o) <= factor * mag + 1e-30);
+            }
+        }
+        for (uint64_t j = qd; j < ldo; ++j) REQUIRE(poison_bits(got[t * ldo + j]) == 0xffffffffu);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA RoPE, fp16 cache writes and attention match the CPU", "[cuda]") {
+    QF_REQUIRE_GPU();
+    const AttnCase cases[] = {
+        {8, 8, 8, 1, 0},      {8, 8, 2, 7, 37},   {64, 9, 3, 5, 100}, {96, 4, 4, 3, 10},
+        {128, 32, 8, 1, 300}, {128, 8, 2, 17, 0}, {256, 4, 1, 2, 65}, {66, 2, 2, 4, 3},
+    };
+    for (const auto& c : cases) check_attention(c);
+}
+
+#endif  // QFORGE_HAVE_CUDA

@@ -1,0 +1,351 @@
+// kernels/cpu/qdot: the AVX2 products (qmatmul) and the scalar reference (qmatmul_scalar) against
+// a float64 product of the reference-dequantized weights, for every quantized type, both
+// activation modes, m = 1, 3, 17 tokens, odd row counts and k that ends inside a chunk or a group;
+// outputs poisoned first. Then: the int8 activations' own error against float activations, bit
+// equality across row and token tilings, and dequantize_rows against dequantize_row_ref.
+//
+// Tolerances (u = 2^-24, float's unit roundoff). A float sum of terms t_i computed with at most n
+// roundings on any path from a term to the result is within n * u * sum |t_i| (to first order;
+// the factor 1.01 covers the second-order terms). Per path:
+//   f32 mode, magnitude M = sum_j |w_j x_j|:
+//     scalar:  sequential sum of k products, each rounded once: n = k + 1.
+//     AVX2:    per lane a block sum of 4 products (4 roundings), scaled into the lane's
+//              accumulator (1 rounding per block), then 3 levels of lane adds: n <= blocks + 8.
+//   int8 mode, activations a_j = d_b q_j exactly, M = sum_b |scale_g| d_b (sum_i |c_i| |q_i| +
+//   |zero_g| sum_i |q_i|) (every integer partial sum, and the zero correction, is bounded by it):
+//     scalar:  per block an exact integer sum times fl(scale * d) (2 roundings), summed in
+//              sequence: n = blocks + 2.
+//     AVX2:    exact integer lanes times fl(scale * d); per lane one add per pair of blocks and
+//              one zero correction per 8 blocks, then 3 levels of lane adds: n <= blocks + 8.
+// The int8 activations themselves: q = round(x / d) with d = fl(amax / 127), so |x - d q| <=
+// d (1/2 + 128 u) <= d (1/2 + 2^-16) per element, and the product moves by at most
+// sum_b d_b (1/2 + 2^-16) sum_{i in b} |w_i|.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "formats/qtype.hpp"
+#include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/qdot.hpp"
+
+using namespace qforge;
+
+namespace {
+
+constexpr double kU = 0x1p-24;
+constexpr uint64_t kBlock = 32;
+
+std::vector<QType> quantized_types() {
+    std::vector<QType> v;
+    for (const auto& row : kQTypes)
+        if (!row.is_float) v.push_back(row.type);
+    return v;
+}
+
+// n rows of k weights, quantized: each 32 weights get their own magnitude and offset, so groups
+// have varied scales and (asymmetric types) zero points; one group in seven is all zero.
+struct Matrix {
+    QType t;
+    uint64_t n, k, stride;
+    std::vector<uint8_t> bytes;
+    std::vector<float> w;  // dequantized, [n][k]
+    const uint8_t* row(uint64_t r) const { return bytes.data() + r * stride; }
+};
+
+Matrix make_matrix(QType t, uint64_t n, uint64_t k, uint32_t seed) {
+    Matrix m{t, n, k, *qtype_row_bytes(t, k), {}, {}};
+    m.bytes.assign(n * m.stride, 0);
+    m.w.assign(n * k, 0.0f);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::uniform_real_distribution<float> mag(-3.0f, 1.0f);
+    std::vector<float> src(k);
+    for (uint64_t r = 0; r < n; ++r) {
+        for (uint64_t j = 0; j < k; j += kBlock) {
+            const float scale = std::pow(10.0f, mag(rng));
+            const float offset = dist(rng) * scale;
+            const bool zero = (r * 131 + j / kBlock) % 7 == 3;
+            for (uint64_t i = j; i < std::min(k, j + kBlock); ++i)
+                src[i] = zero ? 0.0f : offset + scale * dist(rng);
+        }
+        REQUIRE(quantize_row_ref(t, src.data(), k, m.bytes.data() + r * m.stride) ==
+                QuantStatus::ok);
+        dequantize_row_ref(t, m.row(r), k, m.w.data() + r * k);
+    }
+    return m;
+}
+
+std::vector<float> make_activations(uint64_t m, uint64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (auto& v : x) v = dist(rng);
+    for (uint64_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;  // outliers, as in real activations
+    return x;
+}
+
+// Exact (float64) product and magnitude M (see the header comment) of row r with token t.
+struct Reference {
+    double value, magnitude;
+};
+
+Reference reference(const Matrix& m, uint64_t r, const QActivations& a, uint64_t t) {
+    const uint64_t k = m.k;
+    const float* w = m.w.data() + r * k;
+    Reference ref{0.0, 0.0};
+    if (a.mode() == QActivations::Mode::f32) {
+        for (uint64_t j = 0; j < k; ++j) {
+            ref.value += static_cast<double>(w[j]) * a.floats(t)[j];
+            ref.magnitude += std::fabs(static_cast<double>(w[j]) * a.floats(t)[j]);
+        }
+        return ref;
+    }
+    const uint64_t group = qtype_traits(m.t).group ? qtype_traits(m.t).group : k;
+    for (uint64_t b = 0; b < a.blocks(); ++b) {
+        const double d = a.scales(t)[b];
+        const uint64_t g = b * kBlock / group;
+        const double s = std::fabs(static_cast<double>(row_group_scale(m.t, m.row(r), k, g)));
+        const double z = std::abs(row_group_zero(m.t, m.row(r), k, g));
+        double cq = 0.0, q = 0.0;
+        for (uint64_t j = b * kBlock; j < (b + 1) * kBlock; ++j) {
+            const int8_t qj = a.codes(t)[j];
+            if (j < k) ref.value += static_cast<double>(w[j]) * d * qj;
+            cq += std::abs(row_code(m.t, m.row(r), j) * qj);
+            q += std::abs(qj);
+        }
+        ref.magnitude += s * d * (cq + z * q);
+    }
+    return ref;
+}
+
+// Roundings on the longest path from a term to a result (header comment).
+double roundings(QActivations::Mode mode, bool scalar, uint64_t k) {
+    const double blocks = static_cast<double>((k + kBlock - 1) / kBlock);
+    if (mode == QActivations::Mode::f32) return scalar ? static_cast<double>(k) + 1 : blocks + 8;
+    return scalar ? blocks + 2 : blocks + 8;
+}
+
+constexpr uint64_t kLengths[] = {64,  100, 172,
+                                 320, 576, 4096};  // 100, 172: partial chunk; 320: partial g128
+
+using Matmul = void (*)(QType, const uint8_t*, uint64_t, uint64_t, uint64_t, const QActivations&,
+                        uint64_t, uint64_t, float*, uint64_t);
+
+// out[t][r] for all rows and tokens with ldo = n + 2; the two extra columns must stay poisoned.
+std::vector<float> run(Matmul f, const Matrix& m, const QActivations& a) {
+    const uint64_t ldo = m.n + 2;
+    std::vector<float> out(a.tokens() * ldo, std::nanf(""));
+    f(m.t, m.bytes.data(), m.stride, 0, m.n, a, 0, a.tokens(), out.data(), ldo);
+    for (uint64_t t = 0; t < a.tokens(); ++t) {
+        REQUIRE(std::isnan(out[t * ldo + m.n]));
+        REQUIRE(std::isnan(out[t * ldo + m.n + 1]));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("qmatmul and qmatmul_scalar agree with a float64 product within derived bounds",
+          "[qdot]") {
+    uint32_t seed = 100;
+    for (QType t : quantized_types())
+        for (uint64_t k : kLengths) {
+            const uint64_t n = k >= 4096 ? 5 : 9;
+            const Matrix m = make_matrix(t, n, k, seed++);
+            for (uint64_t tokens : {1u, 3u, 17u}) {
+                const auto x = make_activations(tokens, k, seed++);
+                for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
+                    QActivations a;
+                    a.prepare(mode, x.data(), tokens, k);
+                    const auto fast = run(qmatmul, m, a);
+                    const auto scalar = run(qmatmul_scalar, m, a);
+                    for (uint64_t tok = 0; tok < tokens; ++tok)
+                        for (uint64_t r = 0; r < n; ++r) {
+                            INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens "
+                                          << tokens << " mode "
+                                          << (mode == QActivations::Mode::f32 ? "f32" : "int8")
+                                          << " row " << r << " token " << tok);
+                            const Reference ref = reference(m, r, a, tok);
+                            const double f = fast[tok * (n + 2) + r], s = scalar[tok * (n + 2) + r];
+                            const bool avx2 = cpu_has_avx2();
+                            REQUIRE(std::fabs(f - ref.value) <=
+                                    1.01 * roundings(mode, !avx2, k) * kU * ref.magnitude);
+                            REQUIRE(std::fabs(s - ref.value) <=
+                                    1.01 * roundings(mode, true, k) * kU * ref.magnitude);
+                        }
+                }
+            }
+        }
+}
+
+TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight", "[qdot]") {
+    uint32_t seed = 300;
+    for (QType t : quantized_types())
+        for (uint64_t k : {uint64_t{172}, uint64_t{4096}}) {
+            const uint64_t tokens = 3, n = 7;
+            const Matrix m = make_matrix(t, n, k, seed++);
+            const auto x = make_activations(tokens, k, seed++);
+            QActivations a8, a32;
+            a8.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+            a32.prepare(QActivations::Mode::f32, x.data(), tokens, k);
+            const auto out = run(qmatmul, m, a8);
+            for (uint64_t tok = 0; tok < tokens; ++tok)
+                for (uint64_t r = 0; r < n; ++r) {
+                    INFO("qtype " << qtype_traits(t).name << " k " << k << " row " << r);
+                    const Reference exact = reference(m, r, a32, tok);
+                    const Reference int8 = reference(m, r, a8, tok);
+                    double bound = 0.0;
+                    for (uint64_t j = 0; j < k; ++j)
+                        bound += a8.scales(tok)[j / kBlock] * (0.5 + 0x1p-16) *
+                                 std::fabs(m.w[r * k + j]);
+                    REQUIRE(std::fabs(int8.value - exact.value) <= bound);
+                    const double f = out[tok * (n + 2) + r];
+                    REQUIRE(std::fabs(f - exact.value) <=
+                            bound + 1.01 * roundings(QActivations::Mode::int8, false, k) * kU *
+                                        int8.magnitude);
+                }
+        }
+}
+
+TEST_CASE("qmatmul: every row and token tiling gives the same bits", "[qdot]") {
+    uint32_t seed = 500;
+    for (QType t : quantized_types())
+        for (uint64_t k : {uint64_t{100}, uint64_t{576}, uint64_t{1000}}) {
+            const uint64_t n = 13, tokens = 17;
+            const Matrix m = make_matrix(t, n, k, seed++);
+            const auto x = make_activations(tokens, k, seed++);
+            for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
+                INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
+                              << (mode == QActivations::Mode::f32 ? "f32" : "int8"));
+                QActivations a;
+                a.prepare(mode, x.data(), tokens, k);
+                const auto whole = run(qmatmul, m, a);  // prefill: tiles of 4 tokens
+                const uint64_t ldo = n + 2;
+                // Decode: one token at a time, rows split as 2 and 3 threads would split them.
+                for (uint64_t parts : {1u, 2u, 3u}) {
+                    std::vector<float> out(tokens * ldo, std::nanf(""));
+                    for (uint64_t tok = 0; tok < tokens; ++tok)
+                        for (uint64_t p = 0; p < parts; ++p) {
+                            const uint64_t r0 = n * p / parts, r1 = n * (p + 1) / parts;
+                            qmatmul(t, m.bytes.data(), m.stride, r0, r1, a, tok, tok + 1,
+                                    out.data() + tok * ldo + r0, ldo);
+                        }
+                    for (uint64_t tok = 0; tok < tokens; ++tok)
+                        REQUIRE(std::memcmp(&out[tok * ldo], &whole[tok * ldo], 4 * n) == 0);
+                }
+                // Token ranges that start mid-tile and leave 1, 2 or 3 tokens over; odd row ranges.
+                for (auto [t0, t1] :
+                     {std::pair<uint64_t, uint64_t>{2, 9}, {5, 7}, {1, 16}, {16, 17}})
+                    for (auto [r0, r1] :
+                         {std::pair<uint64_t, uint64_t>{0, 13}, {3, 10}, {12, 13}}) {
+                        const uint64_t l = r1 - r0 + 3;  // an ldo wider than the rows
+                        std::vector<float> out((t1 - t0) * l, std::nanf(""));
+                        qmatmul(t, m.bytes.data(), m.stride, r0, r1, a, t0, t1, out.data(), l);
+                        for (uint64_t tok = t0; tok < t1; ++tok)
+                            REQUIRE(std::memcmp(&out[(tok - t0) * l], &whole[tok * ldo + r0],
+                                                4 * (r1 - r0)) == 0);
+                    }
+            }
+        }
+}
+
+TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a finite number",
+          "[qdot]") {
+    for (QType t : quantized_types()) {
+        const uint64_t k = 200, n = 3, tokens = 2;
+        const Matrix m = make_matrix(t, n, k, 900);
+        auto x = make_activations(tokens, k, 901);
+        x[k + 150] = std::numeric_limits<float>::infinity();  // token 1 only
+        for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
+            QActivations a;
+            a.prepare(mode, x.data(), tokens, k);
+            for (Matmul f : {Matmul{qmatmul}, Matmul{qmatmul_scalar}}) {
+                const auto out = run(f, m, a);
+                for (uint64_t r = 0; r < n; ++r) {
+                    INFO("qtype " << qtype_traits(t).name << " row " << r);
+                    REQUIRE(std::isfinite(out[r]));
+                    REQUIRE_FALSE(std::isfinite(out[(n + 2) + r]));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layouts", "[qdot]") {
+    for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{100}, uint64_t{300}}) {
+        const uint64_t tokens = 2;
+        auto x = make_activations(tokens, k, 77);
+        if (k >= 64)
+            for (uint64_t j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block
+        if (k >= 300)  // a block whose x / d land on halves: 127 / 127 * (i + 0.5)
+            for (uint64_t j = 256; j < 288; ++j)
+                x[j] = j == 256 ? 127.0f : static_cast<float>(j % 32) + 0.5f;
+        QActivations a;
+        a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+        const uint64_t blocks = (k + 31) / 32;
+        REQUIRE(a.blocks() == blocks);
+        for (uint64_t t = 0; t < tokens; ++t)
+            for (uint64_t b = 0; b < blocks; ++b) {
+                float amax = 0.0f;
+                int32_t sum = 0;
+                for (uint64_t j = b * 32; j < std::min(k, b * 32 + 32); ++j)
+                    amax = std::max(amax, std::fabs(x[t * k + j]));
+                REQUIRE(a.scales(t)[b] == amax / 127.0f);
+                for (uint64_t i = 0; i < 32; ++i) {
+                    const uint64_t j = b * 32 + i;
+                    const int8_t q = a.codes(t)[j];
+                    sum += q;
+                    REQUIRE(std::abs(q) <= 127);
+                    if (j >= k) {
+                        REQUIRE(q == 0);
+                    } else if (amax > 0.0f) {
+                        // Exactly round-to-nearest-even of x / d, whichever path (AVX2 or scalar).
+                        REQUIRE(q ==
+                                static_cast<int8_t>(std::nearbyint(x[t * k + j] / a.scales(t)[b])));
+                        REQUIRE(std::fabs(x[t * k + j] - a.scales(t)[b] * q) <=
+                                a.scales(t)[b] * (0.5 + 0x1p-16));
+                    }
+                    // pair order: [2p lo][2p+1 lo][2p hi][2p+1 hi]; a last odd block in order
+                    const bool single = b + 1 == blocks && b % 2 == 0;
+                    const uint64_t at =
+                        single ? j : (b / 2) * 64 + (i / 16) * 32 + (b % 2) * 16 + i % 16;
+                    REQUIRE(a.pair_codes(t)[at] == q);
+                }
+                REQUIRE(a.sums(t)[b] == sum);
+                REQUIRE(a.scaled_sums(t)[b] == a.scales(t)[b] * static_cast<float>(sum));
+            }
+    }
+}
+
+TEST_CASE("qmatmul on float rows in f32 mode is dot_row", "[qdot]") {
+    const uint64_t k = 100, n = 3;
+    const auto w = make_activations(n, k, 11);
+    const auto x = make_activations(2, k, 12);
+    QActivations a;
+    a.prepare(QActivations::Mode::f32, x.data(), 2, k);
+    std::vector<float> out(2 * n);
+    qmatmul(QType::f32, reinterpret_cast<const uint8_t*>(w.data()), 4 * k, 0, n, a, 0, 2,
+            out.data(), n);
+    for (uint64_t t = 0; t < 2; ++t)
+        for (uint64_t r = 0; r < n; ++r)
+            REQUIRE(out[t * n + r] == dot_row(QType::f32,
+                                              reinterpret_cast<const uint8_t*>(w.data() + r * k),
+                                              x.data() + t * k, k));
+}
+
+TEST_CASE("dequantize_rows equals dequantize_row_ref bit for bit", "[qdot]") {
+    uint32_t seed = 700;
+    for (QType t : quantized_types())
+        for (uint64_t k : {uint64_t{1}, uint64_t{31}, uint64_t{100}, uint64_t{172}, uint64_t{576},
+                           uint64_t{1000}}) {
+            INFO("qtype " << qtype_traits(t).name << " k " << k);
+            const Matrix m = make_matrix(t, 5, k, seed++);
+            std::vector<float> out(5 * k + 1, std::nanf(""));
+            dequantize_rows(t, m.bytes.data(), m.stride, 5, k, out.data());
+            REQUIRE(std::memcmp(out.data(), m.w.data(), 4 * 5 * k) == 0);
+            REQUIRE(std::isnan(out[5 * k]));
+        }
+}

@@ -1,0 +1,34 @@
+#include "tokenizer/chat_template.hpp"
+
+#include <map>
+
+#include "core/error.hpp"
+#include "tokenizer/jinja_subset.hpp"
+
+namespace qforge {
+
+std::string render_chat_template(const std::string& chat_template, const ChatTemplateInputs& in) {
+    jinja::Value::List messages;
+    for (const ChatMessage& m : in.messages)
+        messages.emplace_back(jinja::Value::Dict{{"role", m.role}, {"content", m.content}});
+    const std::map<std::string, jinja::Value> variables = {
+        {"messages", std::move(messages)},
+        {"add_generation_prompt", in.add_generation_prompt},
+        {"bos_token", in.bos_token},
+        {"eos_token", in.eos_token},
+    };
+    return jinja::render(chat_template, variables);
+}
+
+std::string render_chat_prompt(const Tokenizer& tokenizer, const std::string& system,
+                               const std::string& user) {
+    if (tokenizer.chat_template().empty()) throw Error("the tokenizer has no chat template");
+    ChatTemplateInputs in;
+    if (!system.empty()) in.messages.push_back({"system", system});
+    in.messages.push_back({"user", user});
+    if (tokenizer.bos_id()) in.bos_token = std::string(tokenizer.piece(*tokenizer.bos_id()));
+    if (tokenizer.eos_id()) in.eos_token = std::string(tokenizer.piece(*tokenizer.eos_id()));
+    return render_chat_template(tokenizer.chat_template(), in);
+}
+
+}  // namespace qforge

@@ -1,0 +1,36 @@
+// Chat prompts rendered with a model's own chat template (tokenizer_config.json's or a GGUF's
+// tokenizer.chat_template), as transformers' apply_chat_template renders them: the template is
+// run by the Jinja subset interpreter (tokenizer/jinja_subset.hpp) with `messages`,
+// `add_generation_prompt`, `bos_token` and `eos_token`. A template outside the subset is an
+// Error naming the construct; `qforge generate` then falls back to the raw prompt with a warning.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge {
+
+struct ChatMessage {
+    std::string role;  // "system", "user", "assistant"
+    std::string content;
+};
+
+struct ChatTemplateInputs {
+    std::vector<ChatMessage> messages;
+    bool add_generation_prompt = true;  // end with the header of the assistant's turn
+    std::string bos_token, eos_token;   // the tokens' text ("" when the tokenizer has none)
+};
+
+// Renders `chat_template`; throws Error ("chat template: ...") when it cannot.
+std::string render_chat_template(const std::string& chat_template, const ChatTemplateInputs& in);
+
+// The text of one user turn (after an optional system message), rendered with the tokenizer's
+// template and its BOS/EOS text, ready for a reply: what `qforge generate` encodes (without
+// adding special tokens: the template writes them). Throws Error when the tokenizer has no
+// template or the template cannot be rendered.
+std::string render_chat_prompt(const Tokenizer& tokenizer, const std::string& system,
+                               const std::string& user);
+
+}  // namespace qforge
