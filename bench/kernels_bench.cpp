@@ -8,9 +8,11 @@
 //
 // Method: each timed iteration multiplies the next of several copies of the weight matrix, enough
 // copies (>= 192 MiB) that the 32 MiB L3 cannot hold them, so DRAM is measured. Rows are split
-// evenly over 1 or 2 threads: the calling thread and a spinning worker started once, so a timed
-// iteration holds no thread creation or sleep/wake. Activations are prepared once per benchmark
-// (their cost is measured separately, "prepare/").
+// evenly over 1 or 2 threads: the calling thread and a worker started once that spins (then
+// yields) between jobs, so a timed iteration holds no thread creation or sleep/wake. Activations
+// are prepared once per benchmark (their cost is measured separately, "prepare/"). "read/" sums
+// floats over as many bytes with the same split: the bandwidth the host gave in the same run,
+// for side-by-side ratios on a shared machine.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -44,7 +46,7 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{576, 1536}, {2048, 5632}, {4096, 4096}, {4096, 14336}};
 
-// The calling thread plus one spinning worker; run(job) calls job(0) here and job(1) there.
+// The calling thread plus one worker; run(job) calls job(0) here and job(1) there.
 class SpinPair {
   public:
     SpinPair() : worker_([this] { loop(); }) {}
@@ -57,20 +59,28 @@ class SpinPair {
         job_ = &job;
         const uint64_t g = gen_.fetch_add(1, std::memory_order_acq_rel) + 1;
         job(0);
-        while (done_.load(std::memory_order_acquire) != g) pause();
+        int spins = 0;
+        while (done_.load(std::memory_order_acquire) != g) pause(spins);
     }
 
   private:
-    static void pause() {
+    // Spins briefly, then yields: on a shared, oversubscribed host a waiting thread must not burn
+    // the time slice the other one needs.
+    static void pause(int& spins) {
+        if (++spins < 4096) {
 #if defined(__x86_64__)
-        _mm_pause();
+            _mm_pause();
 #endif
+        } else {
+            std::this_thread::yield();
+        }
     }
     void loop() {
         uint64_t seen = 0;
         for (;;) {
             uint64_t g;
-            while ((g = gen_.load(std::memory_order_acquire)) == seen) pause();
+            int spins = 0;
+            while ((g = gen_.load(std::memory_order_acquire)) == seen) pause(spins);
             if (stop_) return;
             (*job_)(1);
             seen = g;

@@ -113,6 +113,11 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
     app.add_flag("--act-order", co.act_order,
                  "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
                  "static groups, so inference needs no permutation");
+    app.add_option("--resume", co.resume_dir,
+                   "calibrated methods: save each finished block's state in DIR (created if "
+                   "absent); a rerun with the same DIR, input, recipe and calibration continues "
+                   "after the last saved block and writes a byte-identical file. A DIR from a "
+                   "different run is refused. DIR is kept; delete it when done.");
     add_seed_option(app, common);
     app.add_option("--qtype", a->qtype, "the default type: " + qtype_names())->required();
     app.add_option("--tensor-type", a->tensor_types,
@@ -148,6 +153,9 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
         if (calibrated && a->opts.calibrated.calibration.files.empty())
             throw Error("--method " + a->method + " needs calibration text: --calib FILE");
+        if (!calibrated && !a->opts.calibrated.resume_dir.empty())
+            throw Error("--resume is for calibrated methods (gptq, awq); --method " + a->method +
+                        " runs in one pass");
         if (!calibrated && !a->opts.calibrated.calibration.files.empty())
             throw Error("--calib is for calibrated methods (gptq, awq); --method " + a->method +
                         " uses no data");

@@ -100,9 +100,9 @@ const GgufArchitecture& gguf_architecture(const GgufFile& f) {
         if (a.name == *name) return a;
         supported += (supported.empty() ? "" : ", ") + std::string(a.name);
     }
-    throw Error(
-        f.path(), {},
-        "GGUF architecture '" + *name + "' is not supported (supported: " + supported + ")");
+    throw Error(f.path(), {},
+                "GGUF architecture '" + gguf_excerpt(*name) +
+                    "' is not supported (supported: " + supported + ")");
 }
 
 // Typed metadata of one architecture ("llama.embedding_length", ...), checked against the
@@ -178,8 +178,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (const std::string* scaling = f.get_string(keys.key("rope.scaling.type"));
         scaling && *scaling != "none")
         throw Error(file, {},
-                    "RoPE scaling '" + *scaling + "' (" + keys.key("rope.scaling.type") +
-                        ") is not supported");
+                    "RoPE scaling '" + gguf_excerpt(*scaling) + "' (" +
+                        keys.key("rope.scaling.type") + ") is not supported");
     if (const auto factor = keys.opt_float("rope.scale_linear"); factor && *factor != 1.0)
         throw Error(file, {},
                     "linear RoPE scaling (" + keys.key("rope.scale_linear") + ") is not supported");

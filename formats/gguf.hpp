@@ -69,6 +69,10 @@ enum class GgufValueType : uint32_t {
 // "uint32", "array of string", ...
 std::string gguf_value_type_name(GgufValueType t);
 
+// A string from a GGUF file as error messages quote it: at most 80 bytes, and every byte
+// outside printable ASCII written as \xNN.
+std::string gguf_excerpt(std::string_view s);
+
 // One metadata value. A scalar is held as a one-element vector of its kind, so scalars and
 // arrays share the accessors below; only the vector of element_type's kind is used.
 struct GgufValue {

@@ -14,11 +14,32 @@ namespace qforge {
 
 namespace {
 
-// Hostile names can be long; errors quote at most this much of them.
-std::string excerpt(std::string_view s) {
-    constexpr size_t kMax = 80;
-    if (s.size() <= kMax) return std::string(s);
-    return std::string(s.substr(0, kMax)) + "... (" + std::to_string(s.size()) + " bytes)";
+// Keys and tensor names are printable text: UTF-8 without control characters (the spec asks
+// for UTF-8; real files use ASCII). Anything else is refused so no later message or output
+// file carries raw bytes from the file.
+bool is_printable_utf8(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            if (c < 0x20 || c == 0x7f) return false;
+            ++i;
+            continue;
+        }
+        const size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        uint32_t cp = c & (0x7fu >> n);
+        for (size_t k = 1; k < n; ++k) {
+            const auto b = static_cast<unsigned char>(s[i + k]);
+            if ((b >> 6) != 0x2) return false;
+            cp = cp << 6 | (b & 0x3fu);
+        }
+        static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < kMinForLength[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ||
+            (cp >= 0x80 && cp < 0xa0))
+            return false;
+        i += n;
+    }
+    return true;
 }
 
 // Bytes of one scalar of a fixed-size type; 0 for string and array.
@@ -190,7 +211,7 @@ void read_element(Cursor& c, GgufValueType t, GgufValue& v, const std::string& w
 }
 
 GgufValue read_value(Cursor& c, const std::string& key, const std::string& file) {
-    const std::string what = "metadata key '" + excerpt(key) + "'";
+    const std::string what = "metadata key '" + gguf_excerpt(key) + "'";
     const auto raw_type = c.read<uint32_t>(what + " value type");
     if (!known_value_type(raw_type))
         throw Error(file, {}, what + " has unknown value type " + std::to_string(raw_type));
@@ -246,6 +267,24 @@ auto with_file(const std::string& file, F&& f) {
 }
 
 }  // namespace
+
+// Hostile names can be long and hold any bytes; errors quote at most this much of them, with
+// bytes outside printable ASCII written as \xNN so a message stays one line of text.
+std::string gguf_excerpt(std::string_view s) {
+    constexpr size_t kMax = 80;
+    std::string out;
+    for (char c : s.substr(0, kMax)) {
+        const auto b = static_cast<unsigned char>(c);
+        if (b >= 0x20 && b < 0x7f) {
+            out += c;
+        } else {
+            static constexpr char kHex[] = "0123456789abcdef";
+            out += {'\\', 'x', kHex[b >> 4], kHex[b & 15]};
+        }
+    }
+    if (s.size() > kMax) out += "... (" + std::to_string(s.size()) + " bytes)";
+    return out;
+}
 
 std::string gguf_value_type_name(GgufValueType t) { return std::string(scalar_type_name(t)); }
 
@@ -303,9 +342,13 @@ void GgufFile::parse() {
     for (uint64_t i = 0; i < h.kv_count; ++i) {
         std::string key = c.read_string("metadata key " + std::to_string(i), kGgufMaxKeyBytes);
         if (key.empty()) throw Error(file, {}, "metadata key " + std::to_string(i) + " is empty");
+        if (!is_printable_utf8(key))
+            throw Error(file, {},
+                        "metadata key " + std::to_string(i) + " '" + gguf_excerpt(key) +
+                            "' is not printable UTF-8");
         GgufValue value = with_file(file, [&] { return read_value(c, key, file); });
         if (!key_index_.emplace(key, metadata_.size()).second)
-            throw Error(file, {}, "metadata key '" + excerpt(key) + "' appears twice");
+            throw Error(file, {}, "metadata key '" + gguf_excerpt(key) + "' appears twice");
         metadata_.push_back({std::move(key), std::move(value)});
     }
 
@@ -328,9 +371,11 @@ void GgufFile::parse() {
         if (t.name.empty())
             throw Error(file, {}, "tensor " + std::to_string(i) + " has an empty name");
         if (t.name.size() > kGgufMaxNameBytes)
-            throw Error(file, excerpt(t.name),
+            throw Error(file, gguf_excerpt(t.name),
                         "name is " + std::to_string(t.name.size()) +
                             " bytes, above ggml's limit of " + std::to_string(kGgufMaxNameBytes));
+        if (!is_printable_utf8(t.name))
+            throw Error(file, gguf_excerpt(t.name), "name is not printable UTF-8");
         const std::string name = t.name;
         const auto fail = [&](const std::string& detail) { return Error(file, name, detail); };
         const auto n_dims = c.read<uint32_t>("tensor '" + name + "' dimension count");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <initializer_list>
 #include <map>
@@ -56,6 +57,8 @@ struct LayerSequential::State {
     BlockForward f;
     std::vector<float> x;  // the next block's input, [tokens][hidden]
     uint64_t layers_done = 0;
+    std::unique_ptr<ResumeDir> resume;  // null: no --resume
+    uint64_t resumed = 0;               // blocks served from `resume` instead of computed
     std::map<size_t, std::vector<uint8_t>> ready;         // quantized tensors of the current block
     nlohmann::json awq_groups = nlohmann::json::array();  // per block: each group's alpha
     nlohmann::json awq_clips = nlohmann::json::array();   // per linear: groups clipped
@@ -81,7 +84,8 @@ struct LayerSequential::State {
 
 LayerSequential::LayerSequential(const ModelSource& source, std::vector<QType> qtypes,
                                  const CalibrationSet& calibration,
-                                 const CalibratedOptions& options, ThreadPool& pool)
+                                 const CalibratedOptions& options, ThreadPool& pool,
+                                 std::unique_ptr<ResumeDir> resume)
     : s_(std::make_unique<State>(source, std::move(qtypes), calibration, options, pool)) {
     // The first block's input: the embeddings of the calibration tokens.
     const ModelConfig& c = source.config();
@@ -99,6 +103,23 @@ LayerSequential::LayerSequential(const ModelSource& source, std::vector<QType> q
                 "calibration token id " + std::to_string(id) + " is outside the vocabulary");
         row_to_f32(et, bytes.data() + static_cast<uint64_t>(id) * row, s_->x.data() + t * d, d);
     }
+
+    s_->resume = std::move(resume);
+    if (s_->resume && s_->resume->blocks_done() > 0) {
+        // The next block's input: the hidden states saved after the last finished block.
+        const uint64_t last = s_->resume->blocks_done() - 1;
+        BlockState st = s_->resume->load(last, true, false);
+        if (st.hidden.size() != s_->x.size())
+            throw Error(s_->resume->block_path(last), {},
+                        "holds " + std::to_string(st.hidden.size()) +
+                            " hidden-state values, the "
+                            "calibration batch needs " +
+                            std::to_string(s_->x.size()));
+        s_->x = std::move(st.hidden);
+        s_->resumed = s_->resume->blocks_done();
+        std::fprintf(stderr, "resuming from %s: blocks 0..%llu done\n", s_->resume->dir().c_str(),
+                     static_cast<unsigned long long>(last));
+    }
 }
 
 LayerSequential::~LayerSequential() = default;
@@ -111,7 +132,13 @@ std::optional<std::vector<uint8_t>> LayerSequential::take(size_t tensor) {
         if (layer != s_->layers_done)
             throw Error(s_->src.path(), name, "internal error: blocks must be taken in order");
         s_->ready.clear();
-        run_layer(layer);
+        if (layer < s_->resumed) {
+            restore_layer(layer);
+        } else {
+            const size_t first_linear = linears_.size(), first_clip = s_->awq_clips.size();
+            run_layer(layer);
+            if (s_->resume) save_layer(layer, first_linear, first_clip);
+        }
         s_->layers_done = layer + 1;
     }
     auto it = s_->ready.find(tensor);
@@ -119,6 +146,73 @@ std::optional<std::vector<uint8_t>> LayerSequential::take(size_t tensor) {
     std::vector<uint8_t> out = std::move(it->second);
     s_->ready.erase(it);
     return out;
+}
+
+namespace {
+
+nlohmann::json linear_to_json(const LinearReport& r) {
+    return {{"name", r.name},
+            {"qtype", r.qtype},
+            {"relative_error", r.relative_error},
+            {"rtn_relative_error", r.rtn_relative_error},
+            {"damp", r.damp},
+            {"damp_raises", r.damp_raises}};
+}
+
+}  // namespace
+
+// Saves the block just computed (its tensors are still all in `ready`).
+void LayerSequential::save_layer(uint64_t layer, size_t first_linear, size_t first_clip) {
+    State& s = *s_;
+    BlockState st;
+    st.layer = layer;
+    nlohmann::json linears = nlohmann::json::array(), clips = nlohmann::json::array();
+    for (size_t i = first_linear; i < linears_.size(); ++i)
+        linears.push_back(linear_to_json(linears_[i]));
+    for (size_t i = first_clip; i < s.awq_clips.size(); ++i) clips.push_back(s.awq_clips[i]);
+    const bool awq =
+        s.options.method == QuantMethod::awq || s.options.method == QuantMethod::awq_gptq;
+    st.meta = {{"linears", linears},
+               {"awq_group", awq ? s.awq_groups.back() : nlohmann::json()},
+               {"awq_clips", clips}};
+    st.hidden = s.x;
+    st.tensors = s.ready;
+    s.resume->save(st);
+    // Test hook, for tests of an interrupted run: QFORGE_TEST_STOP_AFTER_BLOCK=N fails the run
+    // right after block N's state is saved, as a crash there would (no output is written).
+    if (const char* stop = std::getenv("QFORGE_TEST_STOP_AFTER_BLOCK");
+        stop && std::to_string(layer) == stop)
+        throw Error("stopped after block " + std::to_string(layer) + " (test hook)");
+}
+
+// Serves a block finished by an earlier run: its tensors and its part of record().
+void LayerSequential::restore_layer(uint64_t layer) {
+    State& s = *s_;
+    BlockState st = s.resume->load(layer, false, true);
+    const std::string path = s.resume->block_path(layer);
+    try {
+        for (const auto& l : st.meta.at("linears"))
+            linears_.push_back({l.at("name").get<std::string>(), l.at("qtype").get<std::string>(),
+                                l.at("relative_error").get<double>(),
+                                l.at("rtn_relative_error").get<double>(),
+                                l.at("damp").get<double>(), l.at("damp_raises").get<int>()});
+        if (!st.meta.at("awq_group").is_null()) s.awq_groups.push_back(st.meta.at("awq_group"));
+        for (const auto& c : st.meta.at("awq_clips")) s.awq_clips.push_back(c);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path, {}, std::string("damaged block state: its meta section: ") + e.what());
+    }
+    for (auto& [i, bytes] : st.tensors) {
+        const std::string* name = i < s.src.tensors().size() ? &s.src.tensors()[i].name : nullptr;
+        const auto expected = name ? qtype_tensor_bytes(s.qtypes[i], s.src.tensors()[i].shape)
+                                   : std::optional<uint64_t>{};
+        if (!expected || *expected != bytes.size() ||
+            name->rfind("layers." + std::to_string(layer) + ".", 0) != 0)
+            throw Error(path, {},
+                        "damaged block state: tensor " + std::to_string(i) +
+                            " does not belong to block " + std::to_string(layer) +
+                            " in its planned type");
+        s.ready[i] = std::move(bytes);
+    }
 }
 
 void LayerSequential::run_layer(uint64_t layer) {
@@ -473,13 +567,7 @@ void LayerSequential::run_layer(uint64_t layer) {
 
 nlohmann::json LayerSequential::record() const {
     nlohmann::json linears = nlohmann::json::array();
-    for (const auto& r : linears_)
-        linears.push_back({{"name", r.name},
-                           {"qtype", r.qtype},
-                           {"relative_error", r.relative_error},
-                           {"rtn_relative_error", r.rtn_relative_error},
-                           {"damp", r.damp},
-                           {"damp_raises", r.damp_raises}});
+    for (const auto& r : linears_) linears.push_back(linear_to_json(r));
     nlohmann::json r = {{"method", std::string(quant_method_info(s_->options.method).name)},
                         {"calibration", s_->calib.to_json()},
                         {"true_sequential", true},

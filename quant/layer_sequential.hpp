@@ -1,9 +1,18 @@
-// The layer-sequential calibrated pipeline (GPTQ): the calibration batch runs through the model
-// block by block. In each block the inputs of each linear are collected once per shared input
-// (q/k/v share one, gate/up share one), the linears are quantized, and the block is re-run with
-// its quantized weights so that o_proj sees the outputs of the already-quantized q/k/v and
-// down_proj those of the quantized gate/up ("true sequential"); the block's output, computed with
-// every weight quantized, is the next block's input.
+// The layer-sequential calibrated pipeline (GPTQ, AWQ, AWQ+GPTQ): the calibration batch runs
+// through the model block by block. In each block the inputs of each linear are collected once
+// per shared input (q/k/v share one, gate/up share one), the linears are quantized, and the block
+// is re-run with its quantized weights so that o_proj sees the outputs of the already-quantized
+// q/k/v and down_proj those of the quantized gate/up ("true sequential"); the block's output,
+// computed with every weight quantized, is the next block's input.
+//
+// AWQ (quant/awq.hpp) first searches each block's scales on the float block: q/k/v (inspected:
+// their outputs concatenated), v -> o (only when num_kv_heads == num_heads; inspected: o's
+// output), gate/up (inspected: the MLP's output, down in float, on a strided subsample of at
+// most 4096 tokens) and down (inspected: its output); folds them into attn_norm, q/k/v columns,
+// v rows (and bias), o columns, mlp_norm, gate/up columns, up rows and down columns; then each
+// linear gets the clipping search (not q, k) and RTN (awq) or GPTQ (awq+gptq) with the H of the
+// inputs it sees after folding. The folded norms and v bias are handed to the writer too. Each
+// linear's error is reported against RTN of its unscaled, unclipped weights on the same inputs.
 //
 // It serves quantize_model's streaming writer: take(i) returns the quantized bytes of source
 // tensor i when this method made them, running the next block when the writer reaches it
@@ -27,6 +36,7 @@
 #include "quant/gptq.hpp"
 #include "quant/model_source.hpp"
 #include "quant/recipe.hpp"
+#include "quant/resume_state.hpp"
 
 namespace qforge {
 
@@ -35,8 +45,9 @@ class ThreadPool;
 struct CalibratedOptions {
     CalibrationOptions calibration;
     QuantMethod method = QuantMethod::gptq;  // gptq, awq or awq_gptq
-    double damp = 0.01;      // GPTQ: fraction of mean(diag H) added to the diagonal
-    bool act_order = false;  // GPTQ: columns by decreasing diag(H), static groups
+    double damp = 0.01;                      // GPTQ: fraction of mean(diag H) added to the diagonal
+    bool act_order = false;                  // GPTQ: columns by decreasing diag(H), static groups
+    std::string resume_dir;  // --resume: per-block state (quant/resume_state.hpp); empty: none
 };
 
 // One quantized linear's figures, for the report and the header.
@@ -51,10 +62,12 @@ struct LinearReport {
 
 class LayerSequential {
   public:
-    // `qtypes[i]`: the type chosen for source tensor i (quantize_model's plan).
+    // `qtypes[i]`: the type chosen for source tensor i (quantize_model's plan). With `resume`,
+    // each finished block is saved there, and blocks already saved are served from it (their
+    // tensors loaded when the writer reaches them; the hidden states from the last one).
     LayerSequential(const ModelSource& source, std::vector<QType> qtypes,
                     const CalibrationSet& calibration, const CalibratedOptions& options,
-                    ThreadPool& pool);
+                    ThreadPool& pool, std::unique_ptr<ResumeDir> resume = nullptr);
     ~LayerSequential();
 
     // The bytes of source tensor i in its chosen type when this method quantized it (the
@@ -66,6 +79,8 @@ class LayerSequential {
 
   private:
     void run_layer(uint64_t layer);
+    void save_layer(uint64_t layer, size_t first_linear, size_t first_clip);
+    void restore_layer(uint64_t layer);
 
     struct State;
     std::unique_ptr<State> s_;

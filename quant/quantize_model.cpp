@@ -130,8 +130,22 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         for (const auto& p : plan) qtypes.push_back(p.choice.qtype);
         CalibratedOptions engine_options = options.calibrated;
         engine_options.method = options.recipe.method;
+        std::unique_ptr<ResumeDir> resume;
+        if (!options.calibrated.resume_dir.empty()) {
+            // What makes the blocks' results what they are; the thread count does not.
+            const json fingerprint = {
+                {"qforge_version", QFORGE_VERSION},
+                {"sources", src->sources()},
+                {"recipe", recipe_to_json(options.recipe)},
+                {"options",
+                 {{"damp", engine_options.damp}, {"act_order", engine_options.act_order}}},
+                {"calibration", calibration->to_json()},
+                {"calibration_tokens", calibration->tokens_hash}};
+            resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,
+                                                 src->config().num_layers);
+        }
         engine = std::make_unique<LayerSequential>(*src, std::move(qtypes), *calibration,
-                                                   engine_options, pool);
+                                                   engine_options, pool, std::move(resume));
     }
     Progress progress("quantize", total_bytes);
     std::vector<uint8_t> scratch, out;

@@ -24,6 +24,7 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/source_gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
@@ -368,4 +369,28 @@ TEST_CASE("GGUF tokenizer metadata: unknown names are refused, llama vocabularie
     const Tokenizer tok = Tokenizer::from_schema(ss, "spm");
     CHECK(tok.encode("hi hi", true) == std::vector<int32_t>{1, 7, 7});
     CHECK(tok.decode(std::vector<int32_t>{1, 7, 7}, true) == "hi hi");
+}
+
+TEST_CASE("GGUF pre-tokenizers: llama.cpp's GPT-2 pattern splits as the original", "[gguf]") {
+    // llama.cpp runs the GPT-2 group (gpt-2, smollm, ...) with tokenizer.json's pattern minus its
+    // final `|\s+`; qforge stores the original. Both must cut every fixture text the same way.
+    const std::string llama_cpp_gpt2 =
+        R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
+    for (const bool digits : {false, true}) {
+        PretokenizerSpec original, llama_cpp;
+        original.byte_level = llama_cpp.byte_level = true;
+        original.individual_digits = llama_cpp.individual_digits = digits;
+        original.split_regexes = {"gpt-2"};
+        llama_cpp.split_regexes = {llama_cpp_gpt2};
+        const Pretokenizer a(original), b(llama_cpp);
+        std::vector<std::string> texts = {"a\t\tb", "x \n\n y", "\u3000z", " \t ", "end  "};
+        for (const auto& ft : load_fixture_texts(std::nullopt)) texts.push_back(ft.text);
+        for (const auto& text : texts) {
+            INFO("text " << quoted(text));
+            std::vector<std::string> wa, wb;
+            a.split(text, wa);
+            b.split(text, wb);
+            CHECK(wa == wb);
+        }
+    }
 }

@@ -136,6 +136,8 @@ json gpt2_merges(const GgufFile& f, const Vocab& v) {
     json out = json::array();
     for (size_t i = 0; i < merges->size(); ++i) {
         const std::string& m = (*merges)[i];
+        if (!is_valid_utf8(m))
+            throw Error(f.path(), {}, "merge " + std::to_string(i) + " is not valid UTF-8");
         const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
         if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos)
             throw Error(f.path(), {},
@@ -207,7 +209,7 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
         throw Error(file, {}, "no tokenizer: metadata key 'tokenizer.ggml.model' is absent");
     if (*model != "gpt2" && *model != "llama")
         throw Error(file, {},
-                    "tokenizer.ggml.model '" + *model +
+                    "tokenizer.ggml.model '" + gguf_excerpt(*model) +
                         "' is not supported (supported: gpt2, byte-level BPE; llama, "
                         "SentencePiece)");
     const Vocab v = read_vocab(f);
@@ -254,7 +256,7 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
         const auto defaults = gguf_pre_defaults(*pre);
         if (!spec || !defaults)
             throw Error(file, {},
-                        "tokenizer.ggml.pre '" + *pre +
+                        "tokenizer.ggml.pre '" + gguf_excerpt(*pre) +
                             "' is not a pre-tokenizer qforge knows "
                             "(known: " +
                             names + ")");
@@ -286,6 +288,8 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
     if (s["add_eos"] == true && s["eos_id"].is_null())
         throw Error(file, {}, "the tokenizer adds EOS but tokenizer.ggml.eos_token_id is absent");
     const std::string* chat = f.get_string("tokenizer.chat_template");
+    if (chat && !is_valid_utf8(*chat))
+        throw Error(file, {}, "tokenizer.chat_template is not valid UTF-8");
     s["chat_template"] = chat ? *chat : "";
 
     // Generation stops at EOS, at the end-of-turn and end-of-message tokens the file names, and

@@ -4,16 +4,18 @@
 // operations that depends only on k, whichever tile of rows and tokens it is computed in, so the
 // results are bit-identical for any split of rows or tokens.
 //
-// int8 mode, per row and token, one 8-lane float accumulator:
+// int8 mode, per row and token, two 8-lane float accumulators (two FMA chains: one chain ran at
+// its 4-cycle latency, 1.4x slower in decode), acc0 for a superblock's pairs 0 and 2, acc1 for 1
+// and 3:
 //   for each superblock of 8 activation blocks (256 weights):
-//     acc -= (scale * zero) [8 lanes, one per block] * (d * code sum) [8 lanes]  (4-bit only)
+//     acc0 -= (scale * zero) [8 lanes, one per block] * (d * code sum) [8 lanes]  (4-bit only)
 //     for each pair of blocks: 64 weights, one 32-byte load of two 4-bit chunks (or two 8-bit
 //       blocks), split into low and high nibbles; maddubs/madd against the pair-ordered int8
 //       activations give 8 int32 partial sums, lanes 0-3 from the first block, 4-7 from the
 //       second; acc += (scale * d) [those lanes, from one 8-lane product per superblock] *
 //       float(partial sums)
-//   the last < 8 blocks the same way (pairs, then one odd block over all 8 lanes); the lanes are
-//   added in float_dot's fixed tree.
+//   the last < 8 blocks the same way (pairs, then one odd block over all 8 lanes, into acc0);
+//   then acc0 + acc1, and its lanes added in float_dot's fixed tree.
 // f32 mode, per block of 32: the codes minus the zero as 4 x 8 floats (exact), a block sum
 // p = ((c0 x0 + c1 x1) + c2 x2) + c3 x3 lane-wise, acc += scale * p; the same final tree.
 #include "kernels/cpu/qdot_avx2.hpp"
@@ -46,7 +48,10 @@ constexpr uint64_t kRowTileBytes = 64 * 1024;  // weights kept hot in L2 while t
 // is computed the next row is prefetched, spread evenly over the row's superblocks: its scale and
 // zero lines first (its first superblock needs them at once), then its codes.
 // One row ahead measured best at every benchmark shape (two or three rows ahead: up to 2.5x
-// slower), into L1 (T0; T1 measured no better).
+// slower). Into L2 (T1) for 4-bit rows and long 8-bit rows (q4_g32 at 4096x14336: 1.8x faster
+// than into L1, q8: 1.4x), into L1 (T0) for 8-bit rows of up to kPrefetchL1Weights (q8 at
+// 4096x4096 and 576x1536: 1.3x to 1.4x faster than into L2).
+constexpr uint64_t kPrefetchL1Weights = 4096;
 
 template <QType T>
 struct Kind {
@@ -66,10 +71,14 @@ struct Row {
     uint64_t lines;      // cache lines per row
     uint64_t meta_line;  // the first line holding scales (they and the zeros run to the end)
     uint64_t step;       // lines to prefetch per superblock: lines / superblocks, rounded up
+    bool to_l1;          // prefetch into L1 (T0) rather than L2 (T1)
 };
 
-__attribute__((always_inline)) QF_AVX2 inline void prefetch_line(const uint8_t* p) {
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+__attribute__((always_inline)) QF_AVX2 inline void prefetch_line(const uint8_t* p, bool to_l1) {
+    if (to_l1)
+        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+    else
+        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
 }
 
 // Prefetches the part for superblock u of the row ahead: its scale and zero lines first, then
@@ -80,7 +89,7 @@ __attribute__((always_inline)) QF_AVX2 inline void prefetch_part(const Row& row,
     const uint64_t step = row.step;
     const uint64_t meta = row.lines - row.meta_line;
     for (uint64_t v = u * step; v < std::min(row.lines, (u + 1) * step); ++v)
-        prefetch_line(row.ahead + 64 * (v < meta ? row.meta_line + v : v - meta));
+        prefetch_line(row.ahead + 64 * (v < meta ? row.meta_line + v : v - meta), row.to_l1);
 }
 
 template <QType T>
@@ -251,12 +260,12 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
                        uint64_t ldo) {
     const uint64_t blocks = a.blocks();
     Int8Tokens<NT> x;
-    __m256 acc[NT], cs[NT];
+    __m256 acc[2][NT], cs[NT];  // pairs 0 and 2 of a superblock into acc[0], 1 and 3 into acc[1]
     for (int t = 0; t < NT; ++t) {
         x.q[t] = a.pair_codes(tok + t);
         x.d[t] = a.scales(tok + t);
         x.sums[t] = a.scaled_sums(tok + t);
-        acc[t] = _mm256_setzero_ps();
+        acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     }
     const uint64_t full = blocks / kSuper;
     for (uint64_t s = 0; s < full; ++s) {
@@ -265,12 +274,13 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
         if constexpr (Kind<T>::q4) {
             const __m256 wz = _mm256_mul_ps(wsb, superblock_zeros<T>(row, s));
             for (int t = 0; t < NT; ++t)
-                acc[t] = _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * s), acc[t]);
+                acc[0][t] =
+                    _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * s), acc[0][t]);
         }
         for (int t = 0; t < NT; ++t)
             cs[t] = _mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s));
         for (uint64_t j = 0; j < kSuper / 2; ++j)
-            int8_pair<T, NT>(row.codes, kSuper / 2 * s + j, j, cs, x, acc);
+            int8_pair<T, NT>(row.codes, kSuper / 2 * s + j, j, cs, x, acc[j % 2]);
     }
     if (const uint64_t rest = blocks - full * kSuper; rest > 0) {
         prefetch_part(row, full);
@@ -284,17 +294,19 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
         if constexpr (Kind<T>::q4) {
             const __m256 wz = _mm256_load_ps(sz);
             for (int t = 0; t < NT; ++t)
-                acc[t] = _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * full), acc[t]);
+                acc[0][t] =
+                    _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * full), acc[0][t]);
         }
         for (int t = 0; t < NT; ++t) cs[t] = _mm256_load_ps(cst[t]);
         for (uint64_t j = 0; j < rest / 2; ++j)
-            int8_pair<T, NT>(row.codes, kSuper / 2 * full + j, j, cs, x, acc);
+            int8_pair<T, NT>(row.codes, kSuper / 2 * full + j, j, cs, x, acc[j % 2]);
         if (rest % 2) {
             for (int t = 0; t < NT; ++t) cs[t] = _mm256_set1_ps(cst[t][rest - 1]);
-            int8_single<T, NT>(row.codes, blocks - 1, cs, x, acc);
+            int8_single<T, NT>(row.codes, blocks - 1, cs, x, acc[0]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[static_cast<uint64_t>(t) * ldo] = hsum(acc[t]);
+    for (int t = 0; t < NT; ++t)
+        out[static_cast<uint64_t>(t) * ldo] = hsum(_mm256_add_ps(acc[0][t], acc[1][t]));
 }
 
 // Block b's codes minus its zero as 4 x 8 exact floats, weights 0-7, 8-15, 16-23, 24-31.
@@ -368,13 +380,19 @@ void qmatmul_t(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1, cons
                uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     const QRowLayout l = *qtype_row_layout(T, a.k());
     // Row r, prefetching the next row while it is computed.
-    const uint64_t lines = l.row_bytes / 64, supers = (a.blocks() + kSuper - 1) / kSuper;
-    const uint64_t step = (lines + supers - 1) / supers;
+    Row proto{};
+    proto.lines = l.row_bytes / 64;
+    proto.meta_line = l.scales_offset / 64;
+    const uint64_t supers = (a.blocks() + kSuper - 1) / kSuper;
+    proto.step = (proto.lines + supers - 1) / supers;
+    proto.to_l1 = !Kind<T>::q4 && a.k() <= kPrefetchL1Weights;
     auto row_at = [&](uint64_t r) {
-        const uint8_t* p = w + r * stride;
-        const uint8_t* next = r + 1 < r1 ? p + stride : nullptr;
-        return Row{p,   p + l.scales_offset, p + l.zeros_offset, next, lines, l.scales_offset / 64,
-                   step};
+        Row row = proto;
+        row.codes = w + r * stride;
+        row.scales = row.codes + l.scales_offset;
+        row.zeros = row.codes + l.zeros_offset;
+        row.ahead = r + 1 < r1 ? row.codes + stride : nullptr;
+        return row;
     };
     if (t1 - t0 == 1) {
         for (uint64_t r = r0; r < r1; ++r) tile<T, 1>(row_at(r), a, t0, out + (r - r0), ldo);
@@ -414,7 +432,7 @@ QF_AVX2 void dequantize_t(const uint8_t* w, uint64_t stride, uint64_t n, uint64_
     const uint64_t blocks = (k + kBlock - 1) / kBlock;
     for (uint64_t r = 0; r < n; ++r) {
         const uint8_t* p = w + r * stride;
-        const Row row{p, p + l.scales_offset, p + l.zeros_offset, nullptr, 0, 0, 0};
+        const Row row{p, p + l.scales_offset, p + l.zeros_offset, nullptr, 0, 0, 0, false};
         float* o = out + r * k;
         for (uint64_t b = 0; b < blocks; ++b) {
             __m256 f[4];
