@@ -122,7 +122,7 @@ const Weights& weights(QType t, Shape s, uint64_t rotate_bytes = kRotateBytes) {
     w->bytes = w->stride * s.out;
     w->copies = std::max<uint64_t>(rotate_bytes ? 2 : 1, (rotate_bytes + w->bytes - 1) / w->bytes);
     w->data.reset(new uint8_t[w->copies * w->bytes]);
-    // 64 distinct random rows, repeated: the speed does not depend on the values.
+    // 64 quantized random rows, repeated for valid scales and zeros.
     std::mt19937 rng(42);
     std::normal_distribution<float> dist(0.0f, 0.02f);
     std::vector<float> src(s.in);
@@ -135,6 +135,24 @@ const Weights& weights(QType t, Shape s, uint64_t rotate_bytes = kRotateBytes) {
     for (uint64_t r = distinct; r < s.out * w->copies; ++r)
         std::memcpy(w->data.get() + r * w->stride, w->data.get() + (r % distinct) * w->stride,
                     w->stride);
+    // Then fresh random codes in every row (scales and zeros stay valid), so no two pages are
+    // equal and a host that merges identical pages cannot shrink the working set into a cache.
+    if (!qtype_traits(t).is_float) {
+        const uint64_t codes = qtype_row_layout(t, s.in)->codes_bytes;
+        uint64_t x = 0x9e3779b97f4a7c15u;
+        for (uint64_t r = 0; r < s.out * w->copies; ++r) {
+            uint8_t* p = w->data.get() + r * w->stride;
+            for (uint64_t i = 0; i + 8 <= codes; i += 8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                std::memcpy(p + i, &x, 8);
+                if (qtype_traits(t).bits == 8)  // int8 codes are -127..127
+                    for (uint64_t b = i; b < i + 8; ++b)
+                        if (p[b] == 0x80) p[b] = 0x81;
+            }
+        }
+    }
     cached = std::move(w);
     return *cached;
 }
@@ -226,7 +244,8 @@ float sum_floats(const float* p, uint64_t n) {
 
 void bm_read(benchmark::State& state, int threads) {
     const uint64_t n = kRotateBytes / sizeof(float);
-    std::vector<float> buf(n, 1.0f);
+    std::vector<float> buf(n);
+    for (uint64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i % 65521);  // no equal pages
     float sums[2] = {};
     for (auto _ : state) {
         split_rows(threads, n / 32, [&](uint64_t b, uint64_t e) {

@@ -14,10 +14,12 @@ namespace qforge {
 namespace {
 
 // fp16 of |v| rounded up (toward +inf), so the stored scale never makes a group's range smaller;
-// nullopt when it does not fit.
+// nullopt when it does not fit. Called only for groups with a non-zero range, so the result is at
+// least the smallest fp16 subnormal even when v itself underflowed to 0 (float-subnormal weights).
 std::optional<uint16_t> f16_round_up(float v) {
     uint16_t h = f32_to_f16(v);
     if (f16_to_f32(h) < v) ++h;  // positive binary16 values are ordered like their bits
+    h = std::max<uint16_t>(h, 1);
     if ((h & 0x7c00) == 0x7c00) return std::nullopt;
     return h;
 }
@@ -62,7 +64,10 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
                 std::memcpy(row + 4 * j, &w[j], 4);
             } else {
                 if (tr.dtype == DType::f16 && f16_overflows(w[j])) return QuantStatus::scale_overflow;
-                put_f16(row + 2 * j, tr.dtype == DType::f16 ? f32_to_f16(w[j]) : f32_to_bf16(w[j]));
+                const uint16_t h = tr.dtype == DType::f16 ? f32_to_f16(w[j]) : f32_to_bf16(w[j]);
+                if ((h & 0x7fff) == 0x7f80 && tr.dtype == DType::bf16)  // rounded up to infinity
+                    return QuantStatus::scale_overflow;
+                put_f16(row + 2 * j, h);
             }
         }
         return QuantStatus::ok;

@@ -201,16 +201,27 @@ TEST_CASE("quantize_row_ref special groups: zero, constant, huge, tiny", "[qtype
         }
 }
 
-// Weights below about 1.8e-43 (float subnormals) make amax / 127 (or range / 15) underflow to 0,
-// so the stored scale is 0 and the weight comes back as 0: an error of at most ~2e-43 where the
-// bound (error_bound * scale) is 0. Harmless in practice; see the note in kernels/README.md.
-// Fix in formats/qtype.cpp: a group with a non-zero range needs at least the smallest fp16
-// subnormal scale (h = max(h, 1) in f16_round_up's callers).
-TEST_CASE("quantize_row_ref: float-subnormal weights keep a non-zero scale", "[qtype][!mayfail]") {
+// Groups of weights below about 1e-43 (float subnormals) make amax / 127 (or range / 15) round to
+// 0 in float; the stored scale must still be non-zero (the smallest fp16 subnormal), or the
+// weights come back as 0 where the bound (error_bound * scale) would be 0.
+TEST_CASE("quantize_row_ref: float-subnormal weights keep a non-zero scale", "[qtype]") {
     for (QType t : quantized_types()) {
         INFO("qtype " << qtype_traits(t).name);
         check_round_trip(t, std::vector<float>(64, 1e-44f));
     }
+}
+
+TEST_CASE("quantize_row_ref: f16 and bf16 refuse values that round to infinity", "[qtype]") {
+    // bf16's largest finite value is 0x7f7f (about 3.3895e38); 3.4e38 rounds up to infinity.
+    std::vector<uint8_t> row(8);
+    const float bf16_over[] = {3.4e38f, -3.4e38f};
+    for (float v : bf16_over)
+        REQUIRE(quantize_row_ref(QType::bf16, &v, 1, row.data()) == QuantStatus::scale_overflow);
+    const float bf16_ok = 3.38e38f;
+    REQUIRE(quantize_row_ref(QType::bf16, &bf16_ok, 1, row.data()) == QuantStatus::ok);
+    const float f16_over = 65520.0f, f16_ok = 65504.0f;
+    REQUIRE(quantize_row_ref(QType::f16, &f16_over, 1, row.data()) == QuantStatus::scale_overflow);
+    REQUIRE(quantize_row_ref(QType::f16, &f16_ok, 1, row.data()) == QuantStatus::ok);
 }
 
 TEST_CASE("quantize_row_ref refuses NaN, infinities and scales beyond fp16", "[qtype]") {
