@@ -275,9 +275,9 @@ void bm_prepare(benchmark::State& state, uint64_t m, uint64_t k) {
 std::string shape_name(Shape s) { return std::to_string(s.out) + "x" + std::to_string(s.in); }
 
 void register_all() {
-    const QType quant[] = {QType::q8,      QType::q8_g32,  QType::q8_g128,
-                           QType::q4_g32,  QType::q4_g64,  QType::q4_g128,
-                           QType::q4s_g32, QType::q4s_g64, QType::q4s_g128};
+    const QType quant[] = {QType::q8,       QType::q8_g32,  QType::q8_g128, QType::q4_g32,
+                           QType::q4_g64,   QType::q4_g128, QType::q4s_g32, QType::q4s_g64,
+                           QType::q4s_g128, QType::q3_g32,  QType::q3_g128};
     auto reg = [](const std::string& name, auto fn) {
         benchmark::RegisterBenchmark(name.c_str(), fn)
             ->UseRealTime()

@@ -128,10 +128,15 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                 j["kld_stderr"] = r.kl->kl_stderr();
                 j["top1_agreement"] = r.kl->top1_agreement();
                 j["rms_dp"] = r.kl->rms_dp();
+                j["base_ppl"] = r.base_nll->ppl();
+                j["base_ppl_stderr"] = r.base_nll->ppl_stderr();
             }
             std::printf("%s\n", j.dump(2).c_str());
         } else {
             std::printf("PPL = %.4f +/- %.5f\n", r.nll.ppl(), r.nll.ppl_stderr());
+            if (r.base_nll)
+                std::printf("base PPL = %.4f +/- %.5f (%s, the same tokens)\n", r.base_nll->ppl(),
+                            r.base_nll->ppl_stderr(), base->path().c_str());
             if (r.kl)
                 std::printf("KLD = %.6f +/- %.6f; top-1 agreement = %.3f%%; RMS dp = %.3f%%\n",
                             r.kl->mean_kl(), r.kl->kl_stderr(), 100.0 * r.kl->top1_agreement(),

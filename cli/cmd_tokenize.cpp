@@ -30,7 +30,7 @@ Runner register_tokenize(CLI::App& app, CommonOptions& common) {
         bool ids = false, count = false, no_special = false;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("source", a->source, "a .qf, a tokenizer.json or a llama2.c vocabulary (.bin)")
+    app.add_option("source", a->source, "a .qf, a tokenizer.json, a GGUF model (its tokenizer.ggml.* metadata) or a llama2.c vocabulary (.bin)")
         ->required()
         ->check(CLI::ExistingFile);
     auto* prompt = app.add_option("-p,--prompt", a->prompt, "text to tokenize");

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
         CLI::App* sub = app.add_subcommand(name, help);
         runners[sub] = reg(*sub, common);
     };
-    add("convert", "convert a Hugging Face checkpoint (directory or .safetensors) to .qf",
+    add("convert", "convert a Hugging Face checkpoint (directory or .safetensors), a GGUF or a llama2.c checkpoint to .qf",
         qforge::cli::register_convert);
     add("quantize",
         "quantize a .qf or Hugging Face checkpoint to a .qf (rtn; per-tensor types by regex)",
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
         qforge::cli::register_inspect);
     add("verify", "check a .qf file's structure and every tensor checksum",
         qforge::cli::register_verify);
-    add("tokenize", "text to token ids with the tokenizer of a .qf, tokenizer.json or llama2.c .bin",
+    add("tokenize", "text to token ids with the tokenizer of a .qf, tokenizer.json, GGUF or llama2.c .bin",
         qforge::cli::register_tokenize);
     add("ppl", "perplexity of a .qf on a text file (llama.cpp or GPTQ protocol), optionally KL divergence from a base model",
         qforge::cli::register_ppl);

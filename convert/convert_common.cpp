@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
@@ -69,6 +71,19 @@ json resolve_tokenizer(const std::string& given, const std::optional<std::string
     }
     report.tokenizer = path;
     return load_tokenizer_source(path);
+}
+
+void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes) {
+    if (head_dim % 2 != 0 || in.size() != out.size() || in.size() != n_heads * head_dim * row_bytes)
+        throw std::logic_error("permute_rope_pairs_to_halves: inconsistent sizes");
+    const uint64_t half = head_dim / 2;
+    for (uint64_t h = 0; h < n_heads; ++h)
+        for (uint64_t j = 0; j < 2; ++j)
+            for (uint64_t i = 0; i < half; ++i) {
+                const uint64_t src = h * head_dim + 2 * i + j, dst = h * head_dim + j * half + i;
+                std::memcpy(out.data() + dst * row_bytes, in.data() + src * row_bytes, row_bytes);
+            }
 }
 
 }  // namespace qforge

@@ -3,8 +3,10 @@
 // inputs write the same header keys with the same meaning.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "convert/convert.hpp"
@@ -30,5 +32,12 @@ QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QTy
 // report) when there is none. Sets report.tokenizer to the file used.
 nlohmann::json resolve_tokenizer(const std::string& given, const std::optional<std::string>& found,
                                  const std::string& input, ConvertReport& report);
+
+// Reorders the rows (llama2.c checkpoints and llama.cpp's GGUF q/k layout) of a q or k projection ([n_heads * head_dim, cols], `row_bytes` per row)
+// from adjacent-pair RoPE to rotate-half RoPE: within each head, output row j * (head_dim/2) + i
+// is input row 2i + j (j in {0, 1}). This is transformers' convert_llama_weights_to_hf permute,
+// w.view(n_heads, head_dim/2, 2, cols).transpose(1, 2).reshape(n_heads * head_dim, cols).
+void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes);
 
 }  // namespace qforge

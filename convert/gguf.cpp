@@ -8,7 +8,6 @@
 #include <map>
 
 #include "convert/convert_common.hpp"
-#include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"

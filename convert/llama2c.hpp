@@ -53,13 +53,6 @@ bool is_llama2c_checkpoint(const std::string& path);
 // naming `file` and the field when a value is out of range.
 ModelConfig llama2c_model_config(const Llama2cHeader& header, const std::string& file);
 
-// Reorders the rows of a q or k projection ([n_heads * head_dim, cols], `row_bytes` per row)
-// from adjacent-pair RoPE to rotate-half RoPE: within each head, output row j * (head_dim/2) + i
-// is input row 2i + j (j in {0, 1}). This is transformers' convert_llama_weights_to_hf permute,
-// w.view(n_heads, head_dim/2, 2, cols).transpose(1, 2).reshape(n_heads * head_dim, cols).
-void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
-                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes);
-
 // Converts a llama2.c checkpoint (options.input) into a .qf; the tokenizer is options.tokenizer
 // or, when empty, tok<vocab>.bin or tokenizer.bin beside the checkpoint, or find_tokenizer's.
 ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options);

@@ -31,12 +31,27 @@ uint16_t get_f16(const uint8_t* p) {
     return h;
 }
 
+// 3-bit code j: two bit planes (q3_code_position).
+void put_q3_code(uint8_t* row, uint64_t j, int32_t code) {
+    const Q3CodePosition at = q3_code_position(j);
+    uint8_t& lo = row[at.low_byte];
+    uint8_t& hi = row[at.high_byte];
+    lo = static_cast<uint8_t>((lo & ~(3u << at.low_shift)) | ((code & 3) << at.low_shift));
+    hi = static_cast<uint8_t>((hi & ~(1u << at.high_bit)) | ((code >> 2 & 1) << at.high_bit));
+}
+
+int32_t get_q3_code(const uint8_t* row, uint64_t j) {
+    const Q3CodePosition at = q3_code_position(j);
+    return (row[at.low_byte] >> at.low_shift & 3) | (row[at.high_byte] >> at.high_bit & 1) << 2;
+}
+
 // Code j of a row: 4-bit codes sit in 16-byte chunks of 32 (weight i low, i + 16 high nibble).
 void put_code(const QTypeTraits& tr, uint8_t* row, uint64_t j, int32_t code) {
     if (tr.bits == 8) {
         row[j] = static_cast<uint8_t>(static_cast<int8_t>(code));
         return;
     }
+    if (tr.bits == 3) return put_q3_code(row, j, code);
     const uint64_t chunk = j / kCodeChunk, i = j % kCodeChunk;
     uint8_t& b = row[chunk * 16 + i % 16];
     if (i < 16)
@@ -47,6 +62,7 @@ void put_code(const QTypeTraits& tr, uint8_t* row, uint64_t j, int32_t code) {
 
 int32_t get_code(const QTypeTraits& tr, const uint8_t* row, uint64_t j) {
     if (tr.bits == 8) return static_cast<int8_t>(row[j]);
+    if (tr.bits == 3) return get_q3_code(row, j);
     const uint64_t chunk = j / kCodeChunk, i = j % kCodeChunk;
     const uint8_t b = row[chunk * 16 + i % 16];
     return i < 16 ? (b & 0x0f) : (b >> 4);
@@ -141,7 +157,7 @@ void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_
     }
     // Codes past k: the last group's zero, so they dequantize to exactly 0.
     const int32_t zero = tr.symmetric ? tr.implicit_zero : groups[l.groups - 1].zero;
-    for (uint64_t j = k; j < round_up(k, kCodeChunk); ++j) put_code(tr, row, j, zero);
+    for (uint64_t j = k; j < round_up(k, qtype_code_chunk(t)); ++j) put_code(tr, row, j, zero);
 }
 
 void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {

@@ -5,11 +5,14 @@
 // A quantized tensor is a matrix [rows = out, cols = k = in], stored row by row. Each row is
 // self-contained (docs/FORMAT.md, "Quantized rows"):
 //
-//   codes    k rounded up to 32 codes. 8-bit: one int8 per weight. 4-bit: 16 bytes per 32
-//            weights; byte i of a chunk holds weight i in its low nibble and weight i + 16 in its
-//            high nibble, so one AND and one shift give 32 weights in order (AVX2: two 16-lane
-//            halves; CUDA: a 16-byte load is one chunk). Codes past k hold the zero code, so they
-//            dequantize to exactly 0.
+//   codes    k rounded up to whole code chunks (qtype_code_chunk). 8-bit: one int8 per weight.
+//            4-bit: 16 bytes per 32 weights; byte i of a chunk holds weight i in its low nibble and
+//            weight i + 16 in its high nibble, so one AND and one shift give 32 weights in order
+//            (AVX2: two 16-lane halves; CUDA: a 16-byte load is one chunk). 3-bit: 48 bytes per
+//            128 weights (4 blocks of 32), a 32-byte plane of the codes' low two bits and a
+//            16-byte plane of their high bits, both ordered so that AVX2 shifts and masks give
+//            the 4-bit kernel's pair order directly (q3_code_position below; docs/FORMAT.md
+//            has the bytes). Codes past k hold the zero code, so they dequantize to exactly 0.
 //   scales   one fp16 per group, in group order (little-endian binary16).
 //   zeros    asymmetric types only: one uint8 per group, the integer zero point.
 //   padding  zero bytes up to a multiple of 64: every row starts on a cache line (one x86 line,
@@ -22,6 +25,7 @@
 // so every kernel sees bit-identical dequantized weights.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -45,6 +49,8 @@ enum class QType : uint8_t {
     q4s_g32,
     q4s_g64,
     q4s_g128,
+    q3_g32,
+    q3_g128,
 };
 
 struct QTypeTraits {
@@ -68,6 +74,7 @@ struct QTypeTraits {
 // q4_*:  asymmetric, range [min(0, lo), max(0, hi)] in 15 steps with an integer zero, as GPTQ and
 //        AWQ store it; the zero's rounding can push the top element to exactly 15.5, where it
 //        clamps to 15: still 1/2.
+// q3_*:  asymmetric as q4_*, in 7 steps: the same argument, 1/2.
 // q4s_*: symmetric, scale = m / -8 for the element m of largest magnitude (llama.cpp's Q4_0): 16
 //        levels; an element of the opposite sign and equal magnitude lands on +8 and clamps to
 //        +7: one whole step.
@@ -89,6 +96,8 @@ inline constexpr QTypeTraits kQTypes[] = {
     {QType::q4s_g32, "q4s_g32", 4, false, DType::f32, 32, true, false, 8, kSymClampBound},
     {QType::q4s_g64, "q4s_g64", 4, false, DType::f32, 64, true, false, 8, kSymClampBound},
     {QType::q4s_g128, "q4s_g128", 4, false, DType::f32, 128, true, false, 8, kSymClampBound},
+    {QType::q3_g32, "q3_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound},
+    {QType::q3_g128, "q3_g128", 3, false, DType::f32, 128, false, false, 0, kHalfStepBound},
 };
 
 inline constexpr size_t kQTypeCount = std::size(kQTypes);
@@ -101,14 +110,16 @@ constexpr bool qtype_table_in_enum_order() {
 constexpr bool qtype_table_consistent() {
     for (const auto& r : kQTypes) {
         if (r.is_float) continue;
-        if (r.bits != 4 && r.bits != 8) return false;
-        if (r.group != 0 && r.group % 32 != 0) return false;  // groups are whole code chunks
+        if (r.bits != 3 && r.bits != 4 && r.bits != 8) return false;
+        // Groups are whole activation blocks of 32 (a 3-bit code chunk of 128 may hold several).
+        if (r.group != 0 && r.group % 32 != 0) return false;
+        if (r.bits == 3 && r.symmetric) return false;  // the reference has no symmetric 3-bit grid
         if (r.signed_codes != (r.bits == 8)) return false;
         if (!r.symmetric && r.implicit_zero != 0) return false;
     }
     return true;
 }
-static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q4s_g128) + 1,
+static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q3_g128) + 1,
               "every QType needs a row");
 static_assert(qtype_table_in_enum_order(), "kQTypes rows must follow the enum order");
 static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rules");
@@ -134,6 +145,40 @@ inline std::optional<QType> qtype_from_dtype(DType d) {
 
 inline constexpr uint64_t kQuantRowAlign = 64;  // bytes: a cache line, 16-byte GPU loads
 inline constexpr uint64_t kCodeChunk = 32;      // weights per code chunk (16 bytes at 4 bits)
+inline constexpr uint64_t kQ3CodeChunk = 128;   // weights per 3-bit code chunk (48 bytes)
+
+// Weights per code chunk of quantized type t: rows hold whole chunks.
+constexpr uint64_t qtype_code_chunk(QType t) {
+    return qtype_traits(t).bits == 3 ? kQ3CodeChunk : kCodeChunk;
+}
+
+// Where 3-bit code j of a row lives. Chunk c = j / 128 takes bytes [48 c, 48 c + 48); weight i
+// (i = j % 32) of its block r = j % 128 / 32 has its low two bits in byte 16 * (r % 2) + i % 16 of
+// the chunk (the 2-bit plane, bytes 0..31) at bit 4 * (r / 2) + 2 * (i / 16), and its high bit in
+// byte 32 + i % 16 (the high plane, bytes 32..47) at bit (r % 2) + 2 * (i / 16) + 4 * (r / 2).
+// So one 32-byte load of the 2-bit plane, shifted by 0, 2, 4 and 6, gives blocks (0, 1) weights
+// 0..15, their weights 16..31, then the same for blocks (2, 3): the int8 kernel's pair order; the
+// high plane, broadcast to both 128-bit lanes, gives the matching bits with one shift per lane
+// (kernels/README.md, docs/FORMAT.md).
+struct Q3Chunk {
+    uint8_t low[32];   // 2-bit plane: byte i blocks 0 and 2, byte 16 + i blocks 1 and 3
+    uint8_t high[16];  // high plane: byte i, bit per (block, weight i or 16 + i)
+};
+static_assert(sizeof(Q3Chunk) == kQ3CodeChunk * 3 / 8, "3 bits per weight, no padding");
+struct Q3CodePosition {
+    uint64_t low_byte;   // byte of the low two bits, from the start of the row
+    uint32_t low_shift;  // their position in it
+    uint64_t high_byte;  // byte of the high bit
+    uint32_t high_bit;   // its position
+};
+constexpr Q3CodePosition q3_code_position(uint64_t j) {
+    const uint64_t chunk = j / kQ3CodeChunk, r = j % kQ3CodeChunk / 32, i = j % 32;
+    const uint32_t half = static_cast<uint32_t>(i / 16), odd = static_cast<uint32_t>(r % 2),
+                   upper = static_cast<uint32_t>(r / 2);
+    const uint64_t at = chunk * sizeof(Q3Chunk);
+    return {at + offsetof(Q3Chunk, low) + 16 * odd + i % 16, 4 * upper + 2 * half,
+            at + offsetof(Q3Chunk, high) + i % 16, odd + 2 * half + 4 * upper};
+}
 
 struct QRowLayout {
     uint64_t k = 0;              // weights per row (the tensor's second dimension)
@@ -155,7 +200,7 @@ constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k) {
     l.k = k;
     l.group = tr.group ? tr.group : k;
     l.groups = (k + l.group - 1) / l.group;
-    l.codes_bytes = round_up(k, kCodeChunk) * tr.bits / 8;
+    l.codes_bytes = round_up(k, qtype_code_chunk(t)) * tr.bits / 8;
     l.scales_offset = l.codes_bytes;
     l.zeros_offset = l.scales_offset + 2 * l.groups;
     const uint64_t end = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
@@ -226,7 +271,9 @@ int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w);
 inline float qtype_dequantize_value(const QGroupParams& p, int32_t code) {
     return p.scale * static_cast<float>(code - p.zero);
 }
-constexpr int32_t qtype_max_code(QType t) { return qtype_traits(t).bits == 8 ? 127 : 15; }
+constexpr int32_t qtype_max_code(QType t) {
+    return qtype_traits(t).bits == 8 ? 127 : (1 << qtype_traits(t).bits) - 1;
+}
 constexpr int32_t qtype_min_code(QType t) { return qtype_traits(t).bits == 8 ? -127 : 0; }
 
 // Packs codes (k of them) and group grids (ceil(k / group)) into one row of qtype t, padding and

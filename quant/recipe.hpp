@@ -72,7 +72,7 @@ QuantMethod parse_quant_method(std::string_view name);  // refuses the ones not 
 QType parse_qtype_name(std::string_view name, std::string_view what = "--qtype");
 TensorTypeOverride parse_tensor_type_override(const std::string& spec);
 
-// "f32, f16, ..., q4s_g128": the table's names, for help and error texts.
+// "f32, f16, ..., q3_g128": the table's names, for help and error texts.
 std::string qtype_names();
 
 // What a tensor is, for the default policy.

@@ -128,7 +128,10 @@ PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t>
     std::vector<int32_t> input(plan.ctx);
 
     PplResult result;
-    if (base) result.kl = KlStats{};
+    if (base) {
+        result.kl = KlStats{};
+        result.base_nll = NllStats{};
+    }
     for (uint64_t chunk = 0; chunk < plan.n_chunks; ++chunk) {
         const int32_t* text = tokens.data() + chunk * plan.ctx;
         std::copy(text, text + plan.ctx, input.begin());
@@ -145,7 +148,11 @@ PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t>
             const uint64_t r = pos - 1 - logits_from;
             const std::span<const float> row(logits.data() + r * vocab, vocab);
             result.nll.add(token_nll(row, text[pos]));
-            if (base) add_kl({base_logits.data() + r * vocab, vocab}, row, text[pos], *result.kl);
+            if (base) {
+                const std::span<const float> base_row(base_logits.data() + r * vocab, vocab);
+                add_kl(base_row, row, text[pos], *result.kl);
+                result.base_nll->add(token_nll(base_row, text[pos]));
+            }
         }
         result.n_chunks = chunk + 1;
         result.tokens_evaluated += plan.ctx;

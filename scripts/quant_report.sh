@@ -16,21 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
-build=${BUILD_DIR:-build}
-threads=${THREADS:-2}
-chunks=${CHUNKS:-200}
 bench_args=${BENCH_ARGS:-"-p 128 -n 64 -r 5"}
-data=../shared/data
-qtypes="q8 q8_g32 q8_g128 q4_g32 q4_g64 q4_g128 q4s_g32 q4s_g64 q4s_g128"
+qtypes="q8 q8_g32 q8_g128 q4_g32 q4_g64 q4_g128 q4s_g32 q4s_g64 q4s_g128 q3_g32 q3_g128"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$(nproc)" --target qforge >/dev/null
-qforge=$build/cli/qforge
+# shellcheck source=scripts/report_common.sh
+. scripts/report_common.sh
 mkdir -p models/quant
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
-json() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"j": j}))' "$@"; }
 
 if [ "$what" = quality ] || [ "$what" = all ]; then
   if [ ! -d "$data/stories260K/hf" ]; then
@@ -51,7 +42,7 @@ if [ "$what" = quality ] || [ "$what" = all ]; then
     echo "| f32 | $(stat -c %s "$base") | $(json "$out/f32.json" '"%.4f +/- %.4f" % (j["ppl"], j["ppl_stderr"])') | 0 | 100% | |"
     for q in $qtypes; do
       m=models/quant/stories260K-$q.qf
-      $qforge quantize "$base" -o "$m" --method rtn --qtype "$q" -q
+      $qforge quantize "$base" -o "$m" --method rtn --qtype "$q" -q >/dev/null
       ppl "$m" "$out/$q.json"
       ppl "$m" "$out/$q-f.json" --float-activations
       echo "| $q | $(stat -c %s "$m") | $(json "$out/$q.json" '"%.4f +/- %.4f" % (j["ppl"], j["ppl_stderr"])') | $(json "$out/$q.json" '"%.5f" % j["kld"]') | $(json "$out/$q.json" '"%.2f%%" % (100 * j["top1_agreement"])') | $(json "$out/$q-f.json" '"%.5f" % j["kld"]') |"
@@ -76,7 +67,7 @@ if [ "$what" = speed ] || [ "$what" = all ]; then
     m=$tl
     if [ "$q" != f16 ]; then
       m=models/quant/synthetic-tinyllama-$q.qf
-      [ -f "$m" ] && [ "$m" -nt "$tl" ] || $qforge quantize "$tl" -o "$m" --method rtn --qtype "$q" -q -t "$threads"
+      [ -f "$m" ] && [ "$m" -nt "$tl" ] || $qforge quantize "$tl" -o "$m" --method rtn --qtype "$q" -q -t "$threads" >/dev/null
     fi
     # shellcheck disable=SC2086
     $qforge bench "$m" $bench_args -t "$threads" --json -q >"$out/bench-$q.json"

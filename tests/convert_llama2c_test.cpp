@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
+#include "convert/convert_common.hpp"
 #include "convert/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"

@@ -316,6 +316,17 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     auto cpu_cache = cpu->new_cache(4);
     REQUIRE_THROWS_WITH(gpu.forward({&five[0], 1}, *cpu_cache, 0, logits),
                         Catch::Contains("another backend"));
+    // A qtype without CUDA kernels (3-bit) is refused at load, naming the file, the first tensor
+    // in it and the qtype; the CPU backend runs the same model.
+    const fs::path q3 = dir.path / "q3.qf";
+    write_model(q3, c, QType::q3_g32, 3);
+    Model q3_model(q3.string());
+    REQUIRE_THROWS_AS(CudaBackend{q3_model}, cuda::UnsupportedOnCuda);
+    REQUIRE_THROWS_WITH(
+        CudaBackend{q3_model},
+        Catch::Contains("q3.qf") && Catch::Contains("tensor") &&
+            Catch::Contains("unsupported on CUDA: qtype q3_g32 has no CUDA kernels"));
+    REQUIRE_NOTHROW(make_cpu_backend(q3_model, pool));
 }
 
 TEST_CASE("CUDA backend matches the reference and the CPU backend on stories260K", "[cuda]") {

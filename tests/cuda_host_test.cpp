@@ -20,10 +20,12 @@ using namespace qforge::cuda;
 
 namespace {
 
-std::vector<QType> quantized_types() {
+// The qtypes the CUDA kernels read (kCudaQTypes' supported rows), all or the quantized ones.
+std::vector<QType> supported_types(bool quantized_only = false) {
     std::vector<QType> v;
     for (const auto& row : kQTypes)
-        if (!row.is_float) v.push_back(row.type);
+        if (cuda_qtype_row(row.type).supported && !(quantized_only && row.is_float))
+            v.push_back(row.type);
     return v;
 }
 
@@ -66,8 +68,25 @@ TEST_CASE("every qtype has a CUDA row consistent with the qtype table", "[cuda_h
     }
 }
 
-TEST_CASE("GPU row layout follows the .qf layout; float rows pad to whole chunks", "[cuda_host]") {
+TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype", "[cuda_host]") {
+    uint64_t unsupported = 0;
     for (const auto& tr : kQTypes) {
+        if (cuda_qtype_row(tr.type).supported) continue;
+        ++unsupported;
+        INFO(tr.name);
+        REQUIRE_FALSE(cuda_qtype_row(tr.type).tensor_core_gemm);
+        for (uint64_t k : {uint64_t{1}, uint64_t{128}, uint64_t{4096}})
+            REQUIRE_THROWS_WITH(
+                gpu_matrix_format(tr.type, k),
+                "unsupported on CUDA: qtype " + std::string(tr.name) + " has no CUDA kernels");
+    }
+    REQUIRE(unsupported >= 2);  // q3_g32, q3_g128
+    REQUIRE_FALSE(cuda_qtype_row(QType::q3_g32).supported);
+}
+
+TEST_CASE("GPU row layout follows the .qf layout; float rows pad to whole chunks", "[cuda_host]") {
+    for (QType t : supported_types()) {
+        const QTypeTraits& tr = qtype_traits(t);
         for (uint64_t k : kLengths) {
             INFO(tr.name << " k " << k);
             const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
@@ -109,7 +128,8 @@ TEST_CASE("unsupported shapes throw UnsupportedOnCuda", "[cuda_host]") {
 }
 
 TEST_CASE("repack copies rows and zero-pads float rows to the GPU stride", "[cuda_host]") {
-    for (const auto& tr : kQTypes) {
+    for (QType t : supported_types()) {
+        const QTypeTraits& tr = qtype_traits(t);
         for (uint64_t k : {uint64_t{1}, uint64_t{45}, uint64_t{64}, uint64_t{200}}) {
             INFO(tr.name << " k " << k);
             const uint64_t rows = 3;
@@ -215,7 +235,7 @@ TEST_CASE("fp16 code pairs for the tensor-core path are exact", "[cuda_host]") {
 }
 
 TEST_CASE("chunk dequantization equals dequantize_row_ref bit for bit", "[cuda_host]") {
-    for (QType t : quantized_types()) {
+    for (QType t : supported_types(true)) {
         const QTypeTraits& tr = qtype_traits(t);
         for (uint64_t k : kLengths) {
             INFO(tr.name << " k " << k);
@@ -243,7 +263,8 @@ TEST_CASE("chunk dequantization equals dequantize_row_ref bit for bit", "[cuda_h
 }
 
 TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_host]") {
-    for (const auto& tr : kQTypes) {
+    for (QType t : supported_types()) {
+        const QTypeTraits& tr = qtype_traits(t);
         for (uint64_t k : {uint64_t{8}, uint64_t{64}, uint64_t{576}, uint64_t{1000}, uint64_t{4096},
                            uint64_t{5632}, uint64_t{14336}, uint64_t{100000}}) {
             const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
@@ -279,7 +300,7 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
 }
 
 TEST_CASE("tensor-core GEMM plans split K without empty splits", "[cuda_host]") {
-    for (QType t : quantized_types()) {
+    for (QType t : supported_types(true)) {
         for (uint64_t k : {uint64_t{100}, uint64_t{576}, uint64_t{4096}, uint64_t{14336}}) {
             const GpuMatrixFormat f = gpu_matrix_format(t, k);
             for (uint64_t rows :

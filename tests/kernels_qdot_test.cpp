@@ -128,8 +128,9 @@ double roundings(QActivations::Mode mode, bool scalar, uint64_t k) {
     return scalar ? blocks + 2 : blocks + 8;
 }
 
-constexpr uint64_t kLengths[] = {64,  100, 172,
-                                 320, 576, 4096};  // 100, 172: partial chunk; 320: partial g128
+// 100, 172: partial chunk; 320: partial g128; 200 (7 blocks) and 288 (9): a last odd block, which
+// is the third or the first block of a 3-bit chunk; 64: half a 3-bit chunk.
+constexpr uint64_t kLengths[] = {64, 100, 172, 200, 288, 320, 576, 4096};
 
 using Matmul = void (*)(QType, const uint8_t*, uint64_t, uint64_t, uint64_t, const QActivations&,
                         uint64_t, uint64_t, float*, uint64_t);

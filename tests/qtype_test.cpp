@@ -22,8 +22,16 @@ std::vector<QType> quantized_types() {
 }
 
 // Row lengths: 1, one chunk, a TinyLlama/SmolLM2 width, large, and lengths that end inside a
-// chunk or a group of every size (100 = 3 * 32 + 4, 172 = 5 * 32 + 12, 200 = 128 + 64 + 8).
-constexpr uint64_t kLengths[] = {1, 32, 100, 172, 200, 576, 4096};
+// chunk or a group of every size (100 = 3 * 32 + 4, 172 = 5 * 32 + 12, 200 = 128 + 64 + 8; 64:
+// half a 3-bit chunk).
+constexpr uint64_t kLengths[] = {1, 32, 64, 100, 172, 200, 576, 4096};
+
+// The steps a group's range is divided into: q8 amax / 127, q4s m / 8, asymmetric 2^bits - 1.
+double levels_of(QType t) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (tr.bits == 8) return 127.0;
+    return tr.symmetric ? 8.0 : static_cast<double>((1 << tr.bits) - 1);
+}
 
 uint64_t group_of(QType t, uint64_t k) {
     const uint64_t g = qtype_traits(t).group;
@@ -59,13 +67,13 @@ void check_round_trip(QType t, const std::vector<float>& w) {
         const int32_t z = row_group_zero(t, q.row.data(), k, g);
         REQUIRE(std::isfinite(s));
         REQUIRE(z >= 0);
-        REQUIRE(z <= 15);
+        REQUIRE(z <= (tr.symmetric ? 15 : (1 << tr.bits) - 1));
         float lo = 0.0f, hi = 0.0f, amax = 0.0f;
         for (uint64_t j = g * group; j < std::min(k, (g + 1) * group); ++j) {
             INFO("group " << g << " j " << j << " w " << w[j] << " back " << q.back[j]);
             const int32_t c = row_code(t, q.row.data(), j);
             REQUIRE(c >= (tr.signed_codes ? -127 : 0));
-            REQUIRE(c <= (tr.signed_codes ? 127 : 15));
+            REQUIRE(c <= (tr.signed_codes ? 127 : (1 << tr.bits) - 1));
             REQUIRE(static_cast<double>(q.back[j]) == static_cast<double>(s) * (c - z));
             REQUIRE(std::fabs(static_cast<double>(q.back[j]) - w[j]) <=
                     tr.error_bound * std::fabs(static_cast<double>(s)));
@@ -74,7 +82,7 @@ void check_round_trip(QType t, const std::vector<float>& w) {
             amax = std::max(amax, std::fabs(w[j]));
         }
         const double range = tr.symmetric ? amax : static_cast<double>(hi) - lo;
-        const double levels = tr.bits == 8 ? 127.0 : (tr.symmetric ? 8.0 : 15.0);
+        const double levels = levels_of(t);
         // fp16 rounds up by at most one ulp: relative 2^-10 for normals, 2^-24 for subnormals.
         const double max_scale = range / levels * (1.0 + 0x1p-10 + 0x1p-20) + 0x1p-24;
         REQUIRE(std::fabs(static_cast<double>(s)) <= max_scale);
@@ -108,9 +116,11 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             const uint64_t group = tr.group ? tr.group : k;
             uint64_t groups = 0;
             while (groups * group < k) ++groups;
+            // Chunks: 32 weights in 32 (8-bit) or 16 (4-bit) bytes, 128 in 48 bytes (3-bit).
+            const uint64_t chunk_weights = tr.bits == 3 ? 128 : 32;
             uint64_t chunks = 0;
-            while (chunks * 32 < k) ++chunks;
-            const uint64_t codes = chunks * (tr.bits == 8 ? 32 : 16);
+            while (chunks * chunk_weights < k) ++chunks;
+            const uint64_t codes = chunks * (tr.bits == 8 ? 32 : tr.bits == 4 ? 16 : 48);
             const uint64_t end = codes + 2 * groups + (tr.symmetric ? 0 : groups);
             uint64_t row = 0;
             while (row < end) row += 64;
@@ -132,6 +142,12 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
     REQUIRE(qtype_row_layout(QType::q4s_g128, 2048)->row_bytes == 1024 + 64);
     REQUIRE(qtype_row_layout(QType::q8, 2048)->row_bytes == 2048 + 64);
     REQUIRE(qtype_bits_per_weight(QType::q4_g32, 2048) == Approx(4.75));
+    // 3-bit at 4096: 32 chunks of 48 bytes, then 128 scales and 128 zeros (g32: exactly 3.75
+    // bits per weight), or 32 scales and 32 zeros padded from 1632 to 1664 bytes (g128).
+    REQUIRE(qtype_row_layout(QType::q3_g32, 4096)->row_bytes == 1536 + 256 + 128);
+    REQUIRE(qtype_row_layout(QType::q3_g128, 4096)->row_bytes == 1536 + 64 + 32 + 32);
+    REQUIRE(qtype_bits_per_weight(QType::q3_g32, 4096) == Approx(3.75));
+    REQUIRE(qtype_row_layout(QType::q3_g32, 172)->codes_bytes == 96);  // two chunks
     const uint64_t huge[2] = {uint64_t{1} << 40, uint64_t{1} << 30};
     REQUIRE_FALSE(qtype_tensor_bytes(QType::q8, huge).has_value());
 }
@@ -238,7 +254,8 @@ TEST_CASE("quantize_row_ref refuses NaN, infinities and scales beyond fp16", "[q
                     REQUIRE(quantize_row_ref(t, w.data(), k, row.data()) ==
                             QuantStatus::non_finite);
                 }
-            // Largest fp16 is 65504: q4s needs |w| / 8, q4 range / 15, q8 amax / 127 to fit.
+            // Largest fp16 is 65504: q4s needs |w| / 8, q4 range / 15, q3 range / 7, q8 amax / 127
+            // to fit.
             for (float huge : {1e9f, -1e9f, 3e38f}) {
                 auto w = normal_weights(k, 1.0f, 6);
                 w[k - 1] = huge;
@@ -254,9 +271,7 @@ TEST_CASE("quantize_row_ref refuses NaN, infinities and scales beyond fp16", "[q
                         QuantStatus::scale_overflow);
             }
             // Just inside the limit still quantizes.
-            const double levels =
-                qtype_traits(t).bits == 8 ? 127.0 : (qtype_traits(t).symmetric ? 8.0 : 15.0);
-            check_round_trip(t, std::vector<float>(k, static_cast<float>(60000.0 * levels)));
+            check_round_trip(t, std::vector<float>(k, static_cast<float>(60000.0 * levels_of(t))));
         }
 }
 
@@ -268,7 +283,7 @@ TEST_CASE(
         for (uint64_t k : kLengths) {
             INFO("qtype " << tr.name << " k " << k);
             const QRowLayout l = *qtype_row_layout(t, k);
-            // Negative-only weights give asymmetric groups a non-zero zero point (zero = 15).
+            // Negative-only weights give asymmetric groups a non-zero zero point (the top code).
             auto w = normal_weights(k, 1.0f, 3);
             for (auto& v : w) v = -std::fabs(v) - 0.1f;
             const Quantized a = quantize_ok(t, w, 0xff);
@@ -279,7 +294,7 @@ TEST_CASE(
             const int32_t z = row_group_zero(t, a.row.data(), k, last);
             if (!tr.symmetric) REQUIRE(z > 0);
             const float s = row_group_scale(t, a.row.data(), k, last);
-            for (uint64_t j = k; j < round_up(k, kCodeChunk); ++j) {
+            for (uint64_t j = k; j < round_up(k, qtype_code_chunk(t)); ++j) {
                 REQUIRE(row_code(t, a.row.data(), j) == z);
                 REQUIRE(s * static_cast<float>(row_code(t, a.row.data(), j) - z) == 0.0f);
             }
@@ -287,6 +302,42 @@ TEST_CASE(
             const Quantized b = quantize_ok(t, w, 0x00);
             REQUIRE(a.row == b.row);
             REQUIRE(std::memcmp(a.back.data(), b.back.data(), 4 * k) == 0);
+        }
+    }
+}
+
+// The 3-bit planes byte by byte, as docs/FORMAT.md writes them: for one code at a time set to 7
+// (every other code 0), exactly one bit pair of the 2-bit plane and one bit of the high plane are
+// set, at the documented places; a code of 4 sets only the high bit, 3 only the pair.
+TEST_CASE("q3 rows: each code's bits sit where docs/FORMAT.md says", "[qtype]") {
+    const uint64_t k = 256;  // two chunks
+    const QRowLayout l = *qtype_row_layout(QType::q3_g32, k);
+    REQUIRE(l.codes_bytes == 96);
+    std::vector<int32_t> codes(k, 0);
+    std::vector<QGroupParams> groups(l.groups);  // scale 0, zero 0
+    std::vector<uint8_t> row(l.row_bytes);
+    for (uint64_t j = 0; j < k; ++j) {
+        const uint64_t c = j / 128, b = j % 128 / 32, w = j % 32;
+        // Byte i (< 16) of the 2-bit plane: bits 0-1 b0 w_i, 2-3 b0 w_{16+i}, 4-5 b2 w_i, 6-7
+        // b2 w_{16+i}; byte 16 + i the same for b1 and b3. High plane byte i: bit 0 b0 w_i, 1 b1
+        // w_i, 2 b0 w_{16+i}, 3 b1 w_{16+i}, 4 b2 w_i, 5 b3 w_i, 6 b2 w_{16+i}, 7 b3 w_{16+i}.
+        const uint64_t low_byte = 48 * c + (b % 2 == 1 ? 16 : 0) + w % 16;
+        const uint64_t low_shift = (b >= 2 ? 4 : 0) + (w >= 16 ? 2 : 0);
+        const uint64_t high_byte = 48 * c + 32 + w % 16;
+        const uint64_t high_bit = (b % 2) + (w >= 16 ? 2 : 0) + (b >= 2 ? 4 : 0);
+        for (int32_t code : {7, 4, 3}) {
+            INFO("j " << j << " code " << code);
+            codes.assign(k, 0);
+            codes[j] = code;
+            pack_row(QType::q3_g32, codes.data(), groups.data(), k, row.data());
+            for (uint64_t i = 0; i < l.codes_bytes; ++i) {
+                uint8_t want = 0;
+                if (i == low_byte) want |= static_cast<uint8_t>((code & 3) << low_shift);
+                if (i == high_byte) want |= static_cast<uint8_t>((code >> 2) << high_bit);
+                REQUIRE(row[i] == want);
+            }
+            for (uint64_t i = 0; i < k; ++i)
+                REQUIRE(row_code(QType::q3_g32, row.data(), i) == codes[i]);
         }
     }
 }

@@ -256,34 +256,37 @@ TEST_CASE("awq fold on GQA stories260K: the CPU backend's logits are unchanged",
 TEST_CASE("awq scale search: alpha > 0 on outlier channels, and better than RTN", "[awq][quant]") {
     std::mt19937_64 rng(3);
     const uint64_t n = 512, k = 128, rows = 48;
-    const QType t = QType::q4_g32;
-    // Inputs: most channels ~N(0, 1), every 16th one 20x larger (the salient channels).
-    std::vector<float> x = normal_vector(n * k, 1.0f, rng);
-    for (uint64_t i = 0; i < n; ++i)
-        for (uint64_t c = 0; c < k; c += 16) x[i * k + c] *= 20.0f;
-    const std::vector<float> w = normal_vector(rows * k, 0.05f, rng);
-    HessianAccumulator acc(k);
-    acc.add(x.data(), n);
-    const HessianStats hs = acc.finish();
-    const AwqScaleSearch r = awq_search_scales(
-        hs.mean_abs, {{w.data(), rows, t}}, k, [&](const std::vector<std::vector<float>>& cand) {
-            return awq_hessian_error(w.data(), cand[0].data(), rows, k, hs.h);
-        });
-    REQUIRE(r.errors.size() == size_t(kAwqScaleGrid));
-    INFO("alpha " << r.alpha << ", error " << r.error() << ", RTN " << r.rtn_error());
-    REQUIRE(r.alpha > 0.0);
-    REQUIRE(r.error() < 0.8 * r.rtn_error());
+    for (QType t : {QType::q4_g32, QType::q3_g32}) {
+        INFO(qtype_traits(t).name);
+        // Inputs: most channels ~N(0, 1), every 16th one 20x larger (the salient channels).
+        std::vector<float> x = normal_vector(n * k, 1.0f, rng);
+        for (uint64_t i = 0; i < n; ++i)
+            for (uint64_t c = 0; c < k; c += 16) x[i * k + c] *= 20.0f;
+        const std::vector<float> w = normal_vector(rows * k, 0.05f, rng);
+        HessianAccumulator acc(k);
+        acc.add(x.data(), n);
+        const HessianStats hs = acc.finish();
+        const AwqScaleSearch r =
+            awq_search_scales(hs.mean_abs, {{w.data(), rows, t}}, k,
+                              [&](const std::vector<std::vector<float>>& cand) {
+                                  return awq_hessian_error(w.data(), cand[0].data(), rows, k, hs.h);
+                              });
+        REQUIRE(r.errors.size() == size_t(kAwqScaleGrid));
+        INFO("alpha " << r.alpha << ", error " << r.error() << ", RTN " << r.rtn_error());
+        REQUIRE(r.alpha > 0.0);
+        REQUIRE(r.error() < 0.8 * r.rtn_error());
 
-    // alpha = 0 is RTN itself: the reference quantizer's rows.
-    std::vector<float> fq(rows * k), ref(rows * k);
-    awq_fake_quantize(t, w.data(), rows, k, nullptr, fq.data());
-    std::vector<uint8_t> row(*qtype_row_bytes(t, k));
-    for (uint64_t r0 = 0; r0 < rows; ++r0) {
-        REQUIRE(quantize_row_ref(t, w.data() + r0 * k, k, row.data()) == QuantStatus::ok);
-        dequantize_row_ref(t, row.data(), k, ref.data() + r0 * k);
+        // alpha = 0 is RTN itself: the reference quantizer's rows.
+        std::vector<float> fq(rows * k), ref(rows * k);
+        awq_fake_quantize(t, w.data(), rows, k, nullptr, fq.data());
+        std::vector<uint8_t> row(*qtype_row_bytes(t, k));
+        for (uint64_t r0 = 0; r0 < rows; ++r0) {
+            REQUIRE(quantize_row_ref(t, w.data() + r0 * k, k, row.data()) == QuantStatus::ok);
+            dequantize_row_ref(t, row.data(), k, ref.data() + r0 * k);
+        }
+        REQUIRE(fq == ref);
+        REQUIRE(r.rtn_error() == Approx(awq_hessian_error(w.data(), ref.data(), rows, k, hs.h)));
     }
-    REQUIRE(fq == ref);
-    REQUIRE(r.rtn_error() == Approx(awq_hessian_error(w.data(), ref.data(), rows, k, hs.h)));
 }
 
 TEST_CASE("awq clipping: never worse than the unclipped group, and clips outlier groups",
@@ -296,7 +299,7 @@ TEST_CASE("awq clipping: never worse than the unclipped group, and clips outlier
     HessianAccumulator acc(k);
     acc.add(x.data(), n);
     const HessianStats hs = acc.finish();
-    for (QType t : {QType::q4_g32, QType::q4s_g32}) {
+    for (QType t : {QType::q4_g32, QType::q4s_g32, QType::q3_g32}) {
         INFO(qtype_traits(t).name);
         std::vector<float> wc = w, q0(rows * k), q1(rows * k);
         const AwqClipStats st = awq_clip(t, wc.data(), rows, k, hs.h);

@@ -537,7 +537,8 @@ TEST_CASE("GPTQ: partial groups and blocks agree with the unblocked algorithm", 
         const auto x = correlated_inputs(n, k, 16, 15 + k);
         const auto h = hessian_of(x, k);
         const auto w = random_weights(rows, k, 16 + k);
-        for (QType t : {QType::q4_g32, QType::q4_g128, QType::q4s_g64, QType::q8_g32, QType::q8}) {
+        for (QType t : {QType::q4_g32, QType::q4_g128, QType::q4s_g64, QType::q8_g32, QType::q8,
+                        QType::q3_g32}) {
             const GptqResult ref = gptq_quantize(w.data(), rows, k, h, options(t, false, 1));
             REQUIRE(ref.output_error <= 0.9 * ref.rtn_output_error);
             const auto want = codes_of(t, ref.packed, rows, k);

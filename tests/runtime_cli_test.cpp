@@ -83,6 +83,8 @@ TEST_CASE("qforge ppl --json reports the statistics; bad inputs get one clear li
     REQUIRE(j.at("top1_agreement") == 1.0);
     REQUIRE(j.at("rms_dp") == 0.0);
     REQUIRE(j.contains("kld_stderr"));
+    // The base model's own perplexity over the same tokens: the same model, so the same value.
+    REQUIRE(j.at("base_ppl").get<double>() == j.at("ppl").get<double>());
 
     r = test::run_qforge("ppl " + q(model) + " -f " + q(text) + " --ctx 64 --chunks 1 -q");
     REQUIRE(r.exit_code == 0);

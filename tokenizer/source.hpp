@@ -13,6 +13,11 @@
 
 namespace qforge {
 
+// The end-of-turn markers of chat templates: generation stops at each one the model's template
+// uses, as at EOS (every source adds them to the schema's stop_ids).
+inline constexpr const char* kChatTurnEnds[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
+                                                "<end_of_turn>"};
+
 // The schema version this build writes and reads. A .qf tokenizer with another version is
 // refused with a hint to reconvert.
 inline constexpr int kTokenizerSchemaVersion = 2;

@@ -31,10 +31,6 @@ enum class GgufTokenType : int64_t {
     byte = 6,
 };
 
-// The end-of-turn markers of chat templates: generation stops at them as at EOS. The same list
-// as tokenizer.json's reader uses (source_hf.cpp).
-constexpr const char* kTurnEnds[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
-
 struct Vocab {
     std::vector<std::string> pieces;
     std::vector<GgufTokenType> types;
@@ -303,7 +299,7 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
     add_stop(s["eos_id"]);
     add_stop(token_id(f, "tokenizer.ggml.eot_token_id", v));
     add_stop(token_id(f, "tokenizer.ggml.eom_token_id", v));
-    for (const char* turn_end : kTurnEnds) {
+    for (const char* turn_end : kChatTurnEnds) {
         const auto it = v.id_of.find(turn_end);
         if (chat && chat->find(turn_end) != std::string::npos && it != v.id_of.end())
             add_stop(it->second);

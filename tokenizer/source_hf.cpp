@@ -339,7 +339,7 @@ json map_hf_tokenizer(const std::string& path) {
             add_stop(ids);
     }
     const std::string chat = s["chat_template"];
-    for (const char* turn_end : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"})
+    for (const char* turn_end : kChatTurnEnds)
         if (chat.find(turn_end) != std::string::npos) add_stop(id_of(turn_end));
     s["stop_ids"] = stops;
     return s;

@@ -46,7 +46,8 @@ class QActivations {
     // int8 mode, the same values in the layouts the AVX2 kernels read (kernels/README.md):
     // pair_codes: codes(t) with each pair of blocks (2p, 2p + 1) stored as [2p: 0..15][2p+1:
     //     0..15][2p: 16..31][2p+1: 16..31], which is what one 32-byte load of two 4-bit chunks
-    //     gives after splitting low and high nibbles; a last odd block stays in order.
+    //     gives after splitting low and high nibbles (and a 3-bit chunk's bit planes after their
+    //     shifts and masks); a last odd block stays in order.
     // scaled_sums: d * (code sum) per block, zero-padded to a multiple of 8 blocks.
     const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
     const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }

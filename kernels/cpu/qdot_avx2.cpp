@@ -8,9 +8,10 @@
 // its 4-cycle latency, 1.4x slower in decode), acc0 for a superblock's pairs 0 and 2, acc1 for 1
 // and 3:
 //   for each superblock of 8 activation blocks (256 weights):
-//     acc0 -= (scale * zero) [8 lanes, one per block] * (d * code sum) [8 lanes]  (4-bit only)
+//     acc0 -= (scale * zero) [8 lanes, one per block] * (d * code sum) [8 lanes]  (4-, 3-bit)
 //     for each pair of blocks: 64 weights, one 32-byte load of two 4-bit chunks (or two 8-bit
-//       blocks), split into low and high nibbles; maddubs/madd against the pair-ordered int8
+//       blocks), split into low and high nibbles (3-bit: half a 48-byte chunk, its two planes
+//       shifted and masked into the same order); maddubs/madd against the pair-ordered int8
 //       activations give 8 int32 partial sums, lanes 0-3 from the first block, 4-7 from the
 //       second; acc += (scale * d) [those lanes, from one 8-lane product per superblock] *
 //       float(partial sums)
@@ -21,6 +22,7 @@
 #include "kernels/cpu/qdot_avx2.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -45,17 +47,24 @@ constexpr int kTokenTile = 4;    // tokens sharing one unpacked code chunk in pr
 constexpr uint64_t kRowTileBytes = 64 * 1024;  // weights kept hot in L2 while token tiles pass
 // Decode streams rows from DRAM. The hardware prefetcher alone loses the stream at every row's
 // scales and zeros (measured: q4_g32 at k = 5632 ran at a third of its speed), so while a row
-// is computed the next row is prefetched, spread evenly over the row's superblocks: its scale and
+// is computed a row ahead is prefetched, spread evenly over the row's superblocks: its scale and
 // zero lines first (its first superblock needs them at once), then its codes.
-// One row ahead measured best at every benchmark shape (two or three rows ahead: up to 2.5x
-// slower). Into L2 (T1) for 4-bit rows and long 8-bit rows (q4_g32 at 4096x14336: 1.8x faster
-// than into L1, q8: 1.4x), into L1 (T0) for 8-bit rows of up to kPrefetchL1Weights (q8 at
-// 4096x4096 and 576x1536: 1.3x to 1.4x faster than into L2).
+// Into L2 (T1) for 4- and 3-bit rows and long 8-bit rows (q4_g32 at 4096x14336: 1.8x faster
+// than into L1, q8: 1.4x), the row at least kPrefetchL2Bytes ahead: one row (1216 bytes at
+// q4_g32, k = 2048) is less than DRAM latency times one core's rate, and a TinyLlama-shape q4
+// decode ran 1.15x to 1.2x faster 6 KiB ahead than one row ahead (4 and 8 KiB: in between;
+// measured side by side, kernels/README.md). Into L1 (T0) for 8-bit rows of up to
+// kPrefetchL1Weights (q8 at 4096x4096 and 576x1536: 1.3x to 1.4x faster than into L2), one row
+// ahead (two: 0.92x, L1 is small).
 constexpr uint64_t kPrefetchL1Weights = 4096;
+constexpr uint64_t kPrefetchL2Bytes = 6144;
 
 template <QType T>
 struct Kind {
     static constexpr bool q4 = qtype_traits(T).bits == 4;
+    static constexpr bool q3 = qtype_traits(T).bits == 3;
+    static constexpr bool q8 = qtype_traits(T).bits == 8;
+    static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes;  // q4 and q3
     static constexpr bool zero_stored = !qtype_traits(T).symmetric;
     static constexpr int32_t implicit_zero = qtype_traits(T).implicit_zero;
     static constexpr uint64_t group_blocks = qtype_traits(T).group / kBlock;  // 0: one per row
@@ -174,6 +183,64 @@ QF_AVX2 inline float hsum(__m256 s) {
     return _mm_cvtss_f32(h);
 }
 
+// 3-bit codes: 48-byte chunks of 128 weights (blocks 4c .. 4c + 3), a 32-byte plane of the low
+// two bits and a 16-byte plane of the high bits (formats/qtype.hpp, q3_code_position).
+constexpr uint64_t kQ3ChunkBytes = sizeof(Q3Chunk);  // 48: the 2-bit plane, then the high plane
+constexpr uint64_t kQ3ChunkBlocks = kQ3CodeChunk / kBlock;
+
+// Per-lane shift counts: c in the low 128-bit lane, c + 1 in the high one (the pair's second
+// block has its high bits one place up).
+QF_AVX2 inline __m256i q3_lane_counts(int c) {
+    return _mm256_setr_epi32(c, c, c, c, c + 1, c + 1, c + 1, c + 1);
+}
+
+// Pair p's codes (blocks 2p, 2p + 1) in pair order, as int8_pair's q4 split gives them: lo =
+// [2p: 0..15][2p+1: 0..15], hi = [2p: 16..31][2p+1: 16..31]. The pair is half of chunk p / 2: its
+// low bits are the plane shifted by 0 and 2 (first half) or 4 and 6; its high bits, high-plane
+// bits (0, 1) and (2, 3) or (4, 5) and (6, 7) per lane, are moved to bit 2 with one variable shift
+// per lane (bits 0 and 1 need a left shift). Dword shifts move bits across bytes, but bit 2 of
+// each byte only ever receives a bit of the same byte.
+QF_AVX2 inline void q3_pair_codes(const uint8_t* codes, uint64_t p, __m256i& lo, __m256i& hi) {
+    const uint8_t* c = codes + kQ3ChunkBytes * (p / 2);
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    const __m256i h = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + offsetof(Q3Chunk, high))));
+    __m256i vlo, vhi, hlo, hhi;
+    if (p % 2 == 0) {
+        vlo = v;
+        vhi = _mm256_srli_epi16(v, 2);
+        hlo = _mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 1, 1, 1, 1));
+        hhi = _mm256_srlv_epi32(h, q3_lane_counts(0));
+    } else {
+        vlo = _mm256_srli_epi16(v, 4);
+        vhi = _mm256_srli_epi16(v, 6);
+        hlo = _mm256_srlv_epi32(h, q3_lane_counts(2));
+        hhi = _mm256_srlv_epi32(h, q3_lane_counts(4));
+    }
+    lo = _mm256_or_si256(_mm256_and_si256(vlo, m3), _mm256_and_si256(hlo, m4));
+    hi = _mm256_or_si256(_mm256_and_si256(vhi, m3), _mm256_and_si256(hhi, m4));
+}
+
+// Block b's 32 codes in order (weights 0..15 in the low lane, 16..31 in the high one): a last odd
+// block in int8 mode, and f32 mode's and dequantize_rows' unpacking. Each byte's bit is tested
+// with a per-lane mask (any of the 8 positions, so no shift direction to choose).
+QF_AVX2 inline __m256i q3_block_codes(const uint8_t* codes, uint64_t b) {
+    const uint8_t* c = codes + kQ3ChunkBytes * (b / kQ3ChunkBlocks);
+    const int r = static_cast<int>(b % kQ3ChunkBlocks);
+    const int ls = 4 * (r / 2), hb = r % 2 + 4 * (r / 2);  // weights 16..31: 2 more for both
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * (r % 2)));
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + offsetof(Q3Chunk, high)));
+    const __m256i low_counts = _mm256_setr_epi32(ls, ls, ls, ls, ls + 2, ls + 2, ls + 2, ls + 2);
+    const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set_m128i(v, v), low_counts),
+                                         _mm256_set1_epi8(3));
+    const __m256i bit = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(4 << hb)),
+                                         _mm_set1_epi8(static_cast<char>(1 << hb)));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_set_m128i(h, h), bit), bit);
+    return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+}
+
 // Activation pointers of a tile's tokens (int8 mode).
 template <int NT>
 struct Int8Tokens {
@@ -188,11 +255,16 @@ template <QType T, int NT>
 QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p, uint64_t j, const __m256* cs,
                               const Int8Tokens<NT>& x, __m256* acc) {
     const __m256i ones = _mm256_set1_epi16(1);
-    if constexpr (Kind<T>::q4) {
-        const __m256i m4 = _mm256_set1_epi8(0x0f);
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
-        const __m256i lo = _mm256_and_si256(v, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if constexpr (Kind<T>::unsigned_codes) {
+        __m256i lo, hi;
+        if constexpr (Kind<T>::q3) {
+            q3_pair_codes(codes, p, lo, hi);
+        } else {
+            const __m256i m4 = _mm256_set1_epi8(0x0f);
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+            lo = _mm256_and_si256(v, m4);
+            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
         for (int t = 0; t < NT; ++t) {
             const __m256i alo =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 64 * p));
@@ -234,7 +306,9 @@ QF_AVX2 inline void int8_single(const uint8_t* codes, uint64_t b, const __m256* 
                                 const Int8Tokens<NT>& x, __m256* acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i w;
-    if constexpr (Kind<T>::q4) {
+    if constexpr (Kind<T>::q3) {
+        w = q3_block_codes(codes, b);
+    } else if constexpr (Kind<T>::q4) {
         const __m128i m4 = _mm_set1_epi8(0x0f);
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
         w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
@@ -244,7 +318,7 @@ QF_AVX2 inline void int8_single(const uint8_t* codes, uint64_t b, const __m256* 
     for (int t = 0; t < NT; ++t) {
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 32 * b));
         __m256i s16;
-        if constexpr (Kind<T>::q4)
+        if constexpr (Kind<T>::unsigned_codes)
             s16 = _mm256_maddubs_epi16(w, a);
         else
             s16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
@@ -271,7 +345,7 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
     for (uint64_t s = 0; s < full; ++s) {
         prefetch_part(row, s);
         const __m256 wsb = superblock_scales<T>(row, s);
-        if constexpr (Kind<T>::q4) {
+        if constexpr (Kind<T>::unsigned_codes) {
             const __m256 wz = _mm256_mul_ps(wsb, superblock_zeros<T>(row, s));
             for (int t = 0; t < NT; ++t)
                 acc[0][t] =
@@ -291,7 +365,7 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
             sz[b] = sc[b] * static_cast<float>(block_zero<T>(row, full * kSuper + b));
             for (int t = 0; t < NT; ++t) cst[t][b] = sc[b] * x.d[t][full * kSuper + b];
         }
-        if constexpr (Kind<T>::q4) {
+        if constexpr (Kind<T>::unsigned_codes) {
             const __m256 wz = _mm256_load_ps(sz);
             for (int t = 0; t < NT; ++t)
                 acc[0][t] =
@@ -312,7 +386,14 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
 // Block b's codes minus its zero as 4 x 8 exact floats, weights 0-7, 8-15, 16-23, 24-31.
 template <QType T>
 QF_AVX2 inline void block_values(const Row& row, uint64_t b, __m256 f[4]) {
-    if constexpr (Kind<T>::q4) {
+    if constexpr (Kind<T>::q3) {
+        const __m256i c = q3_block_codes(row.codes, b);
+        const __m256i z = _mm256_set1_epi32(block_zero<T>(row, b));
+        const __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+        const __m128i parts[4] = {c0, _mm_srli_si128(c0, 8), c1, _mm_srli_si128(c1, 8)};
+        for (int i = 0; i < 4; ++i)
+            f[i] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), z));
+    } else if constexpr (Kind<T>::q4) {
         // Each code byte widened to a dword holds weight i (low nibble) and i + 16 (high).
         const __m256i m4 = _mm256_set1_epi32(0x0f);
         const __m256i z = _mm256_set1_epi32(block_zero<T>(row, b));
@@ -379,19 +460,21 @@ template <QType T>
 void qmatmul_t(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1, const QActivations& a,
                uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     const QRowLayout l = *qtype_row_layout(T, a.k());
-    // Row r, prefetching the next row while it is computed.
+    // Row r, prefetching a row `ahead` while it is computed.
     Row proto{};
     proto.lines = l.row_bytes / 64;
     proto.meta_line = l.scales_offset / 64;
     const uint64_t supers = (a.blocks() + kSuper - 1) / kSuper;
     proto.step = (proto.lines + supers - 1) / supers;
-    proto.to_l1 = !Kind<T>::q4 && a.k() <= kPrefetchL1Weights;
+    proto.to_l1 = Kind<T>::q8 && a.k() <= kPrefetchL1Weights;
+    const uint64_t ahead =
+        proto.to_l1 ? 1 : std::max<uint64_t>(1, (kPrefetchL2Bytes + stride - 1) / stride);
     auto row_at = [&](uint64_t r) {
         Row row = proto;
         row.codes = w + r * stride;
         row.scales = row.codes + l.scales_offset;
         row.zeros = row.codes + l.zeros_offset;
-        row.ahead = r + 1 < r1 ? row.codes + stride : nullptr;
+        row.ahead = r + ahead < r1 ? row.codes + ahead * stride : nullptr;
         return row;
     };
     if (t1 - t0 == 1) {
@@ -508,6 +591,7 @@ bool qdot_avx2_supports(QType t) { return qtype_is_quantized(t); }
 
 #define QF_QTYPE_CASES(X) \
     X(q8) X(q8_g32) X(q8_g128) X(q4_g32) X(q4_g64) X(q4_g128) X(q4s_g32) X(q4s_g64) X(q4s_g128)
+#define QF_Q3_QTYPE_CASES(X) X(q3_g32) X(q3_g128)
 
 void qmatmul_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                   const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
@@ -516,6 +600,7 @@ void qmatmul_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint6
     case QType::name: \
         return qmatmul_t<QType::name>(w, stride, r0, r1, a, t0, t1, out, ldo);
         QF_QTYPE_CASES(X)
+        QF_Q3_QTYPE_CASES(X)
 #undef X
         default:
             return;
@@ -529,6 +614,7 @@ void dequantize_rows_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t n
     case QType::name: \
         return dequantize_t<QType::name>(w, stride, n, k, out);
         QF_QTYPE_CASES(X)
+        QF_Q3_QTYPE_CASES(X)
 #undef X
         default:
             return;

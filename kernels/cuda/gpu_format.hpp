@@ -66,6 +66,9 @@ inline constexpr CudaQTypeRow kCudaQTypes[] = {
     {QType::q4s_g32, true, WeightKind::q4, true},
     {QType::q4s_g64, true, WeightKind::q4, true},
     {QType::q4s_g128, true, WeightKind::q4, true},
+    // 3-bit codes (48-byte chunks of 128 weights) have no CUDA kernels yet; kind is unused.
+    {QType::q3_g32, false, WeightKind::q4, false},
+    {QType::q3_g128, false, WeightKind::q4, false},
 };
 
 constexpr bool cuda_qtype_table_in_enum_order() {

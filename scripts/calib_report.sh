@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# What calibrated quantization keeps over RTN, measured side by side in one run (issue
+# "Quantization II"). Prints markdown tables: perplexity, KL divergence and top-1 agreement against
+# the float model in the same pass, and the wall time of each quantization.
+#
+# The float model's perplexity is the base perplexity of the same passes (ppl --kl-base).
+#   1. stories260K (a real trained model): every method at q8, q4_g32, q4s_g32 and q3_g32,
+#      calibrated on the last 20% of ../shared/data/tinystories-val-sample and evaluated on the
+#      first 80% (split at a blank line by scripts/split_text.py, so the parts never overlap);
+#      llamacpp protocol, ctx 128.
+#   2. SmolLM2-135M-Instruct (its "float" model is the dequantized Q4_1 GGUF; scripts/get_models.sh
+#      makes it): rtn, gptq and awq at q4_g128 and q3_g128, calibrated on
+#      ../shared/data/brown-corpus (nsamples 32), evaluated on the first $CHUNKS135 chunks of
+#      ../shared/data/wikitext-2-raw/wiki.test.lf.raw (llamacpp protocol, ctx 512).
+#
+#   usage: scripts/calib_report.sh [stories|135m|all]   (default all)
+#   env:   BUILD_DIR (default build), THREADS (default 2), CHUNKS (stories chunks, default 200),
+#          CHUNKS135 (default 100), NSAMPLES (stories calibration windows, default 128)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-all}
+chunks135=${CHUNKS135:-100}
+nsamples=${NSAMPLES:-128}
+# shellcheck source=scripts/report_common.sh
+. scripts/report_common.sh
+if [ ! -d "$data" ]; then
+  echo "calib_report: $data is absent; nothing to measure" >&2
+  exit 1
+fi
+mkdir -p models/calib
+now() { date +%s.%N; }
+secs() { python3 -c "print('%.1f' % ($2 - $1))"; }
+
+# method name -> quantize arguments
+method_args() {
+  case $1 in
+    rtn) echo "--method rtn" ;;
+    gptq) echo "--method gptq" ;;
+    gptq+act-order) echo "--method gptq --act-order" ;;
+    awq) echo "--method awq" ;;
+    awq+gptq) echo "--method awq+gptq" ;;
+  esac
+}
+
+# row MODEL_BASE QTYPE METHOD OUT.qf CALIB NSAMPLES EVAL CTX CHUNKS [quantize args...]
+row() {
+  local base=$1 q=$2 m=$3 dst=$4 calib=$5 ns=$6 eval=$7 ctx=$8 nchunks=$9
+  local t0 t1 calib_args=""
+  [ "$m" != rtn ] && calib_args="--calib $calib --nsamples $ns"
+  t0=$(now)
+  # shellcheck disable=SC2046,SC2086
+  $qforge quantize "$base" -o "$dst" --qtype "$q" $(method_args "$m") $calib_args -t "$threads" \
+    --json >"$out/q.json" 2>"$out/q.log" || { cat "$out/q.log" >&2; return 1; }
+  t1=$(now)
+  $qforge ppl "$dst" -f "$eval" --protocol llamacpp --ctx "$ctx" --chunks "$nchunks" -t "$threads" \
+    --kl-base "$base" --json -q >"$out/p.json"
+  echo "| $q | $m | $(stat -c %s "$dst") | $(json "$out/p.json" '"%.4f +/- %.4f" % (j["ppl"], j["ppl_stderr"])') | $(json "$out/p.json" '"%.5f" % j["kld"]') | $(json "$out/p.json" '"%.2f%%" % (100 * j["top1_agreement"])') | $(secs "$t0" "$t1") |"
+}
+
+header() {
+  echo "| qtype | method | file bytes | PPL | KLD vs float | top-1 agreement | quantize wall s |"
+  echo "|---|---|---|---|---|---|---|"
+}
+
+# The float model's line, from the base perplexity of a row's pass (the same tokens): BASE LABEL
+float_row() {
+  echo "| $2 | float | $(stat -c %s "$1") | $(json "$out/p.json" '"%.4f +/- %.4f" % (j["base_ppl"], j["base_ppl_stderr"])') | 0 | 100% | |"
+}
+
+if [ "$what" = stories ] || [ "$what" = all ]; then
+  base=models/calib/stories260K-f32.qf
+  $qforge convert "$data/stories260K/hf" -o "$base" --tokenizer "$data/stories260K/tok512.bin" -q
+  text=$data/tinystories-val-sample/tinystories_val_sample.txt
+  split=$(python3 scripts/split_text.py "$text" 0.8 --out-a "$out/eval.txt" --out-b "$out/calib.txt")
+  echo "### stories260K: llamacpp protocol, ctx 128, $chunks chunks of the first 80% of $(basename "$text") ($split); calibrated on the last 20%, $nsamples windows of 128 tokens; $threads threads"
+  echo
+  header
+  for q in q8 q4_g32 q4s_g32 q3_g32; do
+    for m in rtn gptq gptq+act-order awq awq+gptq; do
+      row "$base" "$q" "$m" "models/calib/stories260K-$q-$m.qf" "$out/calib.txt" "$nsamples" \
+        "$out/eval.txt" 128 "$chunks"
+      [ "$q$m" = q8rtn ] && float_row "$base" f32
+    done
+  done
+  echo
+fi
+
+if [ "$what" = 135m ] || [ "$what" = all ]; then
+  base=models/SmolLM2-135M-Instruct.qf
+  if [ ! -f "$base" ]; then
+    echo "calib_report: $base is missing; run scripts/get_models.sh once to make it" >&2
+    exit 1
+  fi
+  text=$data/wikitext-2-raw/wiki.test.lf.raw
+  calib=$data/brown-corpus/brown.txt
+  echo "### SmolLM2-135M-Instruct (float = the dequantized Q4_1 GGUF): llamacpp protocol, ctx 512, $chunks135 chunks of $(basename "$text"); calibrated on $(basename "$calib"), 32 windows of 512 tokens; $threads threads"
+  echo
+  header
+  for q in q4_g128 q3_g128; do
+    for m in rtn gptq awq; do
+      row "$base" "$q" "$m" "models/calib/SmolLM2-135M-$q-$m.qf" "$calib" 32 "$text" 512 \
+        "$chunks135"
+      [ "$q$m" = q4_g128rtn ] && float_row "$base" "dequantized Q4_1"
+    done
+  done
+  echo
+fi
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
