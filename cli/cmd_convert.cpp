@@ -16,8 +16,9 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
     };
     auto a = std::make_shared<Args>();
     app.add_option("input", a->opts.input,
-                   "Hugging Face directory, .safetensors file, llama2.c .bin checkpoint or "
-                   "GGUF model (.gguf, dequantized)")
+                   "Hugging Face directory (float, or GPTQ/AWQ: codes kept), .safetensors file, "
+                   "llama2.c .bin checkpoint or GGUF model (.gguf, dequantized unless "
+                   "--keep-quant)")
         ->required()
         ->check(CLI::ExistingPath);
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
@@ -29,6 +30,9 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
                    "tokenizer.json or llama2.c tokenizer .bin (default: found beside the "
                    "checkpoint, or a GGUF's own)")
         ->check(CLI::ExistingFile);
+    app.add_flag("--keep-quant", a->opts.keep_quant,
+                 "GGUF: store Q8_0 tensors as q8_g32 and Q4_0 as q4s_g32, losslessly, instead of "
+                 "dequantizing them");
     app.add_flag("--compress", a->opts.compress, "zstd-compress tensors where it saves space");
     add_json_option(app, common);
 

@@ -113,6 +113,10 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
     app.add_flag("--act-order", co.act_order,
                  "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
                  "static groups, so inference needs no permutation");
+    app.add_flag_callback(
+        "--mse", [&co] { co.mse = kGptqMseNorm; },
+        "GPTQ: choose each group's grid by shrinking its range (1.0 down to 0.21 in steps of "
+        "0.01) for the least sum |w - q|^2.4, as GPTQModel's mse option; clips outliers");
     app.add_option("--resume", co.resume_dir,
                    "calibrated methods: save each finished block's state in DIR (created if "
                    "absent); a rerun with the same DIR, input, recipe and calibration continues "

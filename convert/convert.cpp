@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "convert/convert_common.hpp"
 #include "convert/gguf.hpp"
+#include "convert/hf_quantized.hpp"
 #include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/error.hpp"
@@ -39,6 +41,10 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     const std::string cfg_path = config_path_for(options.input);
     const ModelConfig cfg = read_model_config(cfg_path);
     const SafetensorsCheckpoint ckpt(options.input);
+    // GPTQ/AWQ: linears whose X.qweight is present are imported as packed rows; the rest (the
+    // embeddings, norms, lm_head, modules_to_not_convert) are float tensors as usual.
+    const std::optional<HfQuantConfig> quant = read_hf_quant_config(cfg_path);
+    const QType quant_target = quant ? hf_quant_target(*quant) : QType::f32;
 
     // Match checkpoint tensors to the architecture table before writing anything.
     const std::vector<TensorSpec> specs = expected_tensors(cfg);
@@ -46,6 +52,14 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     for (const auto& s : specs) by_hf_name[s.hf_name] = &s;
     for (const std::string& name : ckpt.tensor_names()) {
         if (by_hf_name.count(name) || is_ignorable_hf_tensor(name)) continue;
+        if (const auto weight = hf_quantized_part_of(name); weight && by_hf_name.count(*weight)) {
+            if (!quant)
+                throw Error(ckpt.file_of(name), name,
+                            "a GPTQ/AWQ tensor, but " + cfg_path +
+                                " declares no quantization_config (and there is no "
+                                "quantize_config.json or quant_config.json beside it)");
+            continue;
+        }
         if (name == "lm_head.weight" && cfg.tie_word_embeddings) {
             report.warnings.push_back("lm_head.weight ignored: config.json ties it to the embeddings");
             continue;
@@ -55,7 +69,17 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
                         "' (not in the architecture table)");
     }
     uint64_t total_bytes = 0;
+    std::set<std::string> quantized;  // our names of the linears imported from GPTQ/AWQ parts
     for (const auto& s : specs) {
+        const std::string qweight = hf_qweight_name(s.hf_name);
+        if (quant && s.shape.size() == 2 && !qweight.empty() && ckpt.contains(qweight)) {
+            if (ckpt.contains(s.hf_name))
+                throw Error(ckpt.file_of(s.hf_name), s.hf_name,
+                            "both a float weight and " + qweight + " are present");
+            quantized.insert(s.name);
+            total_bytes += ckpt.find(qweight)->end - ckpt.find(qweight)->begin;
+            continue;
+        }
         if (!ckpt.contains(s.hf_name))
             throw Error(options.input, s.hf_name, "missing from the checkpoint (expected shape " +
                                                       shape_to_string(s.shape) + ")");
@@ -85,11 +109,27 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     QfWriter writer(options.output, {.compress = options.compress});
     writer.set_model(model_config_to_json(cfg));
     writer.set_tokenizer(std::move(tokenizer));
-    writer.set_provenance(convert_provenance(std::move(sources), options));
+    json recipe_extra = json::object();
+    if (quant) {
+        recipe_extra["source_format"] = hf_quant_method_name(quant->method);
+        recipe_extra["source_quantization"] = quant->declared;
+        recipe_extra["imported_qtype"] = qtype_traits(quant_target).name;
+    }
+    writer.set_provenance(convert_provenance(std::move(sources), options, recipe_extra));
 
     Progress progress("convert", total_bytes);
     std::vector<uint8_t> buffer;
     for (const auto& s : specs) {
+        if (quantized.count(s.name)) {
+            import_hf_quantized_linear(*quant, quant_target, ckpt, s.hf_name, s.shape[0],
+                                       s.shape[1], buffer);
+            writer.add_tensor(s.name, quant_target, s.shape, buffer);
+            report.tensors += 1;
+            report.parameters += *checked_product(s.shape);
+            const auto* qweight = ckpt.find(hf_qweight_name(s.hf_name));
+            progress.advance(qweight->end - qweight->begin);
+            continue;
+        }
         TensorView v = ckpt.tensor(s.hf_name);
         const QType source = *qtype_from_dtype(v.dtype);
         const QType target = target_qtype(s, source, options.dtype);
@@ -108,6 +148,10 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
 
 ConvertReport convert_checkpoint(const ConvertOptions& options) {
     if (is_gguf_file(options.input)) return convert_gguf_checkpoint(options);
+    if (options.keep_quant)
+        throw Error(options.input, {},
+                    "--keep-quant applies to GGUF input only (GPTQ and AWQ checkpoints keep "
+                    "their codes without it)");
     if (is_llama2c_checkpoint(options.input)) return convert_llama2c_checkpoint(options);
     return convert_hf_checkpoint(options);
 }

@@ -18,6 +18,7 @@ struct ConvertOptions {
     std::optional<QType> dtype;      // nullopt: keep each tensor's source precision (GGUF: f32)
     std::string tokenizer;           // empty: look for one beside the checkpoint
     bool compress = false;           // zstd tensor encoding
+    bool keep_quant = false;         // GGUF: Q8_0/Q4_0 stay quantized (convert/gguf_keep_quant.hpp)
 };
 
 struct ConvertReport {

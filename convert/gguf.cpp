@@ -8,6 +8,7 @@
 #include <map>
 
 #include "convert/convert_common.hpp"
+#include "convert/gguf_keep_quant.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
@@ -307,22 +308,45 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
     writer.set_provenance(convert_provenance(std::move(sources), recorded,
                                              {{"source_format", "gguf"},
                                               {"gguf_version", file.version()},
-                                              {"gguf_tensor_types", source_types}}));
+                                              {"gguf_tensor_types", source_types},
+                                              {"keep_quant", options.keep_quant}}));
 
     Progress progress("convert", total_bytes);
     std::vector<float> values, permuted;
-    std::vector<uint8_t> buffer;
+    std::vector<uint8_t> buffer, packed, packed_permuted;
     for (const TensorSpec& s : specs) {
         const Source& src = by_name.at(s.name);
         const GgufTensorInfo& t = *src.info;
         const std::string label =
             s.name + " (GGUF " + t.name + ", " + std::string(ggml_type_traits(t.type).name) + ")";
+        const RopeRows rope = arch.adjacent_pair_rope ? src.row->rope : RopeRows::none;
+        const uint64_t heads = rope == RopeRows::q_heads ? cfg.num_heads : cfg.num_kv_heads;
+        if (const auto kept =
+                options.keep_quant ? gguf_kept_qtype(t.type, s.shape) : std::nullopt) {
+            // The blocks become rows of the same codes and scales; the RoPE reordering moves
+            // whole rows, so it applies to packed rows as to float ones.
+            const uint64_t row_bytes = *qtype_row_bytes(*kept, s.shape[1]);
+            packed.resize(s.shape[0] * row_bytes);
+            repack_gguf_rows(t.type, *kept, file.tensor_data(t), s.shape[0], s.shape[1], packed,
+                             path, t.name);
+            std::span<const uint8_t> bytes = packed;
+            if (rope != RopeRows::none) {
+                packed_permuted.resize(packed.size());
+                permute_rope_pairs_to_halves(packed, packed_permuted, heads, cfg.head_dim,
+                                             row_bytes);
+                bytes = packed_permuted;
+            }
+            writer.add_tensor(s.name, *kept, s.shape, bytes);
+            file.release(t);
+            report.tensors += 1;
+            report.parameters += t.elements;
+            progress.advance(t.bytes);
+            continue;
+        }
         values.resize(t.elements);
         gguf_dequantize(t.type, file.tensor_data(t), values, path, t.name);
         std::span<const float> out = values;
-        const RopeRows rope = arch.adjacent_pair_rope ? src.row->rope : RopeRows::none;
         if (rope != RopeRows::none) {
-            const uint64_t heads = rope == RopeRows::q_heads ? cfg.num_heads : cfg.num_kv_heads;
             const uint64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
             permuted.resize(values.size());
             permute_rope_pairs_to_halves(

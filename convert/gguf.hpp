@@ -12,7 +12,9 @@
 //
 // Quantized GGUF weights are dequantized exactly (formats/gguf_dequant.hpp); the result is
 // stored as f32 by default, or as --dtype asks (matrices only: 1-D tensors stay f32). The .qf
-// is then the "float" model that the GGUF's quantized weights represent.
+// is then the "float" model that the GGUF's quantized weights represent. With --keep-quant, Q8_0
+// and Q4_0 matrices instead keep their codes as q8_g32 / q4s_g32 rows, losslessly
+// (convert/gguf_keep_quant.hpp).
 #pragma once
 
 #include <string>

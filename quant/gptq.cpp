@@ -78,6 +78,41 @@ std::string where(uint64_t r, uint64_t c) {
 
 }  // namespace
 
+std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n) {
+    std::optional<QGroupParams> best = qtype_group_params(t, v, n);
+    if (!best || mse <= 0.0 || n == 0) return best;
+    auto error = [&](const QGroupParams& p) {
+        double sum = 0.0;
+        for (uint64_t j = 0; j < n; ++j) {
+            const double q = qtype_dequantize_value(p, qtype_quantize_value(t, p, v[j]));
+            sum += std::pow(std::fabs(q - static_cast<double>(v[j])), mse);
+        }
+        return sum;
+    };
+    // The range's ends as qtype_group_params reads them: the element of largest magnitude
+    // (symmetric), or min(0, lo) and max(0, hi).
+    float lo = 0.0f, hi = 0.0f, m = 0.0f;
+    for (uint64_t j = 0; j < n; ++j) {
+        lo = std::min(lo, v[j]);
+        hi = std::max(hi, v[j]);
+        if (std::fabs(v[j]) > std::fabs(m)) m = v[j];
+    }
+    double best_error = error(*best);
+    const bool symmetric = qtype_traits(t).symmetric;
+    for (int i = 1; i < kGptqMseShrinkSteps; ++i) {
+        const float f = 1.0f - static_cast<float>(i) / static_cast<float>(kGptqMseGrid);
+        const float ends[2] = {lo * f, hi * f}, end = m * f;
+        const auto p = symmetric ? qtype_group_params(t, &end, 1) : qtype_group_params(t, ends, 2);
+        if (!p) continue;
+        const double e = error(*p);
+        if (e < best_error) {  // the widest range on ties
+            best_error = e;
+            best = p;
+        }
+    }
+    return best;
+}
+
 GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<double> h,
                          const GptqOptions& o, ThreadPool* pool) {
     const QTypeTraits& tr = qtype_traits(o.qtype);
@@ -134,7 +169,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
             for (uint64_t g = 0; g < groups; ++g) {
                 const uint64_t b = g * group, e = std::min(k, b + group);
                 for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
-                auto p = qtype_group_params(o.qtype, vals.data(), e - b);
+                auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b);
                 if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
                 params[r * groups + g] = *p;
             }
@@ -206,7 +241,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                                     for (uint64_t j = i1; j < col; ++j) v -= er[j - i1] * u(j, c);
                                 vals[c - col] = static_cast<float>(v);
                             }
-                            auto p = qtype_group_params(o.qtype, vals.data(), gend - col);
+                            auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), gend - col);
                             if (!p) {
                                 failed_group[r] = col / group;
                                 break;

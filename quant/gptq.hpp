@@ -26,6 +26,10 @@
 //     column, on the weights updated by every earlier column (for a group that runs past the
 //     block's end, its later columns are brought up to date first). One-grid-per-row types (q8)
 //     use a grid computed once per row, before the loop.
+//  6. Grids: the type table's min-max grid (qtype_group_params), or with `mse` > 0 the best of
+//     that range shrunk by 1 - i/100, i = 0 .. 79, for the least sum |w - q(w)|^mse over the
+//     group's weights (the reference implementation's Quantizer with mse=True and GPTQModel's
+//     `mse` option, norm 2.4 there): outliers clipped where that lowers the error of the rest.
 //
 // Determinism: OpenBLAS runs single-threaded (BlasSingleThread, quant/hessian.hpp: its own
 // threads change results in the last bits); rows are processed in fixed panels, one thread per
@@ -35,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "formats/qtype.hpp"
@@ -46,11 +51,16 @@ class ThreadPool;
 // Damping schedule when the factorisation fails (step 3 above).
 inline constexpr double kGptqFirstRaise = 1e-4;  // the first damp tried when 0 was asked
 inline constexpr double kGptqMaxDamp = 1.0;      // the mean diagonal itself: no higher
+// The grid search of step 6: shrink factors 1 - i / kGptqMseGrid for i < kGptqMseShrinkSteps.
+inline constexpr int kGptqMseGrid = 100;
+inline constexpr int kGptqMseShrinkSteps = 80;  // down to 0.21 of the range
+inline constexpr double kGptqMseNorm = 2.4;     // the norm --mse uses
 
 struct GptqOptions {
     QType qtype = QType::q4_g128;  // any quantized type of the table
     double damp = 0.01;            // fraction of mean(diag H) added to the diagonal
     bool act_order = false;        // visit columns by diag(H) descending (static groups)
+    double mse = 0.0;              // > 0: grids searched for the least sum |w - q|^mse (step 6)
     uint64_t block = 128;          // columns per lazy batch update
     // Also measure RTN's output error and the weights' output norm on the same H: two products
     // with H, 4 * rows * k^2 flops, more than GPTQ's own column loop (the lead's pipeline may
@@ -72,6 +82,10 @@ struct GptqResult {
     double rtn_output_error = 0.0;    // RTN's rows (quantize_row_ref of W)
     double weight_output_norm = 0.0;  // trace(W H W^T): relative error = output_error / this
 };
+
+// The grid of one group of n weights (step 6): qtype_group_params's, or with mse > 0 the searched
+// one. nullopt when the scale overflows fp16.
+std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n);
 
 // Quantizes w ([rows][k] float32, row-major, finite) with the Hessian h (k * k, float64,
 // symmetric; only its lower triangle and diagonal are read). Row panels are split over `pool`'s

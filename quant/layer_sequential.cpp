@@ -24,6 +24,15 @@ namespace {
 
 // Tokens per step of the MLP (bounds the gate and up activations to this many rows).
 constexpr uint64_t kMlpChunk = 4096;
+
+GptqOptions gptq_options(const CalibratedOptions& c, QType target) {
+    GptqOptions o;
+    o.qtype = target;
+    o.damp = c.damp;
+    o.act_order = c.act_order;
+    o.mse = c.mse;
+    return o;
+}
 // AWQ: tokens (a strided subsample) on which the gate/up scale search runs the MLP per alpha.
 constexpr uint64_t kAwqSearchTokens = 4096;
 
@@ -300,11 +309,8 @@ void LayerSequential::run_layer(uint64_t layer) {
             return w;
         }
         if (!awq) {
-            GptqOptions o;
-            o.qtype = target;
-            o.damp = s.options.damp;
-            o.act_order = s.options.act_order;
-            GptqResult r = gptq_quantize(w.data(), rows, k, h_s, o, &s.pool);
+            GptqResult r = gptq_quantize(w.data(), rows, k, h_s, gptq_options(s.options, target),
+                                         &s.pool);
             const double norm = std::max(r.weight_output_norm, 1e-300);
             linears_.push_back({t.name, std::string(qtype_traits(target).name),
                                 std::sqrt(r.output_error / norm),
@@ -320,10 +326,7 @@ void LayerSequential::run_layer(uint64_t layer) {
         LinearReport rep{t.name, std::string(qtype_traits(target).name), 0, 0, 0, 0};
         std::vector<uint8_t> packed(*qtype_tensor_bytes(target, t.shape));
         if (use_gptq) {
-            GptqOptions o;
-            o.qtype = target;
-            o.damp = s.options.damp;
-            o.act_order = s.options.act_order;
+            GptqOptions o = gptq_options(s.options, target);
             o.measure = false;
             GptqResult r = gptq_quantize(wc.data(), rows, k, h_s, o, &s.pool);
             packed = std::move(r.packed);
@@ -576,6 +579,7 @@ nlohmann::json LayerSequential::record() const {
         r["damp"] = s_->options.damp;
         r["act_order"] = s_->options.act_order;
         r["static_groups"] = s_->options.act_order;
+        r["mse"] = s_->options.mse;
         r["block"] = GptqOptions{}.block;
     }
     if (s_->options.method == QuantMethod::awq || s_->options.method == QuantMethod::awq_gptq)

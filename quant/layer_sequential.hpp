@@ -47,6 +47,7 @@ struct CalibratedOptions {
     QuantMethod method = QuantMethod::gptq;  // gptq, awq or awq_gptq
     double damp = 0.01;                      // GPTQ: fraction of mean(diag H) added to the diagonal
     bool act_order = false;                  // GPTQ: columns by decreasing diag(H), static groups
+    double mse = 0.0;                        // GPTQ: > 0, grids searched (GptqOptions::mse)
     std::string resume_dir;  // --resume: per-block state (quant/resume_state.hpp); empty: none
 };
 

@@ -138,7 +138,9 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
                 {"sources", src->sources()},
                 {"recipe", recipe_to_json(options.recipe)},
                 {"options",
-                 {{"damp", engine_options.damp}, {"act_order", engine_options.act_order}}},
+                 {{"damp", engine_options.damp},
+                  {"act_order", engine_options.act_order},
+                  {"mse", engine_options.mse}}},
                 {"calibration", calibration->to_json()},
                 {"calibration_tokens", calibration->tokens_hash}};
             resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,

@@ -63,26 +63,29 @@ header() {
   echo "|---|---|---|---|---|---|---|"
 }
 
-# The float model's line, from the base perplexity of a row's pass (the same tokens): BASE LABEL
+# The float model's line, from the base perplexity of the last row's pass (the same tokens):
+# BASE LABEL
 float_row() {
   echo "| $2 | float | $(stat -c %s "$1") | $(json "$out/p.json" '"%.4f +/- %.4f" % (j["base_ppl"], j["base_ppl_stderr"])') | 0 | 100% | |"
 }
 
 if [ "$what" = stories ] || [ "$what" = all ]; then
   base=models/calib/stories260K-f32.qf
-  $qforge convert "$data/stories260K/hf" -o "$base" --tokenizer "$data/stories260K/tok512.bin" -q
+  $qforge convert "$data/stories260K/hf" -o "$base" --tokenizer "$data/stories260K/tok512.bin" -q \
+    >/dev/null
   text=$data/tinystories-val-sample/tinystories_val_sample.txt
   split=$(python3 scripts/split_text.py "$text" 0.8 --out-a "$out/eval.txt" --out-b "$out/calib.txt")
-  echo "### stories260K: llamacpp protocol, ctx 128, $chunks chunks of the first 80% of $(basename "$text") ($split); calibrated on the last 20%, $nsamples windows of 128 tokens; $threads threads"
+  echo "### stories260K: llamacpp protocol, ctx 128, $chunks chunks of the first 80% of $(basename "$text") ($split); calibrated on the last 20%, $nsamples windows of 512 tokens (the model's context); $threads threads"
   echo
-  header
   for q in q8 q4_g32 q4s_g32 q3_g32; do
     for m in rtn gptq gptq+act-order awq awq+gptq; do
       row "$base" "$q" "$m" "models/calib/stories260K-$q-$m.qf" "$out/calib.txt" "$nsamples" \
-        "$out/eval.txt" 128 "$chunks"
-      [ "$q$m" = q8rtn ] && float_row "$base" f32
+        "$out/eval.txt" 128 "$chunks" >>"$out/rows.md"
     done
   done
+  header
+  float_row "$base" f32
+  cat "$out/rows.md"
   echo
 fi
 
@@ -96,14 +99,16 @@ if [ "$what" = 135m ] || [ "$what" = all ]; then
   calib=$data/brown-corpus/brown.txt
   echo "### SmolLM2-135M-Instruct (float = the dequantized Q4_1 GGUF): llamacpp protocol, ctx 512, $chunks135 chunks of $(basename "$text"); calibrated on $(basename "$calib"), 32 windows of 512 tokens; $threads threads"
   echo
-  header
+  rm -f "$out/rows.md"
   for q in q4_g128 q3_g128; do
     for m in rtn gptq awq; do
       row "$base" "$q" "$m" "models/calib/SmolLM2-135M-$q-$m.qf" "$calib" 32 "$text" 512 \
-        "$chunks135"
-      [ "$q$m" = q4_g128rtn ] && float_row "$base" "dequantized Q4_1"
+        "$chunks135" >>"$out/rows.md"
     done
   done
+  header
+  float_row "$base" "dequantized Q4_1"
+  cat "$out/rows.md"
   echo
 fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

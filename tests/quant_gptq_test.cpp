@@ -384,6 +384,63 @@ TEST_CASE("GPTQ: a diagonal Hessian gives RTN's rows exactly", "[gptq]") {
     }
 }
 
+// --mse: with a diagonal H every group is rounded on its own, so GPTQ's rows are each group's
+// best grid among the shrunken ranges. The expectation is found here by brute force in float64:
+// every shrink factor's grid through the reference quantizer, its error summed in float64.
+TEST_CASE("GPTQ --mse: a diagonal Hessian gives the brute-force best grid of every group",
+          "[gptq]") {
+    const uint64_t rows = 7, k = 172;  // a partial last group for every group size
+    auto w = random_weights(rows, k, 21);
+    for (uint64_t r = 0; r < rows; ++r) w[r * k + 5 * r] = 0.9f;  // an outlier per row
+    std::vector<double> h(k * k, 0.0);
+    for (uint64_t i = 0; i < k; ++i) h[i * k + i] = 1.0;
+    for (QType t : quantized_types()) {
+        INFO(qtype_traits(t).name);
+        GptqOptions o = options(t);
+        o.mse = kGptqMseNorm;
+        const GptqResult res = gptq_quantize(w.data(), rows, k, h, o);
+        const QRowLayout l = *qtype_row_layout(t, k);
+        std::vector<int32_t> codes(k);
+        std::vector<QGroupParams> grids(l.groups);
+        std::vector<uint8_t> expected(rows * l.row_bytes);
+        bool clipped = false;
+        for (uint64_t r = 0; r < rows; ++r) {
+            for (uint64_t g = 0; g < l.groups; ++g) {
+                const uint64_t b = g * l.group, n = std::min(k, b + l.group) - b;
+                const float* v = w.data() + r * k + b;
+                double best = std::numeric_limits<double>::infinity();
+                for (int i = 0; i < kGptqMseShrinkSteps; ++i) {
+                    const float f = 1.0f - static_cast<float>(i) / 100.0f;
+                    std::vector<float> shrunk(n);
+                    for (uint64_t j = 0; j < n; ++j) shrunk[j] = v[j] * f;
+                    // The grid of the shrunken group: the same ends as shrinking its range.
+                    const auto p = qtype_group_params(t, shrunk.data(), n);
+                    REQUIRE(p);
+                    double e = 0.0;
+                    for (uint64_t j = 0; j < n; ++j)
+                        e += std::pow(std::fabs(qtype_dequantize_value(
+                                                    *p, qtype_quantize_value(t, *p, v[j])) -
+                                                static_cast<double>(v[j])),
+                                      kGptqMseNorm);
+                    if (e < best) {
+                        best = e;
+                        grids[g] = *p;
+                        clipped = clipped || i > 0;
+                    }
+                }
+                for (uint64_t j = 0; j < n; ++j)
+                    codes[b + j] = qtype_quantize_value(t, grids[g], v[j]);
+            }
+            pack_row(t, codes.data(), grids.data(), k, expected.data() + r * l.row_bytes);
+        }
+        REQUIRE(res.packed == expected);
+        if (qtype_traits(t).bits < 8) {  // 4 and 3 bits: clipping the outliers pays somewhere
+            REQUIRE(clipped);
+            REQUIRE(res.packed != rtn_rows(t, w, rows, k));
+        }
+    }
+}
+
 TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[gptq]") {
     const uint64_t rows = 12, k = 128, n = 600;
     auto x = correlated_inputs(n, k, 16, 6);

@@ -277,7 +277,8 @@ QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p, uint64_t j, cons
             acc[t] = _mm256_fmadd_ps(pair_lanes(cs[t], j), sum, acc[t]);
         }
     } else {
-        // Signed codes: |w| * (a with w's sign), at most 127 * 127 * 2 per int16.
+        // Signed codes: |w| * (a with w's sign), at most 128 * 127 * 2 per int16 (code -128,
+        // which GGUF Q8_0 and GPTQ 8-bit imports carry, is |w| = 128 as an unsigned byte).
         const uint8_t* c = codes + 64 * p;
         const __m256i wa = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 32),
                                                reinterpret_cast<const __m128i*>(c));

@@ -1,0 +1,88 @@
+// Hugging Face GPTQ and AWQ checkpoints -> .qf without re-quantizing: each quantized linear's
+// integer codes, fp16 scales and integer zeros are unpacked and repacked into one of our row
+// types (formats/qtype.hpp), so dequantize_row_ref gives exactly the checkpoint's own
+// dequantization, scale * (code - zero), evaluated in float32 (where it is exact).
+//
+// Per linear X (X.weight in a float checkpoint) with n outputs and k inputs, g = group_size:
+//
+//   GPTQ (checkpoint_format "gptq", AutoGPTQ's v1), bits b in {4, 8}, p = 32 / b codes a word:
+//     X.qweight  I32 [k / p, n]            code of (input i, output o): bits [b (i % p), +b) of
+//                                          word [i / p][o] (packed along the input)
+//     X.qzeros   I32 [ceil(k / g), n / p]  zero - 1 of (group, o): bits [b (o % p), +b) of word
+//                                          [group][o / p] (packed along the output)
+//     X.scales   F16 [ceil(k / g), n]
+//     X.g_idx    I32 [k]                   group of input i; must be i / g (below)
+//     W[o][i] = scales[g_idx[i]][o] * (q[i][o] - (qzeros[g_idx[i]][o] + 1))
+//   AWQ (version "gemm"), 4 bits:
+//     X.qweight  I32 [k, n / 8]            code of (i, o): nibble inv[o % 8] of word [i][o / 8],
+//                                          where the nibbles hold outputs [0, 2, 4, 6, 1, 3, 5, 7]
+//     X.qzeros   I32 [ceil(k / g), n / 8]  true zeros, same packing
+//     X.scales   F16 [ceil(k / g), n]
+//     W[o][i] = scales[i / g][o] * (q[i][o] - z[i / g][o])
+//
+// Types: 4-bit sym -> q4s_g*, 4-bit asym (and AWQ) -> q4_g*, 8-bit sym -> q8 types with
+// code - 128 as int8 (-128 .. 127; the int8 kernels take |code| as an unsigned byte, so -128
+// runs exactly); 8-bit asym is refused (no asymmetric 8-bit type). A group the table lacks maps
+// to the largest table group that divides it, its scale and zero repeated (group_size -1: one
+// per output row -> q8, or the largest 4-bit group). A zero of 16 (GPTQ v1 stores zero - 1 in 4
+// bits, so an all-positive group's zero 0 wraps to 15 + 1) cannot be a q4 zero (0 .. 15) and
+// is refused by name.
+//
+// Act-order checkpoints (g_idx not i / g) are refused: our groups are contiguous ranges of a
+// row, so a permuted group assignment would need a g_idx at inference. `qforge quantize
+// --method gptq --act-order` from the float model gets act-order's accuracy with static groups.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/qtype.hpp"
+#include "formats/safetensors.hpp"
+
+namespace qforge {
+
+enum class HfQuantMethod : uint8_t { gptq, awq };
+
+struct HfQuantConfig {
+    HfQuantMethod method;
+    std::string file;         // where it was declared (config.json or a file beside it)
+    uint32_t bits = 4;        // 4 or 8 (AWQ: 4)
+    int64_t group_size = 0;   // -1: one group per output row; else a positive multiple of 32
+    bool sym = false;         // GPTQ: zeros are 2^(bits-1); AWQ: always false
+    nlohmann::json declared;  // the object as written, for provenance
+};
+
+// The quantization the checkpoint beside config.json declares: config.json's
+// "quantization_config", else quantize_config.json (GPTQ) or quant_config.json (AWQ) in the same
+// folder; nullopt for a float checkpoint. An unsupported method, bit width, group size,
+// checkpoint_format or AWQ version is an Error naming the file and the key.
+std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path);
+
+// The row type a linear of this checkpoint becomes (see the header comment); an Error naming
+// the config file when there is none.
+QType hf_quant_target(const HfQuantConfig& qc);
+
+// "gptq" or "awq".
+std::string_view hf_quant_method_name(HfQuantMethod m);
+
+// Whether `name` is one of a quantized linear's parts (X.qweight, X.qzeros, X.scales, X.g_idx),
+// and then X.weight, the float name it replaces.
+std::optional<std::string> hf_quantized_part_of(std::string_view name);
+
+// X.qweight for a float name X.weight; empty for a name that does not end in ".weight".
+std::string hf_qweight_name(std::string_view hf_weight_name);
+
+// The linear whose float name is `hf_weight_name` (X.weight), [n, k], repacked into rows of
+// `target` (n * row_bytes bytes in `out`). Every part's dtype and shape is checked; a wrong one,
+// an act-order g_idx, a non-finite scale or a zero the target cannot hold is an Error naming the
+// shard file and the tensor.
+void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
+                                const SafetensorsCheckpoint& ckpt,
+                                const std::string& hf_weight_name, uint64_t n, uint64_t k,
+                                std::vector<uint8_t>& out);
+
+}  // namespace qforge

@@ -1,0 +1,283 @@
+// GPTQ and AWQ Hugging Face checkpoints import without re-quantizing: fixtures packed by numpy
+// from the published formats (scripts/make_quant_checkpoint_fixtures.py) convert to .qf files
+// whose every linear dequantizes (dequantize_row_ref) to exactly the weights numpy computed from
+// the format's own formula; act-order checkpoints and hostile configs and tensors are refused
+// with one line naming the file and the tensor; an imported model runs.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "convert/convert.hpp"
+#include "convert/hf_quantized.hpp"
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+#include "formats/architectures.hpp"
+#include "formats/model_config.hpp"
+#include "formats/qf.hpp"
+#include "formats/safetensors.hpp"
+#include "test_support.hpp"
+
+using namespace qforge;
+using namespace qforge::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "quant_checkpoints";
+
+std::string convert_case(const fs::path& in, const ScratchDir& dir, const std::string& name) {
+    ConvertOptions o;
+    o.input = in.string();
+    o.output = (dir / (name + ".qf")).string();
+    convert_checkpoint(o);
+    return o.output;
+}
+
+// The Error a conversion throws (and that it leaves no .qf behind).
+std::string convert_error(const fs::path& in, const ScratchDir& dir) {
+    try {
+        convert_case(in, dir, "refused");
+    } catch (const Error& e) {
+        CHECK(files_containing(dir.path(), ".qf").empty());
+        return e.what();
+    }
+    FAIL("converted " << in);
+    return {};
+}
+
+// A copy of a fixture case in `dir`, so a test can break one piece of it.
+fs::path copy_case(const std::string& name, const ScratchDir& dir) {
+    const fs::path to = dir / name;
+    fs::remove_all(to);
+    fs::copy(kFixtures / name, to);
+    fs::copy_file(kFixtures / "tok512.bin", dir / "tok512.bin", fs::copy_options::skip_existing);
+    return to;
+}
+
+void edit_config(const fs::path& config, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = nlohmann::json::parse(read_file(config));
+    edit(j);
+    write_file(config, j.dump(2));
+}
+
+// Rewrites model.safetensors with one tensor replaced by `replacement` (same name).
+void replace_tensor(const fs::path& dir, const TensorView& replacement) {
+    const fs::path path = dir / "model.safetensors";
+    std::vector<TensorView> views;
+    std::vector<std::vector<uint8_t>> keep;
+    {
+        const SafetensorsFile f(path.string());
+        for (const auto& info : f.tensors()) {
+            const TensorView v = info.name == replacement.name ? replacement : f.view(info);
+            keep.emplace_back(v.data.begin(), v.data.end());
+            views.push_back({v.name, v.dtype, v.shape, keep.back()});
+        }
+    }
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = keep[i];
+    fs::remove(path);
+    write_safetensors(path.string(), views);
+}
+
+}  // namespace
+
+TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own formula",
+          "[interop]") {
+    const std::map<std::string, QType> cases = {{"gptq_4bit_asym_g32", QType::q4_g32},
+                                                {"gptq_4bit_sym_g128", QType::q4s_g128},
+                                                {"gptq_4bit_asym_gm1", QType::q4_g128},
+                                                {"gptq_8bit_sym_g64", QType::q8_g32},
+                                                {"awq_4bit_g64", QType::q4_g64}};
+    ScratchDir dir("hf-quantized-import");
+    for (const auto& [name, qtype] : cases) {
+        INFO(name);
+        const QfFile qf(convert_case(kFixtures / name, dir, name));
+        const ModelConfig cfg = read_model_config((kFixtures / name / "config.json").string());
+        const SafetensorsFile ref((kFixtures / name / "reference.safetensors").string());
+        CHECK(qf.has_tokenizer());
+        const auto& recipe = qf.header().at("provenance").at("recipe");
+        CHECK(recipe.at("source_format") == (name.starts_with("awq") ? "awq" : "gptq"));
+        CHECK(recipe.at("imported_qtype") == qtype_traits(qtype).name);
+        uint64_t linears = 0, exact = 0, weights = 0;
+        for (const TensorSpec& s : expected_tensors(cfg)) {
+            const QfTensorInfo& t = qf.at(s.name);
+            INFO(s.name);
+            if (!ref.find(s.hf_name)) {
+                CHECK(t.qtype ==
+                      QType::f16);  // embeddings and norms stay as the checkpoint has them
+                continue;
+            }
+            REQUIRE(t.qtype == qtype);
+            const TensorView r = ref.view(*ref.find(s.hf_name));
+            REQUIRE(r.shape == t.shape);
+            std::vector<uint8_t> scratch;
+            const auto bytes = qf.tensor_bytes(t, scratch);
+            const uint64_t rows = t.shape[0], k = t.shape[1],
+                           row_bytes = *qtype_row_bytes(qtype, k);
+            std::vector<float> got(k), want(k);
+            for (uint64_t o = 0; o < rows; ++o) {
+                dequantize_row_ref(qtype, bytes.data() + o * row_bytes, k, got.data());
+                std::memcpy(want.data(), r.data.data() + o * k * 4, k * 4);
+                for (uint64_t i = 0; i < k; ++i)
+                    exact += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+            }
+            weights += rows * k;
+            ++linears;
+        }
+        CHECK(linears == 7);
+        CHECK(exact == weights);
+        CHECK(weights == 32 * 32 * 2 + 16 * 32 * 2 + 128 * 32 * 3);
+    }
+}
+
+TEST_CASE("GPTQ/AWQ import: the imported model runs (ppl, finite)", "[interop][cli]") {
+    ScratchDir dir("hf-quantized-run");
+    const std::string model = convert_case(kFixtures / "gptq_4bit_asym_g32", dir, "m");
+    const std::string model8 = convert_case(kFixtures / "gptq_8bit_sym_g64", dir, "m8");
+    std::string text;
+    for (int i = 0; i < 4; ++i)
+        text += "Once upon a time there was a little cat. It liked to play in the sun. ";
+    write_file(dir / "text.txt", text);
+    for (const std::string& m : {model, model8}) {
+        const auto r = run_qforge("ppl '" + m + "' -f '" + (dir / "text.txt").string() +
+                                  "' --ctx 16 --json -q");
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        const auto j = nlohmann::json::parse(r.output);
+        CHECK(std::isfinite(j.at("ppl").get<double>()));
+        CHECK(j.at("ppl").get<double>() > 1.0);
+    }
+}
+
+TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by name", "[interop]") {
+    ScratchDir dir("hf-quantized-refused");
+    // The linears with k = 32 have one group, so any permutation leaves g_idx all 0 = i / 32
+    // and they import exactly; mlp.down (k = 128, four groups) is the one refused.
+    CHECK_THAT(convert_error(kFixtures / "gptq_4bit_act_order", dir),
+               Catch::Contains("model.safetensors: tensor 'model.layers.0.mlp.down_proj.g_idx': "
+                               "act-order checkpoint: g_idx[") &&
+                   Catch::Contains("qforge quantize --method gptq --act-order"));
+
+    auto refused_config = [&](const std::string& name, const std::string& file,
+                              const std::function<void(nlohmann::json&)>& edit) {
+        const fs::path d = copy_case(name, dir);
+        edit_config(d / file, edit);
+        const std::string e = convert_error(d, dir);
+        CHECK_THAT(e, Catch::StartsWith((d / file).string() + ": "));
+        return e;
+    };
+    auto qc = [](nlohmann::json& j) -> nlohmann::json& { return j["quantization_config"]; };
+    CHECK_THAT(
+        refused_config("gptq_4bit_asym_g32", "config.json", [&](auto& j) { qc(j)["bits"] = 3; }),
+        Catch::Contains("GPTQ bits 3 is not supported (qforge imports 4- and 8-bit GPTQ)"));
+    CHECK_THAT(
+        refused_config("gptq_4bit_asym_g32", "config.json", [&](auto& j) { qc(j)["bits"] = 2; }),
+        Catch::Contains("GPTQ bits 2 is not supported"));
+    CHECK_THAT(refused_config("gptq_4bit_asym_g32", "config.json",
+                              [&](auto& j) { qc(j)["checkpoint_format"] = "marlin"; }),
+               Catch::Contains("GPTQ checkpoint_format 'marlin' is not supported"));
+    CHECK_THAT(
+        refused_config("awq_4bit_g64", "config.json", [&](auto& j) { qc(j)["version"] = "gemv"; }),
+        Catch::Contains("AWQ version 'gemv' is not supported (supported: gemm)"));
+    CHECK_THAT(refused_config("gptq_4bit_asym_g32", "config.json",
+                              [&](auto& j) { qc(j)["quant_method"] = "bitsandbytes"; }),
+               Catch::Contains("quant_method 'bitsandbytes' is not supported"));
+    CHECK_THAT(refused_config("gptq_4bit_asym_g32", "config.json",
+                              [&](auto& j) { qc(j)["group_size"] = 16; }),
+               Catch::Contains("group_size 16 is not supported"));
+    CHECK_THAT(refused_config("gptq_8bit_sym_g64", "quantize_config.json",
+                              [&](auto& j) { j["sym"] = false; }),
+               Catch::Contains("8-bit asymmetric GPTQ (sym false) is not supported"));
+
+    // Tensors: a wrong qweight shape, a g_idx of the wrong length, a wrong dtype, a float
+    // checkpoint's quantized parts without a declaration.
+    const std::string q = "model.layers.0.self_attn.q_proj";
+    auto refused_tensor = [&](const std::string& name, const TensorView& v) {
+        const fs::path d = copy_case(name, dir);
+        replace_tensor(d, v);
+        const std::string e = convert_error(d, dir);
+        CHECK_THAT(e, Catch::StartsWith((d / "model.safetensors").string() + ": tensor '" + v.name +
+                                        "': "));
+        return e;
+    };
+    std::vector<uint8_t> words(4 * 8 * 32, 0);
+    CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qweight", DType::i32, {8, 32}, words}),
+               Catch::Contains("shape [8, 32], expected [4, 32]"));
+    CHECK_THAT(refused_tensor("gptq_4bit_asym_g32",
+                              {q + ".g_idx", DType::i32, {31}, {words.data(), 31 * 4}}),
+               Catch::Contains("shape [31], expected [32]"));
+    CHECK_THAT(refused_tensor("awq_4bit_g64",
+                              {q + ".qweight", DType::f32, {32, 4}, {words.data(), 32 * 4 * 4}}),
+               Catch::Contains("dtype F32, expected I32"));
+    // Values: GPTQ v1's wrapped zero (stored 15, read 16), a sym checkpoint with another zero,
+    // an infinite scale. q_proj is [32, 32]: one group (k = 32), four words of 8 zeros.
+    const std::vector<uint8_t> all_ones(16, 0xff), all_zero(16, 0x00);
+    CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qzeros", DType::i32, {1, 4}, all_ones}),
+               Catch::Contains("group 0, output 0: zero 16 is outside q4_g32's 0..15"));
+    CHECK_THAT(refused_tensor("gptq_4bit_sym_g128", {q + ".qzeros", DType::i32, {1, 4}, all_zero}),
+               Catch::Contains("group 0, output 0: zero 1 but sym=true means 8"));
+    std::vector<uint8_t> inf_scales(2 * 32, 0);
+    for (size_t i = 0; i < inf_scales.size(); i += 2) inf_scales[i + 1] = 0x7c;  // fp16 +inf
+    CHECK_THAT(refused_tensor("awq_4bit_g64", {q + ".scales", DType::f16, {1, 32}, inf_scales}),
+               Catch::Contains("scale of group 0, output 0 is NaN or infinite"));
+    {
+        const fs::path d = copy_case("gptq_4bit_asym_g32", dir);
+        edit_config(d / "config.json", [](auto& j) { j.erase("quantization_config"); });
+        CHECK_THAT(convert_error(d, dir), Catch::Contains("a GPTQ/AWQ tensor, but") &&
+                                              Catch::Contains("declares no quantization_config"));
+    }
+}
+
+TEST_CASE("GPTQ/AWQ import: group sizes map to the largest table group that divides them",
+          "[interop]") {
+    auto target = [](uint32_t bits, int64_t group, bool sym) {
+        HfQuantConfig qc{HfQuantMethod::gptq, "config.json", bits, group, sym, {}};
+        return hf_quant_target(qc);
+    };
+    CHECK(target(4, 32, false) == QType::q4_g32);
+    CHECK(target(4, 64, true) == QType::q4s_g64);
+    CHECK(target(4, 256, false) == QType::q4_g128);
+    CHECK(target(4, 96, true) == QType::q4s_g32);
+    CHECK(target(4, -1, false) == QType::q4_g128);
+    CHECK(target(8, -1, true) == QType::q8);
+    CHECK(target(8, 64, true) == QType::q8_g32);
+    CHECK(target(8, 128, true) == QType::q8_g128);
+    CHECK(hf_quantized_part_of("model.layers.3.mlp.up_proj.qzeros") ==
+          "model.layers.3.mlp.up_proj.weight");
+    CHECK_FALSE(hf_quantized_part_of("model.norm.weight"));
+}
+
+TEST_CASE("GPTQ/AWQ import: a sharded checkpoint imports as the single file does", "[interop]") {
+    ScratchDir dir("hf-quantized-sharded");
+    const fs::path single = kFixtures / "gptq_4bit_asym_g32";
+    const fs::path sharded = dir / "sharded";
+    fs::create_directories(sharded);
+    fs::copy_file(single / "config.json", sharded / "config.json");
+    fs::copy_file(kFixtures / "tok512.bin", dir / "tok512.bin");
+    // Every other tensor to the second shard, so a linear's parts are split between files.
+    const SafetensorsFile f((single / "model.safetensors").string());
+    std::vector<TensorView> shards[2];
+    nlohmann::json weight_map = nlohmann::json::object();
+    const std::string names[2] = {"model-00001-of-00002.safetensors",
+                                  "model-00002-of-00002.safetensors"};
+    size_t i = 0;
+    for (const auto& info : f.tensors()) {
+        shards[i % 2].push_back(f.view(info));
+        weight_map[info.name] = names[i % 2];
+        ++i;
+    }
+    for (int s = 0; s < 2; ++s) write_safetensors((sharded / names[s]).string(), shards[s]);
+    write_file(
+        sharded / "model.safetensors.index.json",
+        nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump());
+    const QfFile a(convert_case(single, dir, "single")), b(convert_case(sharded, dir, "sharded"));
+    REQUIRE(a.tensors().size() == b.tensors().size());
+    for (size_t t = 0; t < a.tensors().size(); ++t) {
+        CHECK(a.tensors()[t].name == b.tensors()[t].name);
+        CHECK(a.tensors()[t].qtype == b.tensors()[t].qtype);
+        CHECK(a.tensors()[t].checksum == b.tensors()[t].checksum);
+    }
+}
