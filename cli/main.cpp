@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
         qforge::cli::register_ppl);
     add("generate", "generate text from a prompt with a .qf (greedy or sampled)", qforge::cli::register_generate);
     add("bench", "prefill and decode tokens/s of a .qf, and decode's fraction of read bandwidth", qforge::cli::register_bench);
+    add("export", "write a quantized .qf as a Hugging Face GPTQ or AWQ checkpoint directory",
+        qforge::cli::register_export);
 
     try {
         app.parse(argc, argv);

@@ -24,9 +24,9 @@ constexpr std::string_view kQweight = ".qweight", kQzeros = ".qzeros", kScales =
                            kGIdx = ".g_idx";
 constexpr std::string_view kQuantizedParts[] = {kQweight, kQzeros, kScales, kGIdx};
 
-// AWQ's GEMM packing: nibble p of a word holds output 8 w + kAwqOrder[p]; kAwqNibble inverts it.
+// AWQ's GEMM packing: nibble p of a word holds output 8 w + kAwqOrder[p]; kAwqNibble
+// (hf_quantized.hpp) inverts it.
 constexpr std::array<uint32_t, 8> kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7};
-constexpr std::array<uint32_t, 8> kAwqNibble = {0, 4, 1, 5, 2, 6, 3, 7};
 constexpr bool awq_orders_inverse() {
     for (uint32_t p = 0; p < 8; ++p)
         if (kAwqNibble[kAwqOrder[p]] != p) return false;

@@ -33,6 +33,7 @@
 // --method gptq --act-order` from the float model gets act-order's accuracy with static groups.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -44,6 +45,10 @@
 #include "formats/safetensors.hpp"
 
 namespace qforge {
+
+// AWQ's GEMM packing: output o of a group of 8 sits in nibble kAwqNibble[o % 8] of its int32
+// word (AutoAWQ's order [0, 2, 4, 6, 1, 3, 5, 7] inverted).
+inline constexpr std::array<uint32_t, 8> kAwqNibble = {0, 4, 1, 5, 2, 6, 3, 7};
 
 enum class HfQuantMethod : uint8_t { gptq, awq };
 

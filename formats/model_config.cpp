@@ -376,35 +376,40 @@ ModelConfig read_model_config(const std::string& path) {
     return parse_model_config(j, path);
 }
 
+json model_dims_to_json(const ModelConfig& c) {
+    return json{{"model_type", architecture_name(c.arch)},
+                {"vocab_size", c.vocab_size},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.intermediate_size},
+                {"num_hidden_layers", c.num_layers},
+                {"num_attention_heads", c.num_heads},
+                {"num_key_value_heads", c.num_kv_heads},
+                {"head_dim", c.head_dim},
+                {"max_position_embeddings", c.max_position_embeddings},
+                {"rms_norm_eps", c.rms_norm_eps},
+                {"rope_theta", c.rope_theta},
+                {"tie_word_embeddings", c.tie_word_embeddings}};
+}
+
 json model_config_to_json(const ModelConfig& c) {
     const RopeScaling& s = c.rope_scaling;
     json eos = json::array();
     for (int64_t id : c.eos_token_ids) eos.push_back(id);
-    return json{
-        {"model_type", architecture_name(c.arch)},
-        {"vocab_size", c.vocab_size},
-        {"hidden_size", c.hidden_size},
-        {"intermediate_size", c.intermediate_size},
-        {"num_hidden_layers", c.num_layers},
-        {"num_attention_heads", c.num_heads},
-        {"num_key_value_heads", c.num_kv_heads},
-        {"head_dim", c.head_dim},
-        {"max_position_embeddings", c.max_position_embeddings},
-        {"rms_norm_eps", c.rms_norm_eps},
-        {"rope_theta", c.rope_theta},
+    json j = model_dims_to_json(c);
+    j.update(json{
         {"rope_scaling",
          {{"type", s.type},
           {"factor", s.factor},
           {"low_freq_factor", s.low_freq_factor},
           {"high_freq_factor", s.high_freq_factor},
           {"original_max_position_embeddings", s.original_max_position_embeddings}}},
-        {"tie_word_embeddings", c.tie_word_embeddings},
         {"attention_bias", c.attention_bias},
         {"bos_token_id", c.bos_token_id ? json(*c.bos_token_id) : json(nullptr)},
         {"eos_token_ids", eos},
         {"sliding_window", c.sliding_window ? json(*c.sliding_window) : json(nullptr)},
         {"torch_dtype", c.torch_dtype},
-    };
+    });
+    return j;
 }
 
 ModelConfig model_config_from_json(const json& j, const std::string& source) {

@@ -63,6 +63,10 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
 // Reads and parses the file at `path`.
 ModelConfig read_model_config(const std::string& path);
 
+// The dimensions, norms and RoPE base under their config.json names (model_type, vocab_size,
+// hidden_size, ... tie_word_embeddings): the keys .qf headers and Hugging Face configs share.
+nlohmann::json model_dims_to_json(const ModelConfig& c);
+
 // Our normalized form, stored in the .qf header: every field present under our own names.
 nlohmann::json model_config_to_json(const ModelConfig& config);
 // The inverse, equally strict (every key required, same checks); round-trips exactly.

@@ -1,0 +1,49 @@
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "convert/hf_export.hpp"
+#include "core/progress.hpp"
+
+namespace qforge::cli {
+
+Runner register_export(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        ExportOptions opts;
+        std::string format;
+    };
+    auto a = std::make_shared<Args>();
+    app.add_option("input", a->opts.input, "quantized .qf file")
+        ->required()
+        ->check(CLI::ExistingFile);
+    app.add_option("--format", a->format,
+                   "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types) or awq (GEMM: q4_g* only)")
+        ->required()
+        ->check(CLI::IsMember({"gptq", "awq"}));
+    app.add_option("-o,--output", a->opts.output_dir,
+                   "output directory (must not exist, or be empty)")
+        ->required();
+    add_json_option(app, common);
+
+    return [a, &common]() {
+        a->opts.format = a->format == "awq" ? HfQuantMethod::awq : HfQuantMethod::gptq;
+        const ExportReport r = export_hf_quantized(a->opts);
+        for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
+        if (common.json) {
+            const nlohmann::json j = {
+                {"output", a->opts.output_dir}, {"format", a->format}, {"qtype", r.quant_type},
+                {"tensors", r.tensors},         {"bytes", r.bytes},    {"files", r.files},
+                {"warnings", r.warnings}};
+            std::printf("%s\n", j.dump(2).c_str());
+        } else {
+            std::printf("wrote %s (%s, linears %s): %llu tensors, %s in %zu files\n",
+                        a->opts.output_dir.c_str(), a->format.c_str(), r.quant_type.c_str(),
+                        static_cast<unsigned long long>(r.tensors), human_bytes(r.bytes).c_str(),
+                        r.files.size());
+        }
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli
