@@ -4,7 +4,8 @@
 # the float model in the same pass, and the wall time of each quantization.
 #
 # The float model's perplexity is the base perplexity of the same passes (ppl --kl-base).
-#   1. stories260K (a real trained model): every method at q8, q4_g32, q4s_g32 and q3_g32,
+#   1. stories260K (a real trained model): every method (and GPTQ with act-order and --mse) at q8,
+#      q4_g32, q4s_g32 and q3_g32,
 #      calibrated on the last 20% of ../shared/data/tinystories-val-sample and evaluated on the
 #      first 80% (split at a blank line by scripts/split_text.py, so the parts never overlap);
 #      llamacpp protocol, ctx 128.
@@ -38,6 +39,7 @@ method_args() {
     rtn) echo "--method rtn" ;;
     gptq) echo "--method gptq" ;;
     gptq+act-order) echo "--method gptq --act-order" ;;
+    gptq+act-order+mse) echo "--method gptq --act-order --mse" ;;
     awq) echo "--method awq" ;;
     awq+gptq) echo "--method awq+gptq" ;;
   esac
@@ -78,7 +80,7 @@ if [ "$what" = stories ] || [ "$what" = all ]; then
   echo "### stories260K: llamacpp protocol, ctx 128, $chunks chunks of the first 80% of $(basename "$text") ($split); calibrated on the last 20%, $nsamples windows of 512 tokens (the model's context); $threads threads"
   echo
   for q in q8 q4_g32 q4s_g32 q3_g32; do
-    for m in rtn gptq gptq+act-order awq awq+gptq; do
+    for m in rtn gptq gptq+act-order gptq+act-order+mse awq awq+gptq; do
       row "$base" "$q" "$m" "models/calib/stories260K-$q-$m.qf" "$out/calib.txt" "$nsamples" \
         "$out/eval.txt" 128 "$chunks" >>"$out/rows.md"
     done
