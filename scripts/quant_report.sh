@@ -28,7 +28,7 @@ if [ "$what" = quality ] || [ "$what" = all ]; then
     echo "quant_report: $data/stories260K is absent; skipping the quality table" >&2
   else
     base=models/quant/stories260K-f32.qf
-    $qforge convert "$data/stories260K/hf" -o "$base" --tokenizer "$data/stories260K/tok512.bin" -q
+    $qforge convert "$data/stories260K/hf" -o "$base" --tokenizer "$data/stories260K/tok512.bin" -q >/dev/null
     text=$data/tinystories-val-sample/tinystories_val_sample.txt
     ppl() {  # model, extra args -> json file
       $qforge ppl "$1" -f "$text" --protocol llamacpp --ctx 128 --chunks "$chunks" -t "$threads" \
