@@ -30,20 +30,15 @@
 #include "formats/qtype.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "test_support.hpp"
 
 using namespace qforge;
+using qforge::test::quantized_types;
 
 namespace {
 
 constexpr double kU = 0x1p-24;
 constexpr uint64_t kBlock = 32;
-
-std::vector<QType> quantized_types() {
-    std::vector<QType> v;
-    for (const auto& row : kQTypes)
-        if (!row.is_float) v.push_back(row.type);
-    return v;
-}
 
 // n rows of k weights, quantized: each 32 weights get their own magnitude and offset, so groups
 // have varied scales and (asymmetric types) zero points; one group in seven is all zero.

@@ -9,17 +9,12 @@
 #include <limits>
 #include <random>
 #include <vector>
+#include "test_support.hpp"
 
 using namespace qforge;
+using qforge::test::quantized_types;
 
 namespace {
-
-std::vector<QType> quantized_types() {
-    std::vector<QType> v;
-    for (const auto& row : kQTypes)
-        if (!row.is_float) v.push_back(row.type);
-    return v;
-}
 
 // Row lengths: 1, one chunk, a TinyLlama/SmolLM2 width, large, and lengths that end inside a
 // chunk or a group of every size (100 = 3 * 32 + 4, 172 = 5 * 32 + 12, 200 = 128 + 64 + 8; 64:

@@ -30,15 +30,9 @@
 #include "test_support.hpp"
 
 using namespace qforge;
+using qforge::test::quantized_types;
 
 namespace {
-
-std::vector<QType> quantized_types() {
-    std::vector<QType> v;
-    for (const auto& row : kQTypes)
-        if (!row.is_float) v.push_back(row.type);
-    return v;
-}
 
 // Activations with `latent` shared factors, noise, uneven channel scales and a few outlier
 // channels: the correlated inputs of a real linear layer in miniature.

@@ -56,6 +56,14 @@ std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 std::filesystem::path convert_stories(const std::filesystem::path& data, const std::string& variant,
                                       const ScratchDir& dir);
 
+// Every quantized type of formats/qtype.hpp's table, in table order.
+inline std::vector<QType> quantized_types() {
+    std::vector<QType> v;
+    for (const auto& row : kQTypes)
+        if (!row.is_float) v.push_back(row.type);
+    return v;
+}
+
 struct CommandResult {
     int exit_code;
     std::string output;  // stdout and stderr together
