@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "formats/qf.hpp"
+#include "formats/qf_validate.hpp"
 
 namespace qforge {
 
@@ -43,6 +44,8 @@ QfFile::QfFile(const std::string& path, QfOpenOptions options) : file_(path) {
     parse_preamble();
     parse_header();
     parse_tensors();
+    if (options.check_model)
+        config_ = validate_qf_model(path, header_["model"], header_["tokenizer"], tensors_);
     if (options.verify_checksums) {
         std::vector<uint8_t> scratch;
         for (const auto& t : tensors_) {
@@ -194,6 +197,11 @@ const nlohmann::json& QfFile::tokenizer() const {
     if (!has_tokenizer())
         throw Error(path(), {}, "this .qf has no tokenizer; reconvert with --tokenizer FILE");
     return header_.at("tokenizer");
+}
+
+const ModelConfig& QfFile::config() const {
+    if (!config_) throw std::logic_error("QfFile::config(): " + path() + " was opened without check_model");
+    return *config_;
 }
 
 const QfTensorInfo* QfFile::find(std::string_view name) const {
