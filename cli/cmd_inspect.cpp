@@ -198,7 +198,8 @@ int inspect_qf(const std::string& path, bool as_json) {
                   {"valid", !invalid},
                   {"error", invalid ? json(invalid->what()) : json(nullptr)}};
         std::printf("%s\n", j.dump(2).c_str());
-        if (invalid) throw *invalid;
+        std::fflush(stdout);  // the table before the error line
+    if (invalid) throw *invalid;
         return 0;
     }
     std::printf("file: %s (qforge format version %u, %s)\n", path.c_str(), qf.version(),
@@ -217,6 +218,7 @@ int inspect_qf(const std::string& path, bool as_json) {
     print_rows(rows);
     print_totals(totals(rows));
     print_qtype_totals(qtype_totals(rows));
+    std::fflush(stdout);  // the table before the error line
     if (invalid) throw *invalid;
     return 0;
 }

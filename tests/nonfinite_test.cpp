@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "formats/qf.hpp"
@@ -143,7 +144,13 @@ TEST_CASE("nonfinite: a perplexity that scores no token is an error naming the t
     const auto count = [&](const fs::path& p) {
         const auto r = test::run_qforge("tokenize " + quoted(qf) + " --count -f " + quoted(p));
         REQUIRE(r.exit_code == 0);
-        return std::stoul(r.output);
+        // stdout's count, beside the summary on stderr.
+        std::istringstream lines(r.output);
+        for (std::string line; std::getline(lines, line);)
+            if (!line.empty() && line.find_first_not_of("0123456789") == std::string::npos)
+                return std::stoul(line);
+        FAIL("no count in: " << r.output);
+        return 0ul;
     };
     const std::string n = std::to_string(count(text)), m = std::to_string(count(tiny));
     REQUIRE(count(tiny) < 6);  // too short for llamacpp at any ctx
