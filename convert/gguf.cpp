@@ -281,7 +281,7 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
     } else if (file.find("tokenizer.ggml.model")) {
         tokenizer = tokenizer_schema_from_gguf(file);
         report.tokenizer = path;
-        // llama.cpp sizes the embedding by the GGUF's own token list: they always agree.
+        // llama.cpp refuses a GGUF whose token list and embedding rows differ.
         if (tokenizer.at("pieces").size() != cfg.vocab_size)
             throw Error(path, {},
                         "the GGUF's tokenizer has " + std::to_string(tokenizer.at("pieces").size()) +

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "formats/qf.hpp"
+#include "formats/qf_validate.hpp"
+#include "formats/qtype.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
@@ -216,5 +218,62 @@ TEST_CASE("nonfinite: generation never chooses an id without a token, greedy or 
         const GenerateResult masked = generate(favour, prompt, o);
         REQUIRE(masked.tokens.size() == 16);
         for (int32_t id : masked.tokens) REQUIRE(id < last);
+    }
+}
+
+TEST_CASE("nonfinite: verify's scan finds NaN/Inf in every float type and in packed scales",
+          "[hostile][validate]") {
+    const auto u16 = [](std::vector<uint8_t>& b, size_t at, uint16_t v) {
+        std::memcpy(b.data() + at, &v, 2);
+    };
+    // Float tensors: one bad element at index 5 of a [2, 3] matrix.
+    struct FloatCase {
+        QType qtype;
+        uint16_t bits;  // f16/bf16 bits; f32 uses the float below
+        float f32;
+        const char* says;
+    };
+    const FloatCase floats[] = {
+        {QType::f32, 0, std::numeric_limits<float>::quiet_NaN(), "element 5 (row 1, column 2) is nan"},
+        {QType::f32, 0, -std::numeric_limits<float>::infinity(), "element 5 (row 1, column 2) is inf"},
+        {QType::f16, 0x7E00, 0, "element 5 (row 1, column 2) is nan"},
+        {QType::f16, 0xFC00, 0, "element 5 (row 1, column 2) is inf"},
+        {QType::bf16, 0x7FC0, 0, "element 5 (row 1, column 2) is nan"},
+        {QType::bf16, 0x7F80, 0, "element 5 (row 1, column 2) is inf"},
+    };
+    for (const auto& c : floats) {
+        INFO(qtype_traits(c.qtype).name << " " << c.says);
+        const QfTensorInfo t{"w", c.qtype, {2, 3}, 0, 0, 0, QfEncoding::raw, ""};
+        const size_t size = c.qtype == QType::f32 ? 4 : 2;
+        std::vector<uint8_t> b(6 * size, 0);
+        REQUIRE_FALSE(find_non_finite(t, b));
+        // The largest finite values are not flagged.
+        if (c.qtype == QType::f32) {
+            const float big = std::numeric_limits<float>::max();
+            std::memcpy(b.data() + 20, &big, 4);
+        } else {
+            u16(b, 10, c.qtype == QType::f16 ? 0x7BFF : 0x7F7F);
+        }
+        REQUIRE_FALSE(find_non_finite(t, b));
+        if (c.qtype == QType::f32)
+            std::memcpy(b.data() + 20, &c.f32, 4);
+        else
+            u16(b, 10, c.bits);
+        REQUIRE(find_non_finite(t, b) == std::optional<std::string>(c.says));
+    }
+    // Packed rows: codes are integers; a scale is the only place a NaN or Inf can hide.
+    for (const auto& row : kQTypes) {
+        if (row.is_float) continue;
+        INFO(row.name);
+        const QfTensorInfo t{"w", row.type, {3, 256}, 0, 0, 0, QfEncoding::raw, ""};
+        const QRowLayout l = *qtype_row_layout(row.type, 256);
+        std::vector<uint8_t> b(3 * l.row_bytes, 0xFF);  // codes and zeros all ones: still finite
+        for (uint64_t r = 0; r < 3; ++r)
+            for (uint64_t g = 0; g < l.groups; ++g) u16(b, r * l.row_bytes + l.scales_offset + 2 * g, 0x3C00);
+        REQUIRE_FALSE(find_non_finite(t, b));
+        const uint64_t g = l.groups - 1;
+        u16(b, 2 * l.row_bytes + l.scales_offset + 2 * g, 0x7C00);
+        REQUIRE(find_non_finite(t, b) ==
+                std::optional<std::string>("row 2, group " + std::to_string(g) + ": the scale is inf"));
     }
 }
