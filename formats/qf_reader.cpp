@@ -200,7 +200,8 @@ const nlohmann::json& QfFile::tokenizer() const {
 }
 
 const ModelConfig& QfFile::config() const {
-    if (!config_) throw std::logic_error("QfFile::config(): " + path() + " was opened without check_model");
+    if (!config_)
+        throw std::logic_error("QfFile::config(): " + path() + " was opened without check_model");
     return *config_;
 }
 

@@ -67,7 +67,8 @@ PplPlan plan_perplexity(PplProtocol protocol, uint64_t n_tokens, uint64_t ctx, u
                              " protocol with --ctx " + std::to_string(ctx);
     const std::string text = "the text has " + std::to_string(n_tokens) + " tokens";
     if (protocol == PplProtocol::llamacpp && ctx / 2 + 1 >= ctx)
-        throw Error(what + " scores no token (it scores positions ctx/2+1 .. ctx-1 of each chunk); " +
+        throw Error(what +
+                    " scores no token (it scores positions ctx/2+1 .. ctx-1 of each chunk); " +
                     text + ": " + ctx_hint(protocol, n_tokens));
     const uint64_t needed = protocol == PplProtocol::llamacpp ? 2 * ctx : ctx;
     if (n_tokens < needed)

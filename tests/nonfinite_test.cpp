@@ -105,7 +105,8 @@ TEST_CASE("nonfinite: NaN or Inf weights are an error naming the model and the p
         INFO(c.label);
         const fs::path bad = dir / (std::string(c.label) + ".qf");
         poison(good, bad, c.tensor, c.index, c.value);
-        const std::string model_error = "qforge: error: " + bad.string() + ": the logits at position ";
+        const std::string model_error =
+            "qforge: error: " + bad.string() + ": the logits at position ";
 
         auto v = test::run_qforge("verify " + quoted(bad));
         INFO(v.output);
@@ -171,7 +172,8 @@ TEST_CASE("nonfinite: a perplexity that scores no token is an error naming the t
          tiny.string() + ": the text has " + m +
              " tokens; the llamacpp protocol with --ctx 64 needs at least 128: the text is too "
              "short for the llamacpp protocol at any --ctx (it needs 6 tokens)"},
-        {"-f " + quoted(tiny) + " --ctx 3", "--protocol gptq with --ctx 2 to " + m + " would score some"},
+        {"-f " + quoted(tiny) + " --ctx 3",
+         "--protocol gptq with --ctx 2 to " + m + " would score some"},
         {"-f " + quoted(tiny) + " --ctx 64 --protocol gptq",
          tiny.string() + ": the text has " + m +
              " tokens; the gptq protocol with --ctx 64 needs at least 64: --ctx 2 to " + m +
@@ -233,6 +235,7 @@ TEST_CASE("nonfinite: verify's scan finds NaN/Inf in every float type and in pac
         float f32;
         const char* says;
     };
+    // clang-format off
     const FloatCase floats[] = {
         {QType::f32, 0, std::numeric_limits<float>::quiet_NaN(), "element 5 (row 1, column 2) is nan"},
         {QType::f32, 0, -std::numeric_limits<float>::infinity(), "element 5 (row 1, column 2) is inf"},
@@ -241,6 +244,7 @@ TEST_CASE("nonfinite: verify's scan finds NaN/Inf in every float type and in pac
         {QType::bf16, 0x7FC0, 0, "element 5 (row 1, column 2) is nan"},
         {QType::bf16, 0x7F80, 0, "element 5 (row 1, column 2) is inf"},
     };
+    // clang-format on
     for (const auto& c : floats) {
         INFO(qtype_traits(c.qtype).name << " " << c.says);
         const QfTensorInfo t{"w", c.qtype, {2, 3}, 0, 0, 0, QfEncoding::raw, ""};
@@ -269,11 +273,12 @@ TEST_CASE("nonfinite: verify's scan finds NaN/Inf in every float type and in pac
         const QRowLayout l = *qtype_row_layout(row.type, 256);
         std::vector<uint8_t> b(3 * l.row_bytes, 0xFF);  // codes and zeros all ones: still finite
         for (uint64_t r = 0; r < 3; ++r)
-            for (uint64_t g = 0; g < l.groups; ++g) u16(b, r * l.row_bytes + l.scales_offset + 2 * g, 0x3C00);
+            for (uint64_t g = 0; g < l.groups; ++g)
+                u16(b, r * l.row_bytes + l.scales_offset + 2 * g, 0x3C00);  // 1.0
         REQUIRE_FALSE(find_non_finite(t, b));
         const uint64_t g = l.groups - 1;
         u16(b, 2 * l.row_bytes + l.scales_offset + 2 * g, 0x7C00);
-        REQUIRE(find_non_finite(t, b) ==
-                std::optional<std::string>("row 2, group " + std::to_string(g) + ": the scale is inf"));
+        const std::string says = "row 2, group " + std::to_string(g) + ": the scale is inf";
+        REQUIRE(find_non_finite(t, b) == std::optional<std::string>(says));
     }
 }
