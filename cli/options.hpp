@@ -50,9 +50,10 @@ std::string option_label(const std::string& names);
 // "a, b, c": a list of names as help texts and messages show it.
 std::string join_names(const std::vector<std::string>& names);
 
-// Validators. Each throws UsageError naming `label`, the value and what is allowed; the integer
+// Validators. Each throws UsageError naming `label`, the value and what is allowed. The integer
 // and real ones rewrite the value in canonical form, so CLI11's own conversion that follows is
-// exact (no octal "010", no hexadecimal, no wrap-around of "-1" into an unsigned type).
+// exact (no octal "010", no hexadecimal, no wrap-around of "-1" into an unsigned type); they are
+// added with transform(), as check() hands a validator a copy.
 CLI::Validator integer_range(const std::string& label, uint64_t min, uint64_t max);
 struct RealBound {
     double value;
@@ -77,7 +78,7 @@ CLI::Option* add_int_option(CLI::App& app, const std::string& names, T& var, uin
         throw std::logic_error("add_int_option " + names + ": bad range");
     return app.add_option(names, var, help)
         ->capture_default_str()
-        ->check(integer_range(option_label(names), min, max));
+        ->transform(integer_range(option_label(names), min, max));
 }
 
 // A real option between lo and hi (each bound inclusive or not; NaN and infinities refused).
@@ -87,7 +88,7 @@ CLI::Option* add_real_option(CLI::App& app, const std::string& names, T& var, Re
     static_assert(std::is_floating_point_v<T>);
     return app.add_option(names, var, help)
         ->capture_default_str()
-        ->check(real_range(option_label(names), lo, hi, std::is_same_v<T, float>));
+        ->transform(real_range(option_label(names), lo, hi, std::is_same_v<T, float>));
 }
 
 // A string option whose value is one of `choices`.
