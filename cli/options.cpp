@@ -139,8 +139,8 @@ CLI::Validator one_of(const std::string& label, std::vector<std::string> choices
     return CLI::Validator(
         [label, choices = std::move(choices), list](std::string& s) -> std::string {
             if (std::find(choices.begin(), choices.end(), s) == choices.end())
-                throw UsageError(label + ": " + shown(s) + " is not valid; expected one of: " +
-                                 list);
+                throw UsageError(label + ": " + shown(s) +
+                                 " is not valid; expected one of: " + list);
             return {};
         },
         "{" + list + "}");
@@ -162,8 +162,7 @@ CLI::Validator readable(const std::string& label, bool directory_ok) {
             // Opened once to know it can be read; O_NONBLOCK so a FIFO does not block here.
             const int fd = ::open(s.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
             if (fd < 0)
-                throw UsageError(label + ": " + shown(s) + " cannot be read: " +
-                                 errno_text(errno));
+                throw UsageError(label + ": " + shown(s) + " cannot be read: " + errno_text(errno));
             ::close(fd);
             return {};
         },
@@ -209,8 +208,8 @@ std::string usage_error_message(const CLI::App& app, const CLI::ParseError& e) {
         if (!left.empty()) {
             const std::string& arg = left.front();
             if (arg.size() > 1 && arg[0] == '-')
-                return "unknown option " + shown(arg.substr(0, arg.find('='))) + " for '" +
-                       where + "'";
+                return "unknown option " + shown(arg.substr(0, arg.find('='))) + " for '" + where +
+                       "'";
             if (!sub)
                 return "unknown subcommand " + shown(arg) +
                        "; expected one of: " + subcommand_names(app);
@@ -230,8 +229,10 @@ std::string usage_error_message(const CLI::App& app, const CLI::ParseError& e) {
     if (const size_t x = what.find(" excludes "); x != std::string::npos) {
         what.replace(x, 10, " cannot be used with ");
     } else if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
-        if (what.find(" missing") != std::string::npos) what = name + ": a value is required";
-        else if (what.find("At Most") != std::string::npos) what = name + ": given more than once";
+        if (what.find(" missing") != std::string::npos)
+            what = name + ": a value is required";
+        else if (what.find("At Most") != std::string::npos)
+            what = name + ": given more than once";
     } else if (const std::string tag = "Could not convert: "; what.rfind(tag, 0) == 0) {
         // "Could not convert: --compress = maybe": a flag given a value it does not take.
         const size_t eq = what.find(" = ");

@@ -26,7 +26,7 @@ namespace qforge::cli {
 // validators below while parsing, and by runners for combinations of options that do not go
 // together (checked before any work).
 class UsageError : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -34,11 +34,11 @@ inline constexpr int kExitFailure = 1;  // the work failed: bad input file, I/O 
 inline constexpr int kExitUsage = 2;    // the command line is wrong
 
 struct CommonOptions {
-    int threads = 0;      // 0: all hardware threads
-    bool json = false;    // machine-readable result on stdout
-    uint64_t seed = 42;   // every random choice derives from it
-    std::string file;     // text input (-f/--file)
-    bool quiet = false;   // no progress bars
+    int threads = 0;                 // 0: all hardware threads
+    bool json = false;               // machine-readable result on stdout
+    uint64_t seed = 42;              // every random choice derives from it
+    std::string file;                // text input (-f/--file)
+    bool quiet = false;              // no progress bars
     bool float_activations = false;  // quantized matrices times float32 (not int8) activations
     std::string backend = "auto";    // --backend: auto (cuda when a device is present), cpu, cuda
 };

@@ -75,17 +75,14 @@ struct Fixture {
 
     // "M", "T", "D", "C", "X", "O" in a command line stand for the fixtures.
     std::string expand(const std::string& line) const {
+        const std::pair<char, const fs::path*> names[] = {{'M', &model},   {'T', &text},
+                                                          {'D', &subdir},  {'C', &ckpt},
+                                                          {'X', &missing}, {'O', &out}};
         std::string s;
         for (const char c : line) {
-            switch (c) {
-                case 'M': s += q(model); break;
-                case 'T': s += q(text); break;
-                case 'D': s += q(subdir); break;
-                case 'C': s += q(ckpt); break;
-                case 'X': s += q(missing); break;
-                case 'O': s += q(out); break;
-                default: s += c;
-            }
+            const auto* hit = std::find_if(std::begin(names), std::end(names),
+                                           [c](const auto& n) { return n.first == c; });
+            s += hit == std::end(names) ? std::string(1, c) : q(*hit->second);
         }
         return s;
     }
@@ -122,7 +119,8 @@ const BadLine kBadLines[] = {
     {"ppl M -f T --ctx", "--ctx"},
     {"ppl M -f T --chunks -1", "--chunks: -1 is out of range; expected an integer from 0"},
     {"ppl M -f T --chunks 4294967296", "--chunks: 4294967296 is out of range"},
-    {"ppl M -f T --protocol foo", "--protocol: 'foo' is not valid; expected one of: llamacpp, gptq"},
+    {"ppl M -f T --protocol foo",
+     "--protocol: 'foo' is not valid; expected one of: llamacpp, gptq"},
     {"ppl M -f T --protocol ''", "--protocol: '' is not valid"},
     {"ppl M -f T -t -1", "-t/--threads: -1 is out of range; expected an integer from 0 to 1024"},
     {"ppl M -f T --threads 1025", "-t/--threads: 1025 is out of range"},
@@ -138,9 +136,11 @@ const BadLine kBadLines[] = {
     // generate
     {"generate M -n -1", "-n/--tokens: -1 is out of range; expected an integer from 1 to 16777216"},
     {"generate M -n 0", "-n/--tokens: 0 is out of range"},
-    {"generate M --tokens 18446744073709551615", "-n/--tokens: 18446744073709551615 is out of range"},
-    {"generate M --seed -1", "--seed: -1 is out of range; expected an integer from 0 to "
-                             "18446744073709551615"},
+    {"generate M --tokens 18446744073709551615",
+     "-n/--tokens: 18446744073709551615 is out of range"},
+    {"generate M --seed -1",
+     "--seed: -1 is out of range; expected an integer from 0 to "
+     "18446744073709551615"},
     {"generate M --seed 18446744073709551616", "--seed: 18446744073709551616 is out of range"},
     {"generate M --seed abc", "--seed: 'abc' is not an integer"},
     {"generate M --top-p 0", "--top-p: 0 is out of range; expected a number in (0, 1]"},
@@ -148,7 +148,8 @@ const BadLine kBadLines[] = {
     {"generate M --top-p 1e-50", "--top-p: 1e-50 is out of range"},  // 0 as a float
     {"generate M --top-p nan", "--top-p: 'nan' is not a number"},
     {"generate M --top-p 0.5x", "--top-p: '0.5x' is not a number"},
-    {"generate M --top-k -1", "--top-k: -1 is out of range; expected an integer from 0 to 4294967295"},
+    {"generate M --top-k -1",
+     "--top-k: -1 is out of range; expected an integer from 0 to 4294967295"},
     {"generate M --top-k 4294967296", "--top-k: 4294967296 is out of range"},
     {"generate M --temp -0.1", "--temp: -0.1 is out of range; expected a number in [0, 100]"},
     {"generate M --temp inf", "--temp: 'inf' is not a number"},
@@ -169,23 +170,32 @@ const BadLine kBadLines[] = {
     {"quantize C -o O --qtype q5_k", "--qtype: unknown qtype 'q5_k' (valid: f32, f16, bf16, q8"},
     {"quantize C -o O --qtype ''", "--qtype: unknown qtype ''"},
     {"quantize C -o O", "qforge quantize: missing required argument: --qtype"},
-    {"quantize C -o O --qtype q4_g32 --tensor-type 'attn.(q=q8'", "--tensor-type 'attn.(q=q8': bad regex"},
-    {"quantize C -o O --qtype q4_g32 --tensor-type attn=q2", "--tensor-type 'attn=q2': unknown qtype 'q2'"},
-    {"quantize C -o O --qtype q4_g32 --tensor-type attn", "--tensor-type 'attn': expected REGEX=TYPE"},
-    {"quantize C -o O --qtype q4_g32 --method foo", "--method 'foo' is not a method (valid: rtn, gptq"},
+    {"quantize C -o O --qtype q4_g32 --tensor-type 'attn.(q=q8'",
+     "--tensor-type 'attn.(q=q8': bad regex"},
+    {"quantize C -o O --qtype q4_g32 --tensor-type attn=q2",
+     "--tensor-type 'attn=q2': unknown qtype 'q2'"},
+    {"quantize C -o O --qtype q4_g32 --tensor-type attn",
+     "--tensor-type 'attn': expected REGEX=TYPE"},
+    {"quantize C -o O --qtype q4_g32 --method foo",
+     "--method 'foo' is not a method (valid: rtn, gptq"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T --nsamples 0",
      "--nsamples: 0 is out of range; expected an integer from 1 to 1048576"},
-    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --nsamples -1", "--nsamples: -1 is out of range"},
+    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --nsamples -1",
+     "--nsamples: -1 is out of range"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T --seqlen 1",
      "--seqlen: 1 is out of range; expected an integer from 2 to 1048576"},
-    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --seqlen 1048577", "--seqlen: 1048577 is out"},
+    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --seqlen 1048577",
+     "--seqlen: 1048577 is out"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp 1.5",
      "--damp: 1.5 is out of range; expected a number in [0, 1]"},
-    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp -0.01", "--damp: -0.01 is out of range"},
-    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp abc", "--damp: 'abc' is not a number"},
+    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp -0.01",
+     "--damp: -0.01 is out of range"},
+    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp abc",
+     "--damp: 'abc' is not a number"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib D", "--calib: '"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T X", "--calib: '"},
-    {"quantize C -o O --qtype q4_g32 --method gptq", "--method gptq needs calibration text: --calib FILE"},
+    {"quantize C -o O --qtype q4_g32 --method gptq",
+     "--method gptq needs calibration text: --calib FILE"},
     {"quantize C -o O --qtype q4_g32 --calib T", "--calib is for calibrated methods"},
     {"quantize C -o O --qtype q4_g32 --resume D", "--resume is for calibrated methods"},
     {"quantize X -o O --qtype q4_g32", "input: '"},
@@ -260,7 +270,8 @@ TEST_CASE("values at the edges of every range pass the checks", "[hostile][cli]"
     const Fixture f;
     const char* edges[] = {
         "ppl M -f T --ctx 8 --chunks 0 -t 0 --protocol llamacpp",
-        "ppl M -f T --ctx 16777216 --chunks 4294967295 --threads 1024 --protocol gptq --backend cpu",
+        "ppl M -f T --ctx 16777216 --chunks 4294967295 --threads 1024 --protocol gptq --backend "
+        "cpu",
         "ppl M -f T --ctx 008",  // decimal, not octal
         "generate M -n 1 --seed 0 --top-p 1 --top-k 0 --temp 0",
         "generate M -n 16777216 --seed 18446744073709551615 --top-p 1e-6 --top-k 4294967295 "
@@ -269,7 +280,8 @@ TEST_CASE("values at the edges of every range pass the checks", "[hostile][cli]"
         "bench M -p 1 -n 1 -r 1 --bandwidth 1e6",
         "bench M -p 16777216 -n 16777216 -r 1000 --bandwidth 0.001",
         "quantize M -o O --qtype q4_g32 --method gptq --calib T --nsamples 1 --seqlen 2 --damp 0",
-        "quantize M -o O --qtype q4_g32 --method gptq --calib T --nsamples 1048576 --seqlen 1048576 "
+        "quantize M -o O --qtype q4_g32 --method gptq --calib T --nsamples 1048576 --seqlen "
+        "1048576 "
         "--damp 1",
         "quantize M -o O --qtype q8 --tensor-type 'mlp=q4_g32' --tensor-type '^lm_head$=f16'",
         "convert M -o O --dtype bf16",
@@ -298,8 +310,8 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
     r = run_split("--version", f.io.path());
     CHECK(r.exit_code == 0);
     CHECK(r.out.rfind("qforge ", 0) == 0);
-    for (const char* sub :
-         {"convert", "quantize", "inspect", "verify", "tokenize", "ppl", "generate", "bench", "export"}) {
+    for (const char* sub : {"convert", "quantize", "inspect", "verify", "tokenize", "ppl",
+                            "generate", "bench", "export"}) {
         INFO(sub);
         r = run_split(std::string(sub) + " --help", f.io.path());
         CHECK(r.exit_code == 0);
@@ -312,7 +324,8 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
 }
 
 TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
-    const fs::path gguf = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf" / "tiny_llama.gguf";
+    const fs::path gguf =
+        fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf" / "tiny_llama.gguf";
     if (!fs::exists(gguf)) QF_SKIP("tests/data/gguf/tiny_llama.gguf is absent");
     const Fixture f;
     const fs::path model = f.dir / "t.qf";
@@ -333,9 +346,12 @@ TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
     for (const char* line : lines) {
         std::string args;
         for (const char* c = line; *c; ++c) {
-            if (*c == 'T') args += q(model);
-            else if (*c == 'W') args += q(text);
-            else args += *c;
+            if (*c == 'T')
+                args += q(model);
+            else if (*c == 'W')
+                args += q(text);
+            else
+                args += *c;
         }
         INFO("qforge " << args);
         r = run_split(args, f.io.path());
