@@ -117,8 +117,12 @@ CLI::Validator real_range(const std::string& label, RealBound lo, RealBound hi, 
         [label, lo, hi, as_float, expected](std::string& s) -> std::string {
             const bool space = !s.empty() && (std::isspace(static_cast<unsigned char>(s[0])) != 0);
             char* end = nullptr;
+            errno = 0;
             const double parsed = s.empty() || space ? 0.0 : std::strtod(s.c_str(), &end);
-            if (s.empty() || space || end != s.c_str() + s.size() || !std::isfinite(parsed))
+            // "nan" and "inf" are not numbers here; 1e400 is one, out of range (ERANGE).
+            const bool overflow = errno == ERANGE;
+            if (s.empty() || space || end != s.c_str() + s.size() ||
+                (!std::isfinite(parsed) && !overflow))
                 throw UsageError(label + ": " + shown(s) + " is not a number; " + expected);
             // The value as stored: a float option's rounding must itself be in range.
             const double v = as_float ? static_cast<double>(static_cast<float>(parsed)) : parsed;

@@ -166,6 +166,8 @@ const BadLine kBadLines[] = {
     {"bench M --bandwidth 0", "--bandwidth: 0 is out of range; expected a number in (0, 1e+06]"},
     {"bench M --bandwidth -5", "--bandwidth: -5 is out of range"},
     {"bench M --bandwidth fast", "--bandwidth: 'fast' is not a number"},
+    {"bench M --bandwidth 1e400", "--bandwidth: 1e400 is out of range"},
+    {"bench M --bandwidth -inf", "--bandwidth: '-inf' is not a number"},
     // quantize
     {"quantize C -o O --qtype q5_k", "--qtype: unknown qtype 'q5_k' (valid: f32, f16, bf16, q8"},
     {"quantize C -o O --qtype ''", "--qtype: unknown qtype ''"},
