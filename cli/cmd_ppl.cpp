@@ -38,10 +38,11 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
     auto a = std::make_shared<Args>();
     add_input_option(app, "model", a->model, ".qf model")->required();
     add_file_option(app, common, true);
-    // The llamacpp protocol scores positions ctx/2 + 1 .. ctx - 1 of each chunk: 8 scores 3
-    // tokens, and anything much smaller measures nothing. The model's max_position_embeddings is
-    // the real upper bound, checked once the model is open.
-    add_int_option(app, "--ctx", a->ctx, 8, uint64_t{1} << 24, "tokens per chunk (window)");
+    // 2 is the smallest window that scores a token (gptq scores positions 1 .. ctx - 1). Whether a
+    // given ctx scores anything under the chosen protocol and text is checked once the text is
+    // tokenized (plan_perplexity names the text, the protocol and the ctx range that would). The
+    // model's max_position_embeddings is the real upper bound, checked once the model is open.
+    add_int_option(app, "--ctx", a->ctx, 2, uint64_t{1} << 24, "tokens per chunk (window)");
     std::vector<std::string> protocols;
     for (const PplProtocol p : {PplProtocol::llamacpp, PplProtocol::gptq})
         protocols.emplace_back(ppl_protocol_name(p));

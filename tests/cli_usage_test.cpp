@@ -104,8 +104,8 @@ const BadLine kBadLines[] = {
     {"verify M M", "qforge verify: unexpected argument"},
     {"verify", "qforge verify: missing required argument: file"},
     // ppl
-    {"ppl M -f T --ctx 7", "--ctx: 7 is out of range; expected an integer from 8 to 16777216"},
-    {"ppl M -f T --ctx 2", "--ctx: 2 is out of range"},
+    {"ppl M -f T --ctx 1", "--ctx: 1 is out of range; expected an integer from 2 to 16777216"},
+    {"ppl M -f T --ctx 0", "--ctx: 0 is out of range"},
     {"ppl M -f T --ctx -1", "--ctx: -1 is out of range"},
     {"ppl M -f T --ctx abc", "--ctx: 'abc' is not an integer"},
     {"ppl M -f T --ctx ''", "--ctx: '' is not an integer"},
@@ -271,7 +271,7 @@ TEST_CASE("values at the edges of every range pass the checks", "[hostile][cli]"
     // file named); one step past an edge is in the table above (exit 2).
     const Fixture f;
     const char* edges[] = {
-        "ppl M -f T --ctx 8 --chunks 0 -t 0 --protocol llamacpp",
+        "ppl M -f T --ctx 2 --chunks 0 -t 0 --protocol llamacpp",
         "ppl M -f T --ctx 16777216 --chunks 4294967295 --threads 1024 --protocol gptq --backend "
         "cpu",
         "ppl M -f T --ctx 008",  // decimal, not octal
@@ -322,7 +322,7 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
     }
     // The ranges are stated in the help, from the same place that checks them.
     r = run_split("ppl --help", f.io.path());
-    CHECK_THAT(r.out, Contains("[8, 16777216]"));
+    CHECK_THAT(r.out, Contains("[2, 16777216]"));
 }
 
 TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
