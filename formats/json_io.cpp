@@ -54,7 +54,7 @@ size_t too_deep_at(std::string_view text, int max_depth) {
 // past max_depth. nlohmann's binary readers recurse once per level, so for CBOR the limit must
 // stop them here, before the recursion goes deeper.
 class BoundedDomBuilder : public nlohmann::json_sax<json> {
-public:
+  public:
     BoundedDomBuilder(json& root, int max_depth) : root_(root), max_depth_(max_depth) {}
 
     bool null() override { return put(nullptr); }
@@ -83,7 +83,7 @@ public:
     size_t items() const { return items_; }
     const std::string& error() const { return error_; }
 
-private:
+  private:
     template <class V>
     json* insert(V&& v) {
         ++items_;
@@ -162,8 +162,8 @@ json parse_json(std::string_view text, const std::string& file, const JsonParseO
                                     "appears twice in the " + what +
                                         " (a JSON parser would silently keep the last)");
                     throw Error(file, {},
-                                "key '" + excerpt(key, 120) + "' appears twice in one object of the " +
-                                    what);
+                                "key '" + excerpt(key, 120) +
+                                    "' appears twice in one object of the " + what);
                 }
             }
             return true;
@@ -190,8 +190,8 @@ json parse_cbor(std::span<const uint8_t> bytes, const std::string& file, std::st
     BoundedDomBuilder builder(root, kMaxJsonDepth);
     bool ok = false;
     try {
-        ok = json::sax_parse(bytes.begin(), bytes.end(), &builder, json::input_format_t::cbor,
-                             true);
+        ok =
+            json::sax_parse(bytes.begin(), bytes.end(), &builder, json::input_format_t::cbor, true);
     } catch (const json::exception& e) {
         throw Error(file, {}, std::string(what) + " is not valid: " + json_exception_text(e));
     }

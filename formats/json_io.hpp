@@ -69,7 +69,7 @@ decltype(auto) with_json_errors(const std::string& file, F&& body) {
 // default ("_or"), as transformers treats null as unset. The referenced json and file name must
 // outlive the view.
 class JsonView {
-public:
+  public:
     JsonView(const nlohmann::json& root, const std::string& file, std::string path = {})
         : v_(&root), file_(&file), path_(std::move(path)) {}
 
@@ -130,7 +130,7 @@ public:
     // "expected <what>, found <description of the value>".
     [[noreturn]] void expected(std::string_view what) const;
 
-private:
+  private:
     JsonView(const nlohmann::json* v, const std::string* file, std::string path)
         : v_(v), file_(file), path_(std::move(path)) {}
     JsonView child(const nlohmann::json& v, std::string_view key) const;

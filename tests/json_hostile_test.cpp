@@ -14,8 +14,8 @@
 #include "formats/json_io.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
-#include "quant/resume_state.hpp"
 #include "gguf_builder.hpp"
+#include "quant/resume_state.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/jinja_subset.hpp"
@@ -24,8 +24,8 @@
 #include "tokenizer/tokenizer.hpp"
 
 using namespace qforge;
-using nlohmann::json;
 using Catch::Contains;
+using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -151,7 +151,8 @@ void check_nesting_error(const std::string& message, const fs::path& file) {
 
 }  // namespace
 
-TEST_CASE("parse_json refuses nesting past the limit at the byte where it starts", "[hostile][json]") {
+TEST_CASE("parse_json refuses nesting past the limit at the byte where it starts",
+          "[hostile][json]") {
     const std::string file = "doc.json";
     for (const std::string& text : {nested_arrays(kBomb), nested_objects(kBomb)}) {
         const char open = text[0];
@@ -188,7 +189,8 @@ TEST_CASE("parse_cbor refuses nesting past the limit", "[hostile][json]") {
     CHECK(j == 7);
     const std::vector<uint8_t> round = json::to_cbor(json{{"a", {1, 2, {{"b", "c"}}}}});
     CHECK(parse_cbor(round, "x") == json{{"a", {1, 2, {{"b", "c"}}}}});
-    CHECK_THROWS_WITH(parse_cbor(std::vector<uint8_t>{0x82, 0x01}, "x"), Contains("x: CBOR is not valid"));
+    CHECK_THROWS_WITH(parse_cbor(std::vector<uint8_t>{0x82, 0x01}, "x"),
+                      Contains("x: CBOR is not valid"));
 }
 
 TEST_CASE("a nesting bomb in config.json is an Error naming the file", "[hostile][json]") {
@@ -205,7 +207,8 @@ TEST_CASE("a nesting bomb in config.json is an Error naming the file", "[hostile
     CHECK(read_model_config(p.string()).eos_token_ids == std::vector<int64_t>{2});
 }
 
-TEST_CASE("nesting bombs in tokenizer.json and tokenizer_config.json name their file", "[hostile][json]") {
+TEST_CASE("nesting bombs in tokenizer.json and tokenizer_config.json name their file",
+          "[hostile][json]") {
     test::ScratchDir dir("json-nest-tokenizer");
     auto sequence = [](const char* list_key, size_t depth, const std::string& leaf) {
         std::string s;
@@ -223,49 +226,62 @@ TEST_CASE("nesting bombs in tokenizer.json and tokenizer_config.json name their 
 
     // Nested Sequence normalizers and pre-tokenizers, 100,000 deep (200,000 JSON levels).
     test::write_file(llama2 / "tokenizer.json",
-                     with_raw_value(llama2_tok, "normalizer", sequence("normalizers", kBomb, "{\"type\":\"NFC\"}")));
-    check_nesting_error(error_of([&] { load_tokenizer_source((llama2 / "tokenizer.json").string()); }),
-                        llama2 / "tokenizer.json");
+                     with_raw_value(llama2_tok, "normalizer",
+                                    sequence("normalizers", kBomb, "{\"type\":\"NFC\"}")));
+    check_nesting_error(
+        error_of([&] { load_tokenizer_source((llama2 / "tokenizer.json").string()); }),
+        llama2 / "tokenizer.json");
     const std::string byte_level = qwen2_tok["pre_tokenizer"]["pretokenizers"][1].dump();
-    test::write_file(qwen2 / "tokenizer.json",
-                     with_raw_value(qwen2_tok, "pre_tokenizer", sequence("pretokenizers", kBomb, byte_level)));
-    check_nesting_error(error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); }),
-                        qwen2 / "tokenizer.json");
+    test::write_file(
+        qwen2 / "tokenizer.json",
+        with_raw_value(qwen2_tok, "pre_tokenizer", sequence("pretokenizers", kBomb, byte_level)));
+    check_nesting_error(
+        error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); }),
+        qwen2 / "tokenizer.json");
 
     // A Sequence nested as deep as the limit allows still loads: the flattening is bounded, not
     // refused, and gives the same tokenizer as the flat form.
     const size_t allowed = kMaxJsonDepth / 2 - 4;  // the root and the leaf Sequence take 5 levels
-    test::write_file(llama2 / "tokenizer.json",
-                     with_raw_value(llama2_tok, "normalizer",
-                                    sequence("normalizers", allowed, llama2_tok["normalizer"].dump())));
+    test::write_file(
+        llama2 / "tokenizer.json",
+        with_raw_value(llama2_tok, "normalizer",
+                       sequence("normalizers", allowed, llama2_tok["normalizer"].dump())));
     const json deep_schema = load_tokenizer_source((llama2 / "tokenizer.json").string());
     test::write_file(llama2 / "tokenizer.json", llama2_tok.dump());
-    CHECK(deep_schema["normalizer"] == load_tokenizer_source((llama2 / "tokenizer.json").string())["normalizer"]);
+    CHECK(deep_schema["normalizer"] ==
+          load_tokenizer_source((llama2 / "tokenizer.json").string())["normalizer"]);
 
     // tokenizer_config.json: a nested field, and nesting bombs inside its chat template.
     test::write_file(qwen2 / "tokenizer.json", qwen2_tok.dump());
     test::write_file(qwen2 / "tokenizer_config.json",
                      with_raw_value(qwen2_config, "model_max_length", nested_objects(kBomb)));
-    check_nesting_error(error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); }),
-                        qwen2 / "tokenizer_config.json");
+    check_nesting_error(
+        error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); }),
+        qwen2 / "tokenizer_config.json");
     const std::vector<std::string> templates = {
         "{{ " + std::string(kBomb, '(') + "1" + std::string(kBomb, ')') + " }}",
         "{{ " + std::string(kBomb, '[') + "1" + std::string(kBomb, ']') + " }}",
-        "{{ 1" + [] {
-            std::string s;
-            for (size_t i = 0; i < kBomb; ++i) s += "|string";
-            return s;
-        }() + " }}",
-        "{{ 1" + [] {
-            std::string s;
-            for (size_t i = 0; i < kBomb; ++i) s += " + 1";
-            return s;
-        }() + " }}",
-        "{{ " + [] {
-            std::string s;
-            for (size_t i = 0; i < kBomb; ++i) s += "not ";
-            return s;
-        }() + "1 }}",
+        "{{ 1" +
+            [] {
+                std::string s;
+                for (size_t i = 0; i < kBomb; ++i) s += "|string";
+                return s;
+            }() +
+            " }}",
+        "{{ 1" +
+            [] {
+                std::string s;
+                for (size_t i = 0; i < kBomb; ++i) s += " + 1";
+                return s;
+            }() +
+            " }}",
+        "{{ " +
+            [] {
+                std::string s;
+                for (size_t i = 0; i < kBomb; ++i) s += "not ";
+                return s;
+            }() +
+            "1 }}",
         [] {
             std::string s;
             for (size_t i = 0; i < kBomb; ++i) s += "{% if true %}";
@@ -281,18 +297,23 @@ TEST_CASE("nesting bombs in tokenizer.json and tokenizer_config.json name their 
         const std::string message =
             error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); });
         INFO(message);
-        CHECK_THAT(message, Contains((qwen2 / "tokenizer_config.json").string() +
-                                     ": key 'chat_template': chat template nested deeper than 256 levels"));
+        CHECK_THAT(message,
+                   Contains((qwen2 / "tokenizer_config.json").string() +
+                            ": key 'chat_template': chat template nested deeper than 256 levels"));
     }
 }
 
-TEST_CASE("chat templates and values nested to the limit render, one level more is refused", "[hostile][json]") {
+TEST_CASE("chat templates and values nested to the limit render, one level more is refused",
+          "[hostile][json]") {
     const auto depth = static_cast<size_t>(jinja::kMaxTemplateDepth);
     // Each parenthesis is one level of the parser; the tag itself takes a few more.
-    const std::string parens = "{{ " + std::string(depth - 8, '(') + "1" + std::string(depth - 8, ')') + " }}";
+    const std::string parens =
+        "{{ " + std::string(depth - 8, '(') + "1" + std::string(depth - 8, ')') + " }}";
     CHECK(jinja::render(parens, {}) == "1");
-    CHECK_THROWS_WITH(jinja::render("{{ " + std::string(depth + 1, '(') + "1" + std::string(depth + 1, ')') + " }}", {}),
-                      Contains("chat template nested deeper than 256 levels"));
+    CHECK_THROWS_WITH(
+        jinja::render(
+            "{{ " + std::string(depth + 1, '(') + "1" + std::string(depth + 1, ')') + " }}", {}),
+        Contains("chat template nested deeper than 256 levels"));
     std::string blocks;
     for (size_t i = 0; i + 2 < depth; ++i) blocks += "{% if true %}";
     blocks += "x";
@@ -302,7 +323,8 @@ TEST_CASE("chat templates and values nested to the limit render, one level more 
     std::string grow = "{% set x = 1 %}";
     for (size_t i = 0; i < 2 * depth; ++i) grow += "{% set x = [x] %}";
     grow += "{{ x|length }}";
-    CHECK_THROWS_WITH(jinja::render(grow, {}), Contains("chat template nested deeper than 256 levels"));
+    CHECK_THROWS_WITH(jinja::render(grow, {}),
+                      Contains("chat template nested deeper than 256 levels"));
     // At render time the error names the tokenizer's file.
     test::ScratchDir dir("json-nest-render");
     const fs::path qwen2 = copy_tokenizer("qwen2", dir);
@@ -310,14 +332,17 @@ TEST_CASE("chat templates and values nested to the limit render, one level more 
     config["chat_template"] = grow;
     test::write_file(qwen2 / "tokenizer_config.json", config.dump());
     const Tokenizer tok = Tokenizer::load((qwen2 / "tokenizer.json").string());
-    CHECK_THROWS_WITH(render_chat_prompt(tok, "", "hi"),
-                      Contains((qwen2 / "tokenizer.json").string() + ": chat template nested deeper"));
+    CHECK_THROWS_WITH(
+        render_chat_prompt(tok, "", "hi"),
+        Contains((qwen2 / "tokenizer.json").string() + ": chat template nested deeper"));
 }
 
-TEST_CASE("a nesting bomb anywhere in a .qf header is an Error naming the file", "[hostile][json]") {
+TEST_CASE("a nesting bomb anywhere in a .qf header is an Error naming the file",
+          "[hostile][json]") {
     test::ScratchDir dir("json-nest-qf");
     const fs::path p = dir / "m.qf";
-    for (const char* path : {"format_version", "tensors[1].offset", "provenance.recipe", "model.arch", "tokenizer"})
+    for (const char* path :
+         {"format_version", "tensors[1].offset", "provenance.recipe", "model.arch", "tokenizer"})
         for (const std::string& raw : {nested_arrays(kBomb), nested_objects(kBomb)}) {
             write_qf(p, nullptr);
             const json header = qf_header(p);
@@ -336,7 +361,8 @@ TEST_CASE("a nesting bomb anywhere in a .qf header is an Error naming the file",
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
 
-TEST_CASE("a nesting bomb in a --resume run record is an Error naming the file", "[hostile][json]") {
+TEST_CASE("a nesting bomb in a --resume run record is an Error naming the file",
+          "[hostile][json]") {
     test::ScratchDir dir("json-nest-resume");
     const json fingerprint = {{"recipe", {{"qtype", "q4_g128"}}}, {"source", "x"}};
     { ResumeDir first(dir.path().string(), fingerprint, 2); }
@@ -344,7 +370,8 @@ TEST_CASE("a nesting bomb in a --resume run record is an Error naming the file",
     const json record = read_json(run);
     for (const char* path : {"fingerprint.recipe", "version"}) {
         test::write_file(run, with_raw_value(record, path, nested_arrays(kBomb)));
-        check_nesting_error(error_of([&] { ResumeDir again(dir.path().string(), fingerprint, 2); }), run);
+        check_nesting_error(error_of([&] { ResumeDir again(dir.path().string(), fingerprint, 2); }),
+                            run);
     }
     // A key that looks like a path in a hostile record is reported, not parsed as an index.
     json odd = record;
@@ -353,32 +380,40 @@ TEST_CASE("a nesting bomb in a --resume run record is an Error naming the file",
     CHECK_THROWS_WITH(ResumeDir(dir.path().string(), fingerprint, 2), Contains("differs"));
 }
 
-TEST_CASE("qforge on a nested config.json or tokenizer_config.json: exit 1, one line", "[hostile][json]") {
+TEST_CASE("qforge on a nested config.json or tokenizer_config.json: exit 1, one line",
+          "[hostile][json]") {
     test::ScratchDir dir("json-nest-cli");
     const fs::path hf = dir / "hf";
     fs::create_directories(hf);
-    fs::copy_file(kData / "hf_models" / "llama_gqa_untied" / "model.safetensors", hf / "model.safetensors");
+    fs::copy_file(kData / "hf_models" / "llama_gqa_untied" / "model.safetensors",
+                  hf / "model.safetensors");
     const json config = read_json(kData / "hf_models" / "llama_gqa_untied" / "config.json");
-    test::write_file(hf / "config.json", with_raw_value(config, "hidden_size", nested_objects(kBomb)));
+    test::write_file(hf / "config.json",
+                     with_raw_value(config, "hidden_size", nested_objects(kBomb)));
     auto r = test::run_qforge("inspect '" + hf.string() + "'");
     INFO(r.output);
     CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Contains((hf / "config.json").string() + ": JSON nested deeper than 256 levels"));
+    CHECK_THAT(r.output,
+               Contains((hf / "config.json").string() + ": JSON nested deeper than 256 levels"));
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 
     const fs::path tok = copy_tokenizer("llama2", dir);
     const json tok_config = read_json(tok / "tokenizer_config.json");
-    test::write_file(tok / "tokenizer_config.json", with_raw_value(tok_config, "bos_token", nested_arrays(kBomb)));
+    test::write_file(tok / "tokenizer_config.json",
+                     with_raw_value(tok_config, "bos_token", nested_arrays(kBomb)));
     r = test::run_qforge("tokenize '" + (tok / "tokenizer.json").string() + "' -p hello");
     INFO(r.output);
     CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Contains((tok / "tokenizer_config.json").string() + ": JSON nested deeper"));
+    CHECK_THAT(r.output,
+               Contains((tok / "tokenizer_config.json").string() + ": JSON nested deeper"));
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
 
-TEST_CASE("JsonView refuses wrong types, non-integers, negatives and overflow by key path", "[hostile][json]") {
+TEST_CASE("JsonView refuses wrong types, non-integers, negatives and overflow by key path",
+          "[hostile][json]") {
     const std::string file = "f.json";
-    const json j = json::parse(R"({"a": {"b": [1, -2, 2.5, 1e300, "7", 18446744073709551615, null, true]}})");
+    const json j =
+        json::parse(R"({"a": {"b": [1, -2, 2.5, 1e300, "7", 18446744073709551615, null, true]}})");
     const JsonView v(j, file);
     CHECK(v["a"]["b"][0].unsigned_integer() == 1);
     CHECK(v["a"]["b"][0].integer(0, 1) == 1);
@@ -391,20 +426,25 @@ TEST_CASE("JsonView refuses wrong types, non-integers, negatives and overflow by
           "f.json: key 'a.b[3]': expected a non-negative integer, found number 1e+300");
     CHECK(message([&] { v["a"]["b"][4].string().substr(0, 0), v["a"]["b"][4].integer(); }) ==
           "f.json: key 'a.b[4]': expected an integer, found string \"7\"");
-    CHECK(message([&] { v["a"]["b"][5].integer(); }) ==
-          "f.json: key 'a.b[5]': expected an integer in [-9223372036854775808, 9223372036854775807], "
-          "found number 18446744073709551615");
-    CHECK(message([&] { v["a"]["b"][5].unsigned_integer(100); }) ==
-          "f.json: key 'a.b[5]': expected an integer in [0, 100], found number 18446744073709551615");
-    CHECK(message([&] { v["a"]["b"][6].string(); }) == "f.json: key 'a.b[6]': expected a string, found null");
+    CHECK(
+        message([&] { v["a"]["b"][5].integer(); }) ==
+        "f.json: key 'a.b[5]': expected an integer in [-9223372036854775808, 9223372036854775807], "
+        "found number 18446744073709551615");
+    CHECK(
+        message([&] { v["a"]["b"][5].unsigned_integer(100); }) ==
+        "f.json: key 'a.b[5]': expected an integer in [0, 100], found number 18446744073709551615");
+    CHECK(message([&] { v["a"]["b"][6].string(); }) ==
+          "f.json: key 'a.b[6]': expected a string, found null");
     CHECK(v["a"]["b"][6].string_or("x") == "x");
     CHECK(message([&] { v["a"]["b"][7].number(); }) ==
           "f.json: key 'a.b[7]': expected a number, found boolean true");
-    CHECK(message([&] { v["a"]["c"].boolean(); }) == "f.json: key 'a.c': missing (expected true or false)");
+    CHECK(message([&] { v["a"]["c"].boolean(); }) ==
+          "f.json: key 'a.c': missing (expected true or false)");
     CHECK(v["a"]["c"]["d"].boolean_or(true));
     CHECK(message([&] { v["a"]["b"]["c"].string(); }) ==
           "f.json: key 'a.b': expected an object, found an array of 8 elements");
-    CHECK(message([&] { v["a"]["b"][8].string(); }) == "f.json: key 'a.b': has 8 elements, element 8 is missing");
+    CHECK(message([&] { v["a"]["b"][8].string(); }) ==
+          "f.json: key 'a.b': has 8 elements, element 8 is missing");
     // The backstop turns a library exception into an Error naming the file.
     CHECK(message([&] { with_json_errors(file, [&] { return j["a"].get<std::string>(); }); }) ==
           "f.json: unexpected JSON content: type must be string, but is object");
@@ -421,7 +461,8 @@ struct BadValue {
     std::string named;
 };
 
-void check_bad_value_message(const std::string& message, const fs::path& file, const std::string& named) {
+void check_bad_value_message(const std::string& message, const fs::path& file,
+                             const std::string& named) {
     INFO(message);
     CHECK_THAT(message, Contains(file.string() + ": "));
     CHECK_THAT(message, Contains(named));
@@ -456,8 +497,10 @@ TEST_CASE("values of the wrong type in HF files name the file and the key", "[ho
         {"tokenizer.json", "added_tokens[1].special", "true", "key 'added_tokens[1].special'"},
         {"tokenizer.json", "added_tokens[0].normalized", 0, "key 'added_tokens[0].normalized'"},
         {"tokenizer.json", "added_tokens", json::object(), "key 'added_tokens'"},
-        {"tokenizer.json", "normalizer.normalizers[0].prepend", 7, "key 'normalizer.normalizers[0].prepend'"},
-        {"tokenizer.json", "normalizer.normalizers[1].content", nullptr, "key 'normalizer.normalizers[1].content'"},
+        {"tokenizer.json", "normalizer.normalizers[0].prepend", 7,
+         "key 'normalizer.normalizers[0].prepend'"},
+        {"tokenizer.json", "normalizer.normalizers[1].content", nullptr,
+         "key 'normalizer.normalizers[1].content'"},
         {"tokenizer.json", "normalizer.normalizers", "NFC", "key 'normalizer.normalizers'"},
         {"tokenizer.json", "decoder.decoders[3].start", -1, "key 'decoder.decoders[3].start'"},
         {"tokenizer.json", "decoder.decoders[3].stop", "0", "key 'decoder.decoders[3].stop'"},
@@ -479,7 +522,8 @@ TEST_CASE("values of the wrong type in HF files name the file and the key", "[ho
         {"generation_config.json", "eos_token_id", json::array({2, "x"}), "key 'eos_token_id[1]'"},
         {"generation_config.json", "eos_token_id", -1, "key 'eos_token_id'"},
         {"generation_config.json", "eos_token_id", 1e300, "key 'eos_token_id'"},
-        {"generation_config.json", "eos_token_id", json::array({2, 4294967296u}), "key 'eos_token_id[1]'"},
+        {"generation_config.json", "eos_token_id", json::array({2, 4294967296u}),
+         "key 'eos_token_id[1]'"},
     };
     test::ScratchDir dir("json-bad-values");
     const fs::path model = kData / "hf_models" / "llama_gqa_untied";
@@ -503,13 +547,16 @@ TEST_CASE("values of the wrong type in HF files name the file and the key", "[ho
             continue;
         }
         json tok = tokenizer, tc = tok_config, gen = gen_config;
-        json& target = c.file == "tokenizer.json" ? tok : c.file == "tokenizer_config.json" ? tc : gen;
+        json& target = c.file == "tokenizer.json"          ? tok
+                       : c.file == "tokenizer_config.json" ? tc
+                                                           : gen;
         at_path(target, c.path) = c.value;
         test::write_file(tok_dir / "tokenizer.json", tok.dump());
         test::write_file(tok_dir / "tokenizer_config.json", tc.dump());
         test::write_file(tok_dir / "generation_config.json", gen.dump());
-        check_bad_value_message(error_of([&] { load_tokenizer_source((tok_dir / "tokenizer.json").string()); }),
-                                tok_dir / c.file, c.named);
+        check_bad_value_message(
+            error_of([&] { load_tokenizer_source((tok_dir / "tokenizer.json").string()); }),
+            tok_dir / c.file, c.named);
     }
 }
 
@@ -560,7 +607,8 @@ TEST_CASE("values of the wrong type in a .qf header name the file and the key", 
         {"", "tokenizer.merges[0]", 5, "key 'tokenizer.merges[0]'"},
         {"", "tokenizer.bpe.byte_fallback", "no", "key 'tokenizer.bpe.byte_fallback'"},
         {"", "tokenizer.added_tokens[0].special", 1, "key 'tokenizer.added_tokens[0].special'"},
-        {"", "tokenizer.decoder.strip_leading_spaces", -1, "key 'tokenizer.decoder.strip_leading_spaces'"},
+        {"", "tokenizer.decoder.strip_leading_spaces", -1,
+         "key 'tokenizer.decoder.strip_leading_spaces'"},
         {"", "tokenizer.decoder.metaspace", 1, "key 'tokenizer.decoder.metaspace'"},
         {"", "tokenizer.normalizer[0].prepend", 1, "key 'tokenizer.normalizer[0].prepend'"},
         {"", "tokenizer.model", 1, "tokenizer"},
@@ -587,9 +635,11 @@ TEST_CASE("a chat template nesting bomb in a GGUF names the GGUF file", "[hostil
     const fs::path p = dir / "t.gguf";
     test::write_file(p, g.bytes());
     CHECK(tokenizer_schema_from_gguf(GgufFile(p.string())).at("chat_template") == "{{ (1) }}");
-    g.kvs.back() = test::kv_str("tokenizer.chat_template",
-                                "{{ " + std::string(kBomb, '(') + "1" + std::string(kBomb, ')') + " }}");
+    g.kvs.back() = test::kv_str("tokenizer.chat_template", "{{ " + std::string(kBomb, '(') + "1" +
+                                                               std::string(kBomb, ')') + " }}");
     test::write_file(p, g.bytes());
-    CHECK_THROWS_WITH(tokenizer_schema_from_gguf(GgufFile(p.string())),
-                      Contains(p.string() + ": tokenizer.chat_template: chat template nested deeper than 256 levels"));
+    CHECK_THROWS_WITH(
+        tokenizer_schema_from_gguf(GgufFile(p.string())),
+        Contains(p.string() +
+                 ": tokenizer.chat_template: chat template nested deeper than 256 levels"));
 }
