@@ -42,6 +42,13 @@ std::string nested_objects(size_t depth) {
     return s + "0" + std::string(depth, '}');
 }
 
+std::string repeat(const std::string& s, size_t n) {
+    std::string out;
+    out.reserve(s.size() * n);
+    for (size_t i = 0; i < n; ++i) out += s;
+    return out;
+}
+
 // The offset of the n-th (1-based) occurrence of `c` in `s`: where a depth limit must point.
 size_t nth(const std::string& s, char c, size_t n) {
     for (size_t i = 0; i < s.size(); ++i)
@@ -259,36 +266,15 @@ TEST_CASE("nesting bombs in tokenizer.json and tokenizer_config.json name their 
         error_of([&] { load_tokenizer_source((qwen2 / "tokenizer.json").string()); }),
         qwen2 / "tokenizer_config.json");
     const std::vector<std::string> templates = {
-        "{{ " + std::string(kBomb, '(') + "1" + std::string(kBomb, ')') + " }}",
-        "{{ " + std::string(kBomb, '[') + "1" + std::string(kBomb, ']') + " }}",
-        "{{ 1" +
-            [] {
-                std::string s;
-                for (size_t i = 0; i < kBomb; ++i) s += "|string";
-                return s;
-            }() +
-            " }}",
-        "{{ 1" +
-            [] {
-                std::string s;
-                for (size_t i = 0; i < kBomb; ++i) s += " + 1";
-                return s;
-            }() +
-            " }}",
-        "{{ " +
-            [] {
-                std::string s;
-                for (size_t i = 0; i < kBomb; ++i) s += "not ";
-                return s;
-            }() +
-            "1 }}",
-        [] {
-            std::string s;
-            for (size_t i = 0; i < kBomb; ++i) s += "{% if true %}";
-            s += "x";
-            for (size_t i = 0; i < kBomb; ++i) s += "{% endif %}";
-            return s;
-        }(),
+        "{{ " + repeat("(", kBomb) + "1" + repeat(")", kBomb) + " }}",
+        "{{ " + repeat("[", kBomb) + "1" + repeat("]", kBomb) + " }}",
+        "{{ 1" + repeat("|string", kBomb) + " }}",
+        "{{ 1" + repeat(" + 1", kBomb) + " }}",
+        "{{ " + repeat("not ", kBomb) + "1 }}",
+        "{{ " + repeat("-", kBomb) + "1 }}",
+        "{{ " + repeat("1 if x else ", kBomb) + "1 }}",
+        repeat("{% if true %}", kBomb) + "x" + repeat("{% endif %}", kBomb),
+        repeat("{% for i in [1] %}", kBomb) + "x" + repeat("{% endfor %}", kBomb),
     };
     for (const std::string& chat : templates) {
         json config = qwen2_config;
