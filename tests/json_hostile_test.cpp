@@ -3,6 +3,7 @@
 // path, never a library exception). Broken inputs are made here from the committed fixtures by
 // changing one value.
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -628,4 +629,34 @@ TEST_CASE("a chat template nesting bomb in a GGUF names the GGUF file", "[hostil
         tokenizer_schema_from_gguf(GgufFile(p.string())),
         Contains(p.string() +
                  ": tokenizer.chat_template: chat template nested deeper than 256 levels"));
+}
+
+TEST_CASE("a nesting bomb in a block state's CBOR meta section is an Error naming the file",
+          "[hostile][json]") {
+    test::ScratchDir dir("json-nest-cbor-state");
+    const ResumeDir resume(dir.path().string(), json{{"source", "x"}}, 2);
+    std::vector<uint8_t> cbor(kBomb, 0x81);  // 100,000 nested one-element arrays
+    cbor.push_back(0x00);
+    std::vector<uint8_t> frame(ZSTD_compressBound(cbor.size()));
+    const size_t n = ZSTD_compress(frame.data(), frame.size(), cbor.data(), cbor.size(), 1);
+    REQUIRE(!ZSTD_isError(n));
+    frame.resize(n);
+    StateFileHeader h{};
+    std::memcpy(h.magic, "QFSTATE", 8);
+    h.version = kStateFileVersion;
+    h.sections = 1;
+    h.layer = 0;
+    StateSection section{};
+    section.kind = static_cast<uint32_t>(StateSectionKind::meta);
+    section.raw_bytes = cbor.size();
+    section.stored_bytes = frame.size();
+    std::vector<uint8_t> bytes(sizeof h + sizeof section + frame.size());
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, &section, sizeof section);
+    std::memcpy(bytes.data() + sizeof h + sizeof section, frame.data(), frame.size());
+    const std::string path = resume.block_path(0);
+    test::write_file(path, bytes);
+    CHECK_THROWS_WITH(resume.load(0, false, false),
+                      Contains(path + ": damaged block state: meta section nested deeper than 256 "
+                                      "levels"));
 }
