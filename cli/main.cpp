@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "formats/json_io.hpp"
 #include "kernels/device_info.hpp"
 
 namespace {
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
         return fail(kExitUsage, e.what());
     } catch (const qforge::Error& e) {
         return fail(kExitFailure, e.what());
+    } catch (const nlohmann::json::exception& e) {
+        // Readers name the file through with_json_errors; this is the last backstop, so at least
+        // nlohmann's "[json.exception...]" prefix never reaches the user.
+        return fail(kExitFailure, qforge::json_exception_text(e));
     } catch (const std::bad_alloc&) {
         return fail(kExitFailure, "out of memory");
     } catch (const std::exception& e) {

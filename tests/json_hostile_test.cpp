@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "formats/architectures.hpp"
 #include "formats/gguf.hpp"
 #include "formats/json_io.hpp"
 #include "formats/model_config.hpp"
@@ -104,14 +105,35 @@ fs::path copy_tokenizer(const std::string& family, const test::ScratchDir& dir) 
 }
 
 // A valid .qf holding `tokenizer` (a schema, or null) and three small tensors.
+// A valid tiny llama .qf (zero weights; every command that opens it validates the model against
+// its config, so the base file must be a real model for each failure below to be the one
+// changed value). The vocabulary is larger than any fixture tokenizer's, as real padded
+// vocabularies are.
 void write_qf(const fs::path& path, const json& tokenizer) {
+    ModelConfig c;
+    c.arch = Architecture::llama;
+    c.vocab_size = 33000;
+    c.hidden_size = 4;
+    c.intermediate_size = 8;
+    c.num_layers = 1;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.head_dim = 2;
+    c.max_position_embeddings = 64;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    c.torch_dtype = "float32";
     QfWriter w(path.string(), {.compress = false});
-    w.set_model({{"arch", "llama"}});
+    w.set_model(model_config_to_json(c));
     w.set_tokenizer(tokenizer);
     w.set_provenance({{"recipe", {{"command", "test"}, {"rules", json::array({"a", "b"})}}}});
-    w.add_tensor("embed", QType::f32, {2, 4}, std::vector<uint8_t>(32, 1));
-    w.add_tensor("norm", QType::f32, {4}, std::vector<uint8_t>(16, 2));
-    w.add_tensor("head", QType::f32, {4, 2}, std::vector<uint8_t>(32, 3));
+    for (const TensorSpec& spec : expected_tensors(c)) {
+        uint64_t n = 4;
+        for (uint64_t d : spec.shape) n *= d;
+        w.add_tensor(spec.name, QType::f32, spec.shape, std::vector<uint8_t>(n, 0));
+    }
     w.finish();
 }
 
