@@ -28,7 +28,6 @@ constexpr size_t kMaxPath = 4096;
 char g_temp_paths[kMaxOpenOutputs][kMaxPath];
 enum SlotState : int { kFree = 0, kClaimed = 1, kTempFile = 2, kTempDir = 3 };
 std::atomic<int> g_slot_state[kMaxOpenOutputs];
-std::once_flag g_handlers_installed;
 std::atomic<uint64_t> g_temp_counter{0};
 constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
@@ -74,18 +73,22 @@ extern "C" void remove_temps_and_reraise(int sig) {
     std::raise(sig);
 }
 
+// Called by every constructor, so a handler reset to the default after the first output (a test
+// harness restoring its own, a forked child that reset it) is installed again; a signal someone
+// ignores (nohup) or handles otherwise is left to them.
 void install_handlers() {
     for (int sig : kCleanupSignals) {
         struct sigaction old {};
         sigaction(sig, nullptr, &old);
-        if (old.sa_handler == SIG_IGN) continue;  // e.g. nohup: keep ignoring
+        if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
         struct sigaction sa {};
         sa.sa_handler = remove_temps_and_reraise;
         sigemptyset(&sa.sa_mask);
         sigaction(sig, &sa, nullptr);
     }
     // A file-size limit (ulimit -f) should be an error from write(), not a killed process.
-    std::signal(SIGXFSZ, SIG_IGN);
+    static std::once_flag xfsz;
+    std::call_once(xfsz, [] { std::signal(SIGXFSZ, SIG_IGN); });
 }
 
 // Holds SIGINT/SIGTERM/SIGHUP while a temporary's existence and its registry slot change
@@ -187,7 +190,7 @@ constexpr size_t kBufferSize = 1 << 20;
 
 AtomicFile::AtomicFile(std::string final_path)
     : final_path_(std::move(final_path)), dir_(parent_dir(final_path_)) {
-    std::call_once(g_handlers_installed, install_handlers);
+    install_handlers();
     if (const std::string what = not_replaceable(final_path_); !what.empty())
         refuse_to_replace(final_path_, what);
 
@@ -346,7 +349,7 @@ void AtomicFile::commit() {
 }
 
 AtomicDirectory::AtomicDirectory(std::string final_path) {
-    std::call_once(g_handlers_installed, install_handlers);
+    install_handlers();
     std::filesystem::path p(final_path);
     while (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "out/" -> "out"
     final_path_ = p.string();

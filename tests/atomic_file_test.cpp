@@ -52,6 +52,12 @@ Stat lstat_of(const fs::path& p) {
     return {st.st_dev, st.st_ino, st.st_mode, st.st_rdev};
 }
 
+// A forked test child starts as a fresh qforge process would: Catch2's own fatal-signal handlers
+// replaced by the default dispositions, so AtomicFile installs its cleanup handler.
+void default_signals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+}
+
 int wait_status(pid_t pid) {
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
@@ -212,6 +218,7 @@ TEST_CASE("Ctrl-C (SIGINT) while writing removes the temporary file", "[core][at
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+        default_signals();
         AtomicFile f((dir / "out.bin").string());
         std::vector<uint8_t> data(3 << 20, 1);
         f.write(data);
@@ -317,6 +324,7 @@ TEST_CASE("atomic directory: appears on commit; errors and signals remove its te
             pid_t pid = fork();
             REQUIRE(pid >= 0);
             if (pid == 0) {
+                default_signals();
                 AtomicDirectory d(out.string());
                 for (int i = 0; i < 40; ++i)
                     write_one(fs::path(d.temp_path()) / ("f" + std::to_string(i)), "data");

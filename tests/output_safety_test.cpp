@@ -289,10 +289,17 @@ TEST_CASE("export refuses an output that is its input, a device or in a missing 
 namespace {
 
 // Starts qforge with `args` (one argv entry each), its output discarded.
+// The signals the tests send are blocked across fork(), so one that arrives before exec() waits
+// until the child has dropped Catch2's handlers (which are not fork-safe) for the default ones.
 pid_t spawn_qforge(const std::vector<std::string>& args) {
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+    ::pthread_sigmask(SIG_BLOCK, &block, &old);
     const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
     if (pid == 0) {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+        ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
         const int null = ::open("/dev/null", O_RDWR);
         ::dup2(null, 1);
         ::dup2(null, 2);
@@ -303,6 +310,8 @@ pid_t spawn_qforge(const std::vector<std::string>& args) {
         ::execv(QFORGE_BINARY, argv.data());
         _exit(127);
     }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    REQUIRE(pid >= 0);
     return pid;
 }
 
