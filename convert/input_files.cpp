@@ -57,6 +57,9 @@ std::vector<std::string> checkpoint_input_files(const std::string& input,
             add_beside(dir, Beside::checkpoint, files);
             add_beside(dir.parent_path(), Beside::llama2c_vocab, files);
         } else if (fs::is_directory(p, ec)) {
+            // Its files by name too, so an output that is a hard link to one is recognised.
+            for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
+                if (it->is_regular_file(ec)) files.push_back(it->path().string());
             // find_tokenizer looks one directory up for a llama2.c vocabulary.
             fs::path dir = fs::absolute(p, ec).lexically_normal();
             if (!dir.has_filename()) dir = dir.parent_path();  // "hf/" -> "hf"

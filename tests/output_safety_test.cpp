@@ -152,6 +152,7 @@ TEST_CASE("convert refuses an output that is an input, a device, a FIFO or in a 
     const fs::path st = fx.hf / "model.safetensors";
     fs::create_symlink(st, fx.out / "link.qf");
     fs::create_hard_link(st, fx.out / "hard.qf");
+    fs::create_hard_link(fx.hf / "config.json", fx.out / "hard-config.qf");
     fs::create_symlink(fx.hf, fx.out / "hf-link");
     REQUIRE(::mkfifo((fx.out / "fifo").c_str(), 0644) == 0);
     // A reader on the FIFO, so a wrong open for writing would not block the test.
@@ -163,9 +164,10 @@ TEST_CASE("convert refuses an output that is an input, a device, a FIFO or in a 
         {c + q(st) + " -o " + q(fx.out / "link.qf"), {"is the input"}},
         {c + q(st) + " -o " + q(fx.out / "hard.qf"), {"is the input"}},
         {c + q(fx.hf) + " -o " + q(fx.hf), {"is the input"}},
+        {c + q(fx.hf) + " -o " + q(fx.out / "hard-config.qf"), {"is the input", "config.json"}},
         {c + q(fx.hf) + " -o " + q(fx.hf / "out.qf"), {"inside the input directory", fx.hf.string()}},
         {c + q(fx.hf) + " -o " + q(fx.out / "hf-link" / "out.qf"), {"inside the input directory"}},
-        {c + q(fx.hf) + " -o " + q(fx.in / "hf" / ".." / "hf" / "config.json"), {"inside the input directory"}},
+        {c + q(fx.hf) + " -o " + q(fx.in / "hf" / ".." / "hf" / "config.json"), {"is the input", "config.json"}},
         {c + q(st) + " -o " + q(fx.hf / "config.json"), {"is the input", "config.json"}},
         {c + q(fx.hf) + " -o " + q(fx.tok), {"is the input", "tok512.bin"}},
         {c + q(fx.hf) + " --tokenizer " + q(fx.tok) + " -o " + q(fx.tok), {"is the input"}},
@@ -280,6 +282,13 @@ TEST_CASE("export refuses an output that is its input, a device or in a missing 
         {e + " -o /dev/null", {"a character device"}},
         {e + " -o " + q(fx.out / "missing" / "gptq"), {"does not exist"}},
     });
+    // A full disk while writing (ulimit -f: 8 KiB files): the error names the file under the
+    // output directory with the errno text, and the temporary directory is gone.
+    const Snapshot out_before = snapshot(fx.out);
+    require_refused(test::run_qforge(e + " -o " + q(fx.out / "gptq"), "ulimit -f 8;"),
+                    {(fx.out / "gptq" / "model.safetensors").string(), "File too large"});
+    REQUIRE(snapshot(fx.out) == out_before);
+
     const auto r = test::run_qforge(e + " -o " + q(fx.out / "gptq"));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
