@@ -5,6 +5,7 @@
 #include <set>
 
 #include "convert/convert_common.hpp"
+#include "convert/detect.hpp"
 #include "convert/gguf.hpp"
 #include "convert/hf_quantized.hpp"
 #include "convert/llama2c.hpp"
@@ -147,12 +148,20 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
 }
 
 ConvertReport convert_checkpoint(const ConvertOptions& options) {
-    if (is_gguf_file(options.input)) return convert_gguf_checkpoint(options);
+    const ModelFileProbe probe = detect_model_file(options.input);
+    if (probe.kind == ModelFileKind::gguf) return convert_gguf_checkpoint(options);
+    if (probe.kind == ModelFileKind::qf)
+        throw Error(options.input, {},
+                    "already a .qf model: nothing to convert (use `qforge quantize` to change "
+                    "its qtypes, `qforge inspect` to read it)");
+    if (probe.kind != ModelFileKind::llama2c && probe.kind != ModelFileKind::safetensors &&
+        probe.kind != ModelFileKind::hf_directory)
+        throw_not_a_model_file(options.input, probe);
     if (options.keep_quant)
         throw Error(options.input, {},
                     "--keep-quant applies to GGUF input only (GPTQ and AWQ checkpoints keep "
                     "their codes without it)");
-    if (is_llama2c_checkpoint(options.input)) return convert_llama2c_checkpoint(options);
+    if (probe.kind == ModelFileKind::llama2c) return convert_llama2c_checkpoint(options);
     return convert_hf_checkpoint(options);
 }
 

@@ -1,7 +1,6 @@
 // .qf reader. The file is hostile until proven otherwise: every size is checked with 64-bit
 // overflow-safe arithmetic before it is used as an offset.
 #include <xxhash.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "formats/qf.hpp"
+#include "formats/zstd_frame.hpp"
 
 namespace qforge {
 
@@ -119,11 +119,16 @@ void QfFile::parse_header() {
 void QfFile::parse_tensors() {
     const std::string& p = path();
     std::unordered_set<std::string> names;
+    size_t index = 0;
     for (const json& e : header_["tensors"]) {
-        if (!e.is_object()) throw Error(p, {}, "a tensor entry is not a JSON object");
+        // An entry without a usable name is named by its place in the array.
+        const std::string entry = "header \"tensors\"[" + std::to_string(index++) + "]";
+        if (!e.is_object())
+            throw Error(p, {}, entry + " is a JSON " + e.type_name() + ", expected an object");
+        if (!e.contains("name")) throw Error(p, {}, entry + " lacks \"name\"");
         QfTensorInfo t;
         t.name = get_string(e, "name", p, {});
-        if (t.name.empty()) throw Error(p, {}, "a tensor has an empty name");
+        if (t.name.empty()) throw Error(p, {}, entry + " has an empty name");
         if (!names.insert(t.name).second) throw Error(p, t.name, "tensor name appears twice");
         const std::string& qname = get_string(e, "qtype", p, t.name);
         auto qt = qtype_from_name(qname);
@@ -160,6 +165,13 @@ void QfFile::parse_tensors() {
                                            " bytes but its length is " + std::to_string(t.length));
         } else if (enc == "zstd") {
             t.encoding = QfEncoding::zstd;
+            // Refused at open, before any command sizes a buffer by the declared length.
+            const auto most = checked_mul(t.stored_length, kZstdMaxRatio);
+            if (most && t.length > *most)
+                throw Error(p, t.name, "declares " + size_with_bytes(t.length) + " uncompressed from " +
+                                           std::to_string(t.stored_length) +
+                                           " stored bytes; zstd cannot expand more than " +
+                                           std::to_string(kZstdMaxRatio) + ":1");
         } else {
             throw Error(p, t.name, "unknown encoding '" + enc + "' (expected raw or zstd)");
         }
@@ -214,20 +226,8 @@ std::span<const uint8_t> QfFile::tensor_bytes(const QfTensorInfo& t, std::vector
     if (t.encoding == QfEncoding::raw) {
         bytes = {stored, static_cast<size_t>(t.length)};
     } else {
-        // Trust the frame only as far as it agrees with the header, before allocating.
-        const unsigned long long declared = ZSTD_getFrameContentSize(stored, t.stored_length);
-        if (declared != t.length)
-            throw Error(path(), t.name, "zstd frame declares " +
-                                            (declared >= ZSTD_CONTENTSIZE_ERROR ? std::string("no valid size")
-                                                                                : std::to_string(declared)) +
-                                            ", expected " + std::to_string(t.length) + " bytes");
-        scratch.resize(t.length);
-        size_t got = ZSTD_decompress(scratch.data(), scratch.size(), stored, t.stored_length);
-        if (ZSTD_isError(got))
-            throw Error(path(), t.name, std::string("zstd data does not decode: ") + ZSTD_getErrorName(got));
-        if (got != t.length)
-            throw Error(path(), t.name, "zstd data decodes to " + std::to_string(got) +
-                                            " bytes, expected " + std::to_string(t.length));
+        zstd_decode_exact({stored, static_cast<size_t>(t.stored_length)}, t.length, path(), t.name,
+                          scratch);
         bytes = scratch;
     }
     if (verify) {

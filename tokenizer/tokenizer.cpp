@@ -42,17 +42,59 @@ int byte_piece_value(const std::string& p) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// A byte trie over the pieces, read forwards or backwards, so that every prefix (suffix) of a
+// piece that is itself a piece is found in one walk along it. Hashing each of a piece's splits
+// instead costs its length squared, which a hostile vocabulary makes hours.
+class PieceTrie {
+public:
+    PieceTrie(const std::vector<std::string>& pieces, bool reversed) {
+        ids_.push_back(-1);
+        for (size_t id = 0; id < pieces.size(); ++id) {
+            const std::string& p = pieces[id];
+            uint32_t node = 0;
+            for (size_t i = 0; i < p.size(); ++i) {
+                const auto byte = static_cast<uint8_t>(reversed ? p[p.size() - 1 - i] : p[i]);
+                const auto [it, inserted] = children_.try_emplace(key(node, byte), static_cast<uint32_t>(ids_.size()));
+                if (inserted) ids_.push_back(-1);
+                node = it->second;
+            }
+            ids_[node] = static_cast<int32_t>(id);
+        }
+    }
+    // ids[k] = the piece spelled by the first (last) k bytes of s, -1 when none; k < s.size().
+    void walk(std::string_view s, bool reversed, std::vector<int32_t>& ids) const {
+        ids.assign(s.size(), -1);
+        uint32_t node = 0;
+        for (size_t k = 1; k < s.size(); ++k) {
+            const auto byte = static_cast<uint8_t>(reversed ? s[s.size() - k] : s[k - 1]);
+            const auto it = children_.find(key(node, byte));
+            if (it == children_.end()) return;
+            node = it->second;
+            ids[k] = ids_[node];
+        }
+    }
+
+private:
+    static uint64_t key(uint32_t node, uint8_t byte) { return uint64_t{node} << 8 | byte; }
+    std::unordered_map<uint64_t, uint32_t> children_;
+    std::vector<int32_t> ids_;  // per node, the piece that ends there
+};
+
 // llama2.c merges by score: every piece that splits (at any byte) into two pieces is the merge
 // of that pair, ranked by its own score, exactly the pairs run.c's string lookup would find.
+// Linear in the vocabulary's bytes: one trie walk per piece from each end.
 void build_llama2c_merges(TokenizerData& t, const json& scores) {
+    const PieceTrie forward(t.pieces, false), backward(t.pieces, true);
+    std::vector<int32_t> prefix, suffix;
     for (size_t m = 0; m < t.pieces.size(); ++m) {
         const std::string& s = t.pieces[m];
         const double score = scores[m].get<double>();
-        if (score <= kLlama2cMinScore) continue;
+        if (score <= kLlama2cMinScore || s.size() < 2) continue;
+        forward.walk(s, false, prefix);
+        backward.walk(s, true, suffix);
         for (size_t k = 1; k < s.size(); ++k) {
-            auto l = t.id_of.find(s.substr(0, k)), r = t.id_of.find(s.substr(k));
-            if (l != t.id_of.end() && r != t.id_of.end())
-                t.merges.add(l->second, r->second, -score, static_cast<int32_t>(m));
+            const int32_t l = prefix[k], r = suffix[s.size() - k];
+            if (l >= 0 && r >= 0) t.merges.add(l, r, -score, static_cast<int32_t>(m));
         }
     }
 }
@@ -104,7 +146,14 @@ void load_decoder(TokenizerData& t, const json& d) {
             } catch (const Error&) {
             }
         } else if (!meta.empty()) {
-            for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, at + 1)) s.replace(at, meta.size(), " ");
+            // Rebuilt rather than replaced in place: a piece of many meta spaces would be quadratic.
+            std::string spaced;
+            size_t from = 0;
+            for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, from)) {
+                spaced.append(s, from, at - from).push_back(' ');
+                from = at + meta.size();
+            }
+            s = spaced.append(s, from);
         }
         t.decoded[id] = std::move(s);
     }
