@@ -10,6 +10,7 @@
 #include "convert/hf_quantized.hpp"
 #include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
@@ -149,20 +150,22 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
 
 ConvertReport convert_checkpoint(const ConvertOptions& options) {
     const ModelFileProbe probe = detect_model_file(options.input);
-    if (probe.kind == ModelFileKind::gguf) return convert_gguf_checkpoint(options);
     if (probe.kind == ModelFileKind::qf)
         throw Error(options.input, {},
                     "already a .qf model: nothing to convert (use `qforge quantize` to change "
                     "its qtypes, `qforge inspect` to read it)");
-    if (probe.kind != ModelFileKind::llama2c && probe.kind != ModelFileKind::safetensors &&
-        probe.kind != ModelFileKind::hf_directory)
+    if (probe.kind != ModelFileKind::gguf && probe.kind != ModelFileKind::llama2c &&
+        probe.kind != ModelFileKind::safetensors && probe.kind != ModelFileKind::hf_directory)
         throw_not_a_model_file(options.input, probe);
-    if (options.keep_quant)
+    if (options.keep_quant && probe.kind != ModelFileKind::gguf)
         throw Error(options.input, {},
                     "--keep-quant applies to GGUF input only (GPTQ and AWQ checkpoints keep "
                     "their codes without it)");
-    if (probe.kind == ModelFileKind::llama2c) return convert_llama2c_checkpoint(options);
-    return convert_hf_checkpoint(options);
+    return naming_file_on_bad_alloc(options.input, [&] {
+        if (probe.kind == ModelFileKind::gguf) return convert_gguf_checkpoint(options);
+        if (probe.kind == ModelFileKind::llama2c) return convert_llama2c_checkpoint(options);
+        return convert_hf_checkpoint(options);
+    });
 }
 
 }  // namespace qforge

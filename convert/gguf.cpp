@@ -11,6 +11,7 @@
 #include "convert/gguf_keep_quant.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
@@ -326,7 +327,7 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
             // The blocks become rows of the same codes and scales; the RoPE reordering moves
             // whole rows, so it applies to packed rows as to float ones.
             const uint64_t row_bytes = *qtype_row_bytes(*kept, s.shape[1]);
-            packed.resize(s.shape[0] * row_bytes);
+            resize_for(packed, s.shape[0] * row_bytes, path, t.name);
             repack_gguf_rows(t.type, *kept, file.tensor_data(t), s.shape[0], s.shape[1], packed,
                              path, t.name);
             std::span<const uint8_t> bytes = packed;
@@ -343,7 +344,7 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
             progress.advance(t.bytes);
             continue;
         }
-        values.resize(t.elements);
+        resize_for(values, t.elements, path, t.name);
         gguf_dequantize(t.type, file.tensor_data(t), values, path, t.name);
         std::span<const float> out = values;
         if (rope != RopeRows::none) {

@@ -12,6 +12,7 @@
 #include "convert/detect.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "core/progress.hpp"
@@ -365,7 +366,7 @@ ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
             cast_tensor(view, QType::f32, QType::f32, path, buffer);
             const uint64_t heads =
                 src.array->rope == Rope::q_heads ? cfg.num_heads : cfg.num_kv_heads;
-            permuted.resize(src.bytes);
+            resize_for(permuted, src.bytes, path, s.name);
             permute_rope_pairs_to_halves(view.data, permuted, heads, cfg.head_dim,
                                          s.shape[1] * kFloatBytes);
             view.data = permuted;

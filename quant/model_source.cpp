@@ -8,6 +8,7 @@
 #include "convert/convert_common.hpp"
 #include "convert/detect.hpp"
 #include "convert/llama2c.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
@@ -130,7 +131,7 @@ std::unique_ptr<ModelSource> open_model_source(const std::string& input,
             if (!tokenizer.empty())
                 throw Error(input, {},
                             "--tokenizer applies to checkpoints; a .qf input keeps its own tokenizer");
-            return std::make_unique<QfSource>(input);
+            return naming_file_on_bad_alloc(input, [&] { return std::make_unique<QfSource>(input); });
         case ModelFileKind::gguf:
             throw Error(input, {},
                         "a GGUF file: convert it first (qforge convert), then quantize the .qf");
@@ -144,7 +145,8 @@ std::unique_ptr<ModelSource> open_model_source(const std::string& input,
         default:
             throw_not_a_model_file(input, probe);
     }
-    return std::make_unique<HfSource>(input, tokenizer);
+    return naming_file_on_bad_alloc(
+        input, [&] { return std::make_unique<HfSource>(input, tokenizer); });
 }
 
 }  // namespace qforge

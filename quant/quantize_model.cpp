@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
@@ -189,7 +190,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
                 throw Error(src->file_of(i), p.name,
                             "shape " + shape_to_string(p.shape) + " cannot be stored as " +
                                 std::string(qname(target)));
-            out.resize(*size);
+            resize_for(out, *size, src->file_of(i), p.name);
             if (auto f = rtn_quantize(p.source, in, rows, k, target, out, &pool))
                 throw Error(src->file_of(i), p.name, failure_text(*f, rows, target));
             writer.add_tensor(p.name, target, p.shape, out);

@@ -18,6 +18,7 @@
 #include "formats/qf.hpp"
 #include "formats/zstd_frame.hpp"
 #include "test_support.hpp"
+#include "tokenizer/added_tokens.hpp"
 #include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -443,4 +444,77 @@ TEST_CASE("the calibration text error names every file and its token count", "[h
                                     q(dir / "one.txt") + " --calib " + q(dir / "two.txt") +
                                     " --seqlen 64 -o " + q(dir / "out.qf"));
     require_one_line_error(r, {"one.txt", "two.txt", "calibration text too short", "one.txt ", "two.txt "});
+}
+
+namespace {
+
+// Leftmost-longest matching by brute force: at each position try every token.
+std::vector<AddedTokenMatcher::Segment> brute_force_split(const std::vector<AddedToken>& tokens,
+                                                          const std::string& text) {
+    std::vector<AddedTokenMatcher::Segment> out;
+    size_t emitted = 0, pos = 0;
+    while (pos < text.size()) {
+        int best = -1;
+        for (size_t k = 0; k < tokens.size(); ++k)
+            if (text.compare(pos, tokens[k].content.size(), tokens[k].content) == 0 &&
+                (best < 0 || tokens[k].content.size() >= tokens[static_cast<size_t>(best)].content.size()))
+                best = static_cast<int>(k);
+        if (best < 0) {
+            ++pos;
+            continue;
+        }
+        const AddedToken& t = tokens[static_cast<size_t>(best)];
+        if (emitted < pos) out.push_back({emitted, pos, -1});
+        out.push_back({pos, pos + t.content.size(), t.id});
+        pos = emitted = pos + t.content.size();
+    }
+    if (emitted < text.size() || text.empty()) out.push_back({emitted, text.size(), -1});
+    return out;
+}
+
+bool same_segments(const std::vector<AddedTokenMatcher::Segment>& a,
+                   const std::vector<AddedTokenMatcher::Segment>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].begin != b[i].begin || a[i].end != b[i].end || a[i].id != b[i].id) return false;
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("added tokens longer than 64 bytes are matched in linear time, leftmost-longest",
+          "[hostile][bounds]") {
+    std::mt19937 rng(3);
+    auto random_text = [&](size_t n) {
+        std::string s;
+        for (size_t i = 0; i < n; ++i) s += "aab"[rng() % 3];
+        return s;
+    };
+    for (int trial = 0; trial < 300; ++trial) {
+        std::vector<AddedToken> tokens;
+        const int count = 1 + static_cast<int>(rng() % 6);
+        for (int k = 0; k < count; ++k) tokens.push_back({100 + k, random_text(1 + rng() % 5)});
+        // One long token (the automaton path) in most trials, none in the rest (the direct path).
+        if (trial % 4 != 0) tokens.push_back({99, std::string(65 + rng() % 10, 'a') + "b"});
+        const AddedTokenMatcher m(tokens);
+        for (int t = 0; t < 5; ++t) {
+            std::string text = random_text(rng() % 300);
+            if (t == 0 && trial % 4 != 0) text += tokens.back().content + random_text(5);
+            std::vector<AddedTokenMatcher::Segment> got;
+            m.split(text, got);
+            INFO("trial " << trial << " text " << text);
+            REQUIRE(same_segments(got, brute_force_split(tokens, text)));
+        }
+    }
+    // A 100 KB added token against 400 KB of its prefix byte: every position starts a 100 KB
+    // partial match, 4e10 byte comparisons for a scan from each position.
+    const std::vector<AddedToken> hostile{{7, std::string(100000, 'a') + "b"}, {8, "a"}};
+    const AddedTokenMatcher m(hostile);
+    std::vector<AddedTokenMatcher::Segment> got;
+    const std::string text = std::string(400000, 'a') + "b";
+    m.split(text, got);
+    REQUIRE(got.size() == 300001);  // 300000 single "a" matches, then the long token
+    CHECK(got.back().id == 7);
+    CHECK(got.back().begin == 300000);
+    CHECK(got.front().id == 8);
 }
