@@ -49,6 +49,7 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     const QType quant_target = quant ? hf_quant_target(*quant) : QType::f32;
 
     // Match checkpoint tensors to the architecture table before writing anything.
+    check_layers_fit(cfg.num_layers, ckpt.tensor_names().size(), cfg_path, "num_hidden_layers");
     const std::vector<TensorSpec> specs = expected_tensors(cfg);
     std::map<std::string, const TensorSpec*> by_hf_name;
     for (const auto& s : specs) by_hf_name[s.hf_name] = &s;
