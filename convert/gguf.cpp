@@ -245,7 +245,8 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
                             "' (not in qforge's table of llama.cpp tensor names)");
         by_name.emplace(with_layer(row->name_pattern, layer), Source{&t, row});
     }
-    check_layers_fit(cfg.num_layers, file.tensors().size(), path, std::string(arch.name) + ".block_count");
+    check_layers_fit(cfg.num_layers, file.tensors().size(), path,
+                     std::string(arch.name) + ".block_count");
     const std::vector<TensorSpec> specs = expected_tensors(cfg);
     uint64_t total_bytes = 0;
     for (const TensorSpec& s : specs) {

@@ -82,7 +82,8 @@ class HfSource final : public ModelSource {
 
   private:
     void check_tensors() {
-        check_layers_fit(config_.num_layers, ckpt_.tensor_names().size(), path_, "num_hidden_layers");
+        check_layers_fit(config_.num_layers, ckpt_.tensor_names().size(), path_,
+                         "num_hidden_layers");
         const std::vector<TensorSpec> specs = expected_tensors(config_);
         std::map<std::string, const TensorSpec*> by_hf_name;
         for (const auto& s : specs) by_hf_name[s.hf_name] = &s;
