@@ -56,7 +56,7 @@ CalibrationSet make_calibration_set(const Tokenizer& tokenizer, const Calibratio
         }
         throw Error(names, {},
                     "calibration text too short: " + std::to_string(ids.size()) + " tokens (" +
-                        counts + "), one window of --seqlen " + std::to_string(o.seqlen) +
+                        counts + (o.files.size() > 1 ? ", joined by blank lines" : "") + "), one window of --seqlen " + std::to_string(o.seqlen) +
                         " needs " + std::to_string(body) +
                         " (give more text, or a smaller --seqlen)");
     }

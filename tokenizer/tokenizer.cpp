@@ -44,20 +44,24 @@ int byte_piece_value(const std::string& p) {
 
 // A byte trie over the pieces, read forwards or backwards, so that every prefix (suffix) of a
 // piece that is itself a piece is found in one walk along it. Hashing each of a piece's splits
-// instead costs its length squared, which a hostile vocabulary makes hours.
+// instead costs its length squared, which a hostile vocabulary makes hours. The edges live in
+// one open-addressing table (node, byte) -> child sized for the vocabulary's bytes: a node-based
+// map would spend more time allocating than the walks take.
 class PieceTrie {
 public:
     PieceTrie(const std::vector<std::string>& pieces, bool reversed) {
+        size_t bytes = 0;
+        for (const std::string& p : pieces) bytes += p.size();
+        size_t capacity = 16;
+        while (capacity < bytes + bytes / 2 + 2) capacity *= 2;  // load at most 2/3
+        keys_.assign(capacity, kEmpty);
+        children_.resize(capacity);
         ids_.push_back(-1);
         for (size_t id = 0; id < pieces.size(); ++id) {
             const std::string& p = pieces[id];
             uint32_t node = 0;
-            for (size_t i = 0; i < p.size(); ++i) {
-                const auto byte = static_cast<uint8_t>(reversed ? p[p.size() - 1 - i] : p[i]);
-                const auto [it, inserted] = children_.try_emplace(key(node, byte), static_cast<uint32_t>(ids_.size()));
-                if (inserted) ids_.push_back(-1);
-                node = it->second;
-            }
+            for (size_t i = 0; i < p.size(); ++i)
+                node = insert(node, static_cast<uint8_t>(reversed ? p[p.size() - 1 - i] : p[i]));
             ids_[node] = static_cast<int32_t>(id);
         }
     }
@@ -67,16 +71,33 @@ public:
         uint32_t node = 0;
         for (size_t k = 1; k < s.size(); ++k) {
             const auto byte = static_cast<uint8_t>(reversed ? s[s.size() - k] : s[k - 1]);
-            const auto it = children_.find(key(node, byte));
-            if (it == children_.end()) return;
-            node = it->second;
+            const size_t slot = find(key(node, byte));
+            if (keys_[slot] == kEmpty) return;
+            node = children_[slot];
             ids[k] = ids_[node];
         }
     }
 
 private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
     static uint64_t key(uint32_t node, uint8_t byte) { return uint64_t{node} << 8 | byte; }
-    std::unordered_map<uint64_t, uint32_t> children_;
+    size_t find(uint64_t k) const {  // the slot holding k, or the empty slot where it would go
+        const size_t mask = keys_.size() - 1;
+        size_t slot = static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+        while (keys_[slot] != kEmpty && keys_[slot] != k) slot = (slot + 1) & mask;
+        return slot;
+    }
+    uint32_t insert(uint32_t node, uint8_t byte) {
+        const size_t slot = find(key(node, byte));
+        if (keys_[slot] == kEmpty) {  // at most one node per byte of the vocabulary: never full
+            keys_[slot] = key(node, byte);
+            children_[slot] = static_cast<uint32_t>(ids_.size());
+            ids_.push_back(-1);
+        }
+        return children_[slot];
+    }
+    std::vector<uint64_t> keys_;
+    std::vector<uint32_t> children_;
     std::vector<int32_t> ids_;  // per node, the piece that ends there
 };
 
