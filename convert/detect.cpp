@@ -109,7 +109,8 @@ void throw_not_a_model_file(const std::string& path, const ModelFileProbe& probe
     std::string detail = "not a known model file: starts with bytes " + hex_bytes(probe.head) +
                          (probe.size > probe.head.size() ? " ..." : "") + ", " + expected;
     const std::string ext = fs::path(path).extension().string();
-    if (ext == ".gguf") detail += " (the name ends in .gguf but the file does not start with 'GGUF')";
+    if (ext == ".gguf")
+        detail += " (the name ends in .gguf but the file does not start with 'GGUF')";
     if (ext == ".qf") detail += " (the name ends in .qf but the file does not start with 'QFORGE')";
     throw Error(path, {}, detail);
 }

@@ -12,14 +12,14 @@
 namespace qforge {
 
 enum class ModelFileKind : uint8_t {
-    missing,         // nothing at the path
-    hf_directory,    // a directory (a Hugging Face checkpoint, or not: its reader says)
-    safetensors,     // 8-byte header length then '{' (or named *.safetensors)
-    gguf,            // "GGUF"
-    qf,              // "QFORGE\r\n" (formats/qf_format.hpp)
-    llama2c,         // a legacy header that implies the file's length, "ak42", or named *.bin
-    pytorch,         // a zip archive or a pickle: PyTorch's own checkpoint, not supported
-    unknown,         // none of these
+    missing,       // nothing at the path
+    hf_directory,  // a directory (a Hugging Face checkpoint, or not: its reader says)
+    safetensors,   // 8-byte header length then '{' (or named *.safetensors)
+    gguf,          // "GGUF"
+    qf,            // "QFORGE\r\n" (formats/qf_format.hpp)
+    llama2c,       // a legacy header that implies the file's length, "ak42", or named *.bin
+    pytorch,       // a zip archive or a pickle: PyTorch's own checkpoint, not supported
+    unknown,       // none of these
 };
 
 struct ModelFileProbe {

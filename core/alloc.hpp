@@ -21,7 +21,8 @@ void resize_for(Vector& v, uint64_t count, const std::string& file, const std::s
                          std::to_string(sizeof(typename Vector::value_type)) +
                          " bytes for it: out of memory");
     };
-    if (count > std::numeric_limits<size_t>::max() / sizeof(typename Vector::value_type)) throw fail();
+    if (count > std::numeric_limits<size_t>::max() / sizeof(typename Vector::value_type))
+        throw fail();
     try {
         v.resize(static_cast<size_t>(count));
     } catch (const std::bad_alloc&) {
@@ -40,7 +41,8 @@ decltype(auto) naming_file_on_bad_alloc(const std::string& file, F&& f) {
     } catch (const std::bad_alloc&) {
         throw Error(file, {}, "out of memory while reading it");
     } catch (const std::length_error&) {
-        throw Error(file, {}, "out of memory while reading it (a size exceeds what can be allocated)");
+        throw Error(file, {},
+                    "out of memory while reading it (a size exceeds what can be allocated)");
     }
 }
 

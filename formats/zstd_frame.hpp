@@ -19,8 +19,8 @@ inline constexpr uint64_t kZstdMaxBlockBytes = uint64_t{128} << 10;
 inline constexpr uint64_t kZstdMaxRatio = kZstdMaxBlockBytes / 4;
 
 struct ZstdFrameBound {
-    uint64_t frame_bytes = 0;  // the frame's length, header to checksum
-    uint64_t max_content = 0;  // the most its blocks can regenerate
+    uint64_t frame_bytes = 0;              // the frame's length, header to checksum
+    uint64_t max_content = 0;              // the most its blocks can regenerate
     std::optional<uint64_t> content_size;  // Frame_Content_Size, when the header has one
 };
 

@@ -23,8 +23,8 @@
 #include "tokenizer/tokenizer.hpp"
 
 using namespace qforge;
-using nlohmann::json;
 using Catch::Contains;
+using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -161,18 +161,21 @@ TEST_CASE("a zstd bomb .qf fails before anything of its declared size is allocat
         frame.pop_back();  // 16 bytes: the frame is not even complete
         REQUIRE(frame.size() == 16);
         write_bomb_qf(p, frame, {rows, cols});
-        REQUIRE_THROWS_WITH(QfFile(p.string()),
-                            Contains(p.string()) && Contains("tensor 'w'") &&
-                                Contains("declares 1.50 GiB (1610612736 bytes) uncompressed from 16 "
-                                         "stored bytes; zstd cannot expand more than 32768:1"));
+        REQUIRE_THROWS_WITH(
+            QfFile(p.string()),
+            Contains(p.string()) && Contains("tensor 'w'") &&
+                Contains("declares 1.50 GiB (1610612736 bytes) uncompressed from 16 "
+                         "stored bytes; zstd cannot expand more than 32768:1"));
     }
     SECTION("2^62 bytes declared") {
         write_bomb_qf(p, zstd_frame(uint64_t{1} << 62, {{1, 8, {0}}}), {uint64_t{1} << 60});
-        REQUIRE_THROWS_WITH(QfFile(p.string()), Contains("tensor 'w'") && Contains("4611686018427387904"));
+        REQUIRE_THROWS_WITH(QfFile(p.string()),
+                            Contains("tensor 'w'") && Contains("4611686018427387904"));
     }
     SECTION("a frame whose blocks cannot produce the declared size, within the ratio") {
         // 16 raw bytes and one 128 KiB RLE block can make at most 131088 bytes, not 1 MiB.
-        const auto frame = zstd_frame(1 << 20, {{0, 16, std::vector<uint8_t>(16, 1)}, {1, 131072, {2}}});
+        const auto frame =
+            zstd_frame(1 << 20, {{0, 16, std::vector<uint8_t>(16, 1)}, {1, 131072, {2}}});
         write_bomb_qf(p, frame, {256, 1024});
         const QfFile qf(p.string());
         std::vector<uint8_t> scratch;
@@ -212,17 +215,20 @@ TEST_CASE("input detection looks at content; convert and quantize agree", "[host
             REQUIRE_FALSE(fs::exists(out));
         }
     };
-    const std::string expected = "expected a GGUF ('GGUF'), .qf ('QFORGE'), safetensors or llama2.c";
+    const std::string expected =
+        "expected a GGUF ('GGUF'), .qf ('QFORGE'), safetensors or llama2.c";
 
     SECTION("a .gguf with a bad magic") {
         test::write_file(dir / "x.gguf", std::string("GGUX\x03\0\0\0 and more bytes", 24));
-        both(dir / "x.gguf", {"x.gguf: not a known model file: starts with bytes 47 47 55 58 03 00 00 00",
-                              expected, "does not start with 'GGUF'"});
+        both(dir / "x.gguf",
+             {"x.gguf: not a known model file: starts with bytes 47 47 55 58 03 00 00 00", expected,
+              "does not start with 'GGUF'"});
         CHECK(detect_model_file((dir / "x.gguf").string()).kind == ModelFileKind::unknown);
     }
     SECTION("an empty file") {
         test::write_file(dir / "empty.safetensors.bak", std::string());
-        both(dir / "empty.safetensors.bak", {"empty.safetensors.bak", "it is empty (0 bytes)", expected});
+        both(dir / "empty.safetensors.bak",
+             {"empty.safetensors.bak", "it is empty (0 bytes)", expected});
     }
     SECTION("random bytes") {
         std::mt19937 rng(14);
@@ -230,7 +236,8 @@ TEST_CASE("input detection looks at content; convert and quantize agree", "[host
         for (auto& x : b) x = static_cast<uint8_t>(rng() & 0x7f);  // no 0x80: not a pickle
         b[0] = 'Z';
         test::write_file(dir / "random.dat", b);
-        both(dir / "random.dat", {"random.dat: not a known model file: starts with bytes 5a", expected});
+        both(dir / "random.dat",
+             {"random.dat: not a known model file: starts with bytes 5a", expected});
     }
     SECTION("a .qf given to convert; a real GGUF magic given to quantize") {
         {
@@ -241,14 +248,16 @@ TEST_CASE("input detection looks at content; convert and quantize agree", "[host
             w.finish();
         }
         const auto r = test::run_qforge("convert " + q(dir / "m.qf") + " -o " + q(out));
-        require_one_line_error(r, {"m.qf", "already a .qf model", "qforge quantize", "qforge inspect"});
+        require_one_line_error(
+            r, {"m.qf", "already a .qf model", "qforge quantize", "qforge inspect"});
         CHECK(detect_model_file((dir / "m.qf").string()).kind == ModelFileKind::qf);
         // A .qf named otherwise is still a .qf.
         fs::copy_file(dir / "m.qf", dir / "m.bin");
         CHECK(detect_model_file((dir / "m.bin").string()).kind == ModelFileKind::qf);
 
         test::write_file(dir / "g.bin", std::string("GGUF\x03\0\0\0", 8) + std::string(16, '\0'));
-        const auto g = test::run_qforge("quantize --qtype q8 " + q(dir / "g.bin") + " -o " + q(out));
+        const auto g =
+            test::run_qforge("quantize --qtype q8 " + q(dir / "g.bin") + " -o " + q(out));
         require_one_line_error(g, {"g.bin", "a GGUF file: convert it first"});
     }
     SECTION("a safetensors header is recognised without the extension") {
@@ -258,7 +267,8 @@ TEST_CASE("input detection looks at content; convert and quantize agree", "[host
         b.insert(b.end(), header.begin(), header.end());
         b.resize(b.size() + 4, 0);
         test::write_file(dir / "weights.data", b);
-        CHECK(detect_model_file((dir / "weights.data").string()).kind == ModelFileKind::safetensors);
+        CHECK(detect_model_file((dir / "weights.data").string()).kind ==
+              ModelFileKind::safetensors);
     }
 }
 
@@ -268,7 +278,8 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
     SECTION("a safetensors shape whose byte count overflows 64 bits") {
         const fs::path ckpt = dir / "ckpt";
         fs::create_directories(ckpt);
-        test::write_file(ckpt / "config.json", std::string(R"({"model_type": "llama", "hidden_size": 8,
+        test::write_file(ckpt / "config.json",
+                         std::string(R"({"model_type": "llama", "hidden_size": 8,
             "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
             "num_key_value_heads": 1, "vocab_size": 4, "max_position_embeddings": 16,
             "rms_norm_eps": 1e-5, "tie_word_embeddings": true})"));
@@ -288,7 +299,8 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
             put_le(b, static_cast<uint32_t>(v), 4);
         b.resize(4096, 0);
         test::write_file(dir / "huge.bin", b);
-        const auto r = test::run_qforge("convert " + q(dir / "huge.bin") + " -o " + q(out), kLimit1GiB);
+        const auto r =
+            test::run_qforge("convert " + q(dir / "huge.bin") + " -o " + q(out), kLimit1GiB);
         require_one_line_error(r, {"huge.bin", "llama2.c header", "(truncated)"});
     }
 }
@@ -309,7 +321,8 @@ TEST_CASE("llama2.c vocabulary records are named by index and byte offset", "[ho
         record("", 0x7fffffff);
         test::write_file(p, b);
         REQUIRE_THROWS_WITH(load_tokenizer_source(p.string()),
-                            Contains(p.string()) && Contains("llama2.c vocabulary record 2 at byte 23") &&
+                            Contains(p.string()) &&
+                                Contains("llama2.c vocabulary record 2 at byte 23") &&
                                 Contains("length 2147483647 outside 0..max_token_length 16") &&
                                 !Contains("tensor"));
     }
@@ -336,11 +349,23 @@ json llama2c_schema(const std::vector<std::pair<std::string, double>>& extra) {
     }
     for (const auto& [piece, score] : extra)
         pieces.push_back(piece), scores.push_back(score), types.push_back("normal");
-    return {{"schema_version", kTokenizerSchemaVersion}, {"model", "llama2c"}, {"source", "llama2c"},
-            {"pieces", pieces}, {"scores", scores}, {"token_types", types}, {"max_token_length", 1 << 20},
-            {"added_tokens", json::array()}, {"normalizer", json::array()}, {"pre_tokenizer", nullptr},
-            {"bos_id", 1}, {"eos_id", 2}, {"unk_id", 0}, {"add_bos", true}, {"add_eos", false},
-            {"stop_ids", json::array({1})}, {"chat_template", ""}};
+    return {{"schema_version", kTokenizerSchemaVersion},
+            {"model", "llama2c"},
+            {"source", "llama2c"},
+            {"pieces", pieces},
+            {"scores", scores},
+            {"token_types", types},
+            {"max_token_length", 1 << 20},
+            {"added_tokens", json::array()},
+            {"normalizer", json::array()},
+            {"pre_tokenizer", nullptr},
+            {"bos_id", 1},
+            {"eos_id", 2},
+            {"unk_id", 0},
+            {"add_bos", true},
+            {"add_eos", false},
+            {"stop_ids", json::array({1})},
+            {"chat_template", ""}};
 }
 
 // run.c's encode as written there: code points (or their bytes + 3), then repeatedly merge the
@@ -348,7 +373,8 @@ json llama2c_schema(const std::vector<std::pair<std::string, double>>& extra) {
 // independent reference for short texts.
 std::vector<int32_t> run_c_encode(const json& schema, const std::string& text) {
     std::map<std::string, int32_t> id;
-    for (size_t i = 0; i < schema["pieces"].size(); ++i) id[schema["pieces"][i]] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < schema["pieces"].size(); ++i)
+        id[schema["pieces"][i]] = static_cast<int32_t>(i);
     std::vector<int32_t> t{1};
     if (text.empty()) return t;  // run.c adds the dummy prefix only to a non-empty text
     t.clear();
@@ -368,11 +394,14 @@ std::vector<int32_t> run_c_encode(const json& schema, const std::string& text) {
         size_t at = t.size();
         int32_t best_id = -1;
         for (size_t i = 0; i + 1 < t.size(); ++i) {
-            const std::string m = schema["pieces"][static_cast<size_t>(t[i])].get<std::string>() +
-                                  schema["pieces"][static_cast<size_t>(t[i + 1])].get<std::string>();
+            const std::string m =
+                schema["pieces"][static_cast<size_t>(t[i])].get<std::string>() +
+                schema["pieces"][static_cast<size_t>(t[i + 1])].get<std::string>();
             auto it = id.find(m);
-            if (it != id.end() && schema["scores"][static_cast<size_t>(it->second)].get<double>() > best)
-                best = schema["scores"][static_cast<size_t>(it->second)], at = i, best_id = it->second;
+            if (it != id.end() &&
+                schema["scores"][static_cast<size_t>(it->second)].get<double>() > best)
+                best = schema["scores"][static_cast<size_t>(it->second)], at = i,
+                best_id = it->second;
         }
         if (best_id < 0) break;
         t[at] = best_id;
@@ -388,8 +417,10 @@ TEST_CASE("llama2.c merges are built in linear time from a 512 KiB piece", "[hos
     // Pieces a, aa, aaaa, ..., a^(2^19), b, ab, ba, " ": merges double the run of a's. Building
     // merges by hashing every split of every piece costs (2^19)^2 byte operations here.
     auto vocab = [](int levels) {
-        std::vector<std::pair<std::string, double>> v{{" ", 0.0}, {"b", 0.0}, {"ab", -1.0}, {"ba", -2.0}};
-        for (int k = 0; k <= levels; ++k) v.push_back({std::string(size_t{1} << k, 'a'), static_cast<double>(k)});
+        std::vector<std::pair<std::string, double>> v{
+            {" ", 0.0}, {"b", 0.0}, {"ab", -1.0}, {"ba", -2.0}};
+        for (int k = 0; k <= levels; ++k)
+            v.push_back({std::string(size_t{1} << k, 'a'), static_cast<double>(k)});
         return v;
     };
     const json small_schema = llama2c_schema(vocab(6));
@@ -408,9 +439,11 @@ TEST_CASE("llama2.c merges are built in linear time from a 512 KiB piece", "[hos
     const int32_t first_a = 3 + 256 + 4;  // ids of the a-runs follow " ", b, ab, ba
     // The same structure as on the short vocabulary, checked there against run.c.
     for (size_t n : {64, 65})
-        REQUIRE(small.encode(std::string(n, 'a')) == run_c_encode(small_schema, std::string(n, 'a')));
+        REQUIRE(small.encode(std::string(n, 'a')) ==
+                run_c_encode(small_schema, std::string(n, 'a')));
     REQUIRE(small.encode(std::string(64, 'a')) == std::vector<int32_t>{1, 259, first_a + 6});
-    REQUIRE(small.encode(std::string(65, 'a')) == std::vector<int32_t>{1, 259, first_a + 6, first_a});
+    REQUIRE(small.encode(std::string(65, 'a')) ==
+            std::vector<int32_t>{1, 259, first_a + 6, first_a});
     REQUIRE(big.encode(std::string(size_t{1} << levels, 'a')) ==
             std::vector<int32_t>{1, 259, first_a + levels});
     REQUIRE(big.encode(std::string((size_t{1} << levels) + 1, 'a')) ==
@@ -425,12 +458,18 @@ TEST_CASE("decoding tables from a piece of 128 Ki meta spaces are built in linea
     for (int i = 0; i < (1 << 17); ++i) long_piece += meta;
     long_piece += "a";
     pieces.push_back(long_piece);
-    const json schema = {{"schema_version", kTokenizerSchemaVersion}, {"model", "bpe_sentencepiece"},
-                         {"pieces", pieces},
-                         {"token_types", {"unknown", "special", "special", "normal", "normal", "normal"}},
-                         {"merges", json::array()}, {"added_tokens", json::array()},
-                         {"bos_id", 1}, {"eos_id", 2}, {"unk_id", 0}, {"stop_ids", json::array()},
-                         {"decoder", {{"metaspace", meta}}}};
+    const json schema = {
+        {"schema_version", kTokenizerSchemaVersion},
+        {"model", "bpe_sentencepiece"},
+        {"pieces", pieces},
+        {"token_types", {"unknown", "special", "special", "normal", "normal", "normal"}},
+        {"merges", json::array()},
+        {"added_tokens", json::array()},
+        {"bos_id", 1},
+        {"eos_id", 2},
+        {"unk_id", 0},
+        {"stop_ids", json::array()},
+        {"decoder", {{"metaspace", meta}}}};
     const Tokenizer tok = Tokenizer::from_schema(schema, "sp");
     const std::vector<int32_t> ids{5};
     CHECK(tok.decode(ids) == std::string(1 << 17, ' ') + "a");
@@ -453,8 +492,8 @@ TEST_CASE("the calibration text error names every file and its token count", "[h
     REQUIRE(at != std::string::npos);
     const std::string error = r.output.substr(at);
     REQUIRE(count_lines(error) == 1);
-    for (const char* part : {"one.txt, ", "two.txt: calibration text too short", "(one.txt 4, two.txt ",
-                             "joined by blank lines"})
+    for (const char* part : {"one.txt, ", "two.txt: calibration text too short",
+                             "(one.txt 4, two.txt ", "joined by blank lines"})
         REQUIRE_THAT(error, Contains(part));
 }
 
@@ -469,7 +508,8 @@ std::vector<AddedTokenMatcher::Segment> brute_force_split(const std::vector<Adde
         int best = -1;
         for (size_t k = 0; k < tokens.size(); ++k)
             if (text.compare(pos, tokens[k].content.size(), tokens[k].content) == 0 &&
-                (best < 0 || tokens[k].content.size() >= tokens[static_cast<size_t>(best)].content.size()))
+                (best < 0 ||
+                 tokens[k].content.size() >= tokens[static_cast<size_t>(best)].content.size()))
                 best = static_cast<int>(k);
         if (best < 0) {
             ++pos;
