@@ -76,11 +76,11 @@ ModelFileProbe detect_model_file(const std::string& path) {
         probe.kind = ModelFileKind::qf;
     else if (h.size() >= 4 && magic32 == kLlama2cMagic)
         probe.kind = ModelFileKind::llama2c;
-    else if (looks_like_safetensors(h, probe.size) || (ext == ".safetensors" && !h.empty()))
+    else if (looks_like_safetensors(h, probe.size) || ext == ".safetensors")
         probe.kind = ModelFileKind::safetensors;
     else if (llama2c_header_implies_size(path, probe.size))
         probe.kind = ModelFileKind::llama2c;
-    else if (ext == ".bin" && !h.empty())
+    else if (ext == ".bin")
         probe.kind = ModelFileKind::llama2c;  // its header's own error is the clearest
     else if (looks_like_pytorch(h))
         probe.kind = ModelFileKind::pytorch;
