@@ -293,6 +293,40 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
         const auto r = test::run_qforge("convert " + q(ckpt) + " -o " + q(out), kLimit1GiB);
         require_one_line_error(r, {"model.safetensors", "model.embed_tokens.weight", "2^64"});
     }
+    SECTION("config.json declaring 2^31 - 1 layers beside a one-tensor checkpoint") {
+        const fs::path ckpt = dir / "deep";
+        fs::create_directories(ckpt);
+        test::write_file(ckpt / "config.json", std::string(R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+            "hidden_act": "silu", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2147483647, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "vocab_size": 4, "max_position_embeddings": 16,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": true})"));
+        const std::string header =
+            R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[4,8],"data_offsets":[0,128]}})";
+        std::vector<uint8_t> b;
+        put_le(b, header.size(), 8);
+        b.insert(b.end(), header.begin(), header.end());
+        b.resize(b.size() + 128, 0);
+        test::write_file(ckpt / "model.safetensors", b);
+        for (const std::string cmd : {"convert ", "quantize --qtype q8 "}) {
+            const auto r = test::run_qforge(cmd + q(ckpt) + " -o " + q(out), kLimit1GiB);
+            require_one_line_error(r, {"num_hidden_layers is 2147483647 but the checkpoint holds only 1 tensors"});
+        }
+    }
+    SECTION("a GGUF array count no file can hold") {
+        std::vector<uint8_t> g{'G', 'G', 'U', 'F'};
+        put_le(g, 3, 4);  // version
+        put_le(g, 0, 8);  // tensor_count
+        put_le(g, 1, 8);  // kv_count
+        put_le(g, 3, 8);
+        g.insert(g.end(), {'a', '.', 'b'});
+        put_le(g, 9, 4);                   // array
+        put_le(g, 8, 4);                   // of strings
+        put_le(g, uint64_t{1} << 61, 8);  // elements
+        g.resize(g.size() + 64, 0);
+        test::write_file(dir / "huge.gguf", g);
+        const auto r = test::run_qforge("convert " + q(dir / "huge.gguf") + " -o " + q(out), kLimit1GiB);
+        require_one_line_error(r, {"huge.gguf", "metadata key 'a.b' claims 2305843009213693952 elements"});
+    }
     SECTION("a llama2.c header with huge dims") {
         std::vector<uint8_t> b;
         for (int32_t v : {1 << 20, 1 << 22, 1 << 10, 1 << 10, 1 << 10, 1 << 20, 1 << 20})
