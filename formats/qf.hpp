@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/atomic_file.hpp"
@@ -68,6 +69,8 @@ private:
     QfPreamble preamble_{};
     nlohmann::json header_;
     std::vector<QfTensorInfo> tensors_;
+    std::unordered_map<std::string, size_t> index_;  // name -> tensors_ position: find() per
+                                                     // tensor must not scan a million entries
 };
 
 struct QfWriteOptions {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -118,7 +117,6 @@ void QfFile::parse_header() {
 
 void QfFile::parse_tensors() {
     const std::string& p = path();
-    std::unordered_set<std::string> names;
     size_t index = 0;
     for (const json& e : header_["tensors"]) {
         // An entry without a usable name is named by its place in the array.
@@ -129,7 +127,7 @@ void QfFile::parse_tensors() {
         QfTensorInfo t;
         t.name = get_string(e, "name", p, {});
         if (t.name.empty()) throw Error(p, {}, entry + " has an empty name");
-        if (!names.insert(t.name).second) throw Error(p, t.name, "tensor name appears twice");
+        if (!index_.emplace(t.name, index_.size()).second) throw Error(p, t.name, "tensor name appears twice");
         const std::string& qname = get_string(e, "qtype", p, t.name);
         auto qt = qtype_from_name(qname);
         if (!qt) throw Error(p, t.name, "unknown qtype '" + qname + "'");
@@ -209,9 +207,8 @@ const nlohmann::json& QfFile::tokenizer() const {
 }
 
 const QfTensorInfo* QfFile::find(std::string_view name) const {
-    for (const auto& t : tensors_)
-        if (t.name == name) return &t;
-    return nullptr;
+    const auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
 const QfTensorInfo& QfFile::at(std::string_view name) const {
