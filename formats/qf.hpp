@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/atomic_file.hpp"
@@ -78,6 +79,8 @@ private:
     nlohmann::json header_;
     std::vector<QfTensorInfo> tensors_;
     std::optional<ModelConfig> config_;  // set by check_model
+    std::unordered_map<std::string, size_t> index_;  // name -> tensors_ position: find() per
+                                                     // tensor must not scan a million entries
 };
 
 struct QfWriteOptions {

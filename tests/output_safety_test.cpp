@@ -447,11 +447,12 @@ TEST_CASE("SIGINT during export leaves no temporary directory", "[hostile][outpu
             for (const auto& e : fs::directory_iterator(work))
                 names.push_back(e.path().filename().string());
             INFO("left: " << names.size());
-            if (done) {
+            // A signal that lands after the final rename (while the process tears down) finds
+            // the directory already complete: the one outcome besides nothing at all.
+            if (done || !names.empty()) {
                 REQUIRE(names == std::vector<std::string>{"gptq"});
                 REQUIRE(fs::exists(work / "gptq" / "config.json"));
-            } else {
-                REQUIRE(names.empty());
+                REQUIRE(fs::exists(work / "gptq" / "model.safetensors"));
             }
         }
         ::unsetenv("QFORGE_NO_O_TMPFILE");
