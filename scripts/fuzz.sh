@@ -93,9 +93,10 @@ run_one() {
   local rc=0
   "$bin" "${limits[@]}" "${dict[@]}" -max_total_time="$seconds" -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/fuzz.log" 2>&1 || rc=$?
-  local execs rate cov ft units result
-  execs=$(grep -oP 'stat::number_of_executed_units: \K[0-9]+' "$work/fuzz.log" | tail -1 || true)
-  rate=$(grep -oP 'stat::average_exec_per_sec: \K[0-9]+' "$work/fuzz.log" | tail -1 || true)
+  local execs rate rss cov ft units result
+  execs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$work/fuzz.log" | tail -1 || true)
+  rate=$(grep -oP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$work/fuzz.log" | tail -1 || true)
+  rss=$(grep -oP 'stat::peak_rss_mb:\s*\K[0-9]+' "$work/fuzz.log" | tail -1 || true)
   cov=$(grep -oP '^#[0-9]+.*\bcov: \K[0-9]+' "$work/fuzz.log" | tail -1 || true)
   ft=$(grep -oP '^#[0-9]+.*\bft: \K[0-9]+' "$work/fuzz.log" | tail -1 || true)
   units=$(find "$work/corpus" -type f | wc -l)
@@ -109,8 +110,8 @@ run_one() {
       "$work/fuzz.log" | head -c 200 || true)
     result="FAILED (exit $rc) ${kind:-see log}: reproduce with $bin ${artifact:-<none written>} (log: $work/fuzz.log)"
   fi
-  printf 'fuzz %-15s %10s execs  %6s s  %7s exec/s  cov %6s  ft %6s  corpus %5s  %s\n' \
-    "$h" "${execs:-?}" "$seconds" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$units" "$result" \
+  printf 'fuzz %-15s %10s execs  %6s s  %6s exec/s  cov %5s  ft %6s  corpus %5s  rss %4s MB  %s\n' \
+    "$h" "${execs:-?}" "$seconds" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$units" "${rss:-?}" "$result" \
     | tee "$work/summary"
   [ "$result" = OK ]
 }

@@ -24,7 +24,7 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$
 
 echo "== libFuzzer smoke: every reader's harness for 20 s (scripts/fuzz.sh)"
 if reason=$(bash scripts/fuzz.sh --probe); then
-  bash scripts/fuzz.sh 20
+  FUZZ_JOBS=$jobs bash scripts/fuzz.sh 20
 else
   echo "SKIPPED: fuzz smoke: $reason"
 fi
