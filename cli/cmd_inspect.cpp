@@ -54,10 +54,16 @@ std::string model_summary(const ModelConfig& c) {
     return buf;
 }
 
+// A string member of a header object, or "?": the header is input, so nothing is assumed.
+std::string text_of(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : "?";
+}
+
 std::string tokenizer_summary(const json& t) {
     if (t.is_null()) return "none";
-    const std::string model = t.value("model", "?");
-    const size_t n = t.value("pieces", json::array()).size();
+    const std::string model = text_of(t, "model");
+    const size_t n = t.contains("pieces") && t["pieces"].is_array() ? t["pieces"].size() : 0;
     std::string s = model + ", " + std::to_string(n) + " tokens";
     if (model == "llama2c") s = "llama2.c vocabulary, " + std::to_string(n) + " tokens";
     if (t.contains("chat_template") && t["chat_template"].is_string() &&
@@ -120,12 +126,6 @@ void print_qtype_totals(const json& by_type) {
                     t["tensors"].get<uint64_t>() == 1 ? ", " : "s,",
                     (unsigned long long)t["parameters"].get<uint64_t>(),
                     t["bits_per_weight"].get<double>());
-}
-
-// A string member of a header object, or "?": the header is input, so nothing is assumed.
-std::string text_of(const json& obj, const char* key) {
-    auto it = obj.find(key);
-    return it != obj.end() && it->is_string() ? it->get<std::string>() : "?";
 }
 
 // The recipe `qforge quantize` recorded: method, default type, overrides and each class's type.
@@ -191,10 +191,11 @@ int inspect_qf(const std::string& path, bool as_json) {
     std::printf("model: %s\n", model_summary(cfg).c_str());
     std::printf("tokenizer: %s\n", tokenizer_summary(tok).c_str());
     if (prov.contains("recipe")) std::printf("recipe: %s\n", prov["recipe"].dump().c_str());
-    if (prov.contains("sources"))
+    if (prov.contains("sources") && prov["sources"].is_array())
         for (const auto& s : prov["sources"])
-            std::printf("source: %s (%s bytes, %s)\n", s.value("file", "?").c_str(),
-                        s.value("bytes", json(0)).dump().c_str(), s.value("hash", "?").c_str());
+            if (s.is_object())
+                std::printf("source: %s (%s bytes, %s)\n", text_of(s, "file").c_str(),
+                            s.value("bytes", json(0)).dump().c_str(), text_of(s, "hash").c_str());
     if (quantization.is_object()) print_quantization(quantization);
     print_rows(rows);
     print_totals(totals(rows));

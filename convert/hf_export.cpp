@@ -392,7 +392,7 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     report.files.push_back("config.json");
     if (!qf.has_tokenizer()) {
         report.warnings.push_back("the .qf has no tokenizer: no tokenizer files written");
-    } else if (qf.tokenizer().at("model") == "llama2c") {
+    } else if (qf.tokenizer().value("model", nlohmann::json()) == "llama2c") {
         report.warnings.push_back(
             "the llama2.c tokenizer (run.c's score-ordered merges) has no tokenizer.json form: no "
             "tokenizer files written");

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "formats/json_io.hpp"
 
 namespace qforge {
 
@@ -35,18 +36,6 @@ constexpr bool awq_orders_inverse() {
 static_assert(awq_orders_inverse(), "kAwqNibble must invert kAwqOrder");
 constexpr uint32_t kAwqBits = 4;
 
-json read_json_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw Error(p.string(), {}, "cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    try {
-        return json::parse(ss.str());
-    } catch (const json::exception& e) {
-        throw Error(p.string(), {}, std::string("not valid JSON: ") + e.what());
-    }
-}
-
 std::string lower(std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
@@ -64,7 +53,9 @@ int64_t int_key(const json& j, std::initializer_list<std::string_view> names, in
                 const std::string& file, std::string_view context) {
     const json* v = find_key(j, names);
     if (!v) return fallback;
-    if (!v->is_number_integer())
+    // get<int64_t> of an unsigned value past INT64_MAX would wrap (2^64 - 1 reads as -1).
+    if (!v->is_number_integer() ||
+        (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}))
         throw Error(file, {},
                     std::string(context) + " '" + std::string(*names.begin()) +
                         "' must be an integer, found " + v->dump());
@@ -203,7 +194,7 @@ std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path
          {std::pair{"quantize_config.json", "gptq"}, std::pair{"quant_config.json", "awq"}}) {
         const fs::path p = dir / name;
         if (fs::is_regular_file(p))
-            return parse_quant_config(read_json_file(p), p.string(), method);
+            return parse_quant_config(read_json_file(p.string()), p.string(), method);
     }
     return std::nullopt;
 }

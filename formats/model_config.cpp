@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "core/mapped_file.hpp"
+#include "formats/json_io.hpp"
 
 namespace qforge {
 
@@ -365,15 +365,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
 }
 
 ModelConfig read_model_config(const std::string& path) {
-    const MappedFile file(path);
-    const auto* text = reinterpret_cast<const char*>(file.data());
-    json j;
-    try {
-        j = json::parse(text, text + file.size());
-    } catch (const json::exception& e) {
-        throw Error(path, {}, std::string("not valid JSON: ") + e.what());
-    }
-    return parse_model_config(j, path);
+    return parse_model_config(read_json_file(path), path);
 }
 
 json model_dims_to_json(const ModelConfig& c) {

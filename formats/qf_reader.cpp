@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "formats/json_io.hpp"
 #include "formats/qf.hpp"
 
 namespace qforge {
@@ -16,24 +17,6 @@ namespace qforge {
 namespace {
 
 using nlohmann::json;
-
-uint64_t get_u64(const json& obj, const char* key, const std::string& path, const std::string& tensor) {
-    auto it = obj.find(key);
-    if (it == obj.end()) throw Error(path, tensor, std::string("header entry lacks \"") + key + "\"");
-    if (!it->is_number_unsigned())
-        throw Error(path, tensor, std::string("\"") + key + "\" must be a non-negative integer, found " +
-                                      it->dump());
-    return it->get<uint64_t>();
-}
-
-const std::string& get_string(const json& obj, const char* key, const std::string& path,
-                              const std::string& tensor) {
-    auto it = obj.find(key);
-    if (it == obj.end()) throw Error(path, tensor, std::string("header entry lacks \"") + key + "\"");
-    if (!it->is_string())
-        throw Error(path, tensor, std::string("\"") + key + "\" must be a string, found " + it->dump());
-    return it->get_ref<const std::string&>();
-}
 
 }  // namespace
 
@@ -98,46 +81,37 @@ void QfFile::parse_header() {
     const uint64_t n = preamble_.header_length;
     if (XXH3_64bits(begin, n) != preamble_.header_checksum)
         throw Error(p, {}, "header checksum mismatch: the file is corrupt");
-    try {
-        header_ = json::parse(begin, begin + n);
-    } catch (const json::exception& e) {
-        throw Error(p, {}, std::string("header is not valid JSON: ") + e.what());
-    }
-    if (!header_.is_object()) throw Error(p, {}, "header is not a JSON object");
+    JsonParseOptions options;
+    options.what = "header";
+    header_ = parse_json(std::string_view(begin, static_cast<size_t>(n)), p, options);
+    const JsonView h(header_, p);
+    if (!h.is_object()) h.expected("a header that is a JSON object");
     for (const char* key : {"format", "format_version", "model", "tokenizer", "provenance", "tensors"})
-        if (!header_.contains(key)) throw Error(p, {}, std::string("header lacks \"") + key + "\"");
-    if (header_["format"] != "qforge") throw Error(p, {}, "header \"format\" is not \"qforge\"");
-    if (header_["format_version"] != preamble_.version)
-        throw Error(p, {}, "header format_version " + header_["format_version"].dump() +
-                               " disagrees with the preamble's " + std::to_string(preamble_.version));
-    if (!header_["model"].is_object()) throw Error(p, {}, "header \"model\" must be an object");
-    if (!header_["tokenizer"].is_null() && !header_["tokenizer"].is_object())
-        throw Error(p, {}, "header \"tokenizer\" must be an object or null");
-    if (!header_["tensors"].is_array()) throw Error(p, {}, "header \"tensors\" must be an array");
+        if (h[key].absent()) throw Error(p, {}, std::string("header lacks \"") + key + "\"");
+    if (h["format"].string() != "qforge") h["format"].fail("expected \"qforge\"");
+    if (h["format_version"].unsigned_integer() != preamble_.version)
+        h["format_version"].fail(header_["format_version"].dump() + " disagrees with the preamble's " +
+                                 std::to_string(preamble_.version));
+    h["model"].object();
+    if (!h["tokenizer"].raw()->is_null()) h["tokenizer"].object();
+    h["provenance"].object();
+    h["tensors"].array();
 }
 
 void QfFile::parse_tensors() {
     const std::string& p = path();
     std::unordered_set<std::string> names;
-    for (const json& e : header_["tensors"]) {
-        if (!e.is_object()) throw Error(p, {}, "a tensor entry is not a JSON object");
+    JsonView(header_, p)["tensors"].for_each_element([&](const JsonView& e) {
+        e.object();
         QfTensorInfo t;
-        t.name = get_string(e, "name", p, {});
-        if (t.name.empty()) throw Error(p, {}, "a tensor has an empty name");
+        t.name = e["name"].string();
+        if (t.name.empty()) e["name"].fail("a tensor has an empty name");
         if (!names.insert(t.name).second) throw Error(p, t.name, "tensor name appears twice");
-        const std::string& qname = get_string(e, "qtype", p, t.name);
+        const std::string qname = e["qtype"].string();
         auto qt = qtype_from_name(qname);
         if (!qt) throw Error(p, t.name, "unknown qtype '" + qname + "'");
         t.qtype = *qt;
-        auto shape_it = e.find("shape");
-        if (shape_it == e.end() || !shape_it->is_array())
-            throw Error(p, t.name, "\"shape\" must be an array of non-negative integers");
-        for (const json& d : *shape_it) {
-            if (!d.is_number_unsigned())
-                throw Error(p, t.name, "\"shape\" must be an array of non-negative integers, found " +
-                                           shape_it->dump());
-            t.shape.push_back(d.get<uint64_t>());
-        }
+        e["shape"].for_each_element([&](const JsonView& d) { t.shape.push_back(d.unsigned_integer()); });
         auto expected = qtype_tensor_bytes(t.qtype, t.shape);
         if (!expected && qtype_is_quantized(t.qtype) && (t.shape.size() != 2 || t.shape[1] == 0))
             throw Error(p, t.name,
@@ -145,14 +119,14 @@ void QfFile::parse_tensors() {
                             " tensors must be matrices [rows, cols] with cols > 0");
         if (!expected)
             throw Error(p, t.name, "shape " + shape_to_string(t.shape) + " overflows 64-bit byte counts");
-        t.offset = get_u64(e, "offset", p, t.name);
-        t.length = get_u64(e, "length", p, t.name);
-        t.stored_length = get_u64(e, "stored_length", p, t.name);
+        t.offset = e["offset"].unsigned_integer();
+        t.length = e["length"].unsigned_integer();
+        t.stored_length = e["stored_length"].unsigned_integer();
         if (t.length != *expected)
             throw Error(p, t.name, "length " + std::to_string(t.length) + " but shape " +
                                        shape_to_string(t.shape) + " of " + qname + " needs " +
                                        std::to_string(*expected) + " bytes");
-        const std::string& enc = get_string(e, "encoding", p, t.name);
+        const std::string enc = e["encoding"].string();
         if (enc == "raw") {
             t.encoding = QfEncoding::raw;
             if (t.stored_length != t.length)
@@ -163,7 +137,7 @@ void QfFile::parse_tensors() {
         } else {
             throw Error(p, t.name, "unknown encoding '" + enc + "' (expected raw or zstd)");
         }
-        t.checksum = get_string(e, "checksum", p, t.name);
+        t.checksum = e["checksum"].string();
         if (t.checksum.rfind("xxh3-64:", 0) != 0 || t.checksum.size() != 8 + 16)
             throw Error(p, t.name, "checksum '" + t.checksum + "' is not of the form xxh3-64:<16 hex digits>");
         if (t.offset % preamble_.tensor_alignment)
@@ -176,7 +150,7 @@ void QfFile::parse_tensors() {
                                        ") lies outside the data section of " +
                                        std::to_string(preamble_.data_length) + " bytes");
         tensors_.push_back(std::move(t));
-    }
+    });
     // No two tensors may share bytes.
     std::vector<const QfTensorInfo*> by_offset;
     for (const auto& t : tensors_) by_offset.push_back(&t);

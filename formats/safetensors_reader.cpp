@@ -9,6 +9,7 @@
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "formats/safetensors.hpp"
 
 namespace qforge {
@@ -18,9 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Real headers nest three deep (object, entry, shape); anything far deeper is an attack on the
-// parser's memory, refused before the document is built.
-constexpr int kMaxJsonDepth = 32;
+// Real headers nest three deep (object, entry, shape); a far tighter bound than the general
+// kMaxJsonDepth costs nothing here.
+constexpr int kMaxHeaderDepth = 32;
 
 // Dtypes of the reference implementation that the DType table does not carry: named
 // "unsupported" in errors, so that a real checkpoint is not mistaken for a corrupt one.
@@ -43,48 +44,16 @@ std::string describe(const json& v) {
     return std::string("a JSON ") + v.type_name();
 }
 
-// Parses untrusted JSON. nlohmann keeps the last of repeated keys silently, so a parser
-// callback tracks the keys of each open object and reports a repeat; it also caps nesting.
-// In a header a key repeated at depth 1 is a tensor named twice, reported with that name.
+// Untrusted JSON through the one parser (formats/json_io.hpp), refusing repeated keys: in a
+// header a key repeated at depth 1 is a tensor named twice, reported with that name.
 json parse_untrusted_json(std::string_view text, const std::string& file, const char* what,
                           bool top_keys_are_tensors) {
-    std::vector<std::set<std::string>> open_objects;
-    json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-        switch (event) {
-            case json::parse_event_t::object_start:
-            case json::parse_event_t::array_start:
-                if (depth >= kMaxJsonDepth)
-                    throw Error(file, {},
-                                std::string(what) + " nests deeper than " +
-                                    std::to_string(kMaxJsonDepth) + " levels");
-                if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-                break;
-            case json::parse_event_t::object_end:
-                open_objects.pop_back();
-                break;
-            case json::parse_event_t::key: {
-                const auto& key = parsed.get_ref<const std::string&>();
-                if (!open_objects.back().insert(key).second) {
-                    if (depth == 1 && top_keys_are_tensors)
-                        throw Error(file, excerpt(key),
-                                    std::string("appears twice in the ") + what +
-                                        " (a JSON parser would silently keep the last)");
-                    throw Error(
-                        file, {},
-                        "key '" + excerpt(key) + "' appears twice in one object of the " + what);
-                }
-                break;
-            }
-            default:
-                break;
-        }
-        return true;
-    };
-    try {
-        return json::parse(text.begin(), text.end(), check);
-    } catch (const json::exception& e) {
-        throw Error(file, {}, std::string(what) + " is not valid JSON: " + e.what());
-    }
+    JsonParseOptions options;
+    options.what = what;
+    options.max_depth = kMaxHeaderDepth;
+    options.reject_duplicate_keys = true;
+    options.top_keys_are_tensors = top_keys_are_tensors;
+    return parse_json(text, file, options);
 }
 
 DType parse_dtype(const json& v, const std::string& file, const std::string& name) {

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "quant/awq.hpp"
 #include "quant/block_forward.hpp"
@@ -199,16 +200,18 @@ void LayerSequential::restore_layer(uint64_t layer) {
     State& s = *s_;
     BlockState st = s.resume->load(layer, false, true);
     const std::string path = s.resume->block_path(layer);
+    const JsonView meta(st.meta, path, "meta");
     try {
-        for (const auto& l : st.meta.at("linears"))
-            linears_.push_back({l.at("name").get<std::string>(), l.at("qtype").get<std::string>(),
-                                l.at("relative_error").get<double>(),
-                                l.at("rtn_relative_error").get<double>(),
-                                l.at("damp").get<double>(), l.at("damp_raises").get<int>()});
-        if (!st.meta.at("awq_group").is_null()) s.awq_groups.push_back(st.meta.at("awq_group"));
-        for (const auto& c : st.meta.at("awq_clips")) s.awq_clips.push_back(c);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(path, {}, std::string("damaged block state: its meta section: ") + e.what());
+        meta["linears"].for_each_element([&](const JsonView& l) {
+            linears_.push_back({l["name"].string(), l["qtype"].string(),
+                                l["relative_error"].number(), l["rtn_relative_error"].number(),
+                                l["damp"].number(),
+                                static_cast<int>(l["damp_raises"].integer(0, INT32_MAX))});
+        });
+        if (meta["awq_group"].is_set()) s.awq_groups.push_back(meta["awq_group"].object());
+        meta["awq_clips"].for_each_element([&](const JsonView& c) { s.awq_clips.push_back(c.value()); });
+    } catch (const Error& e) {
+        throw Error(path, {}, "damaged block state: " + e.detail() + " (delete it to recompute the block)");
     }
     for (auto& [i, bytes] : st.tensors) {
         const std::string* name = i < s.src.tensors().size() ? &s.src.tensors()[i].name : nullptr;

@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <bit>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 
 namespace qforge {
 
@@ -59,7 +61,12 @@ const json* at_path(const json& j, const std::string& path) {
         if (end == std::string::npos) break;
         if (path[end] == '[') {
             const size_t close = path.find(']', end);
-            const size_t i = std::stoul(path.substr(end + 1, close - end - 1));
+            // The path came from first_difference over a hostile record: its keys may hold
+            // '.' or '[', so an index that does not parse just means "not found".
+            size_t i = 0;
+            const char* first = path.data() + end + 1;
+            const char* last = close == std::string::npos ? path.data() + path.size() : path.data() + close;
+            if (close == std::string::npos || std::from_chars(first, last, i).ptr != last) return nullptr;
             if (!cur->is_array() || i >= cur->size()) return nullptr;
             cur = &cur->at(i);
             pos = close + 1;
@@ -115,10 +122,16 @@ ResumeDir::ResumeDir(std::string dir, const json& fingerprint, uint64_t num_laye
     const json expected = {
         {"format", kRunFormat}, {"version", kRunVersion}, {"fingerprint", fingerprint}};
     if (fs::exists(run)) {
-        std::ifstream in(run, std::ios::binary);
-        const json found = json::parse(in, nullptr, false);
-        if (found.is_discarded() || !found.is_object() || found.value("format", "") != kRunFormat ||
-            !found.contains("fingerprint"))
+        json found;
+        try {
+            found = read_json_file(run);
+        } catch (const Error& e) {
+            throw Error(run, {},
+                        "not a qforge --resume run record (" + e.detail() +
+                            "; use another --resume directory)");
+        }
+        if (!found.is_object() || found.value("format", json()) != kRunFormat ||
+            !found.contains("fingerprint") || !found.contains("version"))
             throw Error(run, {},
                         "not a qforge --resume run record (use another --resume directory)");
         if (found.at("version") != kRunVersion)
@@ -257,8 +270,12 @@ BlockState ResumeDir::load(uint64_t layer, bool want_hidden, bool want_tensors) 
             throw bad("damaged block state: section " + std::to_string(k) + ": " +
                       (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short frame"));
         if (kind == StateSectionKind::meta) {
-            st.meta = json::from_cbor(raw, true, false);
-            if (st.meta.is_discarded() || !st.meta.is_object())
+            try {
+                st.meta = parse_cbor(raw, path, "meta section");
+            } catch (const Error& e) {
+                throw bad("damaged block state: " + e.detail());
+            }
+            if (!st.meta.is_object())
                 throw bad("damaged block state: its meta section is not a CBOR object");
             have_meta = true;
         } else if (kind == StateSectionKind::hidden) {

@@ -256,7 +256,7 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
     SECTION("negative dimension") {
         fresh();
         edit_header(p, [&](json& h) { tensor_at(h, "embed")["shape"] = {-3, 17}; });
-        expect("\"shape\" must be an array of non-negative integers");
+        expect("key 'tensors[0].shape[0]': expected a non-negative integer, found number -3");
     }
     SECTION("length disagrees with shape and qtype") {
         fresh();

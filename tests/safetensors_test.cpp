@@ -246,7 +246,7 @@ TEST_CASE("broken files: each refused with its own message", "[formats][safetens
         {"invalid UTF-8", st_bytes("{\"\xff\": 1}"), "header is not valid JSON"},
         {"top level array", st_bytes("[1, 2]"), "header is a JSON array, expected a JSON object"},
         {"top level number", st_bytes("42"), "header is 42, expected a JSON object"},
-        {"nesting bomb", st_bytes(deep), "header nests deeper than 32 levels"},
+        {"nesting bomb", st_bytes(deep), "header nested deeper than 32 levels at byte"},
         {"entry not an object", st_bytes(R"({"x": 5})"),
          "tensor 'x': header entry is 5, expected an object"},
         {"missing data_offsets", st_bytes(R"({"x":{"dtype":"F32","shape":[2]}})"),

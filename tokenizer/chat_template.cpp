@@ -28,7 +28,13 @@ std::string render_chat_prompt(const Tokenizer& tokenizer, const std::string& sy
     in.messages.push_back({"user", user});
     if (tokenizer.bos_id()) in.bos_token = std::string(tokenizer.piece(*tokenizer.bos_id()));
     if (tokenizer.eos_id()) in.eos_token = std::string(tokenizer.piece(*tokenizer.eos_id()));
-    return render_chat_template(tokenizer.chat_template(), in);
+    // The template is part of the tokenizer's file: a broken one is that file's error.
+    try {
+        return render_chat_template(tokenizer.chat_template(), in);
+    } catch (const Error& e) {
+        if (!e.file().empty()) throw;
+        throw e.with_file(tokenizer.source());
+    }
 }
 
 }  // namespace qforge

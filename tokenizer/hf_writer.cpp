@@ -1,6 +1,7 @@
 #include "tokenizer/hf_writer.hpp"
 
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "tokenizer/pretokenizer.hpp"
 
 namespace qforge {
@@ -112,9 +113,7 @@ json post_processor_json(const json& schema, const json& pieces, const std::stri
             {"special_tokens", special}};
 }
 
-}  // namespace
-
-HfTokenizerFiles hf_tokenizer_files(const json& schema, const std::string& source) {
+HfTokenizerFiles build_hf_tokenizer_files(const json& schema, const std::string& source) {
     const std::string model = schema.at("model");
     if (model != "bpe_byte_level" && model != "bpe_sentencepiece")
         throw Error(source, {},
@@ -185,6 +184,14 @@ HfTokenizerFiles hf_tokenizer_files(const json& schema, const std::string& sourc
     else if (!stops.empty())
         f.generation_config["eos_token_id"] = stops;
     return f;
+}
+
+}  // namespace
+
+// The schema comes from a .qf header; Tokenizer::from_schema checks it value by value, and this
+// backstop names the file for a value of a type the writer did not expect.
+HfTokenizerFiles hf_tokenizer_files(const json& schema, const std::string& source) {
+    return with_json_errors(source, [&] { return build_hf_tokenizer_files(schema, source); });
 }
 
 }  // namespace qforge

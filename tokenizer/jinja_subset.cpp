@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/error.hpp"
 #include "tokenizer/jinja_lexer.hpp"
 #include "tokenizer/jinja_values.hpp"
 
@@ -29,11 +30,28 @@ struct Context {
     void set(const std::string& name, Value v) { scopes.back()[name] = std::move(v); }
 };
 
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
 struct Expr {
     virtual ~Expr() = default;
     virtual Value eval(Context& ctx) const = 0;
+    // The tallest child's height; evaluation and destruction recurse once per level, so the
+    // parser bounds height (see ExprParser::seal).
+    virtual int child_height() const { return 0; }
+    int height = 1;
 };
-using ExprPtr = std::unique_ptr<Expr>;
+
+int height_of(const ExprPtr& e) { return e ? e->height : 0; }
+int height_of(const std::vector<ExprPtr>& v) {
+    int h = 0;
+    for (const auto& e : v) h = std::max(h, height_of(e));
+    return h;
+}
+template <class... T>
+int height_of(const T&... parts) {
+    return std::max({height_of(parts)...});
+}
 
 struct Literal : Expr {
     Value v;
@@ -43,6 +61,7 @@ struct Literal : Expr {
 
 struct ListExpr : Expr {
     std::vector<ExprPtr> items;
+    int child_height() const override { return height_of(items); }
     Value eval(Context& ctx) const override {
         Value::List l;
         for (const auto& e : items) l.push_back(e->eval(ctx));
@@ -52,6 +71,11 @@ struct ListExpr : Expr {
 
 struct DictExpr : Expr {
     std::vector<std::pair<ExprPtr, ExprPtr>> items;
+    int child_height() const override {
+        int h = 0;
+        for (const auto& [k, v] : items) h = std::max(h, height_of(k, v));
+        return h;
+    }
     Value eval(Context& ctx) const override {
         Value::Dict d;
         for (const auto& [k, v] : items) {
@@ -72,16 +96,19 @@ struct NameExpr : Expr {
 struct AttrExpr : Expr {
     ExprPtr obj;
     std::string name;
+    int child_height() const override { return height_of(obj); }
     Value eval(Context& ctx) const override { return get_item(obj->eval(ctx), Value(name)); }
 };
 
 struct ItemExpr : Expr {
     ExprPtr obj, key;
+    int child_height() const override { return height_of(obj, key); }
     Value eval(Context& ctx) const override { return get_item(obj->eval(ctx), key->eval(ctx)); }
 };
 
 struct SliceExpr : Expr {
     ExprPtr obj, start, stop, step;  // each may be null
+    int child_height() const override { return height_of(obj, start, stop, step); }
     Value eval(Context& ctx) const override {
         const Value o = obj->eval(ctx);
         if (o.kind() != Value::Kind::list && o.kind() != Value::Kind::string)
@@ -119,6 +146,7 @@ struct SliceExpr : Expr {
 struct CallExpr : Expr {
     ExprPtr callee;  // a NameExpr (function) or an AttrExpr (method)
     std::vector<ExprPtr> args;
+    int child_height() const override { return std::max(height_of(callee), height_of(args)); }
     Value eval(Context& ctx) const override {
         Args values;
         for (const auto& a : args) values.push_back(a->eval(ctx));
@@ -134,6 +162,7 @@ struct FilterExpr : Expr {
     ExprPtr obj;
     std::string name;
     std::vector<ExprPtr> args;
+    int child_height() const override { return std::max(height_of(obj), height_of(args)); }
     Value eval(Context& ctx) const override {
         Args values;
         for (const auto& a : args) values.push_back(a->eval(ctx));
@@ -146,6 +175,7 @@ struct TestExpr : Expr {
     std::string name;
     std::vector<ExprPtr> args;
     bool negate = false;
+    int child_height() const override { return std::max(height_of(obj), height_of(args)); }
     Value eval(Context& ctx) const override {
         Args values;
         for (const auto& a : args) values.push_back(a->eval(ctx));
@@ -155,11 +185,13 @@ struct TestExpr : Expr {
 
 struct NotExpr : Expr {
     ExprPtr e;
+    int child_height() const override { return height_of(e); }
     Value eval(Context& ctx) const override { return !truthy(e->eval(ctx)); }
 };
 
 struct NegExpr : Expr {
     ExprPtr e;
+    int child_height() const override { return height_of(e); }
     Value eval(Context& ctx) const override {
         const Value v = e->eval(ctx);
         if (is_int_like(v)) return -as_int(v);
@@ -171,6 +203,7 @@ struct NegExpr : Expr {
 struct AndOrExpr : Expr {
     ExprPtr l, r;
     bool is_and;
+    int child_height() const override { return height_of(l, r); }
     Value eval(Context& ctx) const override {
         Value a = l->eval(ctx);
         if (truthy(a) != is_and) return a;  // Python: `and`/`or` return an operand
@@ -180,6 +213,7 @@ struct AndOrExpr : Expr {
 
 struct CondExpr : Expr {
     ExprPtr value, cond, otherwise;  // otherwise may be null: undefined
+    int child_height() const override { return height_of(value, cond, otherwise); }
     Value eval(Context& ctx) const override {
         if (truthy(cond->eval(ctx))) return value->eval(ctx);
         return otherwise ? otherwise->eval(ctx) : Value();
@@ -190,6 +224,7 @@ struct BinaryExpr : Expr {
     std::string op;
     ExprPtr l, r;
     bool comparison;
+    int child_height() const override { return height_of(l, r); }
     Value eval(Context& ctx) const override {
         const Value a = l->eval(ctx), b = r->eval(ctx);
         return comparison ? Value(compare(op, a, b)) : arithmetic(op, a, b);
@@ -205,6 +240,13 @@ class ExprParser {
     explicit ExprParser(std::string_view text) : tokens_(tokenize(text)) {}
 
     ExprPtr expression() { return conditional(); }
+    // Finishes a node: its height is bounded here, so no tree is built that evaluating or
+    // destroying could not walk.
+    ExprPtr seal(ExprPtr n) const {
+        n->height = n->child_height() + 1;
+        if (n->height > kMaxTemplateDepth) fail_too_deep();
+        return n;
+    }
     const Token& peek(size_t ahead = 0) const {
         return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
     }
@@ -230,7 +272,20 @@ class ExprParser {
     }
 
   private:
+    // Counts the parser's own recursion (parentheses, brackets, chains of `not`, unary minus
+    // and `else ... if`), which can be deep without making the tree tall.
+    struct DepthGuard {
+        int& depth;
+        explicit DepthGuard(int& d) : depth(d) {
+            if (++depth > kMaxTemplateDepth) fail_too_deep();
+        }
+        ~DepthGuard() { --depth; }
+        DepthGuard(const DepthGuard&) = delete;
+        DepthGuard& operator=(const DepthGuard&) = delete;
+    };
+
     ExprPtr conditional() {
+        const DepthGuard guard(depth_);
         ExprPtr e = or_expr();
         while (is_name("if")) {
             ++pos_;
@@ -241,7 +296,7 @@ class ExprParser {
                 ++pos_;
                 c->otherwise = conditional();
             }
-            e = std::move(c);
+            e = seal(std::move(c));
         }
         return e;
     }
@@ -253,7 +308,7 @@ class ExprParser {
             n->l = std::move(e);
             n->r = and_expr();
             n->is_and = false;
-            e = std::move(n);
+            e = seal(std::move(n));
         }
         return e;
     }
@@ -265,16 +320,17 @@ class ExprParser {
             n->l = std::move(e);
             n->r = not_expr();
             n->is_and = true;
-            e = std::move(n);
+            e = seal(std::move(n));
         }
         return e;
     }
     ExprPtr not_expr() {
         if (is_name("not")) {
+            const DepthGuard guard(depth_);
             ++pos_;
             auto n = std::make_unique<NotExpr>();
             n->e = not_expr();
-            return n;
+            return seal(std::move(n));
         }
         return comparison();
     }
@@ -296,13 +352,13 @@ class ExprParser {
             e = binary(op, std::move(e), math1(), true);
         }
     }
-    static ExprPtr binary(std::string op, ExprPtr l, ExprPtr r, bool comparison) {
+    ExprPtr binary(std::string op, ExprPtr l, ExprPtr r, bool comparison) const {
         auto n = std::make_unique<BinaryExpr>();
         n->op = std::move(op);
         n->l = std::move(l);
         n->r = std::move(r);
         n->comparison = comparison;
-        return n;
+        return seal(std::move(n));
     }
     ExprPtr math1() {
         ExprPtr e = concat();
@@ -338,12 +394,14 @@ class ExprParser {
     }
     ExprPtr unary() {
         if (is_op("-")) {
+            const DepthGuard guard(depth_);
             ++pos_;
             auto n = std::make_unique<NegExpr>();
             n->e = unary();
-            return filters(std::move(n));
+            return filters(seal(std::move(n)));
         }
         if (is_op("+")) {
+            const DepthGuard guard(depth_);
             ++pos_;
             return unary();
         }
@@ -370,7 +428,7 @@ class ExprParser {
                 f->obj = std::move(e);
                 f->name = expect_name();
                 if (is_op("(")) f->args = call_args();
-                e = std::move(f);
+                e = seal(std::move(f));
             } else if (is_name("is")) {
                 ++pos_;
                 auto t = std::make_unique<TestExpr>();
@@ -381,7 +439,7 @@ class ExprParser {
                 }
                 t->name = next().text;  // tests may be keywords: none, true, false
                 if (is_op("(")) t->args = call_args();
-                e = std::move(t);
+                e = seal(std::move(t));
             } else {
                 return e;
             }
@@ -397,11 +455,11 @@ class ExprParser {
                     auto it = std::make_unique<ItemExpr>();
                     it->obj = std::move(a->obj);
                     it->key = std::make_unique<Literal>(Value(next().i));
-                    e = std::move(it);
+                    e = seal(std::move(it));
                     continue;
                 }
                 a->name = expect_name();
-                e = std::move(a);
+                e = seal(std::move(a));
             } else if (is_op("[")) {
                 ++pos_;
                 ExprPtr first = is_op(":") ? nullptr : expression();
@@ -415,19 +473,19 @@ class ExprParser {
                         ++pos_;
                         if (!is_op("]")) s->step = expression();
                     }
-                    e = std::move(s);
+                    e = seal(std::move(s));
                 } else {
                     auto it = std::make_unique<ItemExpr>();
                     it->obj = std::move(e);
                     it->key = std::move(first);
-                    e = std::move(it);
+                    e = seal(std::move(it));
                 }
                 expect_op("]");
             } else if (is_op("(")) {
                 auto c = std::make_unique<CallExpr>();
                 c->callee = std::move(e);
                 c->args = call_args();
-                e = std::move(c);
+                e = seal(std::move(c));
             } else {
                 return e;
             }
@@ -467,7 +525,7 @@ class ExprParser {
                         if (!is_op("]")) expect_op(",");
                     }
                     expect_op("]");
-                    return l;
+                    return seal(std::move(l));
                 }
                 if (t.text == "{") {
                     auto d = std::make_unique<DictExpr>();
@@ -478,7 +536,7 @@ class ExprParser {
                         if (!is_op("}")) expect_op(",");
                     }
                     expect_op("}");
-                    return d;
+                    return seal(std::move(d));
                 }
                 fail("unexpected '" + t.text + "'");
             case Token::Kind::end:
@@ -489,6 +547,7 @@ class ExprParser {
 
     std::vector<Token> tokens_;
     size_t pos_ = 0;
+    int depth_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -581,7 +640,13 @@ class StmtParser {
   private:
     // Parses statements until a {% keyword %} in `stops`; `ended` gets that keyword and the
     // parser of its tag is left positioned after it.
+    // Blocks nest by recursion here, in rendering and in destruction: bounded like expressions.
     Body body(const std::vector<std::string_view>& stops, std::string& ended) {
+        if (++block_depth_ > kMaxTemplateDepth) fail_too_deep();
+        struct Leave {
+            int& depth;
+            ~Leave() { --depth; }
+        } leave{block_depth_};
         Body out;
         while (pos_ < segs_.size()) {
             const Segment& s = segs_[pos_++];
@@ -675,6 +740,7 @@ class StmtParser {
 
     std::vector<Segment> segs_;
     size_t pos_ = 0;
+    int block_depth_ = 0;
     std::unique_ptr<ExprParser> tag_;
 };
 
@@ -688,6 +754,15 @@ std::string render(std::string_view source, const std::map<std::string, Value>& 
     std::string out;
     render_body(body, ctx, out);
     return out;
+}
+
+void check_nesting(std::string_view source) {
+    try {
+        StmtParser parser(split_segments(source));
+        parser.parse_all();
+    } catch (const Error& e) {
+        if (e.detail() == too_deep_message()) throw;
+    }
 }
 
 }  // namespace qforge::jinja

@@ -30,6 +30,13 @@
 
 namespace qforge::jinja {
 
+// Real chat templates nest blocks a few levels and expressions a few dozen nodes deep (the
+// largest, Llama 3.1's tool-calling template, under 20). Parsing, evaluation, printing and
+// destruction of a template and of its values all recurse once per level, so a template or a
+// value nested deeper than this is refused ("chat template nested deeper than 256 levels")
+// rather than allowed to exhaust the stack.
+inline constexpr int kMaxTemplateDepth = 256;
+
 class Value {
   public:
     enum class Kind : uint8_t { undefined, none, boolean, integer, floating, string, list, dict };
@@ -56,9 +63,11 @@ class Value {
     const List& list() const { return *list_; }
     const Dict& dict() const { return *dict_; }
     const Value* find(std::string_view key) const;  // dict entry, nullptr when absent
+    int depth() const { return depth_; }              // list/dict nesting levels, 0 for scalars
 
   private:
     Kind kind_ = Kind::undefined;
+    int depth_ = 0;
     bool b_ = false;
     int64_t i_ = 0;
     double f_ = 0.0;
@@ -70,5 +79,11 @@ class Value {
 // Renders `source` with the given top-level variables. Throws qforge::Error with "template:" and
 // the problem (a construct outside the subset, a syntax error, raise_exception's message).
 std::string render(std::string_view source, const std::map<std::string, Value>& variables);
+
+// Parses `source` and throws the Error of a template nested deeper than kMaxTemplateDepth; any
+// other problem (a construct outside the subset) is left for render to report, so a model whose
+// template qforge cannot render still converts. Readers of tokenizer files call this, so the
+// error names the file that holds the template.
+void check_nesting(std::string_view source);
 
 }  // namespace qforge::jinja

@@ -14,6 +14,10 @@ namespace qforge::jinja {
 namespace detail {
 
 void fail(const std::string& what) { throw Error("chat template: " + what); }
+void fail_too_deep() { throw Error(too_deep_message()); }
+std::string too_deep_message() {
+    return "chat template nested deeper than " + std::to_string(kMaxTemplateDepth) + " levels";
+}
 
 // Python's str() of a float: the shortest digits that read back to the same double.
 static std::string float_text(double f) {
@@ -524,8 +528,18 @@ Value::Value(bool b) : kind_(Kind::boolean), b_(b) {}
 Value::Value(int64_t i) : kind_(Kind::integer), i_(i) {}
 Value::Value(double f) : kind_(Kind::floating), f_(f) {}
 Value::Value(std::string s) : kind_(Kind::string), s_(std::move(s)) {}
-Value::Value(List l) : kind_(Kind::list), list_(std::make_shared<const List>(std::move(l))) {}
-Value::Value(Dict d) : kind_(Kind::dict), dict_(std::make_shared<const Dict>(std::move(d))) {}
+// A list or dict one level deeper than its deepest element: `{% set x = [x] %}` repeated builds
+// depth one statement at a time, so the limit is checked where values are made.
+Value::Value(List l) : kind_(Kind::list) {
+    for (const Value& e : l) depth_ = std::max(depth_, e.depth_);
+    if (++depth_ > kMaxTemplateDepth) detail::fail_too_deep();
+    list_ = std::make_shared<const List>(std::move(l));
+}
+Value::Value(Dict d) : kind_(Kind::dict) {
+    for (const auto& [k, e] : d) depth_ = std::max(depth_, e.depth_);
+    if (++depth_ > kMaxTemplateDepth) detail::fail_too_deep();
+    dict_ = std::make_shared<const Dict>(std::move(d));
+}
 
 const Value* Value::find(std::string_view key) const {
     if (kind_ != Kind::dict) return nullptr;

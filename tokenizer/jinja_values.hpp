@@ -13,6 +13,9 @@ namespace qforge::jinja::detail {
 
 // Throws qforge::Error("chat template: " + what).
 [[noreturn]] void fail(const std::string& what);
+// Fails with "nested deeper than kMaxTemplateDepth levels".
+[[noreturn]] void fail_too_deep();
+std::string too_deep_message();
 
 inline constexpr std::string_view kSpace = " \t\n\r\f\v";  // Python's str.strip() set (ASCII)
 

@@ -4,22 +4,24 @@
 #include <unicode/normalizer2.h>
 
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 
 namespace qforge {
 
 Normalizer::Normalizer(const nlohmann::json& steps, const std::string& source) {
-    if (!steps.is_array()) throw Error(source, {}, "tokenizer schema: \"normalizer\" must be an array");
-    for (const auto& s : steps) {
-        const std::string type = s.value("type", "");
+    const JsonView list(steps, source, "tokenizer.normalizer");
+    if (!list.is_array()) throw Error(source, {}, "tokenizer schema: \"normalizer\" must be an array");
+    list.for_each_element([&](const JsonView& s) {
+        const std::string type = s["type"].string_or("");
         if (type == "nfc")
             steps_.push_back({Step::Kind::nfc, {}, {}});
         else if (type == "prepend")
-            steps_.push_back({Step::Kind::prepend, s.value("prepend", ""), {}});
-        else if (type == "replace" && !s.value("pattern", "").empty())
-            steps_.push_back({Step::Kind::replace, s.value("pattern", ""), s.value("content", "")});
+            steps_.push_back({Step::Kind::prepend, s["prepend"].string_or(""), {}});
+        else if (type == "replace" && !s["pattern"].string_or("").empty())
+            steps_.push_back({Step::Kind::replace, s["pattern"].string(), s["content"].string_or("")});
         else
-            throw Error(source, {}, "tokenizer schema: unknown normalizer step " + s.dump());
-    }
+            s.fail("tokenizer schema: unknown normalizer step " + s.value().dump());
+    });
 }
 
 std::string Normalizer::apply(std::string text) const {

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
+#include "formats/json_io.hpp"
 #include "tokenizer/source_gguf.hpp"
 #include "tokenizer/source_hf.hpp"
 
@@ -149,7 +150,7 @@ void validate_tokenizer_schema(const json& s, const std::string& source) {
         throw Error(source, {}, "tokenizer schema_version " + version.dump() + " is not " +
                                     std::to_string(kTokenizerSchemaVersion) +
                                     " (the version this qforge reads): reconvert the model with this qforge");
-    const std::string model = s.value("model", "");
+    const std::string model = JsonView(s, source, "tokenizer")["model"].string_or("");
     require(model == "llama2c" || model == "bpe_sentencepiece" || model == "bpe_byte_level", source,
             "unknown model " + s.value("model", json()).dump());
     require(s.contains("pieces") && s["pieces"].is_array() && !s["pieces"].empty(), source,

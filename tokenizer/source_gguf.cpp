@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "tokenizer/jinja_subset.hpp"
 #include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/source.hpp"
 #include "tokenizer/source_hf.hpp"
@@ -286,6 +287,13 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
     const std::string* chat = f.get_string("tokenizer.chat_template");
     if (chat && !is_valid_utf8(*chat))
         throw Error(file, {}, "tokenizer.chat_template is not valid UTF-8");
+    if (chat) {
+        try {
+            jinja::check_nesting(*chat);
+        } catch (const Error& e) {
+            throw Error(file, {}, "tokenizer.chat_template: " + e.detail());
+        }
+    }
     s["chat_template"] = chat ? *chat : "";
 
     // Generation stops at EOS, at the end-of-turn and end-of-message tokens the file names, and

@@ -8,7 +8,8 @@
 #include <optional>
 
 #include "core/error.hpp"
-#include "core/mapped_file.hpp"
+#include "formats/json_io.hpp"
+#include "tokenizer/jinja_subset.hpp"
 #include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/source.hpp"
 #include "tokenizer/source_hf.hpp"
@@ -22,106 +23,114 @@ namespace {
 
 const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581 "▁", SentencePiece's space
 
-json read_json_file(const std::string& path) {
-    MappedFile f(path);
-    const auto* p = reinterpret_cast<const char*>(f.data());
-    try {
-        return json::parse(p, p + f.size());
-    } catch (const json::exception& e) {
-        throw Error(path, {}, std::string("not valid JSON: ") + e.what());
-    }
+// A value for messages: its JSON text, cut short (a whole vocabulary must not end up in one line).
+std::string excerpt(const JsonView& v) {
+    if (!v.raw()) return "(absent)";
+    std::string text = v.raw()->dump();
+    return text.size() <= 100 ? text : text.substr(0, 97) + "...";
 }
 
-// tokenizer_config.json writes special tokens as "<s>" or {"content": "<s>", ...}.
-std::optional<std::string> token_content(const json& t) {
-    if (t.is_string()) return t.get<std::string>();
-    if (t.is_object() && t.value("content", json()).is_string()) return t["content"].get<std::string>();
-    return std::nullopt;
+// tokenizer_config.json writes special tokens as "<s>" or {"content": "<s>", ...}; null is none.
+std::optional<std::string> token_content(const JsonView& t) {
+    if (!t.is_set()) return std::nullopt;
+    if (t.is_string()) return t.string();
+    if (t.is_object()) return t["content"].string();
+    t.expected("a token string or an object with \"content\"");
 }
 
 // HF writes string patterns as {"String": " "}; regex patterns are not used by these families.
-std::string string_pattern(const json& pattern, const std::string& file, const char* what) {
-    if (pattern.is_object() && pattern.value("String", json()).is_string())
-        return pattern["String"].get<std::string>();
-    throw Error(file, {}, std::string(what) + " pattern " + pattern.dump() +
-                              " is not supported (only {\"String\": ...} patterns)");
+std::string string_pattern(const JsonView& pattern, const char* what) {
+    if (pattern.is_object() && pattern["String"].is_string()) return pattern["String"].string();
+    pattern.fail(std::string(what) + " pattern " + excerpt(pattern) +
+                 " is not supported (only {\"String\": ...} patterns)");
 }
 
-std::vector<json> flatten_sequence(const json& j, const char* list_key) {
-    if (j.is_null()) return {};
-    if (j.value("type", "") == "Sequence") {
-        std::vector<json> out;
-        for (const json& item : j.value(list_key, json::array())) {
-            auto sub = flatten_sequence(item, list_key);
-            out.insert(out.end(), sub.begin(), sub.end());
-        }
-        return out;
+// The steps of a (possibly nested) Sequence, in order. The recursion is bounded by the
+// document's nesting limit (formats/json_io.hpp), two JSON levels per Sequence.
+void flatten_sequence(const JsonView& j, const char* list_key, std::vector<JsonView>& out) {
+    if (!j.is_set()) return;
+    if (j["type"].string_or("") == "Sequence") {
+        j[list_key].for_each_element(
+            [&](const JsonView& item) { flatten_sequence(item, list_key, out); });
+        return;
     }
-    return {j};
+    out.push_back(j);
 }
 
-json map_normalizer(const json& normalizer, const std::string& file) {
+std::vector<JsonView> flatten_sequence(const JsonView& j, const char* list_key) {
+    std::vector<JsonView> out;
+    flatten_sequence(j, list_key, out);
+    return out;
+}
+
+json map_normalizer(const JsonView& normalizer) {
     json out = json::array();
-    for (const json& n : flatten_sequence(normalizer, "normalizers")) {
-        const std::string type = n.value("type", "");
+    for (const JsonView& n : flatten_sequence(normalizer, "normalizers")) {
+        const std::string type = n["type"].string_or("");
         if (type == "NFC")
             out.push_back({{"type", "nfc"}});
-        else if (type == "Prepend" && n.value("prepend", json()).is_string())
-            out.push_back({{"type", "prepend"}, {"prepend", n["prepend"]}});
-        else if (type == "Replace" && n.value("content", json()).is_string())
+        else if (type == "Prepend")
+            out.push_back({{"type", "prepend"}, {"prepend", n["prepend"].string()}});
+        else if (type == "Replace")
             out.push_back({{"type", "replace"},
-                           {"pattern", string_pattern(n.value("pattern", json()), file, "Replace normalizer")},
-                           {"content", n["content"]}});
+                           {"pattern", string_pattern(n["pattern"], "Replace normalizer")},
+                           {"content", n["content"].string()}});
         else
-            throw Error(file, {}, "unsupported normalizer " + n.dump() + " (supported: NFC, Prepend, Replace)");
+            n.fail("unsupported normalizer " + excerpt(n) + " (supported: NFC, Prepend, Replace)");
     }
     return out;
 }
 
 // Metaspace settings from either the current (prepend_scheme) or the older (add_prefix_space)
 // spelling of the Metaspace pre-tokenizer/decoder.
-std::string metaspace_prepend_scheme(const json& m) {
-    if (m.value("prepend_scheme", json()).is_string()) return m["prepend_scheme"].get<std::string>();
-    return m.value("add_prefix_space", true) ? "always" : "never";
+std::string metaspace_prepend_scheme(const JsonView& m) {
+    if (m.has("prepend_scheme")) return m["prepend_scheme"].string();
+    return m["add_prefix_space"].boolean_or(true) ? "always" : "never";
 }
 
-json map_decoder(const json& decoder, const std::string& file) {
+// A count of leading spaces the Strip decoder removes; far larger values are not a tokenizer.
+constexpr int64_t kMaxStrip = 1 << 20;
+
+json map_decoder(const JsonView& decoder) {
     json out = {{"byte_level", false}, {"byte_fallback", false}, {"metaspace", ""}, {"strip_leading_spaces", 0}};
-    for (const json& d : flatten_sequence(decoder, "decoders")) {
-        const std::string type = d.value("type", "");
+    for (const JsonView& d : flatten_sequence(decoder, "decoders")) {
+        const std::string type = d["type"].string_or("");
+        const bool space_content = d["content"].is_string() && d["content"].string() == " ";
         if (type == "ByteLevel") {
             out["byte_level"] = true;
         } else if (type == "ByteFallback") {
             out["byte_fallback"] = true;
         } else if (type == "Fuse") {
             // Joins the token strings; decode always produces one string.
-        } else if (type == "Replace" && d.value("content", json()) == " " &&
-                   string_pattern(d.value("pattern", json()), file, "Replace decoder") == kMetaSpace) {
+        } else if (type == "Replace" && space_content &&
+                   string_pattern(d["pattern"], "Replace decoder") == kMetaSpace) {
             out["metaspace"] = kMetaSpace;
-        } else if (type == "Strip" && d.value("content", json()) == " " && d.value("stop", 0) == 0) {
-            out["strip_leading_spaces"] = d.value("start", 0);
+        } else if (type == "Strip" && space_content && d["stop"].integer_or(0, 0, kMaxStrip) == 0) {
+            out["strip_leading_spaces"] = d["start"].integer_or(0, 0, kMaxStrip);
         } else if (type == "Metaspace") {
-            out["metaspace"] = d.value("replacement", kMetaSpace);
+            out["metaspace"] = d["replacement"].string_or(kMetaSpace);
             if (metaspace_prepend_scheme(d) != "never") out["strip_leading_spaces"] = 1;
         } else {
-            throw Error(file, {}, "unsupported decoder " + d.dump() +
-                                      " (supported: ByteLevel, ByteFallback, Fuse, Replace(▁, ' '), Strip, Metaspace)");
+            d.fail("unsupported decoder " + excerpt(d) +
+                   " (supported: ByteLevel, ByteFallback, Fuse, Replace(▁, ' '), Strip, Metaspace)");
         }
     }
     return out;
 }
 
 // The vocabulary and added tokens as pieces in id order; ids must be dense and each piece unique.
-json collect_pieces(const json& vocab, const json& added, const std::string& file) {
-    const size_t limit = vocab.size() + added.size();
+json collect_pieces(const JsonView& vocab, const JsonView& added, const std::string& file) {
+    const size_t limit = vocab.object_size() + added.array_size();
     std::vector<std::optional<std::string>> pieces;
     std::map<std::string, int64_t> id_of;
-    auto put = [&](const std::string& piece, const json& id_json, bool from_added) {
-        if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<uint64_t>() >= limit)
-            throw Error(file, {}, "token " + json(piece).dump() + " has id " + id_json.dump() +
-                                      ", out of range 0.." + std::to_string(limit - 1));
-        if (!is_valid_utf8(piece)) throw Error(file, {}, "token id " + id_json.dump() + " is not valid UTF-8");
-        const auto id = id_json.get<size_t>();
+    auto put = [&](const std::string& piece, const JsonView& id_json, bool from_added) {
+        const json* raw = id_json.raw();
+        if (!raw || !raw->is_number_integer() || (!raw->is_number_unsigned() && raw->get<int64_t>() < 0) ||
+            raw->get<uint64_t>() >= limit)
+            id_json.fail("token " + json(piece).dump() + " has id " + excerpt(id_json) +
+                         ", out of range 0.." + std::to_string(limit - 1));
+        if (!is_valid_utf8(piece)) id_json.fail("token id " + raw->dump() + " is not valid UTF-8");
+        const auto id = raw->get<size_t>();
         if (pieces.size() <= id) pieces.resize(id + 1);
         if (pieces[id] && (*pieces[id] != piece || !from_added))
             throw Error(file, {}, "id " + std::to_string(id) + " is used by both " + json(*pieces[id]).dump() +
@@ -132,12 +141,8 @@ json collect_pieces(const json& vocab, const json& added, const std::string& fil
                                       std::to_string(it->second) + " and " + std::to_string(id) + ")");
         pieces[id] = piece;
     };
-    for (const auto& [piece, id] : vocab.items()) put(piece, id, false);
-    for (const json& t : added) {
-        if (!t.is_object() || !t.value("content", json()).is_string())
-            throw Error(file, {}, "added token " + t.dump() + " has no \"content\"");
-        put(t["content"].get<std::string>(), t.value("id", json()), true);
-    }
+    vocab.for_each_member([&](const std::string& piece, const JsonView& id) { put(piece, id, false); });
+    added.for_each_element([&](const JsonView& t) { put(t["content"].string(), t["id"], true); });
     json out = json::array();
     for (size_t id = 0; id < pieces.size(); ++id) {
         if (!pieces[id]) throw Error(file, {}, "no token has id " + std::to_string(id) + " (ids must be dense)");
@@ -146,117 +151,123 @@ json collect_pieces(const json& vocab, const json& added, const std::string& fil
     return out;
 }
 
-json map_merges(const json& merges, const json& vocab, const std::string& file) {
-    if (!merges.is_array()) throw Error(file, {}, "model.merges must be an array");
+json map_merges(const JsonView& merges, const json& vocab) {
     json out = json::array();
-    for (const json& m : merges) {
+    if (!merges.is_set()) return out;
+    merges.for_each_element([&](const JsonView& m) {
         std::string a, b;
         if (m.is_string()) {  // "a b" (tokenizers < 0.20)
-            const std::string s = m.get<std::string>();
+            const std::string s = m.string();
             const size_t space = s.find(' ');
             if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-                throw Error(file, {}, "merge " + m.dump() + " is not two tokens separated by one space");
+                m.fail("merge " + excerpt(m) + " is not two tokens separated by one space");
             a = s.substr(0, space), b = s.substr(space + 1);
-        } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-            a = m[0].get<std::string>(), b = m[1].get<std::string>();  // ["a", "b"] (tokenizers >= 0.20)
+        } else if (m.is_array() && m.array_size() == 2 && m[0].is_string() && m[1].is_string()) {
+            a = m[0].string(), b = m[1].string();  // ["a", "b"] (tokenizers >= 0.20)
         } else {
-            throw Error(file, {}, "merge " + m.dump() + " is neither \"a b\" nor [\"a\", \"b\"]");
+            m.fail("merge " + excerpt(m) + " is neither \"a b\" nor [\"a\", \"b\"]");
         }
         for (const std::string& name : {a, b, a + b}) {
             if (!vocab.contains(name))
-                throw Error(file, {}, "merge " + m.dump() + " names " + json(name).dump() + ", absent from the vocabulary");
+                m.fail("merge " + excerpt(m) + " names " + json(name).dump() + ", absent from the vocabulary");
         }
         if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
-            throw Error(file, {}, "merge " + m.dump() + " has a token with a space, which the schema's \"a b\" form cannot hold");
+            m.fail("merge " + excerpt(m) + " has a token with a space, which the schema's \"a b\" form cannot hold");
         out.push_back(a + " " + b);
-    }
+    });
     return out;
 }
 
-bool contains_type(const json& j, const char* type, const char* list_key) {
-    for (const json& item : flatten_sequence(j, list_key))
-        if (item.value("type", "") == type) return true;
+bool contains_type(const JsonView& j, const char* type, const char* list_key) {
+    for (const JsonView& item : flatten_sequence(j, list_key))
+        if (item["type"].string_or("") == type) return true;
     return false;
 }
+
+// Token ids live in int32 everywhere downstream.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
 
 // The special tokens a TemplateProcessing post-processor puts around a single sequence.
 struct Template {
     std::vector<int64_t> before, after;
 };
-std::optional<Template> template_of(const json& post, const std::string& file) {
-    for (const json& p : flatten_sequence(post, "processors")) {
-        if (p.value("type", "") != "TemplateProcessing") continue;
+std::optional<Template> template_of(const JsonView& post) {
+    for (const JsonView& p : flatten_sequence(post, "processors")) {
+        if (p["type"].string_or("") != "TemplateProcessing") continue;
         Template t;
         bool seen_sequence = false;
-        for (const json& piece : p.value("single", json::array())) {
-            if (piece.contains("Sequence")) {
-                seen_sequence = true;
-                continue;
-            }
-            const std::string name = piece.value("SpecialToken", json::object()).value("id", "");
-            const json& ids = p.value("special_tokens", json::object()).value(name, json::object()).value("ids", json());
-            if (!ids.is_array() || ids.size() != 1 || !ids[0].is_number_integer())
-                throw Error(file, {}, "post_processor special token \"" + name + "\" must have exactly one id");
-            (seen_sequence ? t.after : t.before).push_back(ids[0].get<int64_t>());
-        }
+        if (p["single"].is_set())
+            p["single"].for_each_element([&](const JsonView& piece) {
+                if (piece.has("Sequence")) {
+                    seen_sequence = true;
+                    return;
+                }
+                const std::string name = piece["SpecialToken"]["id"].string();
+                const JsonView ids = p["special_tokens"][name]["ids"];
+                if (!ids.is_array() || ids.array_size() != 1)
+                    ids.fail("post_processor special token \"" + name + "\" must have exactly one id");
+                (seen_sequence ? t.after : t.before).push_back(ids[0].integer(0, kMaxTokenId));
+            });
         if (t.before.size() > 1 || t.after.size() > 1)
-            throw Error(file, {}, "post_processor adds more than one token before or after the text (unsupported)");
+            p.fail("post_processor adds more than one token before or after the text (unsupported)");
         return t;
     }
     return std::nullopt;
 }
 
-json optional_json_beside(const std::string& path, const char* name) {
-    const fs::path p = fs::path(path).parent_path() / name;
-    if (!fs::exists(p)) return nullptr;
-    json j = read_json_file(p.string());
-    if (!j.is_object()) throw Error(p.string(), {}, "not a JSON object");
+// A companion file beside tokenizer.json (null when absent), checked to be an object: errors in
+// it name that file, not tokenizer.json.
+json optional_json_beside(const std::string& companion) {
+    if (!fs::exists(companion)) return nullptr;
+    json j = read_json_file(companion);
+    JsonView(j, companion).object();
     return j;
 }
 
-// tokenizer.json -> schema; JSON type errors are turned into an Error by load_hf_tokenizer.
+// tokenizer.json -> schema.
 json map_hf_tokenizer(const std::string& path) {
-    const json tok = read_json_file(path);
-    if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object())
+    const json root = read_json_file(path);
+    const JsonView tok(root, path);
+    if (!tok.is_object() || !tok["model"].is_object())
         throw Error(path, {}, "tokenizer.json has no \"model\" object");
-    const json& model = tok["model"];
-    if (model.value("type", json()) != "BPE")
-        throw Error(path, {}, "unsupported tokenizer model type " + model.value("type", json()).dump() +
-                                  " (supported: BPE)");
-    if (!model.value("vocab", json()).is_object()) throw Error(path, {}, "model.vocab must be an object");
+    const JsonView model = tok["model"];
+    if (!model["type"].is_string() || model["type"].string() != "BPE")
+        model["type"].fail("unsupported tokenizer model type " + excerpt(model["type"]) +
+                           " (supported: BPE)");
+    model["vocab"].object();
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-        if (!model.value(key, json()).is_null() && model[key] != "")
-            throw Error(path, {}, std::string("model.") + key + " is not supported");
-    const json& vocab = model["vocab"];
-    const json added = tok.value("added_tokens", json::array());
-    if (!added.is_array()) throw Error(path, {}, "\"added_tokens\" must be an array");
+        if (model[key].string_or("") != "") model[key].fail("not supported");
+    const json& vocab = model["vocab"].value();
+    static const json kNone = json::array();
+    const JsonView added = tok["added_tokens"].is_set() ? tok["added_tokens"] : JsonView(kNone, path, "added_tokens");
+    added.array();
 
     json s;
     s["schema_version"] = kTokenizerSchemaVersion;
     s["source"] = "tokenizer.json";
-    s["pieces"] = collect_pieces(vocab, added, path);
-    s["merges"] = map_merges(model.value("merges", json::array()), vocab, path);
-    s["normalizer"] = map_normalizer(tok.value("normalizer", json()), path);
-    s["decoder"] = map_decoder(tok.value("decoder", json()), path);
+    s["pieces"] = collect_pieces(model["vocab"], added, path);
+    s["merges"] = map_merges(model["merges"], vocab);
+    s["normalizer"] = map_normalizer(tok["normalizer"]);
+    s["decoder"] = map_decoder(tok["decoder"]);
 
     // The family: byte-level BPE has a ByteLevel pre-tokenizer; SentencePiece-style BPE has the
     // meta space, from a Metaspace pre-tokenizer or a normalizer that writes "▁".
-    const json pre = tok.value("pre_tokenizer", json());
+    const JsonView pre = tok["pre_tokenizer"];
     bool sentencepiece = false;
     s["pre_tokenizer"] = nullptr;
     s["metaspace"] = nullptr;
     if (contains_type(pre, "ByteLevel", "pretokenizers")) {
         s["model"] = "bpe_byte_level";
         // Normalized: known split patterns by name, Digits and ByteLevel as flags.
-        s["pre_tokenizer"] = pretokenizer_spec_to_json(pretokenizer_spec_from_hf(pre, path));
-    } else if (pre.is_object() && pre.value("type", "") == "Metaspace") {
+        s["pre_tokenizer"] = pretokenizer_spec_to_json(pretokenizer_spec_from_hf(pre.value(), path));
+    } else if (pre.is_object() && pre["type"].string_or("") == "Metaspace") {
         sentencepiece = true;
-        s["metaspace"] = {{"replacement", pre.value("replacement", kMetaSpace)},
+        s["metaspace"] = {{"replacement", pre["replacement"].string_or(kMetaSpace)},
                           {"prepend_scheme", metaspace_prepend_scheme(pre)},
-                          {"split", pre.value("split", true)}};
-    } else if (!pre.is_null()) {
-        throw Error(path, {}, "unsupported pre_tokenizer " + pre.dump() +
-                                  " (supported: ByteLevel with Split/Digits, Metaspace, none)");
+                          {"split", pre["split"].boolean_or(true)}};
+    } else if (pre.is_set()) {
+        pre.fail("unsupported pre_tokenizer " + excerpt(pre) +
+                 " (supported: ByteLevel with Split/Digits, Metaspace, none)");
     } else {
         for (const json& n : s["normalizer"])
             if (n.value("content", "") == kMetaSpace || n.value("prepend", "") == kMetaSpace) sentencepiece = true;
@@ -266,19 +277,22 @@ json map_hf_tokenizer(const std::string& path) {
         throw Error(path, {}, "BPE tokenizer is neither byte-level (ByteLevel pre-tokenizer) nor "
                               "SentencePiece-style (▁ normalizer or Metaspace); not supported");
 
+    // collect_pieces checked every added token (an object with a string content and an id in
+    // range) and every vocabulary id, so the raw reads below cannot meet another type.
+    const json& added_json = added.value();
     const json pieces = s["pieces"];
     auto id_of = [&](const std::string& content) -> json {
-        for (const json& t : added)
-            if (t.value("content", "") == content) return t["id"];
+        for (const json& t : added_json)
+            if (t["content"] == content) return t["id"];
         return vocab.contains(content) ? vocab[content] : json();
     };
-    const json unk = model.value("unk_token", json());
-    s["unk_id"] = unk.is_string() ? id_of(unk.get<std::string>()) : json();
-    if (unk.is_string() && s["unk_id"].is_null())
-        throw Error(path, {}, "unk_token " + unk.dump() + " is not in the vocabulary");
-    s["bpe"] = {{"byte_fallback", model.value("byte_fallback", false)},
-                {"ignore_merges", model.value("ignore_merges", false)},
-                {"fuse_unk", model.value("fuse_unk", false)}};
+    const JsonView unk = model["unk_token"];
+    s["unk_id"] = unk.is_set() ? id_of(unk.string()) : json();
+    if (unk.is_set() && s["unk_id"].is_null())
+        unk.fail("unk_token " + excerpt(unk) + " is not in the vocabulary");
+    s["bpe"] = {{"byte_fallback", model["byte_fallback"].boolean_or(false)},
+                {"ignore_merges", model["ignore_merges"].boolean_or(false)},
+                {"fuse_unk", model["fuse_unk"].boolean_or(false)}};
 
     json added_out = json::array();
     json types = json::array();
@@ -287,41 +301,53 @@ json map_hf_tokenizer(const std::string& path) {
         const bool byte = s["bpe"]["byte_fallback"] && p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>';
         types.push_back(s["unk_id"] == id ? "unknown" : byte ? "byte" : "normal");
     }
-    for (const json& t : added) {
-        const bool special = t.value("special", false);
-        added_out.push_back({{"id", t["id"]},
-                             {"content", t["content"]},
+    added.for_each_element([&](const JsonView& t) {
+        const bool special = t["special"].boolean_or(false);
+        added_out.push_back({{"id", t["id"].value()},
+                             {"content", t["content"].value()},
                              {"special", special},
-                             {"lstrip", t.value("lstrip", false)},
-                             {"rstrip", t.value("rstrip", false)},
-                             {"single_word", t.value("single_word", false)},
-                             {"normalized", t.value("normalized", !special)}});
-        types[t["id"].get<size_t>()] = special ? "special" : "user_defined";
-    }
+                             {"lstrip", t["lstrip"].boolean_or(false)},
+                             {"rstrip", t["rstrip"].boolean_or(false)},
+                             {"single_word", t["single_word"].boolean_or(false)},
+                             {"normalized", t["normalized"].boolean_or(!special)}});
+        types[t["id"].value().get<size_t>()] = special ? "special" : "user_defined";
+    });
     s["added_tokens"] = std::move(added_out);
     s["token_types"] = std::move(types);
 
     // BOS/EOS and whether encode adds them: the post-processor template is what `tokenizers`
     // runs, so it decides; tokenizer_config.json names the tokens and fills in the rest.
-    const json config = optional_json_beside(path, "tokenizer_config.json");
-    const json gen = optional_json_beside(path, "generation_config.json");
+    const fs::path dir = fs::path(path).parent_path();
+    const std::string config_path = (dir / "tokenizer_config.json").string();
+    const std::string gen_path = (dir / "generation_config.json").string();
+    const json config_json = optional_json_beside(config_path);
+    const json gen_json = optional_json_beside(gen_path);
+    const JsonView config(config_json, config_path);
+    const JsonView gen(gen_json, gen_path);
     auto config_id = [&](const char* key) -> json {
-        if (config.is_null()) return nullptr;
-        const auto content = token_content(config.value(key, json()));
+        const auto content = token_content(config[key]);
         return content ? id_of(*content) : json();
     };
     s["bos_id"] = config_id("bos_token");
     s["eos_id"] = config_id("eos_token");
-    s["add_bos"] = !config.is_null() && config.value("add_bos_token", false) == true;
-    s["add_eos"] = !config.is_null() && config.value("add_eos_token", false) == true;
-    if (const auto t = template_of(tok.value("post_processor", json()), path)) {
+    s["add_bos"] = config["add_bos_token"].boolean_or(false);
+    s["add_eos"] = config["add_eos_token"].boolean_or(false);
+    if (const auto t = template_of(tok["post_processor"])) {
         s["add_bos"] = !t->before.empty();
         s["add_eos"] = !t->after.empty();
         if (!t->before.empty()) s["bos_id"] = t->before[0];
         if (!t->after.empty() && s["eos_id"].is_null()) s["eos_id"] = t->after[0];
     }
-    s["chat_template"] = config.is_null() ? "" : config.value("chat_template", json(""));
-    if (!s["chat_template"].is_string()) s["chat_template"] = "";  // a list of named templates: not kept
+    // A list of named templates (tool use, RAG) is not kept: only the default string form.
+    const JsonView chat = config["chat_template"];
+    if (chat.is_set() && !chat.is_string() && !chat.is_array())
+        chat.expected("a template string or a list of named templates");
+    s["chat_template"] = chat.is_string() ? chat.string() : "";
+    try {
+        jinja::check_nesting(s["chat_template"].get_ref<const std::string&>());
+    } catch (const Error& e) {
+        chat.fail(e.detail());
+    }
 
     // Stop ids: EOS, generation_config.json's eos_token_id (Llama 3 Instruct lists several), and
     // the end-of-turn tokens the chat template emits.
@@ -331,16 +357,14 @@ json map_hf_tokenizer(const std::string& path) {
             stops.push_back(id.get<int64_t>());
     };
     add_stop(s["eos_id"]);
-    if (!gen.is_null()) {
-        const json ids = gen.value("eos_token_id", json());
-        if (ids.is_array())
-            for (const json& id : ids) add_stop(id);
-        else
-            add_stop(ids);
-    }
-    const std::string chat = s["chat_template"];
+    const JsonView gen_eos = gen["eos_token_id"];
+    if (gen_eos.is_array())
+        gen_eos.for_each_element([&](const JsonView& id) { add_stop(id.integer(0, kMaxTokenId)); });
+    else if (gen_eos.is_set())
+        add_stop(gen_eos.integer(0, kMaxTokenId));
+    const std::string chat_text = s["chat_template"];
     for (const char* turn_end : kChatTurnEnds)
-        if (chat.find(turn_end) != std::string::npos) add_stop(id_of(turn_end));
+        if (chat_text.find(turn_end) != std::string::npos) add_stop(id_of(turn_end));
     s["stop_ids"] = stops;
     return s;
 }
@@ -348,13 +372,9 @@ json map_hf_tokenizer(const std::string& path) {
 }  // namespace
 
 json load_hf_tokenizer(const std::string& path) {
-    // Checks above name what they expect; a value of an unexpected JSON type anywhere else still
-    // becomes one Error naming the file rather than a bare library exception.
-    try {
-        return map_hf_tokenizer(path);
-    } catch (const json::exception& e) {
-        throw Error(path, {}, std::string("malformed tokenizer.json: ") + e.what());
-    }
+    // Every value above is read through JsonView, which names the file and key; the backstop
+    // turns anything missed into an Error naming tokenizer.json rather than a library exception.
+    return with_json_errors(path, [&] { return map_hf_tokenizer(path); });
 }
 
 }  // namespace qforge

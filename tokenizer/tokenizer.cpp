@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "formats/qf.hpp"
 #include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer_impl.hpp"
@@ -44,10 +45,10 @@ int byte_piece_value(const std::string& p) {
 
 // llama2.c merges by score: every piece that splits (at any byte) into two pieces is the merge
 // of that pair, ranked by its own score, exactly the pairs run.c's string lookup would find.
-void build_llama2c_merges(TokenizerData& t, const json& scores) {
+void build_llama2c_merges(TokenizerData& t, const JsonView& scores) {
     for (size_t m = 0; m < t.pieces.size(); ++m) {
         const std::string& s = t.pieces[m];
-        const double score = scores[m].get<double>();
+        const double score = scores[m].number();
         if (score <= kLlama2cMinScore) continue;
         for (size_t k = 1; k < s.size(); ++k) {
             auto l = t.id_of.find(s.substr(0, k)), r = t.id_of.find(s.substr(k));
@@ -57,10 +58,11 @@ void build_llama2c_merges(TokenizerData& t, const json& scores) {
     }
 }
 
-void build_rank_merges(TokenizerData& t, const json& merges) {
+void build_rank_merges(TokenizerData& t, const JsonView& merges) {
     double rank = 0;
-    for (const json& m : merges) {
-        const std::string s = m.get<std::string>();
+    merges.for_each_element([&](const JsonView& mv) {
+        const json& m = mv.value();
+        const std::string s = mv.string();
         const size_t space = s.find(' ');
         if (space == std::string::npos) throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " has no space");
         const std::string a = s.substr(0, space), b = s.substr(space + 1);
@@ -69,7 +71,7 @@ void build_rank_merges(TokenizerData& t, const json& merges) {
             throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " names a token absent from the pieces");
         t.merges.add(ia->second, ib->second, rank, im->second);
         rank += 1;
-    }
+    });
 }
 
 // See TokenizerData::chunk_marker: the cut is exact when no merged token holds the marker right after
@@ -85,11 +87,15 @@ bool marker_is_cut_point(const TokenizerData& t, const std::string& marker) {
     return true;
 }
 
-void load_decoder(TokenizerData& t, const json& d) {
-    t.decode_byte_fallback = t.model == TokenizerModel::llama2c || d.value("byte_fallback", false);
-    t.decode_byte_level = d.value("byte_level", false);
-    t.strip_leading_spaces = d.value("strip_leading_spaces", 0);
-    const std::string meta = d.value("metaspace", "");
+// Leading spaces a decoder strips; far larger counts are corruption.
+constexpr int64_t kMaxStrip = 1 << 20;
+
+void load_decoder(TokenizerData& t, const JsonView& d) {
+    t.decode_byte_fallback = t.model == TokenizerModel::llama2c || d["byte_fallback"].boolean_or(false);
+    t.decode_byte_level = d["byte_level"].boolean_or(false);
+    t.strip_leading_spaces = static_cast<decltype(t.strip_leading_spaces)>(
+        d["strip_leading_spaces"].integer_or(0, 0, kMaxStrip));
+    const std::string meta = d["metaspace"].string_or("");
     t.decoded.resize(t.pieces.size());
     t.byte_value.assign(t.pieces.size(), -1);
     for (size_t id = 0; id < t.pieces.size(); ++id) {
@@ -113,7 +119,14 @@ void load_decoder(TokenizerData& t, const json& d) {
 }  // namespace
 
 Tokenizer Tokenizer::from_schema(const json& schema, const std::string& source) {
+    // The schema may come from a .qf header, so it is input: every value is read through
+    // JsonView (key paths under "tokenizer"), and the backstop names the file for anything else.
+    return with_json_errors(source, [&] { return from_checked_schema(schema, source); });
+}
+
+Tokenizer Tokenizer::from_checked_schema(const json& schema, const std::string& source) {
     validate_tokenizer_schema(schema, source);
+    const JsonView sv(schema, source, "tokenizer");
     auto t = std::make_unique<Impl>();
     t->source = source;
     const std::string model = schema["model"];
@@ -121,38 +134,41 @@ Tokenizer Tokenizer::from_schema(const json& schema, const std::string& source) 
                : model == "bpe_sentencepiece" ? TokenizerModel::bpe_sentencepiece
                                               : TokenizerModel::bpe_byte_level;
     for (const json& p : schema["pieces"]) t->pieces.push_back(p.get<std::string>());
-    for (const json& ty : schema["token_types"]) t->types.push_back(token_type(ty.get<std::string>(), source));
+    sv["token_types"].for_each_element(
+        [&](const JsonView& ty) { t->types.push_back(token_type(ty.string(), source)); });
     for (size_t id = 0; id < t->pieces.size(); ++id)
         if (!t->id_of.emplace(t->pieces[id], static_cast<int32_t>(id)).second)
             throw Error(source, {}, "tokenizer schema: duplicate piece " + json(t->pieces[id]).dump());
     t->bos = optional_id(schema.value("bos_id", json()));
     t->eos = optional_id(schema.value("eos_id", json()));
-    t->add_bos = schema.value("add_bos", false);
-    t->add_eos = schema.value("add_eos", false);
+    t->add_bos = sv["add_bos"].boolean_or(false);
+    t->add_eos = sv["add_eos"].boolean_or(false);
     for (const json& id : schema["stop_ids"]) t->stop_ids.push_back(id.get<int32_t>());
-    t->chat_template = schema.value("chat_template", "");
+    t->chat_template = sv["chat_template"].string_or("");
     t->unk_id = optional_id(schema.value("unk_id", json())).value_or(-1);
 
     if (t->model == TokenizerModel::llama2c) {
-        build_llama2c_merges(*t, schema["scores"]);
+        build_llama2c_merges(*t, sv["scores"]);
         t->chunk_marker = " ";
-        load_decoder(*t, json::object());
+        static const json kNoDecoder = json::object();
+        load_decoder(*t, JsonView(kNoDecoder, source));
     } else {
-        build_rank_merges(*t, schema["merges"]);
-        const json bpe = schema.value("bpe", json::object());
-        t->byte_fallback = bpe.value("byte_fallback", false);
-        t->ignore_merges = bpe.value("ignore_merges", false);
-        t->fuse_unk = bpe.value("fuse_unk", false);
+        build_rank_merges(*t, sv["merges"]);
+        const JsonView bpe = sv["bpe"];
+        t->byte_fallback = bpe["byte_fallback"].boolean_or(false);
+        t->ignore_merges = bpe["ignore_merges"].boolean_or(false);
+        t->fuse_unk = bpe["fuse_unk"].boolean_or(false);
         t->byte_piece_ids.fill(-1);
         for (size_t id = 0; id < t->pieces.size(); ++id)
             if (const int b = byte_piece_value(t->pieces[id]); b >= 0) t->byte_piece_ids[static_cast<size_t>(b)] = static_cast<int32_t>(id);
         std::vector<AddedToken> raw, normalized;
-        for (const json& a : schema["added_tokens"]) {
-            AddedToken at{a["id"].get<int32_t>(), a["content"].get<std::string>(), a.value("special", false),
-                          a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false),
-                          a.value("normalized", false)};
+        sv["added_tokens"].for_each_element([&](const JsonView& a) {
+            AddedToken at{static_cast<int32_t>(a["id"].integer(0, INT32_MAX)), a["content"].string(),
+                          a["special"].boolean_or(false), a["lstrip"].boolean_or(false),
+                          a["rstrip"].boolean_or(false), a["single_word"].boolean_or(false),
+                          a["normalized"].boolean_or(false)};
             (at.normalized ? normalized : raw).push_back(std::move(at));
-        }
+        });
         t->raw_added = AddedTokenMatcher(raw);
         t->normalized_added = AddedTokenMatcher(normalized);
         t->normalizer = Normalizer(schema.value("normalizer", json::array()), source);
@@ -160,19 +176,21 @@ Tokenizer Tokenizer::from_schema(const json& schema, const std::string& source) 
             t->pretokenizer = std::make_unique<Pretokenizer>(
                 pretokenizer_spec_from_json(schema.value("pre_tokenizer", json()), source));
         } else {
-            const json ms = schema.value("metaspace", json());
-            if (ms.is_object()) {
+            const JsonView ms = sv["metaspace"];
+            if (ms.is_set()) {
+                ms.object();
                 t->metaspace = true;
-                t->metaspace_char = ms.value("replacement", kMetaSpace);
-                const std::string scheme = ms.value("prepend_scheme", "always");
+                t->metaspace_char = ms["replacement"].string_or(kMetaSpace);
+                const std::string scheme = ms["prepend_scheme"].string_or("always");
                 t->metaspace_prepend = scheme == "first"   ? TokenizerData::Prepend::first
                                        : scheme == "never" ? TokenizerData::Prepend::never
                                                            : TokenizerData::Prepend::always;
-                t->metaspace_split = ms.value("split", true);
+                t->metaspace_split = ms["split"].boolean_or(true);
             }
             t->chunk_marker = t->metaspace ? t->metaspace_char : kMetaSpace;
         }
-        load_decoder(*t, schema.value("decoder", json::object()));
+        static const json kNoDecoder = json::object();
+        load_decoder(*t, sv["decoder"].is_set() ? sv["decoder"] : JsonView(kNoDecoder, source));
     }
     // ignore_merges looks at a whole word, so a word must not be cut into chunks then.
     t->chunkable = !t->chunk_marker.empty() && !t->ignore_merges && marker_is_cut_point(*t, t->chunk_marker);
@@ -198,6 +216,7 @@ std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
 std::vector<int32_t> Tokenizer::stop_ids() const { return impl_->stop_ids; }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+const std::string& Tokenizer::source() const { return impl_->source; }
 
 std::string_view Tokenizer::piece(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size())

@@ -45,9 +45,11 @@ public:
     std::string_view piece(int32_t id) const;   // the vocabulary string of a token
     bool is_special(int32_t id) const;
     const std::string& chat_template() const;   // empty when none
+    const std::string& source() const;          // the file it was loaded from, for errors
 
 private:
     struct Impl;
+    static Tokenizer from_checked_schema(const nlohmann::json& schema, const std::string& source);
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
