@@ -5,10 +5,12 @@
 #include <set>
 
 #include "convert/convert_common.hpp"
+#include "convert/detect.hpp"
 #include "convert/gguf.hpp"
 #include "convert/hf_quantized.hpp"
 #include "convert/llama2c.hpp"
 #include "convert/tensor_cast.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
@@ -47,6 +49,7 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     const QType quant_target = quant ? hf_quant_target(*quant) : QType::f32;
 
     // Match checkpoint tensors to the architecture table before writing anything.
+    check_layers_fit(cfg.num_layers, ckpt.tensor_names().size(), cfg_path, "num_hidden_layers");
     const std::vector<TensorSpec> specs = expected_tensors(cfg);
     std::map<std::string, const TensorSpec*> by_hf_name;
     for (const auto& s : specs) by_hf_name[s.hf_name] = &s;
@@ -147,13 +150,23 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
 }
 
 ConvertReport convert_checkpoint(const ConvertOptions& options) {
-    if (is_gguf_file(options.input)) return convert_gguf_checkpoint(options);
-    if (options.keep_quant)
+    const ModelFileProbe probe = detect_model_file(options.input);
+    if (probe.kind == ModelFileKind::qf)
+        throw Error(options.input, {},
+                    "already a .qf model: nothing to convert (use `qforge quantize` to change "
+                    "its qtypes, `qforge inspect` to read it)");
+    if (probe.kind != ModelFileKind::gguf && probe.kind != ModelFileKind::llama2c &&
+        probe.kind != ModelFileKind::safetensors && probe.kind != ModelFileKind::hf_directory)
+        throw_not_a_model_file(options.input, probe);
+    if (options.keep_quant && probe.kind != ModelFileKind::gguf)
         throw Error(options.input, {},
                     "--keep-quant applies to GGUF input only (GPTQ and AWQ checkpoints keep "
                     "their codes without it)");
-    if (is_llama2c_checkpoint(options.input)) return convert_llama2c_checkpoint(options);
-    return convert_hf_checkpoint(options);
+    return naming_file_on_bad_alloc(options.input, [&] {
+        if (probe.kind == ModelFileKind::gguf) return convert_gguf_checkpoint(options);
+        if (probe.kind == ModelFileKind::llama2c) return convert_llama2c_checkpoint(options);
+        return convert_hf_checkpoint(options);
+    });
 }
 
 }  // namespace qforge

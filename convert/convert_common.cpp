@@ -86,4 +86,12 @@ void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t
             }
 }
 
+void check_layers_fit(uint64_t num_layers, uint64_t tensor_count, const std::string& file,
+                      const std::string& what) {
+    if (num_layers > tensor_count)
+        throw Error(file, {},
+                    what + " is " + std::to_string(num_layers) + " but the checkpoint holds only " +
+                        std::to_string(tensor_count) + " tensors (every layer has its own)");
+}
+
 }  // namespace qforge

@@ -24,6 +24,12 @@ nlohmann::json source_entry(const std::string& path);
 nlohmann::json convert_provenance(nlohmann::json sources, const ConvertOptions& options,
                                   const nlohmann::json& recipe_extra = nlohmann::json::object());
 
+// Refuses a config whose layer count the checkpoint cannot hold (each layer has tensors of its
+// own), before the per-layer tensor list is built: 2^31 layers declared beside a 3-tensor file
+// must not become billions of expected names. `what` names the key, e.g. "num_hidden_layers".
+void check_layers_fit(uint64_t num_layers, uint64_t tensor_count, const std::string& file,
+                      const std::string& what);
+
 // The type a tensor is stored as. Without --dtype, the source's. With --dtype, matrices take
 // it and 1-D tensors (norms, biases) are stored as f32, which holds f16/bf16 values exactly.
 QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QType>& requested);

@@ -11,6 +11,7 @@
 #include "convert/gguf_keep_quant.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/architectures.hpp"
@@ -244,6 +245,8 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
                             "' (not in qforge's table of llama.cpp tensor names)");
         by_name.emplace(with_layer(row->name_pattern, layer), Source{&t, row});
     }
+    check_layers_fit(cfg.num_layers, file.tensors().size(), path,
+                     std::string(arch.name) + ".block_count");
     const std::vector<TensorSpec> specs = expected_tensors(cfg);
     uint64_t total_bytes = 0;
     for (const TensorSpec& s : specs) {
@@ -326,7 +329,7 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
             // The blocks become rows of the same codes and scales; the RoPE reordering moves
             // whole rows, so it applies to packed rows as to float ones.
             const uint64_t row_bytes = *qtype_row_bytes(*kept, s.shape[1]);
-            packed.resize(s.shape[0] * row_bytes);
+            resize_for(packed, s.shape[0] * row_bytes, path, t.name);
             repack_gguf_rows(t.type, *kept, file.tensor_data(t), s.shape[0], s.shape[1], packed,
                              path, t.name);
             std::span<const uint8_t> bytes = packed;
@@ -343,7 +346,7 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
             progress.advance(t.bytes);
             continue;
         }
-        values.resize(t.elements);
+        resize_for(values, t.elements, path, t.name);
         gguf_dequantize(t.type, file.tensor_data(t), values, path, t.name);
         std::span<const float> out = values;
         if (rope != RopeRows::none) {

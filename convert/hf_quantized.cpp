@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "formats/json_io.hpp"
@@ -300,7 +301,8 @@ void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
     };
 
     const QRowLayout l = *qtype_row_layout(target, k);
-    out.assign(n * l.row_bytes, 0);
+    out.clear();
+    resize_for(out, n * l.row_bytes, qweight.file, qweight_name);
     std::vector<int32_t> codes(k);
     std::vector<QGroupParams> params(l.groups);
     const int32_t code_offset = tr.bits == 8 ? (1 << (tr.bits - 1)) : 0;  // q8 codes are signed

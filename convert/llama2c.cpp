@@ -9,8 +9,10 @@
 #include <stdexcept>
 
 #include "convert/convert_common.hpp"
+#include "convert/detect.hpp"
 #include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "core/progress.hpp"
@@ -270,25 +272,20 @@ ModelConfig llama2c_model_config(const Llama2cHeader& h, const std::string& file
     return c;
 }
 
-bool is_llama2c_checkpoint(const std::string& path) {
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) return false;
-    const std::string ext = fs::path(path).extension().string();
-    if (ext == ".bin") return true;
-    if (ext == ".safetensors") return false;
+bool llama2c_header_implies_size(const std::string& path, uint64_t size) {
     std::ifstream f(path, std::ios::binary);
     Llama2cHeader h{};
     f.read(reinterpret_cast<char*>(&h), sizeof h);
-    uint32_t magic;
-    std::memcpy(&magic, &h, 4);
-    if (f.gcount() >= 4 && magic == kLlama2cMagic) return true;
     if (f.gcount() != sizeof h) return false;
     try {
-        const uint64_t size = fs::file_size(path, ec);
-        return !ec && plan_file(llama2c_model_config(h, path), path).expected_bytes == size;
+        return plan_file(llama2c_model_config(h, path), path).expected_bytes == size;
     } catch (const Error&) {
         return false;
     }
+}
+
+bool is_llama2c_checkpoint(const std::string& path) {
+    return detect_model_file(path).kind == ModelFileKind::llama2c;
 }
 
 ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
@@ -369,7 +366,7 @@ ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
             cast_tensor(view, QType::f32, QType::f32, path, buffer);
             const uint64_t heads =
                 src.array->rope == Rope::q_heads ? cfg.num_heads : cfg.num_kv_heads;
-            permuted.resize(src.bytes);
+            resize_for(permuted, src.bytes, path, s.name);
             permute_rope_pairs_to_halves(view.data, permuted, heads, cfg.head_dim,
                                          s.shape[1] * kFloatBytes);
             view.data = permuted;

@@ -43,10 +43,14 @@ static_assert(sizeof(Llama2cHeader) == 28, "the llama2.c header is 7 packed int3
 // The first four bytes of the newer exports: "ak42" read as a little-endian uint32.
 inline constexpr uint32_t kLlama2cMagic = 0x616b3432;
 
-// Whether `path` is a llama2.c checkpoint: a regular file named *.bin, or any regular file
-// (not *.safetensors) starting with the "ak42" magic or whose legacy header implies exactly its
-// length. Reads at most the header; never throws.
+// Whether `path` is a llama2.c checkpoint as detect_model_file (convert/detect.hpp) decides:
+// a file starting with the "ak42" magic, or whose legacy header implies exactly its length, or
+// one named *.bin that is no other known kind. Never throws.
 bool is_llama2c_checkpoint(const std::string& path);
+
+// Whether the file's first 28 bytes are a valid legacy header that implies exactly `size`
+// bytes. Reads at most the header; never throws.
+bool llama2c_header_implies_size(const std::string& path, uint64_t size);
 
 // The header's model, as the HF conversion of the same model describes it (llama, rms_norm_eps
 // 1e-5, rope_theta 10000, max_position_embeddings = seq_len, bos 1, eos 2, f32). Throws Error

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
@@ -92,7 +93,7 @@ std::span<const uint8_t> cast_tensor(const TensorView& v, QType source, QType ta
                                           " overflows bf16");
     }
     if (source == target) return v.data;
-    buffer.resize(n * dtype_info(qtype_traits(target).dtype).size);
+    resize_for(buffer, n * dtype_info(qtype_traits(target).dtype).size, file, v.name);
     for (uint64_t i = 0; i < n; ++i) store(buffer.data(), target, i, load(v.data.data(), source, i));
     return buffer;
 }

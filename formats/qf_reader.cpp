@@ -1,7 +1,6 @@
 // .qf reader. The file is hostile until proven otherwise: every size is checked with 64-bit
 // overflow-safe arithmetic before it is used as an offset.
 #include <xxhash.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include "core/hash.hpp"
 #include "formats/json_io.hpp"
 #include "formats/qf.hpp"
+#include "formats/zstd_frame.hpp"
 
 namespace qforge {
 
@@ -134,6 +134,13 @@ void QfFile::parse_tensors() {
                                            " bytes but its length is " + std::to_string(t.length));
         } else if (enc == "zstd") {
             t.encoding = QfEncoding::zstd;
+            // Refused at open, before any command sizes a buffer by the declared length.
+            const auto most = checked_mul(t.stored_length, kZstdMaxRatio);
+            if (most && t.length > *most)
+                throw Error(p, t.name, "declares " + size_with_bytes(t.length) + " uncompressed from " +
+                                           std::to_string(t.stored_length) +
+                                           " stored bytes; zstd cannot expand more than " +
+                                           std::to_string(kZstdMaxRatio) + ":1");
         } else {
             throw Error(p, t.name, "unknown encoding '" + enc + "' (expected raw or zstd)");
         }
@@ -188,20 +195,8 @@ std::span<const uint8_t> QfFile::tensor_bytes(const QfTensorInfo& t, std::vector
     if (t.encoding == QfEncoding::raw) {
         bytes = {stored, static_cast<size_t>(t.length)};
     } else {
-        // Trust the frame only as far as it agrees with the header, before allocating.
-        const unsigned long long declared = ZSTD_getFrameContentSize(stored, t.stored_length);
-        if (declared != t.length)
-            throw Error(path(), t.name, "zstd frame declares " +
-                                            (declared >= ZSTD_CONTENTSIZE_ERROR ? std::string("no valid size")
-                                                                                : std::to_string(declared)) +
-                                            ", expected " + std::to_string(t.length) + " bytes");
-        scratch.resize(t.length);
-        size_t got = ZSTD_decompress(scratch.data(), scratch.size(), stored, t.stored_length);
-        if (ZSTD_isError(got))
-            throw Error(path(), t.name, std::string("zstd data does not decode: ") + ZSTD_getErrorName(got));
-        if (got != t.length)
-            throw Error(path(), t.name, "zstd data decodes to " + std::to_string(got) +
-                                            " bytes, expected " + std::to_string(t.length));
+        zstd_decode_exact({stored, static_cast<size_t>(t.stored_length)}, t.length, path(), t.name,
+                          scratch);
         bytes = scratch;
     }
     if (verify) {

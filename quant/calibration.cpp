@@ -12,9 +12,19 @@ namespace qforge {
 
 namespace {
 
+// Far more text than any calibration set draws from (nsamples * seqlen tokens); a larger file
+// is refused before it is read into memory.
+constexpr uint64_t kMaxCalibrationTextBytes = uint64_t{1} << 30;
+
 std::string read_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, {}, "cannot read the calibration text");
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxCalibrationTextBytes)
+        throw Error(path, {},
+                    "calibration text is " + std::to_string(size) + " bytes, above the limit of " +
+                        std::to_string(kMaxCalibrationTextBytes) + " (1 GiB); give a sample of it");
     std::ostringstream s;
     s << in.rdbuf();
     if (in.bad()) throw Error(path, {}, "read error in the calibration text");
@@ -36,12 +46,20 @@ CalibrationSet make_calibration_set(const Tokenizer& tokenizer, const Calibratio
     const bool with_bos = tokenizer.add_bos() && tokenizer.bos_id().has_value();
     const int32_t bos = with_bos ? *tokenizer.bos_id() : -1;
     const uint64_t body = with_bos ? o.seqlen - 1 : o.seqlen;  // text tokens per window
-    if (ids.size() < body)
-        throw Error(o.files.front(), {},
-                    "calibration text too short: " + std::to_string(ids.size()) +
-                        " tokens, one window of --seqlen " + std::to_string(o.seqlen) +
+    if (ids.size() < body) {
+        // Every file with its own count, so the user knows which one to lengthen.
+        std::string names, counts;
+        for (const auto& f : o.files) {
+            names += (names.empty() ? "" : ", ") + f;
+            counts += (counts.empty() ? "" : ", ") + std::filesystem::path(f).filename().string() +
+                      " " + std::to_string(tokenizer.encode(read_text(f), false).size());
+        }
+        throw Error(names, {},
+                    "calibration text too short: " + std::to_string(ids.size()) + " tokens (" +
+                        counts + (o.files.size() > 1 ? ", joined by blank lines" : "") + "), one window of --seqlen " + std::to_string(o.seqlen) +
                         " needs " + std::to_string(body) +
                         " (give more text, or a smaller --seqlen)");
+    }
 
     CalibrationSet set;
     set.nsamples = o.nsamples;

@@ -6,7 +6,9 @@
 #include <map>
 
 #include "convert/convert_common.hpp"
+#include "convert/detect.hpp"
 #include "convert/llama2c.hpp"
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
@@ -19,14 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-bool has_qf_magic(const std::string& path) {
-    if (!fs::is_regular_file(path)) return false;
-    std::ifstream f(path, std::ios::binary);
-    char magic[sizeof kQfMagic] = {};
-    f.read(magic, sizeof magic);
-    return f && std::memcmp(magic, kQfMagic, sizeof kQfMagic) == 0;
-}
 
 class QfSource final : public ModelSource {
   public:
@@ -88,6 +82,8 @@ class HfSource final : public ModelSource {
 
   private:
     void check_tensors() {
+        check_layers_fit(config_.num_layers, ckpt_.tensor_names().size(), path_,
+                         "num_hidden_layers");
         const std::vector<TensorSpec> specs = expected_tensors(config_);
         std::map<std::string, const TensorSpec*> by_hf_name;
         for (const auto& s : specs) by_hf_name[s.hf_name] = &s;
@@ -131,20 +127,28 @@ class HfSource final : public ModelSource {
 
 std::unique_ptr<ModelSource> open_model_source(const std::string& input,
                                                const std::string& tokenizer) {
-    if (has_qf_magic(input)) {
-        if (!tokenizer.empty())
+    const ModelFileProbe probe = detect_model_file(input);
+    switch (probe.kind) {
+        case ModelFileKind::qf:
+            if (!tokenizer.empty())
+                throw Error(input, {},
+                            "--tokenizer applies to checkpoints; a .qf input keeps its own tokenizer");
+            return naming_file_on_bad_alloc(input, [&] { return std::make_unique<QfSource>(input); });
+        case ModelFileKind::gguf:
             throw Error(input, {},
-                        "--tokenizer applies to checkpoints; a .qf input keeps its own tokenizer");
-        return std::make_unique<QfSource>(input);
+                        "a GGUF file: convert it first (qforge convert), then quantize the .qf");
+        case ModelFileKind::llama2c:
+            throw Error(
+                input, {},
+                "a llama2.c checkpoint: convert it first (qforge convert), then quantize the .qf");
+        case ModelFileKind::safetensors:
+        case ModelFileKind::hf_directory:
+            break;
+        default:
+            throw_not_a_model_file(input, probe);
     }
-    if (fs::path(input).extension() == ".gguf")
-        throw Error(input, {},
-                    "a GGUF file: convert it first (qforge convert), then quantize the .qf");
-    if (is_llama2c_checkpoint(input))
-        throw Error(
-            input, {},
-            "a llama2.c checkpoint: convert it first (qforge convert), then quantize the .qf");
-    return std::make_unique<HfSource>(input, tokenizer);
+    return naming_file_on_bad_alloc(
+        input, [&] { return std::make_unique<HfSource>(input, tokenizer); });
 }
 
 }  // namespace qforge

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
@@ -164,7 +165,16 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         r.parameters = checked_product(p.shape).value_or(0);
         r.copied = target == p.source && qtype_is_quantized(target);  // refused above otherwise
         std::optional<std::vector<uint8_t>> calibrated;
-        if (engine && !r.copied) calibrated = engine->take(i);
+        if (engine && !r.copied) {
+            try {
+                calibrated = engine->take(i);
+            } catch (const Error& e) {
+                // GPTQ, AWQ and the Hessian know no file: name the model and the block here
+                // (taking one tensor computes its whole block).
+                if (!e.file().empty()) throw;
+                throw Error(src->path(), e.tensor(), "the block of " + p.name + ": " + e.detail());
+            }
+        }
         if (calibrated) {
             writer.add_tensor(p.name, target, p.shape, *calibrated);
             r.bytes = calibrated->size();
@@ -180,7 +190,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
                 throw Error(src->file_of(i), p.name,
                             "shape " + shape_to_string(p.shape) + " cannot be stored as " +
                                 std::string(qname(target)));
-            out.resize(*size);
+            resize_for(out, *size, src->file_of(i), p.name);
             if (auto f = rtn_quantize(p.source, in, rows, k, target, out, &pool))
                 throw Error(src->file_of(i), p.name, failure_text(*f, rows, target));
             writer.add_tensor(p.name, target, p.shape, out);

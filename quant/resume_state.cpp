@@ -12,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "formats/json_io.hpp"
+#include "formats/zstd_frame.hpp"
 
 namespace qforge {
 
@@ -259,16 +260,12 @@ BlockState ResumeDir::load(uint64_t layer, bool want_hidden, bool want_tensors) 
         }
         stored.resize(s.stored_bytes);
         read(stored.data(), s.stored_bytes, "a section");
-        const unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
-        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
-            content != s.raw_bytes)
-            throw bad("damaged block state: section " + std::to_string(k) +
-                      " is not a zstd frame of " + std::to_string(s.raw_bytes) + " bytes");
-        std::vector<uint8_t> raw(s.raw_bytes);
-        const size_t n = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
-        if (ZSTD_isError(n) || n != raw.size())
-            throw bad("damaged block state: section " + std::to_string(k) + ": " +
-                      (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short frame"));
+        std::vector<uint8_t> raw;
+        try {
+            zstd_decode_exact(stored, s.raw_bytes, {}, {}, raw);
+        } catch (const Error& e) {
+            throw bad("damaged block state: section " + std::to_string(k) + ": " + e.detail());
+        }
         if (kind == StateSectionKind::meta) {
             try {
                 st.meta = parse_cbor(raw, path, "meta section");

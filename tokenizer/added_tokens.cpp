@@ -44,6 +44,64 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
         tokens_.push_back(t);
         terminal_[node] = static_cast<int>(tokens_.size() - 1);
         first_bytes_.set(static_cast<uint8_t>(t.content[0]));
+        longest_token_ = std::max(longest_token_, t.content.size());
+    }
+    if (longest_token_ <= kDirectScanBytes) return;
+    // The reversed trie, then failure links breadth first (Aho-Corasick).
+    std::vector<std::vector<std::pair<uint8_t, uint32_t>>> children(1);
+    reversed_best_.assign(1, -1);
+    for (size_t k = 0; k < tokens_.size(); ++k) {
+        const std::string& c = tokens_[k].content;
+        uint32_t node = 0;
+        for (size_t i = c.size(); i-- > 0;) {
+            const auto byte = static_cast<uint8_t>(c[i]);
+            const auto next = static_cast<uint32_t>(reversed_best_.size());
+            auto [it, fresh] = reversed_edges_.emplace(edge_key(node, byte), next);
+            if (fresh) {
+                children[node].push_back({byte, next});
+                children.emplace_back();
+                reversed_best_.push_back(-1);
+            }
+            node = it->second;
+        }
+        reversed_best_[node] = static_cast<int32_t>(k);  // a later equal token wins, as in terminal_
+    }
+    reversed_fail_.assign(reversed_best_.size(), 0);
+    std::vector<uint32_t> queue;
+    for (const auto& [byte, child] : children[0]) queue.push_back(child);
+    for (size_t head = 0; head < queue.size(); ++head) {
+        const uint32_t node = queue[head];
+        // A node's own token is the longest suffix of its path; otherwise its failure node's.
+        if (reversed_best_[node] < 0) reversed_best_[node] = reversed_best_[reversed_fail_[node]];
+        for (const auto& [byte, child] : children[node]) {
+            uint32_t f = reversed_fail_[node];
+            for (;;) {
+                if (auto it = reversed_edges_.find(edge_key(f, byte)); it != reversed_edges_.end()) {
+                    reversed_fail_[child] = it->second;
+                    break;
+                }
+                if (f == 0) break;
+                f = reversed_fail_[f];
+            }
+            queue.push_back(child);
+        }
+    }
+}
+
+void AddedTokenMatcher::longest_everywhere(std::string_view text, std::vector<int32_t>& index) const {
+    index.assign(text.size(), -1);
+    uint32_t node = 0;
+    for (size_t pos = text.size(); pos-- > 0;) {
+        const auto byte = static_cast<uint8_t>(text[pos]);
+        for (;;) {
+            if (auto it = reversed_edges_.find(edge_key(node, byte)); it != reversed_edges_.end()) {
+                node = it->second;
+                break;
+            }
+            if (node == 0) break;
+            node = reversed_fail_[node];
+        }
+        index[pos] = reversed_best_[node];
     }
 }
 
@@ -62,9 +120,18 @@ int AddedTokenMatcher::longest_at(std::string_view text, size_t pos, size_t* len
 void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
     size_t emitted = 0;  // text before this is already in `out`
     size_t pos = 0;
+    std::vector<int32_t> longest;
+    const bool automaton = longest_token_ > kDirectScanBytes;
+    if (automaton) longest_everywhere(text, longest);
     while (pos < text.size() && !tokens_.empty()) {
         size_t len = 0;
-        const int k = first_bytes_.test(static_cast<uint8_t>(text[pos])) ? longest_at(text, pos, &len) : -1;
+        int k = -1;
+        if (automaton) {
+            k = longest[pos];
+            if (k >= 0) len = tokens_[static_cast<size_t>(k)].content.size();
+        } else if (first_bytes_.test(static_cast<uint8_t>(text[pos]))) {
+            k = longest_at(text, pos, &len);
+        }
         if (k < 0) {
             ++pos;
             continue;

@@ -40,7 +40,20 @@ private:
     // Longest token starting at `pos`: its index in tokens_ and its length, or -1.
     int longest_at(std::string_view text, size_t pos, size_t* length) const;
 
+    // Index of the longest token starting at every position of `text` (-1 where none), by one
+    // Aho-Corasick pass over the reversed text with the reversed tokens: linear, where
+    // longest_at at every position costs the text's length times the longest token's. Used
+    // when some token is longer than kDirectScanBytes (a hostile tokenizer.json).
+    void longest_everywhere(std::string_view text, std::vector<int32_t>& index) const;
+    static constexpr size_t kDirectScanBytes = 64;
+
     std::vector<AddedToken> tokens_;
+    size_t longest_token_ = 0;
+    // The reversed tokens' automaton: node * 256 + byte -> child, and per node its failure link
+    // and the token of the longest reversed token that is a suffix of its path (-1 if none).
+    std::unordered_map<uint64_t, uint32_t> reversed_edges_;
+    std::vector<uint32_t> reversed_fail_;
+    std::vector<int32_t> reversed_best_;
     // A byte trie: node * 256 + byte -> child node; terminal node -> token index.
     std::unordered_map<uint64_t, uint32_t> edges_;
     std::unordered_map<uint32_t, int> terminal_;

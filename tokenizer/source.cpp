@@ -40,31 +40,39 @@ json load_llama2c(const std::string& path) {
         std::memcpy(&v, p + at, 4);
         return v;
     };
-    if (size < 4) throw Error(path, {}, "truncated llama2.c tokenizer: no max_token_length");
+    if (size < 4)
+        throw Error(path, {}, "truncated llama2.c vocabulary: " + std::to_string(size) +
+                                  " bytes, it starts with a 4-byte max_token_length");
     const int32_t max_len = read_i32(0);
     if (max_len <= 0 || max_len > kLlama2cMaxTokenLength)
-        throw Error(path, {}, "max_token_length " + std::to_string(max_len) + " is not in 1..1024");
+        throw Error(path, {}, "llama2.c vocabulary: max_token_length " + std::to_string(max_len) +
+                                  " at byte 0 is not in 1..1024");
     json pieces = json::array(), scores = json::array();
     std::unordered_set<std::string> seen;
     uint64_t at = 4;
     while (at < size) {
-        const std::string where = "token " + std::to_string(pieces.size());
-        if (size - at < 8) throw Error(path, where, "truncated record (needs score and length)");
+        // Records are named by index and byte offset: they are vocabulary entries, not tensors.
+        const std::string where =
+            "llama2.c vocabulary record " + std::to_string(pieces.size()) + " at byte " + std::to_string(at);
+        const auto bad = [&](const std::string& what) { return Error(path, {}, where + ": " + what); };
+        if (size - at < 8)
+            throw bad("truncated: " + std::to_string(size - at) +
+                      " bytes left, a record needs 8 (a float32 score and an int32 length)");
         float score;
         std::memcpy(&score, p + at, 4);
         const int32_t len = read_i32(at + 4);
         at += 8;
         if (len < 0 || len > max_len)
-            throw Error(path, where, "length " + std::to_string(len) +
-                                         " outside 0..max_token_length " + std::to_string(max_len));
-        if (size - at < static_cast<uint64_t>(len)) throw Error(path, where, "truncated piece bytes");
+            throw bad("length " + std::to_string(len) + " outside 0..max_token_length " + std::to_string(max_len));
+        if (size - at < static_cast<uint64_t>(len))
+            throw bad("truncated: the piece needs " + std::to_string(len) + " bytes, the file has " +
+                      std::to_string(size - at) + " left");
         std::string piece(reinterpret_cast<const char*>(p + at), static_cast<size_t>(len));
         at += static_cast<uint64_t>(len);
-        if (!is_valid_utf8(piece)) throw Error(path, where, "piece is not valid UTF-8");
-        if (!std::isfinite(score)) throw Error(path, where, "score is not finite");
+        if (!is_valid_utf8(piece)) throw bad("piece is not valid UTF-8");
+        if (!std::isfinite(score)) throw bad("score " + std::to_string(score) + " is not finite");
         // run.c looks pieces up by binary search, so a duplicate would make encoding ambiguous.
-        if (!seen.insert(piece).second)
-            throw Error(path, where, "duplicate piece " + json(piece).dump());
+        if (!seen.insert(piece).second) throw bad("duplicate piece " + json(piece).dump());
         pieces.push_back(std::move(piece));
         scores.push_back(score);
     }

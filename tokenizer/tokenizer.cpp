@@ -43,17 +43,80 @@ int byte_piece_value(const std::string& p) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// A byte trie over the pieces, read forwards or backwards, so that every prefix (suffix) of a
+// piece that is itself a piece is found in one walk along it. Hashing each of a piece's splits
+// instead costs its length squared, which a hostile vocabulary makes hours. The edges live in
+// one open-addressing table (node, byte) -> child sized for the vocabulary's bytes: a node-based
+// map would spend more time allocating than the walks take.
+class PieceTrie {
+public:
+    PieceTrie(const std::vector<std::string>& pieces, bool reversed) {
+        size_t bytes = 0;
+        for (const std::string& p : pieces) bytes += p.size();
+        size_t capacity = 16;
+        while (capacity < bytes + bytes / 2 + 2) capacity *= 2;  // load at most 2/3
+        keys_.assign(capacity, kEmpty);
+        children_.resize(capacity);
+        ids_.push_back(-1);
+        for (size_t id = 0; id < pieces.size(); ++id) {
+            const std::string& p = pieces[id];
+            uint32_t node = 0;
+            for (size_t i = 0; i < p.size(); ++i)
+                node = insert(node, static_cast<uint8_t>(reversed ? p[p.size() - 1 - i] : p[i]));
+            ids_[node] = static_cast<int32_t>(id);
+        }
+    }
+    // ids[k] = the piece spelled by the first (last) k bytes of s, -1 when none; k < s.size().
+    void walk(std::string_view s, bool reversed, std::vector<int32_t>& ids) const {
+        ids.assign(s.size(), -1);
+        uint32_t node = 0;
+        for (size_t k = 1; k < s.size(); ++k) {
+            const auto byte = static_cast<uint8_t>(reversed ? s[s.size() - k] : s[k - 1]);
+            const size_t slot = find(key(node, byte));
+            if (keys_[slot] == kEmpty) return;
+            node = children_[slot];
+            ids[k] = ids_[node];
+        }
+    }
+
+private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    static uint64_t key(uint32_t node, uint8_t byte) { return uint64_t{node} << 8 | byte; }
+    size_t find(uint64_t k) const {  // the slot holding k, or the empty slot where it would go
+        const size_t mask = keys_.size() - 1;
+        size_t slot = static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+        while (keys_[slot] != kEmpty && keys_[slot] != k) slot = (slot + 1) & mask;
+        return slot;
+    }
+    uint32_t insert(uint32_t node, uint8_t byte) {
+        const size_t slot = find(key(node, byte));
+        if (keys_[slot] == kEmpty) {  // at most one node per byte of the vocabulary: never full
+            keys_[slot] = key(node, byte);
+            children_[slot] = static_cast<uint32_t>(ids_.size());
+            ids_.push_back(-1);
+        }
+        return children_[slot];
+    }
+    std::vector<uint64_t> keys_;
+    std::vector<uint32_t> children_;
+    std::vector<int32_t> ids_;  // per node, the piece that ends there
+};
+
 // llama2.c merges by score: every piece that splits (at any byte) into two pieces is the merge
 // of that pair, ranked by its own score, exactly the pairs run.c's string lookup would find.
+// Linear in the vocabulary's bytes: one trie walk per piece from each end.
 void build_llama2c_merges(TokenizerData& t, const JsonView& scores) {
+    const PieceTrie forward(t.pieces, false), backward(t.pieces, true);
+    std::vector<int32_t> prefix, suffix;
     for (size_t m = 0; m < t.pieces.size(); ++m) {
         const std::string& s = t.pieces[m];
         const double score = scores[m].number();
-        if (score <= kLlama2cMinScore) continue;
+        if (score <= kLlama2cMinScore || s.size() < 2) continue;
+        forward.walk(s, false, prefix);
+        backward.walk(s, true, suffix);
         for (size_t k = 1; k < s.size(); ++k) {
-            auto l = t.id_of.find(s.substr(0, k)), r = t.id_of.find(s.substr(k));
-            if (l != t.id_of.end() && r != t.id_of.end())
-                t.merges.add(l->second, r->second, -score, static_cast<int32_t>(m));
+            const int32_t l = prefix[k], r = suffix[s.size() - k];
+            if (l >= 0 && r >= 0) t.merges.add(l, r, -score, static_cast<int32_t>(m));
         }
     }
 }
@@ -110,7 +173,14 @@ void load_decoder(TokenizerData& t, const JsonView& d) {
             } catch (const Error&) {
             }
         } else if (!meta.empty()) {
-            for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, at + 1)) s.replace(at, meta.size(), " ");
+            // Rebuilt rather than replaced in place: a piece of many meta spaces would be quadratic.
+            std::string spaced;
+            size_t from = 0;
+            for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, from)) {
+                spaced.append(s, from, at - from).push_back(' ');
+                from = at + meta.size();
+            }
+            s = spaced.append(s, from);
         }
         t.decoded[id] = std::move(s);
     }
