@@ -4,13 +4,16 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.hpp"
 #include "core/checked_math.hpp"
 #include "core/mapped_file.hpp"
 #include "core/progress.hpp"
 #include "formats/model_config.hpp"
+#include "core/error.hpp"
 #include "formats/qf.hpp"
+#include "formats/qf_validate.hpp"
 #include "formats/safetensors.hpp"
 
 namespace qforge::cli {
@@ -154,9 +157,18 @@ void print_totals(const json& t) {
                 human_bytes(t["bytes"].get<uint64_t>()).c_str(), t["bits_per_weight"].get<double>());
 }
 
+// A file whose model fails validation (formats/qf_validate.hpp) is still shown, since seeing
+// its table is how one finds what is wrong with it; the output then says it is invalid and the
+// command fails with the same error every other command gives.
 int inspect_qf(const std::string& path, bool as_json) {
-    QfFile qf(path);
-    const ModelConfig cfg = model_config_from_json(qf.model(), path);
+    const QfFile qf(path, {.check_model = false});
+    std::optional<ModelConfig> cfg;
+    std::optional<Error> invalid;
+    try {
+        cfg = validate_qf_model(path, qf.model(), qf.header().at("tokenizer"), qf.tensors());
+    } catch (const Error& e) {
+        invalid = e;
+    }
     std::vector<Row> rows;
     for (const auto& t : qf.tensors())
         rows.push_back({t.name, std::string(qtype_traits(t.qtype).name), t.shape, t.stored_length,
@@ -182,13 +194,20 @@ int inspect_qf(const std::string& path, bool as_json) {
                   {"tensors", tensors},
                   {"totals", totals(rows)},
                   {"qtypes", qtype_totals(rows)},
-                  {"quantization", quantization}};
+                  {"quantization", quantization},
+                  {"valid", !invalid},
+                  {"error", invalid ? json(invalid->what()) : json(nullptr)}};
         std::printf("%s\n", j.dump(2).c_str());
+        std::fflush(stdout);  // the table before the error line
+    if (invalid) throw *invalid;
         return 0;
     }
     std::printf("file: %s (qforge format version %u, %s)\n", path.c_str(), qf.version(),
                 human_bytes(qf.file_size()).c_str());
-    std::printf("model: %s\n", model_summary(cfg).c_str());
+    if (invalid)
+        std::printf("INVALID: %s\n", invalid->what());
+    else
+        std::printf("model: %s\n", model_summary(*cfg).c_str());
     std::printf("tokenizer: %s\n", tokenizer_summary(tok).c_str());
     if (prov.contains("recipe")) std::printf("recipe: %s\n", prov["recipe"].dump().c_str());
     if (prov.contains("sources") && prov["sources"].is_array())
@@ -200,6 +219,8 @@ int inspect_qf(const std::string& path, bool as_json) {
     print_rows(rows);
     print_totals(totals(rows));
     print_qtype_totals(qtype_totals(rows));
+    std::fflush(stdout);  // the table before the error line
+    if (invalid) throw *invalid;
     return 0;
 }
 

@@ -79,8 +79,14 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
 
         const std::string text = read_text(common.file);
         const std::vector<int32_t> tokens = tok.encode(text, true);
-        const PplPlan plan = plan_perplexity(protocol, tokens.size(), a->ctx, a->chunks,
-                                             tok.add_bos(), tok.bos_id());
+        const PplPlan plan = [&] {
+            try {
+                return plan_perplexity(protocol, tokens.size(), a->ctx, a->chunks, tok.add_bos(),
+                                       tok.bos_id());
+            } catch (const Error& e) {
+                throw e.with_file(common.file);  // the plan is about this text
+            }
+        }();
 
         ThreadPool pool(resolved_threads(common));
         auto backend = make_selected_backend(common, model, pool);

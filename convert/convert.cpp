@@ -102,7 +102,7 @@ ConvertReport convert_hf_checkpoint(const ConvertOptions& options) {
     json tokenizer = resolve_tokenizer(
         options.tokenizer,
         options.tokenizer.empty() ? find_tokenizer(options.input) : std::nullopt, options.input,
-        report);
+        cfg, report);
 
     json sources = json::array();
     sources.push_back(source_entry(cfg_path));

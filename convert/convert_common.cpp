@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "formats/qf_validate.hpp"
 #include "tokenizer/source.hpp"
 
 namespace qforge {
@@ -62,7 +63,8 @@ QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QTy
 }
 
 json resolve_tokenizer(const std::string& given, const std::optional<std::string>& found,
-                       const std::string& input, ConvertReport& report) {
+                       const std::string& input, const ModelConfig& config,
+                       ConvertReport& report) {
     const std::string path = given.empty() ? found.value_or("") : given;
     if (path.empty()) {
         report.warnings.push_back("no tokenizer found beside " + input +
@@ -70,7 +72,13 @@ json resolve_tokenizer(const std::string& given, const std::optional<std::string
         return nullptr;
     }
     report.tokenizer = path;
-    return load_tokenizer_source(path);
+    json tokenizer = load_tokenizer_source(path);
+    if (const uint64_t without = check_tokenizer_fits_model(tokenizer, config, path, input))
+        report.warnings.push_back(
+            path + " has " + std::to_string(config.vocab_size - without) + " tokens for " +
+            std::to_string(config.vocab_size) + " embedding rows: " + std::to_string(without) +
+            " ids have no token (padding rows) and are never generated");
+    return tokenizer;
 }
 
 void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,

@@ -35,9 +35,13 @@ void check_layers_fit(uint64_t num_layers, uint64_t tensor_count, const std::str
 QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QType>& requested);
 
 // The tokenizer to embed: `given` when not empty, else `found`; null (and a warning in the
-// report) when there is none. Sets report.tokenizer to the file used.
+// report) when there is none. Sets report.tokenizer to the file used. It must fit the model
+// `config` read from `input` (formats/qf_validate.hpp: no more tokens than vocab_size, no
+// special id past it); fewer tokens are the padding rows real models have, reported as a
+// warning: generation never samples an id without a token.
 nlohmann::json resolve_tokenizer(const std::string& given, const std::optional<std::string>& found,
-                                 const std::string& input, ConvertReport& report);
+                                 const std::string& input, const ModelConfig& config,
+                                 ConvertReport& report);
 
 // Reorders the rows (llama2.c checkpoints and llama.cpp's GGUF q/k layout) of a q or k projection ([n_heads * head_dim, cols], `row_bytes` per row)
 // from adjacent-pair RoPE to rotate-half RoPE: within each head, output row j * (head_dim/2) + i

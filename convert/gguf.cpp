@@ -280,20 +280,22 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
     // The tokenizer: given, else the GGUF's own; a file without one converts with a warning.
     json tokenizer;
     if (!options.tokenizer.empty()) {
-        tokenizer = resolve_tokenizer(options.tokenizer, std::nullopt, path, report);
+        tokenizer = resolve_tokenizer(options.tokenizer, std::nullopt, path, cfg, report);
     } else if (file.find("tokenizer.ggml.model")) {
         tokenizer = tokenizer_schema_from_gguf(file);
         report.tokenizer = path;
+        // llama.cpp refuses a GGUF whose token list and embedding rows differ.
+        if (tokenizer.at("pieces").size() != cfg.vocab_size)
+            throw Error(path, {},
+                        "the GGUF's tokenizer has " + std::to_string(tokenizer.at("pieces").size()) +
+                            " tokens but its vocabulary (token_embd rows) has " +
+                            std::to_string(cfg.vocab_size));
     } else {
         report.warnings.push_back(path +
                                   " has no tokenizer metadata; the .qf will have none "
                                   "(pass --tokenizer FILE)");
         tokenizer = nullptr;
     }
-    if (tokenizer.is_object() && tokenizer.at("pieces").size() != cfg.vocab_size)
-        throw Error(report.tokenizer, {},
-                    "tokenizer has " + std::to_string(tokenizer.at("pieces").size()) +
-                        " tokens but the model's vocabulary has " + std::to_string(cfg.vocab_size));
 
     // GGUF input is stored as f32 unless --dtype says otherwise: its weights are not floats.
     ConvertOptions recorded = options;

@@ -18,6 +18,7 @@
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
 #include "tokenizer/hf_writer.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 
@@ -264,7 +265,8 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
 
 ExportReport export_hf_quantized(const ExportOptions& o) {
     const QfFile qf(o.input);
-    const ModelConfig config = model_config_from_json(qf.model(), qf.path());
+    const ModelConfig& config = qf.config();
+    if (qf.has_tokenizer()) validate_tokenizer_schema(qf.tokenizer(), qf.path());
     const QType qtype = common_linear_type(qf, o.format);
     ExportReport report;
     report.quant_type = std::string(qtype_traits(qtype).name);

@@ -332,7 +332,7 @@ ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
     json tokenizer = resolve_tokenizer(
         options.tokenizer,
         options.tokenizer.empty() ? find_llama2c_tokenizer(path, cfg.vocab_size) : std::nullopt,
-        path, report);
+        path, cfg, report);
     if (tokenizer.is_object() && tokenizer.value("source", "") == "llama2c" &&
         tokenizer.contains("pieces") && tokenizer["pieces"].size() != cfg.vocab_size)
         throw Error(report.tokenizer, {},

@@ -123,7 +123,7 @@ std::string substitute(std::string_view pattern, uint64_t layer) {
 
 TensorSpec make_spec(const TensorRow& row, uint64_t layer, const ModelConfig& c) {
     TensorSpec spec{
-        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false};
+        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false, &row};
     for (Dim d : row.shape)
         if (d != Dim::none) spec.shape.push_back(resolve(d, c));
     spec.is_matrix = spec.shape.size() == 2;
@@ -173,6 +173,28 @@ bool match_tensor_pattern(std::string_view pattern, std::string_view name, uint6
     if (ec != std::errc() || end != digits.data() + digits.size()) return false;
     if (layer) *layer = value;
     return true;
+}
+
+std::string describe_dim(Dim d, const ModelConfig& c) {
+    const auto heads = [&](const char* key, uint64_t n) {
+        return std::string(key) + " " + std::to_string(n) + " * head_dim " +
+               std::to_string(c.head_dim);
+    };
+    switch (d) {
+        case Dim::none:
+            break;
+        case Dim::vocab:
+            return "vocab_size " + std::to_string(c.vocab_size);
+        case Dim::hidden:
+            return "hidden_size " + std::to_string(c.hidden_size);
+        case Dim::intermediate:
+            return "intermediate_size " + std::to_string(c.intermediate_size);
+        case Dim::q:
+            return heads("num_attention_heads", c.num_heads);
+        case Dim::kv:
+            return heads("num_key_value_heads", c.num_kv_heads);
+    }
+    return {};
 }
 
 bool is_ignorable_hf_tensor(std::string_view hf_name) {

@@ -45,6 +45,7 @@ struct TensorSpec {
     std::string name;             // our name, e.g. "layers.3.attn.q"
     std::vector<uint64_t> shape;  // expected shape, torch order [out, in]
     bool is_matrix;               // a 2-D weight a quantizer may pack (embed and lm_head too)
+    const TensorRow* row;         // the table row it comes from: symbolic dims, presence
 };
 
 // The rows of an architecture, in canonical order: leading global rows, then the per-layer run,
@@ -63,5 +64,9 @@ bool is_ignorable_hf_tensor(std::string_view hf_name);
 // leading zeros); the index goes to *layer when given.
 bool match_tensor_pattern(std::string_view pattern, std::string_view name,
                           uint64_t* layer = nullptr);
+
+// The config fields a symbolic dimension comes from, with their values, for messages:
+// "vocab_size 512", "num_key_value_heads 4 * head_dim 8".
+std::string describe_dim(Dim d, const ModelConfig& config);
 
 }  // namespace qforge

@@ -232,6 +232,16 @@ void read_rope(const Keys& keys, const std::string& source, uint64_t max_positio
 // use config.json's key names, which the normalized form shares.
 void validate(const ModelConfig& c, const std::string& source) {
     auto fail = [&](const std::string& detail) { throw Error(source, {}, detail); };
+    // The readers give every dimension >= 1; a zero here would divide by zero below.
+    for (auto [key, value] : {std::pair{"vocab_size", c.vocab_size},
+                              {"hidden_size", c.hidden_size},
+                              {"intermediate_size", c.intermediate_size},
+                              {"num_hidden_layers", c.num_layers},
+                              {"num_attention_heads", c.num_heads},
+                              {"num_key_value_heads", c.num_kv_heads},
+                              {"head_dim", c.head_dim},
+                              {"max_position_embeddings", c.max_position_embeddings}})
+        if (value == 0) fail("'" + std::string(key) + "' must be at least 1, found 0");
     if (c.num_heads % c.num_kv_heads != 0)
         fail("num_attention_heads (" + std::to_string(c.num_heads) +
              ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
@@ -245,6 +255,15 @@ void validate(const ModelConfig& c, const std::string& source) {
         fail("'rms_norm_eps' must be in (0, 1), found " + std::to_string(c.rms_norm_eps));
     if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0.0)
         fail("'rope_theta' must be a positive number, found " + std::to_string(c.rope_theta));
+
+    // Special ids index the embedding: one past it cannot be looked up or predicted.
+    auto check_id = [&](const char* key, int64_t id) {
+        if (id < 0 || static_cast<uint64_t>(id) >= c.vocab_size)
+            fail("'" + std::string(key) + "' " + std::to_string(id) + " is not below vocab_size " +
+                 std::to_string(c.vocab_size));
+    };
+    if (c.bos_token_id) check_id("bos_token_id", *c.bos_token_id);
+    for (int64_t id : c.eos_token_ids) check_id("eos_token_id", id);
 
     const RopeScaling& s = c.rope_scaling;
     if (s.type == "none") {

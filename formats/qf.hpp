@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/atomic_file.hpp"
 #include "core/mapped_file.hpp"
+#include "formats/model_config.hpp"
 #include "formats/qf_format.hpp"
 #include "formats/qtype.hpp"
 
@@ -27,12 +29,17 @@ struct QfTensorInfo {
 
 struct QfOpenOptions {
     bool verify_checksums = false;  // hash every tensor at open (qforge verify does it with progress)
+    // Validate the model the file holds (formats/qf_validate.hpp): its config, every tensor
+    // against the architecture table, the embedded tokenizer against the vocabulary. Every
+    // command opens with it; false reads the container alone (format tests, inspect).
+    bool check_model = true;
 };
 
 class QfFile {
 public:
-    // Maps the file and validates the preamble, the header and every tensor entry; throws
-    // qforge::Error naming the file (and the tensor) on the first problem.
+    // Maps the file and validates the preamble, the header and every tensor entry, then (with
+    // check_model) the model against its config; throws qforge::Error naming the file (and the
+    // tensor) on the first problem.
     explicit QfFile(const std::string& path, QfOpenOptions options = {});
 
     const std::string& path() const { return file_.path(); }
@@ -40,6 +47,8 @@ public:
     uint32_t version() const { return preamble_.version; }
     const nlohmann::json& header() const { return header_; }
     const nlohmann::json& model() const { return header_.at("model"); }
+    // The validated config; a logic error for a file opened without check_model.
+    const ModelConfig& config() const;
     bool has_tokenizer() const { return !header_.at("tokenizer").is_null(); }
     // The tokenizer, or an Error saying the file has none (for commands that need one).
     const nlohmann::json& tokenizer() const;
@@ -68,6 +77,7 @@ private:
     QfPreamble preamble_{};
     nlohmann::json header_;
     std::vector<QfTensorInfo> tensors_;
+    std::optional<ModelConfig> config_;  // set by check_model
 };
 
 struct QfWriteOptions {

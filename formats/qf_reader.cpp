@@ -11,6 +11,7 @@
 #include "formats/json_io.hpp"
 #include "formats/qf.hpp"
 #include "formats/zstd_frame.hpp"
+#include "formats/qf_validate.hpp"
 
 namespace qforge {
 
@@ -26,6 +27,8 @@ QfFile::QfFile(const std::string& path, QfOpenOptions options) : file_(path) {
     parse_preamble();
     parse_header();
     parse_tensors();
+    if (options.check_model)
+        config_ = validate_qf_model(path, header_["model"], header_["tokenizer"], tensors_);
     if (options.verify_checksums) {
         std::vector<uint8_t> scratch;
         for (const auto& t : tensors_) {
@@ -175,6 +178,12 @@ const nlohmann::json& QfFile::tokenizer() const {
     if (!has_tokenizer())
         throw Error(path(), {}, "this .qf has no tokenizer; reconvert with --tokenizer FILE");
     return header_.at("tokenizer");
+}
+
+const ModelConfig& QfFile::config() const {
+    if (!config_)
+        throw std::logic_error("QfFile::config(): " + path() + " was opened without check_model");
+    return *config_;
 }
 
 const QfTensorInfo* QfFile::find(std::string_view name) const {

@@ -28,8 +28,10 @@ class QfSource final : public ModelSource {
         path_ = path;
         format_ = "qf";
         model_json_ = qf_.model();
-        config_ = model_config_from_json(model_json_, path);
+        config_ = qf_.config();
         tokenizer_ = qf_.header().at("tokenizer");
+        // Copied into the output as it is: a broken one must not pass on.
+        if (!tokenizer_.is_null()) validate_tokenizer_schema(tokenizer_, path);
         input_provenance_ = qf_.header().at("provenance");
         sources_.push_back(source_entry(path));
         for (const auto& t : qf_.tensors()) tensors_.push_back({t.name, t.qtype, t.shape});
@@ -65,7 +67,8 @@ class HfSource final : public ModelSource {
 
         ConvertReport report;  // collects the tokenizer file and warnings
         tokenizer_ = resolve_tokenizer(
-            tokenizer, tokenizer.empty() ? find_tokenizer(path) : std::nullopt, path, report);
+            tokenizer, tokenizer.empty() ? find_tokenizer(path) : std::nullopt, path, config_,
+            report);
         tokenizer_file_ = report.tokenizer;
         for (auto& w : report.warnings) warnings_.push_back(std::move(w));
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "runtime/logits_check.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
@@ -121,6 +122,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
 
     // Warm-up: one token reads every weight once, so the timed passes do not pay page faults.
     backend.forward({decode_ids.data(), 1}, *decode_cache, 0, logits);
+    // Speed of a model that computes NaN is no result: check the logits outside the timers.
+    if (!all_finite(logits))
+        throw_non_finite_logits(logits, model.path(), "position 0 of the warm-up pass");
 
     std::vector<double> prefill_rates, decode_rates;
     uint64_t done = 0;
@@ -129,6 +133,10 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         auto t0 = Clock::now();
         backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, logits);
         prefill_rates.push_back(static_cast<double>(o.prefill_tokens) / seconds_since(t0));
+        if (!all_finite(logits))
+            throw_non_finite_logits(logits, model.path(),
+                                    "position " + std::to_string(o.prefill_tokens - 1) +
+                                        " of the prefill");
         done += o.prefill_tokens;
         if (progress) progress(done);
 

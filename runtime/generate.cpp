@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/error.hpp"
+#include "runtime/logits_check.hpp"
 
 namespace qforge {
 
@@ -24,6 +26,23 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
     std::vector<float> logits(c.vocab_size);
     GenerateResult result;
     using Clock = std::chrono::steady_clock;
+    const uint64_t sampleable =
+        options.token_count == 0 ? c.vocab_size : std::min(options.token_count, c.vocab_size);
+    const auto next_id = [&] {
+        if (!all_finite(logits)) {
+            const uint64_t at = cache->size() - 1;
+            throw_non_finite_logits(
+                logits, backend.model().path(),
+                "position " + std::to_string(at) +
+                    (at + 1 == prompt.size()
+                         ? " (the last prompt token)"
+                         : " (generated token " + std::to_string(at + 1 - prompt.size()) + ")"));
+        }
+        // An id without a token cannot be emitted: it gets probability 0, argmax never picks it.
+        std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
+                  -std::numeric_limits<float>::infinity());
+        return sampler.sample(logits);
+    };
 
     auto t0 = Clock::now();
     backend.forward(prompt, *cache, prompt.size() - 1, logits);
@@ -31,7 +50,7 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
 
     t0 = Clock::now();
     while (result.tokens.size() < options.max_new_tokens) {
-        const int32_t next = sampler.sample(logits);
+        const int32_t next = next_id();
         if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) !=
             options.stop_ids.end()) {
             result.stop = GenerateResult::Stop::stop_id;

@@ -18,6 +18,9 @@ struct GenerateOptions {
     SamplingParams sampling;
     uint64_t max_new_tokens = 128;
     std::vector<int32_t> stop_ids;  // generation ends when one is chosen (it is not emitted)
+    // Ids from this one on have no token (a tokenizer smaller than the embedding: padding rows,
+    // as Qwen2.5 and Phi-3 have); they are never chosen, greedy or sampled. 0: every id has one.
+    uint64_t token_count = 0;
 };
 
 struct GenerateResult {
@@ -31,7 +34,8 @@ struct GenerateResult {
 // Runs the prompt (non-empty) and generates up to max_new_tokens tokens, calling on_token for
 // each as soon as it is chosen. The context holds min(prompt + max_new_tokens,
 // max_position_embeddings) positions; a prompt that does not fit is an Error saying so, and
-// generation that reaches the end of the context stops with Stop::context_full.
+// generation that reaches the end of the context stops with Stop::context_full. Logits that are
+// not finite are an Error naming the model and the position.
 GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
                         const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token = {});

@@ -36,9 +36,8 @@ struct LayerWeights {
 
 class Model {
   public:
-    // Opens and validates the file: the model config, every tensor the architecture table
-    // expects with its shape, and a qtype the runtime computes with. Throws qforge::Error naming
-    // the file and the tensor.
+    // Opens the file, which QfFile validates against its config and the architecture table
+    // (formats/qf_validate.hpp). Throws qforge::Error naming the file and the tensor.
     explicit Model(const std::string& path);
 
     const std::string& path() const { return file_.path(); }

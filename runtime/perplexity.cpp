@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "runtime/logits_check.hpp"
 
 namespace qforge {
 
@@ -40,14 +41,39 @@ std::string_view ppl_protocol_name(PplProtocol p) {
     return p == PplProtocol::llamacpp ? "llamacpp" : "gptq";
 }
 
+namespace {
+
+// The --ctx values that score some token of a text of n tokens, for messages. llamacpp scores
+// positions ctx/2+1 .. ctx-1 (ctx >= 3) and needs 2 chunks; gptq scores 1 .. ctx-1 of a chunk.
+std::string ctx_hint(PplProtocol protocol, uint64_t n_tokens) {
+    const bool llamacpp = protocol == PplProtocol::llamacpp;
+    const uint64_t lo = llamacpp ? 3 : 2, hi = llamacpp ? n_tokens / 2 : n_tokens;
+    if (hi >= lo)
+        return "--ctx " + std::to_string(lo) + " to " + std::to_string(hi) +
+               " would score tokens of this text";
+    std::string s = "the text is too short for the " + std::string(ppl_protocol_name(protocol)) +
+                    " protocol at any --ctx (it needs " + std::to_string(2 * lo) + " tokens)";
+    if (llamacpp && n_tokens >= 2)
+        s += "; --protocol gptq with --ctx 2 to " + std::to_string(n_tokens) + " would score some";
+    return s;
+}
+
+}  // namespace
+
 PplPlan plan_perplexity(PplProtocol protocol, uint64_t n_tokens, uint64_t ctx, uint64_t max_chunks,
                         bool add_bos, std::optional<int32_t> bos_id) {
     if (ctx < 2) throw Error("--ctx must be at least 2, found " + std::to_string(ctx));
+    const std::string what = "the " + std::string(ppl_protocol_name(protocol)) +
+                             " protocol with --ctx " + std::to_string(ctx);
+    const std::string text = "the text has " + std::to_string(n_tokens) + " tokens";
+    if (protocol == PplProtocol::llamacpp && ctx / 2 + 1 >= ctx)
+        throw Error(what +
+                    " scores no token (it scores positions ctx/2+1 .. ctx-1 of each chunk); " +
+                    text + ": " + ctx_hint(protocol, n_tokens));
     const uint64_t needed = protocol == PplProtocol::llamacpp ? 2 * ctx : ctx;
     if (n_tokens < needed)
-        throw Error("the text has " + std::to_string(n_tokens) + " tokens; the " +
-                    std::string(ppl_protocol_name(protocol)) + " protocol with --ctx " +
-                    std::to_string(ctx) + " needs at least " + std::to_string(needed));
+        throw Error(text + "; " + what + " needs at least " + std::to_string(needed) + ": " +
+                    ctx_hint(protocol, n_tokens));
     PplPlan plan;
     plan.protocol = protocol;
     plan.ctx = ctx;
@@ -147,9 +173,17 @@ PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t>
         for (uint64_t pos = plan.first_scored; pos < plan.ctx; ++pos) {
             const uint64_t r = pos - 1 - logits_from;
             const std::span<const float> row(logits.data() + r * vocab, vocab);
+            const auto where = [&] {
+                return "position " + std::to_string(pos - 1) + " of chunk " +
+                       std::to_string(chunk) + " (text token " +
+                       std::to_string(chunk * plan.ctx + pos - 1) + ", scoring the next)";
+            };
+            if (!all_finite(row)) throw_non_finite_logits(row, model.model().path(), where());
             result.nll.add(token_nll(row, text[pos]));
             if (base) {
                 const std::span<const float> base_row(base_logits.data() + r * vocab, vocab);
+                if (!all_finite(base_row))
+                    throw_non_finite_logits(base_row, base->model().path(), where());
                 add_kl(base_row, row, text[pos], *result.kl);
                 result.base_nll->add(token_nll(base_row, text[pos]));
             }
@@ -158,6 +192,12 @@ PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t>
         result.tokens_evaluated += plan.ctx;
         if (progress) progress(chunk + 1, result.nll);
     }
+    // Whatever the plan, a result scored on no token is no result (PPL would print as 0).
+    if (result.nll.count == 0)
+        throw Error(model.model().path(), {},
+                    "perplexity scored no token (" + std::to_string(plan.n_chunks) +
+                        " chunks of " + std::to_string(plan.ctx) + ", " +
+                        std::to_string(plan.scored_per_chunk()) + " scored per chunk)");
     result.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
     return result;

@@ -100,7 +100,7 @@ TEST_CASE("qf round trip keeps every tensor byte-identical, raw and zstd", "[for
     for (bool compress : {false, true}) {
         const fs::path p = dir / (compress ? "z.qf" : "r.qf");
         write_sample(p, compress);
-        QfFile qf(p.string(), {.verify_checksums = true});
+        QfFile qf(p.string(), {.verify_checksums = true, .check_model = false});
         REQUIRE(qf.version() == kQfVersion);
         REQUIRE(qf.tensors().size() == samples().size());
         std::vector<uint8_t> scratch;
@@ -123,7 +123,7 @@ TEST_CASE("qf round trip keeps every tensor byte-identical, raw and zstd", "[for
 TEST_CASE("qf raw tensors are used in place from the mapping", "[formats][qf]") {
     test::ScratchDir dir("qf-zerocopy");
     write_sample(dir / "a.qf", false);
-    QfFile qf((dir / "a.qf").string());
+    QfFile qf((dir / "a.qf").string(), {.check_model = false});
     std::vector<uint8_t> scratch;
     auto a = qf.tensor_bytes(qf.at("embed"), scratch);
     auto b = qf.tensor_bytes(qf.at("embed"), scratch);
@@ -159,7 +159,8 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
     auto fresh = [&] { write_sample(p, true); };
     auto expect = [&](const std::string& what) {
         INFO(what);
-        REQUIRE_THROWS_WITH(QfFile(p.string(), {.verify_checksums = true}), Contains(what));
+        REQUIRE_THROWS_WITH(QfFile(p.string(), {.verify_checksums = true, .check_model = false}),
+                            Contains(what));
     };
     auto tensor_at = [](json& h, const std::string& name) -> json& {
         for (auto& t : h["tensors"])
@@ -299,19 +300,20 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
         fresh();
         uint64_t off;
         {
-            QfFile qf(p.string());
+            QfFile qf(p.string(), {.check_model = false});
             off = qf.at("layers.0.attn.q").offset;
         }
         auto bytes = test::read_file(p);
         bytes[kQfDataAlignment + off + 5] ^= 1;
         test::write_file(p, bytes);
-        REQUIRE_NOTHROW(QfFile(p.string()));  // structure is fine; data is checked on request
+        // structure is fine; data is checked on request
+        REQUIRE_NOTHROW(QfFile(p.string(), {.check_model = false}));
         expect("checksum mismatch: header says xxh3-64:");
     }
     SECTION("corrupt zstd frame") {
         fresh();
         {
-            QfFile qf(p.string());
+            QfFile qf(p.string(), {.check_model = false});
             REQUIRE(qf.at("zeros").encoding == QfEncoding::zstd);
         }
         edit_header(p, [&](json& hh) { tensor_at(hh, "zeros")["length"] = 64 * 64 * 4; });

@@ -273,7 +273,8 @@ TEST_CASE("cpu backend and model loader refuse bad input with a clear error", "[
         w.finish();
         REQUIRE_THROWS_WITH(
             Model(mixed.string()),
-            Contains("tensor 'layers.0.mlp.gate': shape [72, 48], the config needs [70, 48]"));
+            Contains("tensor 'layers.0.mlp.gate': shape [72, 48] but the config's "
+                     "intermediate_size 70 and hidden_size 48 require [70, 48]"));
     }
 }
 
