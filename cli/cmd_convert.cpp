@@ -4,7 +4,9 @@
 
 #include "commands.hpp"
 #include "convert/convert.hpp"
+#include "convert/input_files.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/progress.hpp"
 
 namespace qforge::cli {
@@ -37,6 +39,7 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
     add_json_option(app, common);
 
     return [a, &common]() {
+        check_output_path(a->opts.output, checkpoint_input_files(a->opts.input, a->opts.tokenizer));
         if (!a->dtype.empty()) a->opts.dtype = qtype_from_name(a->dtype);
         ConvertReport r = convert_checkpoint(a->opts);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());

@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "convert/hf_export.hpp"
+#include "core/output_path.hpp"
 #include "core/progress.hpp"
 
 namespace qforge::cli {
@@ -27,6 +28,7 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
     add_json_option(app, common);
 
     return [a, &common]() {
+        check_output_path(a->opts.output_dir, {a->opts.input}, OutputKind::directory);
         a->opts.format = a->format == "awq" ? HfQuantMethod::awq : HfQuantMethod::gptq;
         const ExportReport r = export_hf_quantized(a->opts);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());

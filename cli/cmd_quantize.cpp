@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "convert/input_files.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/progress.hpp"
 #include "quant/quantize_model.hpp"
 
@@ -163,6 +165,12 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         if (!calibrated && !a->opts.calibrated.calibration.files.empty())
             throw Error("--calib is for calibrated methods (gptq, awq); --method " + a->method +
                         " uses no data");
+
+        // Nothing the run reads or keeps (inputs, calibration text, --resume state) is the output.
+        std::vector<std::string> inputs = checkpoint_input_files(a->opts.input, a->opts.tokenizer);
+        for (const auto& f : a->opts.calibrated.calibration.files) inputs.push_back(f);
+        check_output_path(a->opts.output, inputs);
+        check_state_dir(a->opts.calibrated.resume_dir, a->opts.output, inputs);
 
         QuantizeReport r = quantize_model(a->opts, print_plan);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());

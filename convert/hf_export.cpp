@@ -1,7 +1,5 @@
 #include "convert/hf_export.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -13,6 +11,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
@@ -213,18 +212,6 @@ void write_json(const fs::path& p, const json& j) {
     f.commit();
 }
 
-// Removes the temporary directory unless the export committed it.
-struct TempDir {
-    fs::path path;
-    bool keep = false;
-    ~TempDir() {
-        if (!keep) {
-            std::error_code ec;
-            fs::remove_all(path, ec);
-        }
-    }
-};
-
 // The single type every quantized linear of the blocks shares, checked against what `format`
 // can express.
 QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
@@ -264,6 +251,9 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
 }  // namespace
 
 ExportReport export_hf_quantized(const ExportOptions& o) {
+    // Checked before any work: the directory is new or empty, its parent exists (export never
+    // creates parents, so a failure has none of its own to remove), and it is not the input.
+    check_output_path(o.output_dir, {o.input}, OutputKind::directory);
     const QfFile qf(o.input);
     const ModelConfig& config = qf.config();
     if (qf.has_tokenizer()) validate_tokenizer_schema(qf.tokenizer(), qf.path());
@@ -271,13 +261,19 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     ExportReport report;
     report.quant_type = std::string(qtype_traits(qtype).name);
 
-    fs::path out = fs::path(o.output_dir).lexically_normal();
-    if (!out.has_filename()) out = out.parent_path();  // "DIR/": the temporary goes beside DIR
-    if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)))
-        throw Error(o.output_dir, {}, "exists and is not an empty directory");
-    TempDir tmp{fs::path(out.string() + ".tmp." + std::to_string(::getpid()))};
-    fs::remove_all(tmp.path);
-    fs::create_directories(tmp.path);
+    // Every file goes into a temporary directory beside the output that only commit() turns into
+    // it; on an error or a signal it is removed with its contents.
+    AtomicDirectory tmp(o.output_dir);
+    const fs::path tmp_dir = tmp.temp_path();
+    // A write error names the file under the output directory, never the temporary one.
+    auto write_in_tmp = [&](const std::string& name, const auto& write) {
+        try {
+            write((tmp_dir / name).string());
+        } catch (const Error& e) {
+            if (e.file() != (tmp_dir / name).string()) throw;
+            throw e.with_file((fs::path(tmp.final_path()) / name).string());
+        }
+    };
 
     std::map<std::string, std::string> hf_of;  // our name -> HF name
     for (const TensorSpec& s : expected_tensors(config)) hf_of[s.name] = s.hf_name;
@@ -378,19 +374,23 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
             report.bytes += p.bytes.size();
         }
         report.tensors += packed.size();
-        write_safetensors((tmp.path / file).string(), views, {{"format", "pt"}});
+        write_in_tmp(file, [&](const std::string& path) {
+            write_safetensors(path, views, {{"format", "pt"}});
+        });
         report.files.push_back(file);
     }
     if (sharded) {
-        write_json(tmp.path / "model.safetensors.index.json",
-                   {{"metadata", {{"total_size", report.bytes}}}, {"weight_map", weight_map}});
+        write_in_tmp("model.safetensors.index.json", [&](const std::string& path) {
+            write_json(path, {{"metadata", {{"total_size", report.bytes}}},
+                              {"weight_map", weight_map}});
+        });
         report.files.push_back("model.safetensors.index.json");
     }
 
     json cfg = hf_config_json(config);
     cfg["quantization_config"] = quantization_config_json(o.format, qtype, not_converted);
     if (!in_block.is_null()) cfg["quantization_config"]["modules_in_block_to_quantize"] = in_block;
-    write_json(tmp.path / "config.json", cfg);
+    write_in_tmp("config.json", [&](const std::string& path) { write_json(path, cfg); });
     report.files.push_back("config.json");
     if (!qf.has_tokenizer()) {
         report.warnings.push_back("the .qf has no tokenizer: no tokenizer files written");
@@ -404,14 +404,12 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
              {std::pair{"tokenizer.json", &tok.tokenizer},
               std::pair{"tokenizer_config.json", &tok.tokenizer_config},
               std::pair{"generation_config.json", &tok.generation_config}}) {
-            write_json(tmp.path / name, *j);
+            write_in_tmp(name, [&](const std::string& path) { write_json(path, *j); });
             report.files.push_back(name);
         }
     }
 
-    if (fs::exists(out)) fs::remove(out);  // checked empty above
-    fs::rename(tmp.path, out);
-    tmp.keep = true;
+    tmp.commit();
     std::sort(report.files.begin(), report.files.end());
     return report;
 }

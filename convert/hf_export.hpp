@@ -45,8 +45,10 @@ struct ExportReport {
     std::vector<std::string> warnings;
 };
 
-// Writes the checkpoint into a temporary directory beside output_dir ("<dir>.tmp.<pid>") and
-// renames it into place only when everything is written; on any Error nothing is left behind.
+// Checks output_dir first (core/output_path.hpp: new or empty, its parent exists, not the input),
+// then writes the checkpoint into a hidden temporary directory beside it (core/atomic_file.hpp's
+// AtomicDirectory) renamed into place only when everything is written; on any Error, SIGINT,
+// SIGTERM or SIGHUP nothing is left behind.
 ExportReport export_hf_quantized(const ExportOptions& options);
 
 }  // namespace qforge

@@ -115,8 +115,10 @@ void write_section(AtomicFile& f, StateSectionKind kind, uint64_t index,
 
 ResumeDir::ResumeDir(std::string dir, const json& fingerprint, uint64_t num_layers)
     : dir_(std::move(dir)) {
+    // Only DIR itself is made: a missing parent is refused before any work
+    // (core/output_path.hpp's check_state_dir), as a mistyped path should be.
     std::error_code ec;
-    fs::create_directories(dir_, ec);
+    fs::create_directory(dir_, ec);
     if (ec || !fs::is_directory(dir_))
         throw Error(dir_, {}, "cannot create the --resume directory: " + ec.message());
     const std::string run = (fs::path(dir_) / "run.json").string();

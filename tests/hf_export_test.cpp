@@ -211,7 +211,7 @@ TEST_CASE("export refuses what GPTQ and AWQ cannot express", "[interop][export]"
         const auto r = run_export(qf, dir / "out", format);
         CHECK(r.exit_code == 1);
         CHECK(!fs::exists(dir / "out"));
-        CHECK(files_containing(dir.path(), "out.tmp").empty());
+        CHECK(files_containing(dir.path(), "qforge-tmp").empty());
         return r.output;
     };
     SECTION("3-bit") {

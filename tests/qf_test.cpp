@@ -91,7 +91,7 @@ void edit_preamble(const fs::path& path, const std::function<void(QfPreamble&)>&
     test::write_file(path, bytes);
 }
 
-bool no_temp_files(const fs::path& dir) { return test::files_containing(dir, ".tmp.").empty(); }
+bool no_temp_files(const fs::path& dir) { return test::files_containing(dir, "qforge-tmp").empty(); }
 
 }  // namespace
 
