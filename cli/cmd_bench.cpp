@@ -28,23 +28,20 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
         double bandwidth = 0.0;  // 0: not given
     };
     auto a = std::make_shared<Args>();
-    // The model's context is the real bound (run_bench checks it); this one keeps CLI11's message
-    // short.
-    const CLI::Range kTokenRange(uint64_t{1}, uint64_t{1} << 24);
-    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
-    app.add_option("-p,--prompt,--prefill", a->bench.prefill_tokens, "tokens in the prefill batch")
-        ->capture_default_str()
-        ->check(kTokenRange);
-    app.add_option("-n,--gen,--decode", a->bench.decode_tokens, "tokens decoded one at a time")
-        ->capture_default_str()
-        ->check(kTokenRange);
-    app.add_option("-r,--reps", a->bench.repetitions, "repetitions; medians are reported")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
-    app.add_option("--bandwidth", a->bandwidth,
-                   "read bandwidth in GB/s to quote decode against (default: measured here, "
-                   "with the same threads, just before the timed passes)")
-        ->check(CLI::Range(1e-3, 1e6));
+    // The model's context is the real bound (run_bench checks it); this one refuses nonsense
+    // before the model is read.
+    const uint64_t kMaxTokens = uint64_t{1} << 24;
+    add_input_option(app, "model", a->model, ".qf model")->required();
+    add_int_option(app, "-p,--prompt,--prefill", a->bench.prefill_tokens,
+                   1, kMaxTokens, "tokens in the prefill batch");
+    add_int_option(app, "-n,--gen,--decode", a->bench.decode_tokens, 1, kMaxTokens,
+                   "tokens decoded one at a time");
+    add_int_option(app, "-r,--reps", a->bench.repetitions, 1, 1000,
+                   "repetitions; medians are reported");
+    add_real_option(app, "--bandwidth", a->bandwidth, {0.0, false}, {1e6, true},
+                    "read bandwidth in GB/s to quote decode against (default: measured here, "
+                    "with the same threads, just before the timed passes)")
+        ->default_str("");
     add_seed_option(app, common);
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);

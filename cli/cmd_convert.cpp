@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/output_path.hpp"
 #include "core/progress.hpp"
+#include "formats/qtype.hpp"
 
 namespace qforge::cli {
 
@@ -17,21 +18,23 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
         std::string dtype;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("input", a->opts.input,
-                   "Hugging Face directory (float, or GPTQ/AWQ: codes kept), .safetensors file, "
-                   "llama2.c .bin checkpoint or GGUF model (.gguf, dequantized unless "
-                   "--keep-quant)")
-        ->required()
-        ->check(CLI::ExistingPath);
+    add_input_option(app, "input", a->opts.input,
+                     "Hugging Face directory (float, or GPTQ/AWQ: codes kept), .safetensors file, "
+                     "llama2.c .bin checkpoint or GGUF model (.gguf, dequantized unless "
+                     "--keep-quant)",
+                     true)
+        ->required();
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
-    app.add_option("--dtype", a->dtype,
-                   "store matrices as f32, f16 or bf16 (default: keep the source precision, "
-                   "f32 for GGUF; norms and biases then stay f32)")
-        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-    app.add_option("--tokenizer", a->opts.tokenizer,
-                   "tokenizer.json or llama2.c tokenizer .bin (default: found beside the "
-                   "checkpoint, or a GGUF's own)")
-        ->check(CLI::ExistingFile);
+    std::vector<std::string> float_types;
+    for (const auto& row : kQTypes)
+        if (row.is_float) float_types.emplace_back(row.name);
+    add_choice_option(app, "--dtype", a->dtype, float_types,
+                      "store matrices as " + join_names(float_types) +
+                          " (default: keep the source precision, f32 for GGUF; norms and biases "
+                          "then stay f32)");
+    add_input_option(app, "--tokenizer", a->opts.tokenizer,
+                     "tokenizer.json or llama2.c tokenizer .bin (default: found beside the "
+                     "checkpoint, or a GGUF's own)");
     app.add_flag("--keep-quant", a->opts.keep_quant,
                  "GGUF: store Q8_0 tensors as q8_g32 and Q4_0 as q4s_g32, losslessly, instead of "
                  "dequantizing them");

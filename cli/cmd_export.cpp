@@ -15,13 +15,10 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
         std::string format;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("input", a->opts.input, "quantized .qf file")
-        ->required()
-        ->check(CLI::ExistingFile);
-    app.add_option("--format", a->format,
-                   "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types) or awq (GEMM: q4_g* only)")
-        ->required()
-        ->check(CLI::IsMember({"gptq", "awq"}));
+    add_input_option(app, "input", a->opts.input, "quantized .qf file")->required();
+    add_choice_option(app, "--format", a->format, {"gptq", "awq"},
+                      "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types) or awq (GEMM: q4_g* only)")
+        ->required();
     app.add_option("-o,--output", a->opts.output_dir,
                    "output directory (must not exist, or be empty)")
         ->required();

@@ -23,22 +23,21 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         bool raw = false;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
+    add_input_option(app, "model", a->model, ".qf model")->required();
     app.add_option("-p,--prompt", a->prompt,
                    "the user's message, rendered with the model's chat template when it has one; "
                    "with --raw or no template, text to continue (empty: start from BOS)");
     app.add_option("--system", a->system, "a system message for the chat template");
     app.add_flag("--raw", a->raw, "continue the prompt as plain text, without the chat template");
-    app.add_option("-n,--tokens", a->n, "new tokens to generate at most")->capture_default_str();
-    app.add_option("--temp", a->temp, "sampling temperature (0: greedy)")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0f, 100.0f));
-    app.add_option("--top-k", a->top_k, "sample from the k most likely tokens (0: all)")
-        ->capture_default_str();
-    app.add_option("--top-p", a->top_p,
-                   "sample from the smallest set of tokens holding this probability")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0f, 1.0f));
+    // The model's context is the real bound (generation stops when it is full).
+    add_int_option(app, "-n,--tokens", a->n, 1, uint64_t{1} << 24,
+                   "new tokens to generate at most");
+    add_real_option(app, "--temp", a->temp, {0.0, true}, {100.0, true},
+                    "sampling temperature (0: greedy)");
+    add_int_option(app, "--top-k", a->top_k, 0, std::numeric_limits<uint32_t>::max(),
+                   "sample from the k most likely tokens (0: all)");
+    add_real_option(app, "--top-p", a->top_p, {0.0, false}, {1.0, true},
+                    "sample from the smallest set of tokens holding this probability (1: all)");
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     add_seed_option(app, common);
     add_threads_option(app, common);

@@ -261,9 +261,9 @@ int inspect_safetensors(const std::string& path, bool as_json) {
 
 Runner register_inspect(CLI::App& app, CommonOptions& common) {
     auto path = std::make_shared<std::string>();
-    app.add_option("file", *path, ".qf file, .safetensors file or Hugging Face directory")
-        ->required()
-        ->check(CLI::ExistingPath);
+    add_input_option(app, "file", *path, ".qf file, .safetensors file or Hugging Face directory",
+                     true)
+        ->required();
     add_json_option(app, common);
     return [path, &common]() {
         return is_qf(*path) ? inspect_qf(*path, common.json) : inspect_safetensors(*path, common.json);

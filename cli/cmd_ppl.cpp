@@ -36,24 +36,25 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         uint64_t ctx = 512, chunks = 0;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("model", a->model, ".qf model")->required()->check(CLI::ExistingFile);
+    add_input_option(app, "model", a->model, ".qf model")->required();
     add_file_option(app, common, true);
-    app.add_option("--ctx", a->ctx, "tokens per chunk (window)")
-        ->capture_default_str()
-        ->check(CLI::Range(2, 1 << 24));
-    app.add_option(
-           "--protocol", a->protocol,
-           "llamacpp: chunks start with BOS, the second half of each is scored (llama-perplexity); "
-           "gptq: non-overlapping windows, all but the first token scored")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"llamacpp", "gptq"}));
-    app.add_option("--chunks", a->chunks, "evaluate only the first N chunks (0: all)")
-        ->capture_default_str();
-    app.add_option(
-           "--kl-base", a->kl_base,
-           "base .qf (e.g. the FP16 model): also report KL divergence from it, top-1 agreement "
-           "and RMS of the probability difference, both run in the same pass")
-        ->check(CLI::ExistingFile);
+    // The llamacpp protocol scores positions ctx/2 + 1 .. ctx - 1 of each chunk: 8 scores 3
+    // tokens, and anything much smaller measures nothing. The model's max_position_embeddings is
+    // the real upper bound, checked once the model is open.
+    add_int_option(app, "--ctx", a->ctx, 8, uint64_t{1} << 24, "tokens per chunk (window)");
+    std::vector<std::string> protocols;
+    for (const PplProtocol p : {PplProtocol::llamacpp, PplProtocol::gptq})
+        protocols.emplace_back(ppl_protocol_name(p));
+    add_choice_option(
+        app, "--protocol", a->protocol, protocols,
+        "llamacpp: chunks start with BOS, the second half of each is scored (llama-perplexity); "
+        "gptq: non-overlapping windows, all but the first token scored");
+    add_int_option(app, "--chunks", a->chunks, 0, std::numeric_limits<uint32_t>::max(),
+                   "evaluate only the first N chunks (0: all)");
+    add_input_option(
+        app, "--kl-base", a->kl_base,
+        "base .qf (e.g. the FP16 model): also report KL divergence from it, top-1 agreement "
+        "and RMS of the probability difference, both run in the same pass");
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
     add_backend_option(app, common);

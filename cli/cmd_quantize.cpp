@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/output_path.hpp"
 #include "core/progress.hpp"
+#include "quant/gptq.hpp"
 #include "quant/quantize_model.hpp"
 
 namespace qforge::cli {
@@ -86,32 +87,30 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         std::vector<std::string> tensor_types;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("input", a->opts.input, ".qf file, Hugging Face directory or .safetensors file")
-        ->required()
-        ->check(CLI::ExistingPath);
+    add_input_option(app, "input", a->opts.input,
+                     ".qf file, Hugging Face directory or .safetensors file", true)
+        ->required();
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
     app.add_option("--method", a->method,
                    "rtn (round to nearest per group, no data); gptq, awq or awq+gptq "
                    "(layer-sequential, with --calib text; awq+gptq: AWQ's scales and clipping, "
                    "then GPTQ instead of RTN)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(parsed_by([](const std::string& s) { parse_quant_method(s); }));
     CalibratedOptions& co = a->opts.calibrated;
-    app.add_option("--calib", co.calibration.files,
-                   "calibration text files (plain text; gptq, awq): random windows of --seqlen tokens")
-        ->check(CLI::ExistingFile)
+    add_input_option(app, "--calib", co.calibration.files,
+                     "calibration text files (plain text; gptq, awq): random windows of --seqlen "
+                     "tokens")
         ->take_all();
-    app.add_option("--nsamples", co.calibration.nsamples, "calibration windows")
-        ->capture_default_str()
-        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
-    app.add_option("--seqlen", co.calibration.seqlen,
-                   "tokens per calibration window (capped at the model's context)")
-        ->capture_default_str()
-        ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 20));
-    app.add_option("--damp", co.damp,
-                   "GPTQ dampening: this fraction of the mean diagonal of H is added to it; "
-                   "raised automatically (and reported) when the Cholesky factorization fails")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
+    add_int_option(app, "--nsamples", co.calibration.nsamples, 1, uint64_t{1} << 20,
+                   "calibration windows");
+    add_int_option(app, "--seqlen", co.calibration.seqlen, 2, uint64_t{1} << 20,
+                   "tokens per calibration window (capped at the model's context)");
+    // GPTQ raises a damp that fails up to kGptqMaxDamp (the mean diagonal itself); 0 starts
+    // from no dampening at all.
+    add_real_option(app, "--damp", co.damp, {0.0, true}, {kGptqMaxDamp, true},
+                    "GPTQ dampening: this fraction of the mean diagonal of H is added to it; "
+                    "raised automatically (and reported) when the Cholesky factorization fails");
     app.add_flag("--act-order", co.act_order,
                  "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
                  "static groups, so inference needs no permutation");
@@ -125,7 +124,9 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                    "after the last saved block and writes a byte-identical file. A DIR from a "
                    "different run is refused. DIR is kept; delete it when done.");
     add_seed_option(app, common);
-    app.add_option("--qtype", a->qtype, "the default type: " + qtype_names())->required();
+    app.add_option("--qtype", a->qtype, "the default type: " + qtype_names())
+        ->required()
+        ->check(parsed_by([](const std::string& s) { parse_qtype_name(s); }));
     app.add_option("--tensor-type", a->tensor_types,
                    "REGEX=TYPE: store tensors whose name contains a match of REGEX (ECMAScript, "
                    "searched anywhere in the name as llama-quantize's --tensor-type; anchor with ^ "
@@ -133,11 +134,11 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                    "apply to matrices only. Names: embed, layers.N.attn.q/k/v/o, "
                    "layers.N.attn.q_bias/k_bias/v_bias, layers.N.attn_norm, layers.N.mlp_norm, "
                    "layers.N.mlp.gate/up/down, final_norm, lm_head")
-        ->take_all();
-    app.add_option("--tokenizer", a->opts.tokenizer,
-                   "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
-                   "beside the checkpoint)")
-        ->check(CLI::ExistingFile);
+        ->take_all()
+        ->check(parsed_by([](const std::string& s) { parse_tensor_type_override(s); }));
+    add_input_option(app, "--tokenizer", a->opts.tokenizer,
+                     "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
+                     "beside the checkpoint)");
     add_threads_option(app, common);
     add_json_option(app, common);
     app.footer(
@@ -158,12 +159,12 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         a->opts.calibrated.calibration.seed = common.seed;
         const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
         if (calibrated && a->opts.calibrated.calibration.files.empty())
-            throw Error("--method " + a->method + " needs calibration text: --calib FILE");
+            throw UsageError("--method " + a->method + " needs calibration text: --calib FILE");
         if (!calibrated && !a->opts.calibrated.resume_dir.empty())
-            throw Error("--resume is for calibrated methods (gptq, awq); --method " + a->method +
+            throw UsageError("--resume is for calibrated methods (gptq, awq); --method " + a->method +
                         " runs in one pass");
         if (!calibrated && !a->opts.calibrated.calibration.files.empty())
-            throw Error("--calib is for calibrated methods (gptq, awq); --method " + a->method +
+            throw UsageError("--calib is for calibrated methods (gptq, awq); --method " + a->method +
                         " uses no data");
 
         // Nothing the run reads or keeps (inputs, calibration text, --resume state) is the output.

@@ -30,9 +30,8 @@ Runner register_tokenize(CLI::App& app, CommonOptions& common) {
         bool ids = false, count = false, no_special = false;
     };
     auto a = std::make_shared<Args>();
-    app.add_option("source", a->source, "a .qf, a tokenizer.json, a GGUF model (its tokenizer.ggml.* metadata) or a llama2.c vocabulary (.bin)")
-        ->required()
-        ->check(CLI::ExistingFile);
+    add_input_option(app, "source", a->source, "a .qf, a tokenizer.json, a GGUF model (its tokenizer.ggml.* metadata) or a llama2.c vocabulary (.bin)")
+        ->required();
     auto* prompt = app.add_option("-p,--prompt", a->prompt, "text to tokenize");
     add_file_option(app, common, false);
     prompt->excludes("--file");
@@ -42,7 +41,8 @@ Runner register_tokenize(CLI::App& app, CommonOptions& common) {
     add_json_option(app, common);
 
     return [a, prompt, &common]() {
-        if (common.file.empty() && prompt->count() == 0) throw Error("tokenize needs the text: -p TEXT or -f FILE");
+        if (common.file.empty() && prompt->count() == 0)
+            throw UsageError("qforge tokenize: missing the text: -p/--prompt TEXT or -f/--file FILE");
         const Tokenizer tok = Tokenizer::load(a->source);
         const std::string text = common.file.empty() ? a->prompt : read_text_file(common.file);
         const auto t0 = std::chrono::steady_clock::now();

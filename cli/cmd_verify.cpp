@@ -13,7 +13,7 @@ namespace qforge::cli {
 
 Runner register_verify(CLI::App& app, CommonOptions& common) {
     auto path = std::make_shared<std::string>();
-    app.add_option("file", *path, ".qf file")->required()->check(CLI::ExistingFile);
+    add_input_option(app, "file", *path, ".qf file")->required();
     add_json_option(app, common);
     return [path, &common]() {
         // Structure (preamble, header checksum, every tensor entry) and the model against its

@@ -1,8 +1,11 @@
-// qforge: one binary, one subcommand per job. Errors from any layer arrive here as
-// qforge::Error and leave as one line on stderr and exit code 1.
+// qforge: one binary, one subcommand per job. Every error leaves here as one line on stderr,
+// "qforge: error: ...": a usage error (CLI11's parse errors, cli::UsageError) with exit code 2, a
+// failure of the work (qforge::Error from any layer) with exit code 1 (README.md, "Errors and
+// exit codes").
 #include <cstdio>
 #include <map>
 #include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -22,6 +25,21 @@ std::string version_text() {
         s += " (built without CUDA)";
     }
     return s;
+}
+
+// The message as one line: a file name or value holding a newline must not start a second one.
+int fail(int code, std::string_view message) {
+    std::string line = "qforge: error: ";
+    for (const char c : message) {
+        if (c == '\n')
+            line += "\\n";
+        else if (c == '\r')
+            line += "\\r";
+        else
+            line += c;
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return code;
 }
 
 }  // namespace
@@ -57,23 +75,28 @@ int main(int argc, char** argv) {
     add("export", "write a quantized .qf as a Hugging Face GPTQ or AWQ checkpoint directory",
         qforge::cli::register_export);
 
+    using qforge::cli::kExitFailure;
+    using qforge::cli::kExitUsage;
     try {
         app.parse(argc, argv);
+    } catch (const CLI::Success& e) {
+        return app.exit(e);  // --help, --version: printed on stdout, exit 0
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return fail(kExitUsage, qforge::cli::usage_error_message(app, e));
+    } catch (const qforge::cli::UsageError& e) {
+        return fail(kExitUsage, e.what());
     }
     if (common.quiet) qforge::Progress::set_enabled(false);
     try {
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const qforge::cli::UsageError& e) {
+        return fail(kExitUsage, e.what());
     } catch (const qforge::Error& e) {
-        std::fprintf(stderr, "qforge: error: %s\n", e.what());
-        return 1;
+        return fail(kExitFailure, e.what());
     } catch (const std::bad_alloc&) {
-        std::fprintf(stderr, "qforge: error: out of memory\n");
-        return 1;
+        return fail(kExitFailure, "out of memory");
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "qforge: error: %s\n", e.what());
-        return 1;
+        return fail(kExitFailure, e.what());
     }
-    return 1;
+    return kExitFailure;
 }

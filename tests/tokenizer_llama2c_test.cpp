@@ -157,6 +157,6 @@ TEST_CASE("qforge tokenize prints tokens, ids and counts for a llama2.c vocabula
     r = test::run_qforge("tokenize '" + tok + "' -p 'Once upon a time' --json");
     CHECK(json::parse(r.output)["ids"] == json::array({1, 403, 407, 261, 378}));
     r = test::run_qforge("tokenize '" + tok + "'");
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Contains("-p TEXT or -f FILE"));
+    CHECK(r.exit_code == 2);  // a usage error
+    CHECK_THAT(r.output, Catch::Contains("-p/--prompt TEXT or -f/--file FILE"));
 }
