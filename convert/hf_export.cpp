@@ -404,7 +404,8 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
              {std::pair{"tokenizer.json", &tok.tokenizer},
               std::pair{"tokenizer_config.json", &tok.tokenizer_config},
               std::pair{"generation_config.json", &tok.generation_config}}) {
-            write_in_tmp(name, [&](const std::string& path) { write_json(path, *j); });
+            const nlohmann::json* value = j;  // clang before 16 cannot capture a structured binding
+            write_in_tmp(name, [&](const std::string& path) { write_json(path, *value); });
             report.files.push_back(name);
         }
     }

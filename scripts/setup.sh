@@ -9,7 +9,8 @@ packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev 
           libonig-dev   # Oniguruma: the regex engine of the HF pre-tokenizers (tokenizer/regex.cpp)
           libicu-dev    # ICU: NFC normalization (Qwen2 tokenizers)
           libopenblas-dev liblapacke-dev  # BLAS/LAPACK: GPTQ's Cholesky and updates (quant/)
-          libbenchmark-dev)  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
+          libbenchmark-dev  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
+          clang libclang-rt-dev)  # clang and its libFuzzer runtime (libclang_rt.fuzzer): scripts/fuzz.sh
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds and runs every test: a release build (CUDA code compiled for one
 # architecture when nvcc is present, to keep CI short) and an AddressSanitizer+UBSan build of
-# the CPU code. Tests that need ../shared or a GPU print "SKIPPED: <reason>" when it is absent.
+# the CPU code, then a 20 s libFuzzer smoke of every reader (scripts/fuzz.sh). Tests that need
+# ../shared or a GPU print "SKIPPED: <reason>" when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,3 +21,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQFORGE_CUDA=OFF -DQFORGE_SAN
   -DQFORGE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== libFuzzer smoke: every reader's harness for 20 s (scripts/fuzz.sh)"
+if reason=$(bash scripts/fuzz.sh --probe); then
+  FUZZ_JOBS=$jobs bash scripts/fuzz.sh 20
+else
+  echo "SKIPPED: fuzz smoke: $reason"
+fi

@@ -6,6 +6,7 @@
 #include "core/half.hpp"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define QF_X86 1
 #endif
@@ -92,8 +93,11 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const 
 bool detect_avx2() {
     if (std::getenv("QFORGE_NO_AVX2")) return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang before 15 rejects "f16c" in
+    // __builtin_cpu_supports at compile time.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 #else
 bool detect_avx2() { return false; }
