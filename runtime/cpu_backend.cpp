@@ -19,15 +19,15 @@ constexpr uint64_t kTokenBlock = 64;
 constexpr uint64_t kQuantTile = 4096;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
-}  // namespace
 
-struct CpuBackend::Projection {
-    const Matrix* w;
-    float* y;  // [token][ldy], this matrix's first output column
-    uint64_t ldy;
-    const float* bias;  // nullptr: none
-    bool accumulate;    // y += (the residual add)
-};
+// Chosen before a parallel region (whose workers must not throw).
+float (*activation_fn(Activation act))(float) {
+    switch (act) {
+        case Activation::silu: return silu;
+    }
+    throw Error("cpu backend: unknown activation " + std::to_string(static_cast<int>(act)));
+}
+}  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, ThreadPool& pool,
                                           CpuBackendOptions options) {
@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Model& model, ThreadPool& pool,
 }
 
 CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options)
-    : model_(model), c_(model.config()), pool_(pool), options_(options) {
+    : model_(model), c_(model.config()), desc_(block_desc(c_)), pool_(pool), options_(options) {
     const uint64_t widest = std::max({c_.hidden_size, c_.intermediate_size, c_.q_dim()});
     row_scratch_.assign(static_cast<size_t>(pool.size()),
                         std::vector<float>(std::max(kRowBlock * widest, kQuantTile + kMaxBatch)));
@@ -113,15 +113,24 @@ void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64
         up_.resize(batch * c_.intermediate_size);
     }
 
+    const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim(), qkv_ld = qd + 2 * kvd;
+    const BlockActivations a{{x_.data(), c_.hidden_size},        {h_.data(), c_.hidden_size},
+                             {qkv_.data(), qkv_ld},               {qkv_.data() + qd, qkv_ld},
+                             {qkv_.data() + qd + kvd, qkv_ld},    {att_.data(), qd},
+                             {gate_.data(), c_.intermediate_size}};
+    cache_ = cpu_cache;
     for (uint64_t start = 0; start < n; start += kMaxBatch) {
         const uint64_t m = std::min(kMaxBatch, n - start);
         // Logits rows of this step: tokens [max(start, logits_from), start + m).
         const uint64_t first = std::max(start, logits_from);
         float* out =
             first < start + m ? logits.data() + (first - logits_from) * c_.vocab_size : nullptr;
-        forward_batch(tokens.data() + start, m, *cpu_cache, first < start + m ? first - start : m,
-                      out);
+        pos0_ = cache.size();
+        run_model(*this, desc_, c_.num_layers, tokens.data() + start, m, a,
+                  first < start + m ? first - start : m, {out, c_.vocab_size});
+        cpu_cache->size_ = pos0_ + m;
     }
+    cache_ = nullptr;
 }
 
 void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x,
@@ -180,58 +189,81 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
         }
 }
 
-void CpuBackend::project(std::span<const Projection> parts, const float* x, uint64_t n) {
-    const Matrix* matrices[3] = {};  // fused projections have at most three parts
-    for (size_t i = 0; i < parts.size() && i < 3; ++i) matrices[i] = parts[i].w;
-    prepare_activations({matrices, std::min<size_t>(parts.size(), 3)}, x, n);  // one shared input
+void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
+    const Matrix* matrices[3] = {};  // fused products have at most three parts
+    for (size_t i = 0; i < parts.size() && i < 3; ++i)
+        matrices[i] = &model_.weight(layer, parts[i].weight);
+    prepare_activations({matrices, std::min<size_t>(parts.size(), 3)}, in.data, n);  // one input
     uint64_t total = 0, work = 0;
     for (const auto& p : parts) {
-        total += p.w->rows;
-        work += p.w->rows * p.w->cols * n;
+        const Matrix& w = model_.weight(layer, p.weight);
+        total += w.rows;
+        work += w.rows * w.cols * n;
     }
     split(total, work, [&](uint64_t b, uint64_t e, int thread) {
         uint64_t base = 0;
         for (const auto& p : parts) {
-            const uint64_t lo = std::max<uint64_t>(b, base),
-                           hi = std::min<uint64_t>(e, base + p.w->rows);
+            const Matrix& w = model_.weight(layer, p.weight);
+            const uint64_t lo = std::max<uint64_t>(b, base), hi = std::min<uint64_t>(e, base + w.rows);
+            const float* bias = p.bias ? model_.bias(layer, p.weight).data() : nullptr;
             if (lo < hi)
-                rows_times_tokens(*p.w, lo - base, hi - base, x, n, p.y, p.ldy, p.bias,
+                rows_times_tokens(w, lo - base, hi - base, in.data, n, p.out.data, p.out.ld, bias,
                                   p.accumulate, row_scratch_[static_cast<size_t>(thread)].data());
-            base += p.w->rows;
+            base += w.rows;
         }
     });
 }
 
-void CpuBackend::rms_norm(const float* x, const std::vector<float>& weight, float* out,
-                          uint64_t n) {
+void CpuBackend::embed(const int32_t* tokens, uint64_t n, Rows out) {
+    const Matrix& e = model_.embed();
+    for (uint64_t t = 0; t < n; ++t)
+        row_to_f32(e.qtype, e.row(static_cast<uint64_t>(tokens[t])), out.data + t * out.ld, e.cols);
+}
+
+void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    const std::vector<float>& weight = model_.norm(layer, which);
     const uint64_t d = c_.hidden_size;
     const double eps = c_.rms_norm_eps;
     for_tokens(n, [&](uint64_t t) {
-        const float* xi = x + t * d;
+        const float* xi = in.data + t * in.ld;
+        float* yi = out.data + t * out.ld;
         double ss = 0.0;
         for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
         const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-        for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
+        for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
     });
 }
 
-void CpuBackend::attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uint64_t n) {
-    const uint64_t hd = c_.head_dim, qd = c_.q_dim(), qkv_ld = qd + 2 * c_.kv_dim();
+void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
+    CpuKvCache& cache = *cache_;
+    const uint64_t pos0 = pos0_, hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    // RoPE on the new tokens' queries and keys; their keys and values into the cache.
+    for_tokens(n, [&](uint64_t t) {
+        const uint64_t pos = pos0 + t;
+        const float* cs = rope_.cos.data() + pos * half;
+        const float* sn = rope_.sin.data() + pos * half;
+        float* qt = q.data + t * q.ld;
+        float* kt = k.data + t * k.ld;
+        for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
+        for (uint64_t h = 0; h < c_.num_kv_heads; ++h) rope_rotate(kt + h * hd, cs, sn, half);
+        std::copy(kt, kt + kvd, cache.keys(layer, pos));
+        std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, cache.values(layer, pos));
+    });
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     // One task: the `group` query heads of one token that share a key/value head, so each cached
     // key and value row is read once for all of them.
     auto one = [&](uint64_t task, float* scores) {
         const uint64_t t = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
         const uint64_t len = pos0 + t + 1;  // causal: keys 0 .. pos
-        const float* q = qkv_.data() + t * qkv_ld + kvh * group * hd;
+        const float* qh = q.data + t * q.ld + kvh * group * hd;
         for (uint64_t j = 0; j < len; ++j) {
-            const float* k = cache.keys(layer, j) + kvh * hd;
+            const float* kj = cache.keys(layer, j) + kvh * hd;
             for (uint64_t g = 0; g < group; ++g)
-                scores[g * len + j] = dot_short(q + g * hd, k, hd) * scale;
+                scores[g * len + j] = dot_short(qh + g * hd, kj, hd) * scale;
         }
-        float* out = att_.data() + t * qd + kvh * group * hd;
-        std::fill(out, out + group * hd, 0.0f);
+        float* o = out.data + t * out.ld + kvh * group * hd;
+        std::fill(o, o + group * hd, 0.0f);
         for (uint64_t g = 0; g < group; ++g) {
             float* s = scores + g * len;
             const float max_score = *std::max_element(s, s + len);
@@ -242,8 +274,8 @@ void CpuBackend::attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uin
             for (uint64_t j = 0; j < len; ++j) s[j] *= inv;
         }
         for (uint64_t j = 0; j < len; ++j) {
-            const float* v = cache.values(layer, j) + kvh * hd;
-            for (uint64_t g = 0; g < group; ++g) axpy(scores[g * len + j], v, out + g * hd, hd);
+            const float* vj = cache.values(layer, j) + kvh * hd;
+            for (uint64_t g = 0; g < group; ++g) axpy(scores[g * len + j], vj, o + g * hd, hd);
         }
     };
     const uint64_t tasks = n * c_.num_kv_heads;
@@ -254,64 +286,22 @@ void CpuBackend::attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uin
     });
 }
 
-void CpuBackend::forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& cache,
-                               uint64_t logits_from, float* logits) {
-    const uint64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(),
-                   inter = c_.intermediate_size;
-    const uint64_t qkv_ld = qd + 2 * kvd, hd = c_.head_dim, half = hd / 2;
-    const uint64_t pos0 = cache.size();
-
-    const Matrix& embed = model_.embed();
-    for (uint64_t t = 0; t < n; ++t)
-        row_to_f32(embed.qtype, embed.row(static_cast<uint64_t>(tokens[t])), x_.data() + t * d, d);
-
-    for (uint64_t l = 0; l < c_.num_layers; ++l) {
-        const LayerWeights& w = model_.layers()[l];
-        const bool bias = c_.attention_bias;
-        rms_norm(x_.data(), w.attn_norm, h_.data(), n);
-        const Projection qkv[] = {
-            {&w.q, qkv_.data(), qkv_ld, bias ? w.q_bias.data() : nullptr, false},
-            {&w.k, qkv_.data() + qd, qkv_ld, bias ? w.k_bias.data() : nullptr, false},
-            {&w.v, qkv_.data() + qd + kvd, qkv_ld, bias ? w.v_bias.data() : nullptr, false},
-        };
-        project(qkv, h_.data(), n);
-        for_tokens(n, [&](uint64_t t) {
-            const uint64_t pos = pos0 + t;
-            const float* cs = rope_.cos.data() + pos * half;
-            const float* sn = rope_.sin.data() + pos * half;
-            float* row = qkv_.data() + t * qkv_ld;
-            for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(row + h * hd, cs, sn, half);
-            for (uint64_t h = 0; h < c_.num_kv_heads; ++h)
-                rope_rotate(row + qd + h * hd, cs, sn, half);
-            std::copy(row + qd, row + qd + kvd, cache.keys(l, pos));
-            std::copy(row + qd + kvd, row + qd + 2 * kvd, cache.values(l, pos));
-        });
-        attention(l, cache, pos0, n);
-        const Projection o[] = {{&w.o, x_.data(), d, nullptr, true}};
-        project(o, att_.data(), n);
-
-        rms_norm(x_.data(), w.mlp_norm, h_.data(), n);
-        const Matrix* gate_up[] = {&w.gate, &w.up};
-        prepare_activations(gate_up, h_.data(), n);
-        split(inter, 2 * inter * d * n, [&](uint64_t b, uint64_t e, int thread) {
-            float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
-            rows_times_tokens(w.gate, b, e, h_.data(), n, gate_.data(), inter, nullptr, false,
-                              scratch);
-            rows_times_tokens(w.up, b, e, h_.data(), n, up_.data(), inter, nullptr, false, scratch);
-            for (uint64_t t = 0; t < n; ++t)
-                for (uint64_t r = b; r < e; ++r)
-                    gate_[t * inter + r] = silu(gate_[t * inter + r]) * up_[t * inter + r];
-        });
-        const Projection down[] = {{&w.down, x_.data(), d, nullptr, true}};
-        project(down, gate_.data(), n);
-    }
-    cache.size_ = pos0 + n;
-
-    if (!logits) return;
-    const uint64_t rows = n - logits_from;
-    rms_norm(x_.data() + logits_from * d, model_.final_norm(), h_.data(), rows);
-    const Projection head[] = {{&model_.lm_head(), logits, c_.vocab_size, nullptr, false}};
-    project(head, h_.data(), rows);
+void CpuBackend::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {
+    const Matrix& gate = model_.weight(layer, Weight::gate);
+    const Matrix& up = model_.weight(layer, Weight::up);
+    const uint64_t inter = gate.rows;
+    const Matrix* both[] = {&gate, &up};
+    prepare_activations(both, in.data, n);
+    float (*const activation)(float) = activation_fn(act);
+    split(inter, 2 * inter * gate.cols * n, [&](uint64_t b, uint64_t e, int thread) {
+        float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
+        rows_times_tokens(gate, b, e, in.data, n, out.data, out.ld, nullptr, false, scratch);
+        rows_times_tokens(up, b, e, in.data, n, up_.data(), inter, nullptr, false, scratch);
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t r = b; r < e; ++r)
+                out.data[t * out.ld + r] =
+                    activation(out.data[t * out.ld + r]) * up_[t * inter + r];
+    });
 }
 
 }  // namespace qforge

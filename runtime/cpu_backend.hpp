@@ -1,7 +1,9 @@
 // The CPU backend: float32 compute on f32/f16/bf16 weights read in place, with the persistent
 // thread pool.
 //
-// Parallel regions per layer: the fused q/k/v projection, RMSNorm+RoPE+cache writes (tokens),
+// The forward pass is runtime/transformer.hpp's; this backend implements its operations.
+// Parallel regions per layer: RMSNorm (tokens), the fused q/k/v projection, RoPE+cache writes
+// (tokens),
 // attention ((token, KV head) pairs), the output projection, the fused gate/up projection with
 // SwiGLU, the down projection. Matrix rows are split over threads; every output element is
 // computed by one thread with one dot product in a fixed order (kernels/cpu/float_dot.hpp), and
@@ -23,10 +25,11 @@
 #include "runtime/backend.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/transformer.hpp"
 
 namespace qforge {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, private ForwardOps {
   public:
     CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options = {});
 
@@ -40,11 +43,14 @@ class CpuBackend final : public Backend {
     static constexpr uint64_t kMaxBatch = 256;
 
   private:
-    struct Projection;  // one matrix of a fused projection pass
+    // ForwardOps (runtime/transformer.hpp), on the current step's cache_ and pos0_.
+    void embed(const int32_t* tokens, uint64_t n, Rows out) override;
+    void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products,
+                  uint64_t n) override;
+    void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
+    void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
 
-    void forward_batch(const int32_t* tokens, uint64_t n, CpuKvCache& cache, uint64_t logits_from,
-                       float* logits);
-    void project(std::span<const Projection> parts, const float* x, uint64_t n);
     // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized.
     void prepare_activations(std::span<const Matrix* const> matrices, const float* x, uint64_t n);
     // y[t * ldy + r] (=, or += when accumulate) W[r] . x[t * w.cols] (+ bias[r]) for rows
@@ -53,8 +59,6 @@ class CpuBackend final : public Backend {
     void rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x, uint64_t n,
                            float* y, uint64_t ldy, const float* bias, bool accumulate,
                            float* scratch);
-    void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n);
-    void attention(uint64_t layer, CpuKvCache& cache, uint64_t pos0, uint64_t n);
     template <class F>
     void for_tokens(uint64_t n, F&& fn);
     // fn(begin, end, thread) over parts of [0, n) on the pool, or all of it on the calling thread
@@ -64,14 +68,17 @@ class CpuBackend final : public Backend {
 
     const Model& model_;
     const ModelConfig& c_;
+    const BlockDesc desc_;
     ThreadPool& pool_;
     CpuBackendOptions options_;
     RopeTable rope_;  // grown to the largest cache made
     uint64_t rope_positions_ = 0;
+    CpuKvCache* cache_ = nullptr;  // the cache of the step being run
+    uint64_t pos0_ = 0;            // the position of its first token
 
     // Activations for up to kMaxBatch tokens, row-major [token][...].
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;
-    QActivations acts_;  // the current projection input, prepared for quantized matrices
+    QActivations acts_;  // the current product input, prepared for quantized matrices
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

@@ -55,6 +55,25 @@ std::vector<float> Model::load_vector(const std::string& name) {
     return v;
 }
 
+const Matrix& Model::weight(uint64_t layer, Weight w) const {
+    if (w == Weight::lm_head) return lm_head();
+    const LayerWeights& l = layers_.at(layer);
+    const Matrix* m[kBlockLinears] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
+    return *m[static_cast<int>(w)];
+}
+
+const std::vector<float>& Model::norm(uint64_t layer, Norm which) const {
+    if (which == Norm::final) return final_norm_;
+    return which == Norm::attn ? layers_.at(layer).attn_norm : layers_.at(layer).mlp_norm;
+}
+
+const std::vector<float>& Model::bias(uint64_t layer, Weight w) const {
+    static const std::vector<float> none;
+    if (w != Weight::q && w != Weight::k && w != Weight::v) return none;
+    const LayerWeights& l = layers_.at(layer);
+    return w == Weight::q ? l.q_bias : w == Weight::k ? l.k_bias : l.v_bias;
+}
+
 uint64_t Model::decode_weight_bytes() const {
     uint64_t n = lm_head().bytes();
     for (const auto& l : layers_)

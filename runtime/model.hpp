@@ -13,6 +13,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/qtype.hpp"
+#include "runtime/transformer.hpp"
 
 namespace qforge {
 
@@ -47,6 +48,12 @@ class Model {
     const Matrix& lm_head() const { return config_.tie_word_embeddings ? embed_ : lm_head_; }
     const std::vector<float>& final_norm() const { return final_norm_; }
     const std::vector<LayerWeights>& layers() const { return layers_; }
+
+    // By role (runtime/transformer.hpp; the layer is ignored for lm_head and the final norm).
+    const Matrix& weight(uint64_t layer, Weight w) const;
+    const std::vector<float>& norm(uint64_t layer, Norm which) const;
+    // The bias of q, k or v: empty unless config.attention_bias (and for every other weight).
+    const std::vector<float>& bias(uint64_t layer, Weight w) const;
 
     // Bytes of weights a single-token decode reads: every layer matrix and the LM head (the
     // embedding contributes one row, not counted). For bandwidth ratios.

@@ -1,0 +1,103 @@
+// The transformer's forward pass, written once, over the operations a compute device provides
+// (in the manner of llama.cpp's graph builders). The CPU backend, the CUDA backend and the
+// calibration pass (quant/block_forward.hpp) implement ForwardOps; this file decides which
+// operations run, in which order, on which activations. An architecture differs from another by
+// its BlockDesc, never by a copy of this sequence. (runtime/reference_forward.cpp is a separate
+// float64 implementation on purpose: it is the independent check.)
+//
+// One decoder block (Llama family, Hugging Face semantics):
+//   h = norm(x) * attn_norm
+//   q, k, v = h Wq^T (+ bq), h Wk^T (+ bk), h Wv^T (+ bv)       one shared input
+//   att = attention(q, k, v): q, k rotated by RoPE, keys and values appended to the cache,
+//         causal, each query head over its key/value head (GQA), scale 1/sqrt(head_dim)
+//   x += att Wo^T
+//   h = norm(x) * mlp_norm
+//   m = act(h Wgate^T) * (h Wup^T)                               one shared input
+//   x += m Wdown^T
+// The model: x = embed[token]; the blocks; logits = (norm(x) * final_norm) Wlm^T.
+//
+// Operations name weights by role (Weight, Norm) and a layer; each implementation maps the role
+// to its own storage (mapped .qf rows, device buffers, a calibration block's float copies), so
+// the calibration pass can see each product's input and swap the weights it runs with.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "formats/model_config.hpp"
+
+namespace qforge {
+
+// The matrices of the forward pass: a block's linears, and the output head (layer ignored).
+enum class Weight : uint8_t { q, k, v, o, gate, up, down, lm_head };
+inline constexpr int kBlockLinears = 7;  // q .. down
+
+// The norm weights: a block's two, and the final one (layer ignored).
+enum class Norm : uint8_t { attn, mlp, final };
+
+// The gated MLP's activation: m = act(gate) * up.
+enum class Activation : uint8_t { silu };
+
+// What one architecture's block computes beyond the shared sequence above.
+struct BlockDesc {
+    bool qkv_bias = false;  // q, k and v add their biases (qwen2; llama with attention_bias)
+    Activation activation = Activation::silu;
+};
+
+// The block of a model's architecture and configuration (formats/model_config.hpp).
+BlockDesc block_desc(const ModelConfig& config);
+
+// Rows of activations: token t's row starts at data + t * ld.
+struct Rows {
+    float* data = nullptr;
+    uint64_t ld = 0;
+    Rows at(uint64_t column) const { return {data + column, ld}; }
+};
+
+// One product of a shared input: out (=, or += when accumulate: the residual add) in W^T, plus
+// W's bias when `bias`.
+struct Product {
+    Weight weight;
+    Rows out;
+    bool accumulate = false;
+    bool bias = false;
+};
+
+class ForwardOps {
+  public:
+    virtual ~ForwardOps() = default;
+    // out = rows of the embedding for tokens[0 .. n).
+    virtual void embed(const int32_t* tokens, uint64_t n, Rows out) = 0;
+    // out = norm(in) * weight, n tokens.
+    virtual void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) = 0;
+    // Every product of `products` on the same n input rows.
+    virtual void products(uint64_t layer, Rows in, std::span<const Product> products,
+                          uint64_t n) = 0;
+    // RoPE on q and k, keys and values stored, causal attention of the n tokens -> out.
+    virtual void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) = 0;
+    // out = act(in Wgate^T) * (in Wup^T), n tokens.
+    virtual void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) = 0;
+};
+
+// The activations a block reads and writes: x the residual stream (updated in place), h the
+// normalized input, q/k/v and att the attention's, mlp the gated product's.
+struct BlockActivations {
+    Rows x, h, q, k, v, att, mlp;
+};
+
+// q, k, v from `in`, then attention into a.att (the first half of the attention sublayer).
+void block_attend(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
+                  const BlockActivations& a, uint64_t n);
+// out (=, or += when accumulate) down(act(gate in) * up in), through a.mlp.
+void block_mlp(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in, Rows out,
+               bool accumulate, const BlockActivations& a, uint64_t n);
+// One decoder block on a.x in place.
+void run_block(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, const BlockActivations& a,
+               uint64_t n);
+
+// The whole model on n tokens: embeddings into a.x, every block, then (when logits_from < n) the
+// final norm and the output head for tokens [logits_from, n) into `logits`, through a.h.
+void run_model(ForwardOps& ops, const BlockDesc& desc, uint64_t layers, const int32_t* tokens,
+               uint64_t n, const BlockActivations& a, uint64_t logits_from, Rows logits);
+
+}  // namespace qforge
