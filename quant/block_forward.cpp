@@ -12,17 +12,77 @@
 
 namespace qforge {
 
+namespace {
+
+const char* weight_name(Weight w) {
+    static const char* const names[] = {"q", "k", "v", "o", "gate", "up", "down", "lm_head"};
+    return names[static_cast<size_t>(w)];
+}
+
+void require_dense(Rows r, uint64_t width, const char* what) {
+    if (r.ld != width)
+        throw Error(std::string("calibration forward: ") + what + " rows are " +
+                    std::to_string(r.ld) + " apart, expected dense rows of " +
+                    std::to_string(width));
+}
+
+}  // namespace
+
+BlockView layer_view(const Model& model, uint64_t layer) {
+    BlockView v;
+    for (int w = 0; w <= kBlockLinears; ++w) v.linear[static_cast<size_t>(w)] = model.weight(layer, Weight(w));
+    for (int n = 0; n < 3; ++n) v.norm[static_cast<size_t>(n)] = &model.norm(layer, Norm(n));
+    for (int b = 0; b < 3; ++b) v.qkv_bias[static_cast<size_t>(b)] = &model.bias(layer, Weight(b));
+    return v;
+}
+
+Matrix f32_matrix(std::string name, const std::vector<float>& w, uint64_t rows, uint64_t cols) {
+    if (w.size() != rows * cols)
+        throw Error(name, {}, "float copy holds " + std::to_string(w.size()) + " values, expected " +
+                                  std::to_string(rows) + " x " + std::to_string(cols));
+    return Matrix{std::move(name), QType::f32, reinterpret_cast<const uint8_t*>(w.data()), rows,
+                  cols};
+}
+
 BlockForward::BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len,
                            ThreadPool& pool)
-    : c_(config), sequences_(sequences), seq_len_(seq_len), pool_(pool), rope_(config, seq_len) {
+    : c_(config),
+      desc_(block_desc(config)),
+      sequences_(sequences),
+      seq_len_(seq_len),
+      pool_(pool),
+      rope_(config, seq_len) {
     if (sequences == 0 || seq_len == 0)
         throw Error("calibration: the batch needs at least one sequence of one token");
 }
 
-void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, float* out) const {
+BlockActivations BlockForward::activations(float* x, Buffers& b) const {
+    const uint64_t n = tokens(), d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim();
+    const uint64_t inter = c_.intermediate_size;
+    b.h.resize(n * d);
+    b.qkv_mlp.resize(n * std::max(qd + 2 * kvd, inter));
+    float* qkv = b.qkv_mlp.data();
+    return {{x, d},
+            {b.h.data(), d},
+            {qkv, qd},
+            {qkv + n * qd, kvd},
+            {qkv + n * (qd + kvd), kvd},
+            {qkv, qd},
+            {qkv, inter}};
+}
+
+const Matrix& BlockForward::weight(Weight w) const {
+    const Matrix& m = view[w];
+    if (m.rows == 0 || !m.data)
+        throw Error(std::string("calibration forward: weight ") + weight_name(w) + " is not set");
+    return m;
+}
+
+void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, float* out,
+                            uint64_t n) const {
     const uint64_t d = c_.hidden_size;
     const double eps = c_.rms_norm_eps;
-    pool_.parallel_for(tokens(), [&](size_t b, size_t e) {
+    pool_.parallel_for(n, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t) {
             const float* xi = x + t * d;
             double ss = 0.0;
@@ -32,6 +92,15 @@ void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, fl
             for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
         }
     });
+}
+
+void BlockForward::norm(uint64_t, Norm which, Rows in, Rows out, uint64_t n) {
+    if (hook) hook->before_norm(which, in, n);
+    const std::vector<float>* w = view.norm[static_cast<size_t>(which)];
+    if (!w) throw Error("calibration forward: a norm weight is not set");
+    require_dense(in, c_.hidden_size, "norm input");
+    require_dense(out, c_.hidden_size, "norm output");
+    rms_norm(in.data, *w, out.data, n);
 }
 
 void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x,
@@ -54,23 +123,57 @@ void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, cons
     });
 }
 
-void BlockForward::linear(const Matrix& w, const float* x, uint64_t n, float* y,
-                          const std::vector<float>* bias) const {
+void BlockForward::linear(const Matrix& w, const float* x, uint64_t n, float* y) const {
+    if (w.qtype == QType::f32) {
+        linear_f32(reinterpret_cast<const float*>(w.data), w.rows, w.cols, x, n, y);
+        return;
+    }
     std::vector<float> wf(w.rows * w.cols);
     pool_.parallel_for(w.rows, [&](size_t b, size_t e) {
         for (size_t r = b; r < e; ++r) row_to_f32(w.qtype, w.row(r), wf.data() + r * w.cols, w.cols);
     });
     linear_f32(wf.data(), w.rows, w.cols, x, n, y);
-    if (bias && !bias->empty())
-        for (uint64_t t = 0; t < n; ++t)
-            for (uint64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += (*bias)[r];
 }
 
-void BlockForward::attention(float* q, float* k, const float* v, float* out) const {
+void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, uint64_t n) {
+    if (parts.empty()) return;
+    if (hook) hook->before_products(parts.front().weight, in, n);
+    std::vector<float> sum;  // a residual add's product, before it is added
+    for (const Product& p : parts) {
+        const Matrix& w = weight(p.weight);
+        require_dense(in, w.cols, "product input");
+        require_dense(p.out, w.rows, "product output");
+        float* y = p.out.data;
+        if (p.accumulate) {
+            sum.resize(n * w.rows);
+            y = sum.data();
+        }
+        linear(w, in.data, n, y);
+        const size_t bi = static_cast<size_t>(p.weight);
+        const std::vector<float>* bias = bi < 3 ? view.qkv_bias[bi] : nullptr;
+        if (p.bias && bias && !bias->empty())
+            for (uint64_t t = 0; t < n; ++t)
+                for (uint64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += (*bias)[r];
+        if (p.accumulate)
+            for (uint64_t i = 0; i < n * w.rows; ++i) p.out.data[i] += sum[i];
+    }
+}
+
+void BlockForward::attention(uint64_t, Rows q_rows, Rows k_rows, Rows v_rows, Rows out_rows,
+                             uint64_t n) {
     const uint64_t hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim(), half = hd / 2;
+    if (n != tokens())
+        throw Error("calibration forward: attention runs on the whole batch of " +
+                    std::to_string(tokens()) + " tokens, not " + std::to_string(n));
+    require_dense(q_rows, qd, "query");
+    require_dense(k_rows, kvd, "key");
+    require_dense(v_rows, kvd, "value");
+    require_dense(out_rows, qd, "attention output");
+    float *q = q_rows.data, *k = k_rows.data, *out = out_rows.data;
+    const float* v = v_rows.data;
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    pool_.parallel_for(tokens(), [&](size_t b, size_t e) {
+    pool_.parallel_for(n, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t) {
             const uint64_t pos = t % seq_len_;
             const float* cs = rope_.cos.data() + pos * half;
@@ -80,8 +183,9 @@ void BlockForward::attention(float* q, float* k, const float* v, float* out) con
                 rope_rotate(k + t * kvd + h * hd, cs, sn, half);
         }
     });
-    // One task per (token, query head): scores over the keys of its sequence up to itself.
-    pool_.parallel_for(tokens() * c_.num_heads, [&](size_t b, size_t e) {
+    // One task per (token, query head): scores over the keys of its sequence up to itself. The
+    // task reads its query head in full before it writes its output head, so out may be q.
+    pool_.parallel_for(n * c_.num_heads, [&](size_t b, size_t e) {
         std::vector<float> s(seq_len_);
         for (size_t task = b; task < e; ++task) {
             const uint64_t t = task / c_.num_heads, h = task % c_.num_heads, kvh = h / group;
@@ -102,10 +206,25 @@ void BlockForward::attention(float* q, float* k, const float* v, float* out) con
     });
 }
 
-void BlockForward::swiglu(const float* gate, const float* up, float* out, uint64_t n) const {
-    pool_.parallel_for(n, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    });
+void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, uint64_t n) {
+    if (hook) hook->before_products(Weight::gate, in, n);
+    if (act != Activation::silu)
+        throw Error("calibration forward: unknown activation " +
+                    std::to_string(static_cast<int>(act)));
+    const Matrix &gate = weight(Weight::gate), &up = weight(Weight::up);
+    const uint64_t d = gate.cols, inter = gate.rows;
+    require_dense(in, d, "gate/up input");
+    require_dense(out, inter, "gate/up output");
+    std::vector<float> g(std::min(kGateChunk, n) * inter), u(g.size());
+    for (uint64_t t0 = 0; t0 < n; t0 += kGateChunk) {
+        const uint64_t nt = std::min(kGateChunk, n - t0);
+        linear(gate, in.data + t0 * d, nt, g.data());
+        linear(up, in.data + t0 * d, nt, u.data());
+        float* m = out.data + t0 * inter;
+        pool_.parallel_for(nt * inter, [&](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) m[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        });
+    }
 }
 
 std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& tokens) {
@@ -121,25 +240,13 @@ std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& 
     return x;
 }
 
-void run_layer(const BlockForward& f, const LayerWeights& w, std::vector<float>& x) {
-    const ModelConfig& c = f.config();
-    const uint64_t n = f.tokens(), d = c.hidden_size;
-    std::vector<float> h(n * d), q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim()),
-        a(n * c.q_dim());
-    f.rms_norm(x.data(), w.attn_norm, h.data());
-    f.linear(w.q, h.data(), n, q.data(), &w.q_bias);
-    f.linear(w.k, h.data(), n, k.data(), &w.k_bias);
-    f.linear(w.v, h.data(), n, v.data(), &w.v_bias);
-    f.attention(q.data(), k.data(), v.data(), a.data());
-    f.linear(w.o, a.data(), n, h.data());
-    for (uint64_t i = 0; i < n * d; ++i) x[i] += h[i];
-    f.rms_norm(x.data(), w.mlp_norm, h.data());
-    std::vector<float> g(n * c.intermediate_size), u(n * c.intermediate_size);
-    f.linear(w.gate, h.data(), n, g.data());
-    f.linear(w.up, h.data(), n, u.data());
-    f.swiglu(g.data(), u.data(), g.data(), g.size());
-    f.linear(w.down, g.data(), n, h.data());
-    for (uint64_t i = 0; i < n * d; ++i) x[i] += h[i];
+void run_layer(BlockForward& f, const Model& model, uint64_t layer, std::vector<float>& x) {
+    if (x.size() != f.tokens() * f.config().hidden_size)
+        throw Error("calibration forward: the hidden states hold " + std::to_string(x.size()) +
+                    " values, expected " + std::to_string(f.tokens() * f.config().hidden_size));
+    f.view = layer_view(model, layer);
+    BlockForward::Buffers buffers;
+    run_block(f, f.desc(), layer, f.activations(x.data(), buffers), f.tokens());
 }
 
 }  // namespace qforge

@@ -1,64 +1,100 @@
-// One decoder layer run step by step over the calibration batch, so the layer-sequential
-// quantizers (GPTQ, AWQ) can capture the input of each linear and swap in its quantized weights
-// before the next step (runtime/backend.hpp has the equations):
-//
-//   h  = rms_norm(x, attn_norm)            -> input of q, k, v
-//   q, k, v = linear(h), rope(q, k)
-//   a  = attention(q, k, v)                -> input of o
-//   x1 = x + linear_o(a)
-//   h2 = rms_norm(x1, mlp_norm)            -> input of gate, up
-//   m  = silu(linear_gate(h2)) * linear_up(h2)   -> input of down
-//   x' = x1 + linear_down(m)
+// The calibration pass's operations (runtime/transformer.hpp's BlockOps): one decoder block at a
+// time over the whole calibration batch, on the weights in a BlockView the layer-sequential
+// quantizers (GPTQ, AWQ) swap as they go. A ProductHook sees the input of each group of products
+// (and of each norm) before it runs, so the pipeline can collect statistics, quantize those
+// linears and put their quantized weights in the view: the rest of the block then runs with them.
 //
 // The batch is `sequences` independent sequences of `seq_len` tokens each, every one starting at
-// position 0 (causal attention within its sequence only). Float32 compute; the linears are
-// OpenBLAS sgemm on weights dequantized to float32 once per call (exact for every qtype), which
-// is what a calibration pass over tens of thousands of tokens needs. Products run in fixed
-// panels, so results do not depend on the thread count. Tested against the CPU backend's logits
+// position 0 (causal attention within its sequence only). Float32 compute; the products are
+// OpenBLAS sgemm on weights dequantized to float32 once per call (f32 views are used in place),
+// which is what a calibration pass over tens of thousands of tokens needs. Products run in fixed
+// panels, so results do not depend on the thread count. Activations are dense: every Rows given
+// to an operation has ld equal to its width. Tested against the CPU backend's logits
 // (tests/quant_block_forward_test.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "formats/model_config.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rope.hpp"
+#include "runtime/transformer.hpp"
 
 namespace qforge {
 
 class ThreadPool;
 
-class BlockForward {
+// The weights a block runs with: views, owned by the caller. A linear with no rows, or a null
+// norm, is not set (an operation that needs it throws). Biases may be null or empty: none.
+struct BlockView {
+    std::array<Matrix, kBlockLinears + 1> linear;          // by Weight (lm_head last)
+    std::array<const std::vector<float>*, 3> norm{};       // by Norm
+    std::array<const std::vector<float>*, 3> qkv_bias{};   // q, k, v
+
+    Matrix& operator[](Weight w) { return linear[static_cast<size_t>(w)]; }
+    const Matrix& operator[](Weight w) const { return linear[static_cast<size_t>(w)]; }
+};
+
+// A view of one model layer's stored weights (and the model's final norm and output head).
+BlockView layer_view(const Model& model, uint64_t layer);
+// A float32 matrix view [rows][cols] over `w`.
+Matrix f32_matrix(std::string name, const std::vector<float>& w, uint64_t rows, uint64_t cols);
+
+class ProductHook {
   public:
-    // Panels of the linears' products (see linear_f32).
+    virtual ~ProductHook() = default;
+    // Before the products of one shared input: `first` is q (q, k, v), o, gate (gate, up) or down.
+    virtual void before_products(Weight first, Rows in, uint64_t n) = 0;
+    // Before a norm runs on `in` (the residual stream).
+    virtual void before_norm(Norm which, Rows in, uint64_t n) = 0;
+};
+
+class BlockForward final : public BlockOps {
+  public:
+    // Panels of the products (see linear_f32).
     static constexpr uint64_t kPanelRows = 256, kPanelTokens = 512;
+    // Tokens per step of the gated products (bounds the gate and up outputs to this many rows).
+    static constexpr uint64_t kGateChunk = 4096;
 
     BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len,
                  ThreadPool& pool);
 
     uint64_t tokens() const { return sequences_ * seq_len_; }
     const ModelConfig& config() const { return c_; }
+    const BlockDesc& desc() const { return desc_; }
 
-    // out[t] = rms_norm(x[t]) * weight, [tokens][hidden].
-    void rms_norm(const float* x, const std::vector<float>& weight, float* out) const;
+    BlockView view;               // the weights the operations use
+    ProductHook* hook = nullptr;  // null: none
 
-    // y[t][r] = x[t] . W[r] (+ bias[r]) for `n` tokens; W in any qtype.
-    void linear(const Matrix& w, const float* x, uint64_t n, float* y,
-                const std::vector<float>* bias = nullptr) const;
+    // Dense activations for the whole batch; att shares q's rows (attention reads each query
+    // head before it writes that head's output) and mlp shares the q/k/v buffer.
+    struct Buffers {
+        std::vector<float> h, qkv_mlp;
+    };
+    BlockActivations activations(float* x, Buffers& b) const;
+
+    // BlockOps (runtime/transformer.hpp); the layer index is ignored: the view is the block.
+    void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products,
+                  uint64_t n) override;
+    // n must be the whole batch: attention follows the sequences.
+    void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
+    void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
+
+    // y[t][r] = x[t] . W[r] for `n` tokens; W in any qtype.
+    void linear(const Matrix& w, const float* x, uint64_t n, float* y) const;
     // The same with float32 weights [rows][cols] already in memory.
     void linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x, uint64_t n,
                     float* y) const;
 
-    // q [tokens][q_dim], k and v [tokens][kv_dim]: rotates q and k in place (RoPE by position in
-    // the sequence) and writes the attention output [tokens][q_dim].
-    void attention(float* q, float* k, const float* v, float* out) const;
-
-    // out[i] = silu(gate[i]) * up[i] over n elements.
-    void swiglu(const float* gate, const float* up, float* out, uint64_t n) const;
-
   private:
+    const Matrix& weight(Weight w) const;
+    void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n) const;
+
     const ModelConfig& c_;
+    BlockDesc desc_;
     uint64_t sequences_, seq_len_;
     ThreadPool& pool_;
     RopeTable rope_;
@@ -67,8 +103,7 @@ class BlockForward {
 // The float model's embeddings of `tokens` as the first layer's input, [n][hidden].
 std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& tokens);
 
-// Runs layer `l` of `model` (its stored weights) on x in place: x' = layer(x). For tests and for
-// feeding the next layer when a layer is kept float.
-void run_layer(const BlockForward& f, const LayerWeights& w, std::vector<float>& x);
+// Runs layer `l` of `model` (its stored weights, no hook) on x in place: x' = layer(x).
+void run_layer(BlockForward& f, const Model& model, uint64_t layer, std::vector<float>& x);
 
 }  // namespace qforge

@@ -9,7 +9,7 @@ BlockDesc block_desc(const ModelConfig& config) {
     return d;
 }
 
-void block_attend(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
+void block_attend(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
                   const BlockActivations& a, uint64_t n) {
     const Product qkv[] = {
         {Weight::q, a.q, false, desc.qkv_bias},
@@ -20,14 +20,14 @@ void block_attend(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows i
     ops.attention(layer, a.q, a.k, a.v, a.att, n);
 }
 
-void block_mlp(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in, Rows out,
+void block_mlp(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in, Rows out,
                bool accumulate, const BlockActivations& a, uint64_t n) {
     ops.gated_products(layer, in, desc.activation, a.mlp, n);
     const Product down[] = {{Weight::down, out, accumulate, false}};
     ops.products(layer, a.mlp, down, n);
 }
 
-void run_block(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, const BlockActivations& a,
+void run_block(BlockOps& ops, const BlockDesc& desc, uint64_t layer, const BlockActivations& a,
                uint64_t n) {
     ops.norm(layer, Norm::attn, a.x, a.h, n);
     block_attend(ops, desc, layer, a.h, a, n);

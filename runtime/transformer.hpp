@@ -1,6 +1,6 @@
 // The transformer's forward pass, written once, over the operations a compute device provides
-// (in the manner of llama.cpp's graph builders). The CPU backend, the CUDA backend and the
-// calibration pass (quant/block_forward.hpp) implement ForwardOps; this file decides which
+// (in the manner of llama.cpp's graph builders). The CPU and CUDA backends implement ForwardOps,
+// the calibration pass (quant/block_forward.hpp) BlockOps; this file decides which
 // operations run, in which order, on which activations. An architecture differs from another by
 // its BlockDesc, never by a copy of this sequence. (runtime/reference_forward.cpp is a separate
 // float64 implementation on purpose: it is the independent check.)
@@ -63,11 +63,10 @@ struct Product {
     bool bias = false;
 };
 
-class ForwardOps {
+// The operations of a block (and of the final norm and output head).
+class BlockOps {
   public:
-    virtual ~ForwardOps() = default;
-    // out = rows of the embedding for tokens[0 .. n).
-    virtual void embed(const int32_t* tokens, uint64_t n, Rows out) = 0;
+    virtual ~BlockOps() = default;
     // out = norm(in) * weight, n tokens.
     virtual void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) = 0;
     // Every product of `products` on the same n input rows.
@@ -79,6 +78,13 @@ class ForwardOps {
     virtual void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) = 0;
 };
 
+// A whole model's: the block's and the embedding lookup.
+class ForwardOps : public BlockOps {
+  public:
+    // out = rows of the embedding for tokens[0 .. n).
+    virtual void embed(const int32_t* tokens, uint64_t n, Rows out) = 0;
+};
+
 // The activations a block reads and writes: x the residual stream (updated in place), h the
 // normalized input, q/k/v and att the attention's, mlp the gated product's.
 struct BlockActivations {
@@ -86,13 +92,13 @@ struct BlockActivations {
 };
 
 // q, k, v from `in`, then attention into a.att (the first half of the attention sublayer).
-void block_attend(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
+void block_attend(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
                   const BlockActivations& a, uint64_t n);
 // out (=, or += when accumulate) down(act(gate in) * up in), through a.mlp.
-void block_mlp(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, Rows in, Rows out,
+void block_mlp(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in, Rows out,
                bool accumulate, const BlockActivations& a, uint64_t n);
 // One decoder block on a.x in place.
-void run_block(ForwardOps& ops, const BlockDesc& desc, uint64_t layer, const BlockActivations& a,
+void run_block(BlockOps& ops, const BlockDesc& desc, uint64_t layer, const BlockActivations& a,
                uint64_t n);
 
 // The whole model on n tokens: embeddings into a.x, every block, then (when logits_from < n) the

@@ -53,27 +53,25 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& ref) {
     return std::sqrt(diff / norm);
 }
 
-// One decoder block on x (runtime/backend.hpp's equations through BlockForward's steps).
-std::vector<float> block_output(const BlockForward& f, const AwqBlock& b, std::vector<float> x) {
+// One decoder block on x: runtime/transformer.hpp's block through the calibration operations,
+// on b's float weights (the v bias added: small_config sets attention_bias).
+std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<float> x) {
     const ModelConfig& c = f.config();
-    const uint64_t n = f.tokens(), d = c.hidden_size, inter = c.intermediate_size;
-    std::vector<float> h(n * d), q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim()),
-        a(n * c.q_dim()), g(n * inter), u(n * inter), m(n * inter);
-    f.rms_norm(x.data(), b.attn_norm, h.data());
-    f.linear_f32(b.q.data(), c.q_dim(), d, h.data(), n, q.data());
-    f.linear_f32(b.k.data(), c.kv_dim(), d, h.data(), n, k.data());
-    f.linear_f32(b.v.data(), c.kv_dim(), d, h.data(), n, v.data());
-    for (uint64_t t = 0; t < n; ++t)
-        for (uint64_t r = 0; r < b.v_bias.size(); ++r) v[t * c.kv_dim() + r] += b.v_bias[r];
-    f.attention(q.data(), k.data(), v.data(), a.data());
-    f.linear_f32(b.o.data(), d, c.q_dim(), a.data(), n, h.data());
-    for (uint64_t i = 0; i < n * d; ++i) x[i] += h[i];
-    f.rms_norm(x.data(), b.mlp_norm, h.data());
-    f.linear_f32(b.gate.data(), inter, d, h.data(), n, g.data());
-    f.linear_f32(b.up.data(), inter, d, h.data(), n, u.data());
-    f.swiglu(g.data(), u.data(), m.data(), n * inter);
-    f.linear_f32(b.down.data(), d, inter, m.data(), n, h.data());
-    for (uint64_t i = 0; i < n * d; ++i) x[i] += h[i];
+    const uint64_t d = c.hidden_size, inter = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+    static const std::vector<float> none;
+    BlockView v;
+    v[Weight::q] = f32_matrix("q", b.q, qd, d);
+    v[Weight::k] = f32_matrix("k", b.k, kvd, d);
+    v[Weight::v] = f32_matrix("v", b.v, kvd, d);
+    v[Weight::o] = f32_matrix("o", b.o, d, qd);
+    v[Weight::gate] = f32_matrix("gate", b.gate, inter, d);
+    v[Weight::up] = f32_matrix("up", b.up, inter, d);
+    v[Weight::down] = f32_matrix("down", b.down, d, inter);
+    v.norm = {&b.attn_norm, &b.mlp_norm, nullptr};
+    v.qkv_bias = {&none, &none, &b.v_bias};
+    f.view = v;
+    BlockForward::Buffers buffers;
+    run_block(f, f.desc(), 0, f.activations(x.data(), buffers), f.tokens());
     return x;
 }
 
@@ -89,6 +87,7 @@ ModelConfig small_config(uint64_t kv_heads) {
     c.max_position_embeddings = 64;
     c.rms_norm_eps = 1e-5;
     c.rope_theta = 10000.0;
+    c.attention_bias = true;  // the v bias is folded too (q and k biases stay empty)
     return c;
 }
 

@@ -26,10 +26,13 @@ TEST_CASE("block forward, layer by layer, equals the CPU backend on stories260K"
     ThreadPool pool(2);
     BlockForward f(c, sequences, seq_len, pool);
     std::vector<float> x = embed_tokens(model, tokens);
-    for (const auto& layer : model.layers()) run_layer(f, layer, x);
+    for (uint64_t l = 0; l < c.num_layers; ++l) run_layer(f, model, l, x);
     std::vector<float> h(x.size()), logits(tokens.size() * c.vocab_size);
-    f.rms_norm(x.data(), model.final_norm(), h.data());
-    f.linear(model.lm_head(), h.data(), tokens.size(), logits.data());
+    const uint64_t hidden = c.hidden_size;
+    f.view = layer_view(model, 0);  // its final norm and output head
+    f.norm(0, Norm::final, {x.data(), hidden}, {h.data(), hidden}, tokens.size());
+    const Product head[] = {{Weight::lm_head, {logits.data(), c.vocab_size}}};
+    f.products(0, {h.data(), hidden}, head, tokens.size());
 
     auto cpu = make_cpu_backend(model, pool);
     for (uint64_t s = 0; s < sequences; ++s) {
