@@ -2,16 +2,8 @@
 // a KV cache. Every compute device (CPU now, CUDA later) implements it; perplexity, generation
 // and calibration use only this interface.
 //
-// The forward pass (Llama family, Hugging Face semantics):
-//   x = embed[token]
-//   per layer:  h = rmsnorm(x) * attn_norm
-//               q, k, v = h Wq^T (+ bq), h Wk^T (+ bk), h Wv^T (+ bv)
-//               q, k rotated by RoPE (rotate-half layout, runtime/rope.hpp)
-//               attention per query head over its key/value head (GQA), causal, scale 1/sqrt(hd)
-//               x += attn Wo^T
-//               h = rmsnorm(x) * mlp_norm
-//               x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
-//   logits = (rmsnorm(x) * final_norm) Wlm^T       (Wlm = embed when tied)
+// The forward pass itself is written once, in runtime/transformer.hpp, over operations each
+// backend implements.
 #pragma once
 
 #include <cstdint>

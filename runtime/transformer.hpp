@@ -81,7 +81,8 @@ class BlockOps {
 // A whole model's: the block's and the embedding lookup.
 class ForwardOps : public BlockOps {
   public:
-    // out = rows of the embedding for tokens[0 .. n).
+    // out = rows of the embedding for tokens[0 .. n), read from the memory the implementation
+    // computes in (host memory for the CPU; the CUDA engine's device buffer of the step).
     virtual void embed(const int32_t* tokens, uint64_t n, Rows out) = 0;
 };
 

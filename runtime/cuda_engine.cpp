@@ -1,0 +1,265 @@
+#include "runtime/cuda_engine.hpp"
+
+#ifdef QFORGE_HAVE_CUDA
+#include "kernels/device_info.hpp"
+
+namespace qforge {
+
+CudaEngine::CudaEngine(const ModelConfig& config, std::string path, CudaBackendOptions options)
+    : c_(config), desc_(block_desc(config)), path_(std::move(path)), o_(options) {
+    std::string why;
+    const auto gpus = list_gpus(&why);
+    if (gpus.empty()) throw Error("cuda backend: " + why);
+    if (o_.device < 0 || static_cast<size_t>(o_.device) >= gpus.size())
+        throw Error("cuda backend: device " + std::to_string(o_.device) + " does not exist (" +
+                    std::to_string(gpus.size()) + " visible)");
+    const GpuDevice& dev = gpus[static_cast<size_t>(o_.device)];
+    cc_major_ = dev.cc_major;
+    sm_count_ = dev.sm_count;
+    description_ = dev.name + " (sm_" + std::to_string(dev.cc_major) +
+                   std::to_string(dev.cc_minor) + ", " + std::to_string(dev.sm_count) + " SMs)";
+    if (o_.max_batch == 0 || o_.max_batch > (uint64_t{1} << 20))
+        throw Error("cuda backend: max_batch must be 1 .. 2^20");
+    cuda::check_attention_config(c_.head_dim, c_.num_heads, c_.num_kv_heads);
+    dims_per_lane_ = cuda::attention_dims_per_lane(c_.head_dim);
+
+    QF_CUDA_CHECK(cudaSetDevice(o_.device));
+    QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    auto cublas_check = [](cublasStatus_t st, const char* what) {
+        if (st != CUBLAS_STATUS_SUCCESS)
+            throw Error(std::string("cuda backend: ") + what + ": " + cublasGetStatusString(st));
+    };
+    cublas_check(cublasCreate(&cublas_), "cublasCreate");
+    cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    // A fixed workspace, so cuBLAS never allocates while a graph is being captured.
+    cublas_workspace_ = DeviceBuffer<uint8_t>(uint64_t{32} << 20);
+    cublas_check(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()),
+                 "cublasSetWorkspace");
+    QF_CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&staging_), (1 + o_.max_batch) * sizeof(int32_t)));
+}
+
+CudaEngine::~CudaEngine() {
+    if (stream_) cudaStreamSynchronize(stream_);
+    clear_graphs();
+    if (staging_) cudaFreeHost(staging_);
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaEngine::clear_graphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+}
+
+DeviceMatrix CudaEngine::upload_matrix(const Matrix& m) {
+    DeviceMatrix d;
+    try {
+        d.fmt = cuda::gpu_matrix_format(m.qtype, m.cols);
+    } catch (const cuda::UnsupportedOnCuda& e) {
+        throw cuda::UnsupportedOnCuda(path_, m.name, e.configuration());
+    }
+    d.rows = m.rows;
+    DeviceBuffer<uint8_t> buf(d.bytes());
+    if (!d.fmt.repacked()) {
+        buf.upload(m.data, d.bytes());
+    } else {
+        // Repack in slabs of about 64 MiB of host memory.
+        const uint64_t slab = std::max<uint64_t>(1, (uint64_t{64} << 20) / d.fmt.row_bytes);
+        std::vector<uint8_t> host(std::min(slab, m.rows) * d.fmt.row_bytes);
+        for (uint64_t r0 = 0; r0 < m.rows; r0 += slab) {
+            const uint64_t n = std::min(slab, m.rows - r0);
+            cuda::repack_rows_for_gpu(d.fmt, m.row(r0), m.row_bytes(), n, host.data());
+            buf.upload(host.data(), n * d.fmt.row_bytes, r0 * d.fmt.row_bytes);
+        }
+    }
+    d.data = buf.get();
+    weight_bytes_ += buf.bytes();
+    weights_.push_back(std::move(buf));
+    return d;
+}
+
+DeviceMatrix CudaEngine::random_matrix(QType qtype, uint64_t rows, uint64_t cols, uint64_t seed) {
+    DeviceMatrix d;
+    d.fmt = cuda::gpu_matrix_format(qtype, cols);
+    d.rows = rows;
+    DeviceBuffer<uint8_t> buf(d.bytes());
+    d.data = buf.get();
+    const float stddev = 1.0f / std::sqrt(static_cast<float>(cols));
+    const cuda::RowsParams p = cuda::to_rows_params(d);
+    if (d.fmt.quantized()) {
+        // Codes uniform over 16 (q4) or 255 (q8) levels: deviation about 4.6 or 73.6 steps.
+        const float steps = d.fmt.kind == cuda::WeightKind::q4 ? 4.6f : 73.6f;
+        cuda::fill_random_quant_rows_launch(p, stddev / steps, seed, stream_);
+    } else {
+        cuda::fill_random_float_rows_launch(p, u32(cols), stddev, seed, stream_);
+    }
+    weight_bytes_ += buf.bytes();
+    weights_.push_back(std::move(buf));
+    return d;
+}
+
+const float* CudaEngine::upload_vector(const std::vector<float>& v) {
+    DeviceBuffer<float> buf(v.size());
+    buf.upload(v);
+    const float* p = buf.get();
+    vectors_.push_back(std::move(buf));
+    return p;
+}
+
+void CudaEngine::upload(const Model& model) {
+    embed_ = upload_matrix(model.embed());
+    lm_head_ = &model.lm_head() == &model.embed() ? embed_ : upload_matrix(model.lm_head());
+    for (const LayerWeights& w : model.layers()) {
+        Layer l;
+        l.q = upload_matrix(w.q);
+        l.k = upload_matrix(w.k);
+        l.v = upload_matrix(w.v);
+        l.o = upload_matrix(w.o);
+        l.gate = upload_matrix(w.gate);
+        l.up = upload_matrix(w.up);
+        l.down = upload_matrix(w.down);
+        l.attn_norm = upload_vector(w.attn_norm);
+        l.mlp_norm = upload_vector(w.mlp_norm);
+        if (c_.attention_bias) {
+            l.q_bias = upload_vector(w.q_bias);
+            l.k_bias = upload_vector(w.k_bias);
+            l.v_bias = upload_vector(w.v_bias);
+        }
+        layers_.push_back(l);
+    }
+    final_norm_ = upload_vector(model.final_norm());
+    allocate_activations();
+}
+
+void CudaEngine::randomize(QType qtype, uint64_t seed) {
+    const uint64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(),
+                   inter = c_.intermediate_size;
+    uint64_t s = seed;
+    embed_ = random_matrix(qtype, c_.vocab_size, d, ++s);
+    lm_head_ = c_.tie_word_embeddings ? embed_ : random_matrix(qtype, c_.vocab_size, d, ++s);
+    const float* norm = upload_vector(std::vector<float>(d, 1.0f));
+    const float* bias_q = c_.attention_bias ? upload_vector(std::vector<float>(qd, 0.0f)) : nullptr;
+    const float* bias_kv =
+        c_.attention_bias ? upload_vector(std::vector<float>(kvd, 0.0f)) : nullptr;
+    for (uint64_t i = 0; i < c_.num_layers; ++i) {
+        Layer l;
+        l.q = random_matrix(qtype, qd, d, ++s);
+        l.k = random_matrix(qtype, kvd, d, ++s);
+        l.v = random_matrix(qtype, kvd, d, ++s);
+        l.o = random_matrix(qtype, d, qd, ++s);
+        l.gate = random_matrix(qtype, inter, d, ++s);
+        l.up = random_matrix(qtype, inter, d, ++s);
+        l.down = random_matrix(qtype, d, inter, ++s);
+        l.attn_norm = l.mlp_norm = norm;
+        l.q_bias = bias_q;
+        l.k_bias = l.v_bias = bias_kv;
+        layers_.push_back(l);
+    }
+    final_norm_ = norm;
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    allocate_activations();
+}
+
+void CudaEngine::allocate_activations() {
+    const uint64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(),
+                   inter = c_.intermediate_size;
+    batch_ = o_.max_batch;
+    ld_d_ = pad32(d);
+    ld_qkv_ = pad32(qd + 2 * kvd);
+    ld_q_ = pad32(qd);
+    ld_i_ = pad32(inter);
+    auto zeroed = [](uint64_t n) {
+        DeviceBuffer<float> b(n);
+        b.fill_bytes(0);  // padding columns stay zero: the products read whole chunks
+        return b;
+    };
+    x_ = zeroed(batch_ * ld_d_);
+    h_ = zeroed(batch_ * ld_d_);
+    qkv_ = zeroed(batch_ * ld_qkv_);
+    att_ = zeroed(batch_ * ld_q_);
+    gate_ = zeroed(batch_ * ld_i_);
+    up_ = zeroed(batch_ * ld_i_);
+    logits_ = zeroed(batch_ * c_.vocab_size);
+    step_ = DeviceBuffer<int32_t>(1 + batch_);
+    step_.fill_bytes(0);
+    history_ = DeviceBuffer<int32_t>(c_.max_position_embeddings + 1);
+
+    // Matmul scratch, sized for the largest matrix, so nothing is allocated during a capture.
+    std::vector<const DeviceMatrix*> all = {&embed_, &lm_head_};
+    for (const Layer& l : layers_)
+        for (const DeviceMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+            all.push_back(m);
+    uint64_t max_kpad = 0, max_rows = 0, ws = 0;
+    bool any_quant = false;
+    const bool forced_mma = o_.forced_path == cuda::MatmulPath::mma;
+    const uint64_t mma_m = forced_mma ? batch_ : std::min(batch_, cuda::kMmaMaxTokens);
+    std::map<std::pair<uint64_t, uint64_t>, bool> seen;  // (qtype, k, rows) shapes planned
+    for (const DeviceMatrix* m : all) {
+        max_kpad = std::max(max_kpad, m->fmt.kpad);
+        max_rows = std::max(max_rows, m->rows);
+        any_quant = any_quant || m->fmt.quantized();
+        const auto key =
+            std::make_pair(m->fmt.kpad * 64 + static_cast<uint64_t>(m->fmt.qtype), m->rows);
+        if (!m->fmt.quantized() || seen.count(key)) continue;
+        seen[key] = true;
+        ws = std::max(ws, cuda::mma_workspace_floats(m->fmt, m->rows, mma_m, sm_count_));
+    }
+    const bool batched = batch_ > cuda::kGemvMaxTokens || o_.forced_path.has_value();
+    const auto scratch = cuda::matmul_scratch_size(batch_, max_kpad, max_rows);
+    if (batched) {
+        x16_ = DeviceBuffer<uint16_t>(scratch.x16_halves);
+        if (any_quant) w16_ = DeviceBuffer<uint16_t>(scratch.w16_halves);
+        if (ws) workspace_ = DeviceBuffer<float>(ws);
+    }
+    mctx_.stream = stream_;
+    mctx_.cublas = cublas_;
+    mctx_.cc_major = cc_major_;
+    mctx_.sm_count = sm_count_;
+    mctx_.x16 = x16_.get();
+    mctx_.x16_halves = x16_.size();
+    mctx_.w16 = w16_.get();
+    mctx_.w16_halves = w16_.size();
+    mctx_.workspace = workspace_.get();
+    mctx_.workspace_floats = workspace_.size();
+    mctx_.forced = o_.forced_path;
+}
+
+void CudaEngine::ensure_rope(uint64_t positions) {
+    if (positions <= rope_positions_) return;
+    const RopeTable t(c_, positions);
+    DeviceBuffer<float> cs(t.cos.size()), sn(t.sin.size());
+    cs.upload(t.cos);
+    sn.upload(t.sin);
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    clear_graphs();  // they point at the old tables
+    cos_ = std::move(cs);
+    sin_ = std::move(sn);
+    rope_positions_ = positions;
+}
+
+std::unique_ptr<KvCache> CudaEngine::new_cache(uint64_t capacity) {
+    if (capacity == 0 || capacity > c_.max_position_embeddings)
+        throw Error(path_, {},
+                    "a context of " + std::to_string(capacity) +
+                        " positions is outside 1 .. max_position_embeddings (" +
+                        std::to_string(c_.max_position_embeddings) + ")");
+    return std::make_unique<CudaKvCache>(c_, capacity, next_cache_id_++);
+}
+
+void CudaEngine::mm(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m, float* y,
+                    uint64_t ldo, const float* bias, bool accumulate) {
+    cuda::matmul(mctx_, w, x, ldx, m, {y, ldo, bias, accumulate});
+}
+
+uint64_t CudaEngine::decode_weight_bytes() const {
+    uint64_t n = lm_head_.bytes();
+    for (const Layer& l : layers_)
+        n += l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.gate.bytes() + l.up.bytes() +
+             l.down.bytes();
+    return n;
+}
+
+}  // namespace qforge
+
+#endif  // QFORGE_HAVE_CUDA

@@ -1,0 +1,159 @@
+// The CUDA backend's engine (private to runtime/cuda_*.cpp): the device-side model, the KV
+// cache on the device, and the forward pass's operations (runtime/transformer.hpp) as launches
+// on one stream. cuda_engine.cpp: set-up, weights and buffers; cuda_forward.cpp: the
+// operations, CUDA graphs, forward and greedy decoding; cuda_backend.cpp: the Backend.
+#pragma once
+
+#ifdef QFORGE_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/checked_math.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/launchers.hpp"
+#include "kernels/cuda/matmul.hpp"
+#include "runtime/rope.hpp"
+
+#include "core/error.hpp"
+#include "runtime/cuda_backend.hpp"
+#include "runtime/transformer.hpp"
+
+namespace qforge {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceMatrix;
+
+inline uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
+inline uint64_t pad32(uint64_t v) { return round_up(v, 32); }
+
+// Device memory, fp16: per layer keys then values, each [capacity][kv_dim] (the CPU cache's
+// layout). `id` keys the CUDA graphs captured against this cache's buffers.
+class CudaKvCache final : public KvCache {
+  public:
+    CudaKvCache(const ModelConfig& c, uint64_t capacity, uint64_t id)
+        : KvCache(capacity), kv_dim_(c.kv_dim()), id_(id) {
+        const uint64_t dims[] = {c.num_layers, 2, capacity, kv_dim_};
+        auto n = checked_product(dims);
+        if (!n || *n > (uint64_t{1} << 40))
+            throw Error("KV cache of " + std::to_string(capacity) + " positions is too large");
+        data_ = DeviceBuffer<uint16_t>(*n);
+    }
+    uint16_t* keys(uint64_t layer) const { return data_.get() + (layer * 2) * capacity_ * kv_dim_; }
+    uint16_t* values(uint64_t layer) const {
+        return data_.get() + (layer * 2 + 1) * capacity_ * kv_dim_;
+    }
+    uint64_t id() const { return id_; }
+    void set_size(uint64_t n) { size_ = n; }
+
+  private:
+    uint64_t kv_dim_;
+    uint64_t id_;
+    DeviceBuffer<uint16_t> data_;
+};
+
+inline CudaKvCache& cuda_cache(KvCache& cache) {
+    auto* c = dynamic_cast<CudaKvCache*>(&cache);
+    if (!c) throw Error("cuda backend: the KV cache was made by another backend");
+    return *c;
+}
+
+class CudaEngine final : private ForwardOps {
+  public:
+    CudaEngine(const ModelConfig& config, std::string path, CudaBackendOptions options);
+    ~CudaEngine();
+    CudaEngine(const CudaEngine&) = delete;
+    CudaEngine& operator=(const CudaEngine&) = delete;
+
+    void upload(const Model& model);
+    void randomize(QType qtype, uint64_t seed);
+
+    std::unique_ptr<KvCache> new_cache(uint64_t capacity);
+    void forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
+                 std::span<float> logits);
+    // Greedy steps on the device; `seconds` (if given) times the steps after `warmup` of them.
+    std::vector<int32_t> greedy(CudaKvCache& cache, int32_t first, uint64_t steps,
+                                uint64_t warmup = 0, double* seconds = nullptr);
+
+    uint64_t decode_weight_bytes() const;
+    uint64_t weight_bytes() const { return weight_bytes_; }
+    std::string description() const { return description_; }
+
+  private:
+    struct Layer {
+        DeviceMatrix q, k, v, o, gate, up, down;
+        const float* attn_norm = nullptr;
+        const float* mlp_norm = nullptr;
+        const float* q_bias = nullptr;
+        const float* k_bias = nullptr;
+        const float* v_bias = nullptr;
+    };
+    enum class Graph : int { decode_no_logits, decode_logits, greedy };
+
+    // ForwardOps (runtime/transformer.hpp), enqueued on stream_ for the step's cache_: token ids
+    // and the first position are read on the device (step_), so a graph replays for any step.
+    void embed(const int32_t* tokens, uint64_t n, Rows out) override;
+    void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products,
+                  uint64_t n) override;
+    void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
+    void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
+    const DeviceMatrix& weight(uint64_t layer, Weight w) const;
+
+    DeviceMatrix upload_matrix(const Matrix& m);
+    DeviceMatrix random_matrix(QType qtype, uint64_t rows, uint64_t cols, uint64_t seed);
+    const float* upload_vector(const std::vector<float>& v);
+    void allocate_activations();
+    void ensure_rope(uint64_t positions);
+    void check_tokens(std::span<const int32_t> tokens) const;
+    // Enqueues one step of m tokens; logits of rows [lf, m) go to logits_ (none when lf == m).
+    void enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf);
+    void enqueue_greedy_step(const CudaKvCache& cache);
+    void mm(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m, float* y, uint64_t ldo,
+            const float* bias, bool accumulate);
+    void launch_graph(const CudaKvCache& cache, Graph kind);
+    void clear_graphs();
+
+    ModelConfig c_;
+    BlockDesc desc_;
+    std::string path_;
+    CudaBackendOptions o_;
+    const CudaKvCache* cache_ = nullptr;  // the cache of the step being enqueued
+    std::string description_;
+    int cc_major_ = 0, sm_count_ = 1;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t cublas_ = nullptr;
+    DeviceBuffer<uint8_t> cublas_workspace_;
+
+    std::vector<DeviceBuffer<uint8_t>> weights_;  // every matrix
+    std::vector<DeviceBuffer<float>> vectors_;    // norms and biases
+    uint64_t weight_bytes_ = 0;
+    DeviceMatrix embed_, lm_head_;
+    std::vector<Layer> layers_;
+    const float* final_norm_ = nullptr;
+
+    uint64_t batch_ = 0, ld_d_ = 0, ld_qkv_ = 0, ld_q_ = 0, ld_i_ = 0;
+    uint32_t dims_per_lane_ = 1;
+    DeviceBuffer<float> x_, h_, qkv_, att_, gate_, up_, logits_;
+    DeviceBuffer<uint16_t> x16_, w16_;
+    DeviceBuffer<float> workspace_;
+    DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids
+    DeviceBuffer<int32_t> history_;  // greedy: the token chosen after each position
+    int32_t* staging_ = nullptr;     // pinned host copy of step_
+    DeviceBuffer<float> cos_, sin_;
+    uint64_t rope_positions_ = 0;
+    cuda::MatmulContext mctx_;
+    std::map<std::pair<uint64_t, int>, cudaGraphExec_t> graphs_;
+    uint64_t next_cache_id_ = 1;
+};
+
+}  // namespace qforge
+
+#endif  // QFORGE_HAVE_CUDA

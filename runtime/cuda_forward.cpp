@@ -1,0 +1,218 @@
+// The CUDA engine's forward pass: runtime/transformer.hpp's operations as launches, the decode
+// graphs, forward and greedy decoding (cuda_engine.hpp). Positions and token ids are read by the
+// kernels from a small device buffer (step_: [0] the first position, [1..] the token ids), so
+// one captured graph serves every decode step of a cache.
+#include "runtime/cuda_engine.hpp"
+
+#ifdef QFORGE_HAVE_CUDA
+
+namespace qforge {
+
+const DeviceMatrix& CudaEngine::weight(uint64_t layer, Weight w) const {
+    if (w == Weight::lm_head) return lm_head_;
+    const Layer& l = layers_.at(layer);
+    const DeviceMatrix* m[kBlockLinears] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
+    return *m[static_cast<int>(w)];
+}
+
+void CudaEngine::embed(const int32_t* tokens, uint64_t n, Rows out) {
+    cuda::embed_rows_launch(cuda::to_rows_params(embed_), tokens, u32(n), u32(c_.hidden_size),
+                            out.data, out.ld, stream_);
+}
+
+void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    const float* w = which == Norm::final  ? final_norm_
+                     : which == Norm::attn ? layers_.at(layer).attn_norm
+                                           : layers_.at(layer).mlp_norm;
+    cuda::rms_norm_launch(in.data, in.ld, w, c_.rms_norm_eps, u32(n), u32(c_.hidden_size), out.data,
+                          out.ld, stream_);
+}
+
+void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
+    for (const Product& p : parts) {
+        const float* bias = nullptr;
+        if (p.bias && p.weight <= Weight::v) {
+            const Layer& l = layers_.at(layer);
+            bias = p.weight == Weight::q ? l.q_bias : p.weight == Weight::k ? l.k_bias : l.v_bias;
+        }
+        mm(weight(layer, p.weight), in.data, in.ld, n, p.out.data, p.out.ld, bias, p.accumulate);
+    }
+}
+
+void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
+    // The kernels read q, k and v from one buffer: [q | k | v] rows of ld_qkv_ floats.
+    const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim();
+    if (k.data != q.data + qd || v.data != q.data + qd + kvd || q.ld != ld_qkv_ || k.ld != q.ld ||
+        v.ld != q.ld)
+        throw Error("cuda backend: attention needs q, k and v in one [q | k | v] buffer");
+    cuda::RopeParams rp;
+    rp.qkv = q.data;
+    rp.ld = q.ld;
+    rp.n = u32(n);
+    rp.heads = u32(c_.num_heads);
+    rp.kv_heads = u32(c_.num_kv_heads);
+    rp.head_dim = u32(c_.head_dim);
+    rp.cos = cos_.get();
+    rp.sin = sin_.get();
+    rp.pos0 = step_.get();
+    rp.k_cache = cache_->keys(layer);
+    rp.v_cache = cache_->values(layer);
+    cuda::rope_store_kv_launch(rp, stream_);
+    cuda::AttentionParams ap;
+    ap.qkv = q.data;
+    ap.ld = q.ld;
+    ap.n = rp.n;
+    ap.heads = rp.heads;
+    ap.kv_heads = rp.kv_heads;
+    ap.head_dim = rp.head_dim;
+    ap.k_cache = rp.k_cache;
+    ap.v_cache = rp.v_cache;
+    ap.pos0 = rp.pos0;
+    ap.out = out.data;
+    ap.ldo = out.ld;
+    cuda::attention_launch(ap, dims_per_lane_, stream_);
+}
+
+void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {
+    if (act != Activation::silu)
+        throw Error("cuda backend: unknown activation " + std::to_string(static_cast<int>(act)));
+    if (out.ld != ld_i_) throw Error("cuda backend: the gated product's rows must be ld_i_ apart");
+    mm(weight(layer, Weight::gate), in.data, in.ld, n, out.data, out.ld, nullptr, false);
+    mm(weight(layer, Weight::up), in.data, in.ld, n, up_.get(), ld_i_, nullptr, false);
+    cuda::swiglu_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size), stream_);
+}
+
+void CudaEngine::enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf) {
+    const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim();
+    float* qkv = qkv_.get();
+    const BlockActivations a{{x_.get(), ld_d_},         {h_.get(), ld_d_},
+                             {qkv, ld_qkv_},             {qkv + qd, ld_qkv_},
+                             {qkv + qd + kvd, ld_qkv_},  {att_.get(), ld_q_},
+                             {gate_.get(), ld_i_}};
+    cache_ = &cache;
+    // Token ids are on the device, after the first position (step_).
+    run_model(*this, desc_, c_.num_layers, step_.get() + 1, m, a, lf,
+              {logits_.get(), c_.vocab_size});
+    cache_ = nullptr;
+}
+
+void CudaEngine::enqueue_greedy_step(const CudaKvCache& cache) {
+    enqueue(1, cache, 0);
+    int32_t* next = step_.get() + 1;
+    cuda::argmax_rows_launch(logits_.get(), c_.vocab_size, 1, u32(c_.vocab_size), next, stream_);
+    cuda::record_token_launch(next, step_.get(), history_.get(), stream_);
+}
+
+void CudaEngine::launch_graph(const CudaKvCache& cache, Graph kind) {
+    const auto key = std::make_pair(cache.id(), static_cast<int>(kind));
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+        if (graphs_.size() >= 8) clear_graphs();
+        QF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        try {
+            if (kind == Graph::greedy)
+                enqueue_greedy_step(cache);
+            else
+                enqueue(1, cache, kind == Graph::decode_logits ? 0 : 1);
+        } catch (...) {
+            cudaGraph_t broken = nullptr;
+            cudaStreamEndCapture(stream_, &broken);
+            if (broken) cudaGraphDestroy(broken);
+            throw;
+        }
+        cudaGraph_t graph = nullptr;
+        QF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        QF_CUDA_CHECK(err);
+        it = graphs_.emplace(key, exec).first;
+    }
+    QF_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+void CudaEngine::check_tokens(std::span<const int32_t> tokens) const {
+    for (int32_t id : tokens)
+        if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
+            throw Error(path_, {},
+                        "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                            std::to_string(c_.vocab_size) + ")");
+}
+
+void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
+                         std::span<float> logits) {
+    const uint64_t n = tokens.size(), v = c_.vocab_size;
+    if (logits_from > n) throw Error("forward: logits_from is past the last token");
+    if (logits.size() != (n - logits_from) * v)
+        throw Error("forward: logits hold " + std::to_string(logits.size()) + " floats, expected " +
+                    std::to_string((n - logits_from) * v));
+    if (cache.size() + n > cache.capacity())
+        throw Error(path_, {},
+                    "context is full: " + std::to_string(cache.size()) + " + " + std::to_string(n) +
+                        " tokens exceed the context of " + std::to_string(cache.capacity()));
+    if (c_.sliding_window && cache.size() + n > *c_.sliding_window)
+        throw Error(path_, {},
+                    "sliding-window attention is not implemented: position " +
+                        std::to_string(cache.size() + n - 1) + " is beyond sliding_window " +
+                        std::to_string(*c_.sliding_window));
+    check_tokens(tokens);
+    ensure_rope(cache.capacity());
+
+    for (uint64_t start = 0; start < n; start += batch_) {
+        const uint64_t m = std::min(batch_, n - start);
+        const uint64_t first = std::max(start, logits_from);  // logits rows [first, start + m)
+        const uint64_t lf = first < start + m ? first - start : m;
+        const uint64_t pos0 = cache.size();
+        staging_[0] = static_cast<int32_t>(pos0);
+        std::memcpy(staging_ + 1, tokens.data() + start, m * sizeof(int32_t));
+        QF_CUDA_CHECK(cudaMemcpyAsync(step_.get(), staging_, (1 + m) * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+        if (m == 1 && o_.use_graphs)
+            launch_graph(cache, lf == 0 ? Graph::decode_logits : Graph::decode_no_logits);
+        else
+            enqueue(m, cache, lf);
+        if (lf < m)
+            QF_CUDA_CHECK(cudaMemcpyAsync(logits.data() + (first - logits_from) * v, logits_.get(),
+                                          (m - lf) * v * sizeof(float), cudaMemcpyDeviceToHost,
+                                          stream_));
+        // Also keeps staging_ untouched until its copy has run.
+        QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        cache.set_size(pos0 + m);
+    }
+}
+
+std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint64_t steps,
+                                        uint64_t warmup, double* seconds) {
+    const int32_t one[] = {first};
+    check_tokens(one);
+    if (cache.size() + steps > cache.capacity())
+        throw Error(path_, {},
+                    "context is full: " + std::to_string(cache.size()) + " + " +
+                        std::to_string(steps) + " tokens exceed the context of " +
+                        std::to_string(cache.capacity()));
+    if (c_.sliding_window && cache.size() + steps > *c_.sliding_window)
+        throw Error(path_, {}, "sliding-window attention is not implemented");
+    ensure_rope(cache.capacity());
+    const uint64_t pos0 = cache.size();
+    staging_[0] = static_cast<int32_t>(pos0);
+    staging_[1] = first;
+    QF_CUDA_CHECK(cudaMemcpyAsync(step_.get(), staging_, 2 * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    cuda::Event start, stop;
+    for (uint64_t i = 0; i < steps; ++i) {
+        if (i == warmup) start.record(stream_);
+        if (o_.use_graphs)
+            launch_graph(cache, Graph::greedy);
+        else
+            enqueue_greedy_step(cache);
+    }
+    stop.record(stream_);
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (seconds) *seconds = warmup < steps ? stop.ms_since(start) / 1000.0 : 0.0;
+    cache.set_size(pos0 + steps);
+    return history_.download(steps, pos0);
+}
+
+}  // namespace qforge
+
+#endif  // QFORGE_HAVE_CUDA
