@@ -92,11 +92,11 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
     qq_.clear();
     if (cpu_isa() < Isa::avx512) return;
     // The AVX-512 layout (qdot.hpp): 32-byte halves of the pair layout, two pairs interleaved.
-    qq_.assign(n * padded, 0);
+    qq_.assign(n * quad_stride() + 64, 0);
     const uint64_t quads = blocks_ / 8 * 2;
     for (uint64_t t = 0; t < n; ++t) {
         const int8_t* pq = pair_codes(t);
-        int8_t* qq = qq_.data() + t * padded;
+        int8_t* qq = qq_.data() + (quad_codes(t) - qq_.data());
         for (uint64_t u = 0; u < quads; ++u)
             for (uint64_t h = 0; h < 4; ++h) {  // h: [2u first][2u+1 first][2u last][2u+1 last]
                 const int8_t* src = pq + 64 * (2 * u + h % 2) + 32 * (h / 2);

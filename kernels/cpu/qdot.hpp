@@ -60,10 +60,18 @@ class QActivations {
     // bytes][pair 2u + 1's first 32][2u's last 32][2u + 1's last 32], so one 64-byte load meets
     // the 4-bit codes' low nibbles of two pairs, the next their high ones. Built only when
     // cpu_isa() >= avx512 (empty otherwise).
-    const int8_t* quad_codes(uint64_t t) const { return qq_.data() + t * blocks_ * 32; }
+    // Each token's quads start on a 64-byte boundary (a zmm load that splits a cache line costs a
+    // second access).
+    const int8_t* quad_codes(uint64_t t) const { return quad_base() + t * quad_stride(); }
 
   private:
     uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }
+    uint64_t quad_stride() const { return blocks_ / 8 * 256; }  // whole superblocks only
+    // qq_'s first 64-byte aligned byte (computed, so a copied QActivations stays right).
+    const int8_t* quad_base() const {
+        const auto at = reinterpret_cast<uintptr_t>(qq_.data());
+        return qq_.data() + (64 - at % 64) % 64;
+    }
 
     Mode mode_ = Mode::int8;
     uint64_t n_ = 0, k_ = 0, blocks_ = 0;
