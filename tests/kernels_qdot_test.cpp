@@ -393,6 +393,11 @@ TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws",
         REQUIRE_THROWS_AS(dequantize_rows_isa(isa, unknown, w.data(), 64, 1, k, &out), Error);
     }
     REQUIRE_THROWS_AS(qmatmul(unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+    REQUIRE_THROWS_AS(qmatmul_scalar(unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+    REQUIRE_THROWS_AS(row_to_f32(unknown, w.data(), &out, 1), Error);
+    std::vector<float> xs(k, 1.0f);  // dot_row serves float rows only
+    REQUIRE_THROWS_AS(dot_row(QType::q8, w.data(), xs.data(), k), Error);
+    REQUIRE_THROWS_AS(dot_row_scalar(unknown, w.data(), xs.data(), k), Error);
     for (Isa isa : kIsaLevels)
         if (isa > cpu_isa())
             REQUIRE_THROWS_AS(

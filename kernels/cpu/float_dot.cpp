@@ -1,7 +1,9 @@
 #include "kernels/cpu/float_dot.hpp"
 
 #include <cstring>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/isa.hpp"
 
@@ -122,10 +124,11 @@ float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
             return dot_scalar<QType::f16>(w, x, n);
         case QType::bf16:
             return dot_scalar<QType::bf16>(w, x, n);
-        default:  // quantized rows: kernels/cpu/qdot.hpp
+        default:  // quantized rows go through kernels/cpu/qdot.hpp
             break;
     }
-    return 0.0f;
+    throw Error("dot_row: quant type code " + std::to_string(static_cast<unsigned>(qtype)) +
+                " is not a float row type");
 }
 
 float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
@@ -145,6 +148,10 @@ void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
             for (size_t i = 0; i < n; ++i) out[i] = load1<QType::bf16>(w, i);
             return;
         default:
+            if (static_cast<size_t>(qtype) >= kQTypeCount)
+                throw Error("row_to_f32: quant type code " +
+                            std::to_string(static_cast<unsigned>(qtype)) +
+                            " is not in the qtype table");
             dequantize_row_ref(qtype, w, n, out);
             return;
     }

@@ -107,6 +107,9 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
 
 void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                     const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    if (static_cast<size_t>(t) >= kQTypeCount)
+        throw Error("qmatmul_scalar: quant type code " + std::to_string(static_cast<unsigned>(t)) +
+                    " is not in the qtype table");
     const QTypeTraits& tr = qtype_traits(t);
     const uint64_t k = a.k();
     if (k == 0) {
