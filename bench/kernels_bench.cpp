@@ -28,6 +28,7 @@
 
 #include "formats/qtype.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
 
 #if defined(__x86_64__)
@@ -275,9 +276,9 @@ void bm_prepare(benchmark::State& state, uint64_t m, uint64_t k) {
 std::string shape_name(Shape s) { return std::to_string(s.out) + "x" + std::to_string(s.in); }
 
 void register_all() {
-    const QType quant[] = {QType::q8,       QType::q8_g32,  QType::q8_g128, QType::q4_g32,
-                           QType::q4_g64,   QType::q4_g128, QType::q4s_g32, QType::q4s_g64,
-                           QType::q4s_g128, QType::q3_g32,  QType::q3_g128};
+    std::vector<QType> quant;  // every quantized type of the qtype table, in its order
+    for (const QTypeTraits& row : kQTypes)
+        if (!row.is_float) quant.push_back(row.type);
     auto reg = [](const std::string& name, auto fn) {
         benchmark::RegisterBenchmark(name.c_str(), fn)
             ->UseRealTime()
@@ -313,6 +314,13 @@ void register_all() {
                         [=](benchmark::State& st) { bm_quant(st, t, s, m, mode, 2); });
                 }
         }
+    // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
+    // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
+    for (QType t : quant)
+        reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/int8/threads:1",
+            [=](benchmark::State& st) {
+                bm_quant(st, t, {2048, 2048}, 128, QActivations::Mode::int8, 1);
+            });
     // The inner loop's own speed: one copy of 512 x 1024 weights (<= 0.6 MiB) that stays in L2,
     // one thread, CPU time: the ceiling the DRAM-bound figures above are compared with.
     for (QType t : quant)
@@ -339,7 +347,7 @@ int main(int argc, char** argv) {
     register_all();
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::AddCustomContext("avx2", cpu_has_avx2() ? "yes" : "no");
+    benchmark::AddCustomContext("cpu_isa", cpu_isa_description());
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

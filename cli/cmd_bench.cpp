@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "core/progress.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/bench.hpp"
 #include "runtime/model.hpp"
@@ -79,7 +80,8 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                                 {"read_bandwidth_gb_s", *o.bandwidth_gb_per_s},
                                 {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
                                 {"bandwidth_fraction", *r.bandwidth_fraction},
-                                {"int8_activations", !common.float_activations}};
+                                {"int8_activations", !common.float_activations},
+                                {"cpu_isa", std::string(isa_name(cpu_isa()))}};
             std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }

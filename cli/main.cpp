@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/json_io.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/device_info.hpp"
 
 namespace {
@@ -25,6 +26,7 @@ std::string version_text() {
     } else {
         s += " (built without CUDA)";
     }
+    s += "\nCPU kernels: " + qforge::cpu_isa_description();
     return s;
 }
 

@@ -1,7 +1,9 @@
 #include "convert/tensor_cast.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/alloc.hpp"
 #include "core/error.hpp"
@@ -28,22 +30,6 @@ float load(const uint8_t* p, QType t, uint64_t i) {
             break;
     }
     return 0.0f;
-}
-
-void store(uint8_t* p, QType t, uint64_t i, float f) {
-    switch (t) {
-        case QType::f32:
-            std::memcpy(p + 4 * i, &f, 4);
-            return;
-        case QType::f16:
-        case QType::bf16: {
-            const uint16_t h = t == QType::f16 ? f32_to_f16(f) : f32_to_bf16(f);
-            std::memcpy(p + 2 * i, &h, 2);
-            return;
-        }
-        default:  // float targets only
-            return;
-    }
 }
 
 // Bit-level test for NaN/Inf (exponent all ones), so the common case, a finite tensor that
@@ -77,24 +63,34 @@ std::string value_text(float f) {
 std::span<const uint8_t> cast_tensor(const TensorView& v, QType source, QType target,
                                      const std::string& file, std::vector<uint8_t>& buffer) {
     const uint64_t n = v.data.size() / dtype_info(v.dtype).size;
-    const bool narrowing_to_f16 = target == QType::f16 && source != QType::f16;
-    const bool narrowing_to_bf16 = target == QType::bf16 && source == QType::f32;
-    const bool check_each = !all_finite(v.data, source) || narrowing_to_f16 || narrowing_to_bf16;
-    for (uint64_t i = 0; check_each && i < n; ++i) {
-        const float f = load(v.data.data(), source, i);
+    const auto misfit = [&](uint64_t i, float f) {
         if (!std::isfinite(f))
-            throw Error(file, v.name, "element " + std::to_string(i) + " is " + value_text(f) +
-                                          " (weights must be finite)");
-        if (narrowing_to_f16 && f16_overflows(f))
-            throw Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
-                                          " overflows f16 (max 65504); convert with --dtype f32 or bf16");
-        if (narrowing_to_bf16 && std::isinf(bf16_to_f32(f32_to_bf16(f))))
-            throw Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
-                                          " overflows bf16");
+            return Error(file, v.name, "element " + std::to_string(i) + " is " + value_text(f) +
+                                           " (weights must be finite)");
+        if (target == QType::f16)
+            return Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
+                                           " overflows f16 (max 65504); convert with --dtype f32 or bf16");
+        return Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
+                                       " overflows bf16");
+    };
+    if (source == target) {
+        if (!all_finite(v.data, source))
+            for (uint64_t i = 0; i < n; ++i)
+                if (const float f = load(v.data.data(), source, i); !std::isfinite(f))
+                    throw misfit(i, f);
+        return v.data;
     }
-    if (source == target) return v.data;
-    resize_for(buffer, n * dtype_info(qtype_traits(target).dtype).size, file, v.name);
-    for (uint64_t i = 0; i < n; ++i) store(buffer.data(), target, i, load(v.data.data(), source, i));
+    // Through formats' store_float_row, the one narrowing rule, a chunk at a time.
+    const uint64_t out_size = dtype_info(qtype_traits(target).dtype).size;
+    resize_for(buffer, n * out_size, file, v.name);
+    std::vector<float> chunk(std::min<uint64_t>(n, 4096));
+    for (uint64_t i0 = 0; i0 < n; i0 += chunk.size()) {
+        const uint64_t m = std::min<uint64_t>(chunk.size(), n - i0);
+        for (uint64_t j = 0; j < m; ++j) chunk[j] = load(v.data.data(), source, i0 + j);
+        uint8_t* out = buffer.data() + i0 * out_size;
+        if (const uint64_t bad = store_float_row(target, chunk.data(), m, out); bad < m)
+            throw misfit(i0 + bad, chunk[bad]);
+    }
     return buffer;
 }
 

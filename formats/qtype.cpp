@@ -70,24 +70,28 @@ int32_t get_code(const QTypeTraits& tr, const uint8_t* row, uint64_t j) {
 
 }  // namespace
 
+uint64_t store_float_row(QType t, const float* x, uint64_t n, uint8_t* out) {
+    const DType d = qtype_traits(t).dtype;
+    for (uint64_t j = 0; j < n; ++j) {
+        if (!std::isfinite(x[j])) return j;
+        if (d == DType::f32) {
+            std::memcpy(out + 4 * j, &x[j], 4);
+            continue;
+        }
+        const uint16_t h = d == DType::f16 ? f32_to_f16(x[j]) : f32_to_bf16(x[j]);
+        const uint16_t inf = d == DType::f16 ? 0x7c00 : 0x7f80;
+        if ((h & 0x7fff) == inf) return j;  // a finite value rounded to infinity
+        put_f16(out + 2 * j, h);
+    }
+    return n;
+}
+
 QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) {
     const QTypeTraits& tr = qtype_traits(t);
     for (uint64_t j = 0; j < k; ++j)
         if (!std::isfinite(w[j])) return QuantStatus::non_finite;
-    if (tr.is_float) {
-        for (uint64_t j = 0; j < k; ++j) {
-            if (tr.dtype == DType::f32) {
-                std::memcpy(row + 4 * j, &w[j], 4);
-            } else {
-                if (tr.dtype == DType::f16 && f16_overflows(w[j])) return QuantStatus::scale_overflow;
-                const uint16_t h = tr.dtype == DType::f16 ? f32_to_f16(w[j]) : f32_to_bf16(w[j]);
-                if ((h & 0x7fff) == 0x7f80 && tr.dtype == DType::bf16)  // rounded up to infinity
-                    return QuantStatus::scale_overflow;
-                put_f16(row + 2 * j, h);
-            }
-        }
-        return QuantStatus::ok;
-    }
+    if (tr.is_float)  // every weight is finite here, so a misfit is an overflow
+        return store_float_row(t, w, k, row) == k ? QuantStatus::ok : QuantStatus::scale_overflow;
     const QRowLayout l = *qtype_row_layout(t, k);
     std::vector<int32_t> codes(k);
     std::vector<QGroupParams> groups(l.groups);

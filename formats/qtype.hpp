@@ -250,6 +250,14 @@ enum class QuantStatus : uint8_t {
     scale_overflow,  // a group's scale does not fit in fp16 (|w| above ~5e5 for q4s)
 };
 
+// The one conversion of floats to a float row type (f32, f16 or bf16), under the one narrowing
+// rule every writer shares: values round to nearest even, and a value that is not finite or
+// that rounds to infinity in t (f16: |x| >= 65520; bf16: |x| >= 2^128 (1 - 2^-9)) does not fit.
+// Stores x[0..n) into out (t's element size each) and returns the index of the first element
+// that does not fit (out then holds only the elements before it), or n when all fit. Callers
+// that report the error tell the two cases apart with std::isfinite.
+uint64_t store_float_row(QType t, const float* x, uint64_t n, uint8_t* out);
+
 // Quantizes k float weights into one row of qtype t (row_bytes(t, k) bytes, padding zeroed).
 // Float types round to nearest even. Deterministic: depends only on the inputs. On an error
 // status the row's contents are unspecified.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/qf.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -89,6 +90,7 @@ TEST_CASE("qforge bench on stories260K: JSON fields, sane values, bytes per toke
     REQUIRE(j.at("prefill_tokens") == 32);
     REQUIRE(j.at("decode_tokens") == 16);
     REQUIRE(j.at("repetitions") == 3);
+    REQUIRE(j.at("cpu_isa") == isa_name(cpu_isa()));  // the child inherits this environment
     require_rate(j.at("prefill_tok_per_s"), 3);
     require_rate(j.at("decode_tok_per_s"), 3);
 

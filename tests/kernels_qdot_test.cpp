@@ -1,8 +1,9 @@
-// kernels/cpu/qdot: the AVX2 products (qmatmul) and the scalar reference (qmatmul_scalar) against
-// a float64 product of the reference-dequantized weights, for every quantized type, both
-// activation modes, m = 1, 3, 17 tokens, odd row counts and k that ends inside a chunk or a group;
-// outputs poisoned first. Then: the int8 activations' own error against float activations, bit
-// equality across row and token tilings, and dequantize_rows against dequantize_row_ref.
+// kernels/cpu/qdot: the products of every instruction-set level this CPU has (qmatmul_isa: scalar,
+// avx2, avx512; kernels/cpu/isa.hpp) against a float64 product of the reference-dequantized
+// weights, for every quantized type, both activation modes, m = 1, 3, 17 tokens, odd row counts
+// and k that ends inside a chunk or a group; outputs poisoned first; above AVX2 the AVX2 bits.
+// Then: the int8 activations' own error against float activations, bit equality across row and
+// token tilings at every level, and dequantize_rows against dequantize_row_ref.
 //
 // Tolerances (u = 2^-24, float's unit roundoff). A float sum of terms t_i computed with at most n
 // roundings on any path from a term to the result is within n * u * sum |t_i| (to first order;
@@ -17,6 +18,7 @@
 //              sequence: n = blocks + 2.
 //     AVX2:    exact integer lanes times fl(scale * d); per lane one add per pair of blocks and
 //              one zero correction per 8 blocks, then 3 levels of lane adds: n <= blocks + 8.
+//   avx512 is not given a bound of its own: it must equal avx2 bit for bit (tested below).
 // The int8 activations themselves: q = round(x / d) with d = fl(amax / 127), so |x - d q| <=
 // d (1/2 + 128 u) <= d (1/2 + 2^-16) per element, and the product moves by at most
 // sum_b d_b (1/2 + 2^-16) sum_{i in b} |w_i|.
@@ -28,7 +30,9 @@
 #include <vector>
 
 #include "formats/qtype.hpp"
+#include "core/error.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
 #include "test_support.hpp"
 
@@ -127,14 +131,23 @@ double roundings(QActivations::Mode mode, bool scalar, uint64_t k) {
 // is the third or the first block of a 3-bit chunk; 64: half a 3-bit chunk.
 constexpr uint64_t kLengths[] = {64, 100, 172, 200, 288, 320, 576, 4096};
 
-using Matmul = void (*)(QType, const uint8_t*, uint64_t, uint64_t, uint64_t, const QActivations&,
-                        uint64_t, uint64_t, float*, uint64_t);
+// Every level this process may run (cpu_isa() and below), scalar first.
+std::vector<Isa> levels() {
+    std::vector<Isa> v;
+    for (Isa isa : kIsaLevels)
+        if (isa <= cpu_isa()) v.push_back(isa);
+    return v;
+}
+
+const char* mode_name(QActivations::Mode mode) {
+    return mode == QActivations::Mode::f32 ? "f32" : "int8";
+}
 
 // out[t][r] for all rows and tokens with ldo = n + 2; the two extra columns must stay poisoned.
-std::vector<float> run(Matmul f, const Matrix& m, const QActivations& a) {
+std::vector<float> run(Isa isa, const Matrix& m, const QActivations& a) {
     const uint64_t ldo = m.n + 2;
     std::vector<float> out(a.tokens() * ldo, std::nanf(""));
-    f(m.t, m.bytes.data(), m.stride, 0, m.n, a, 0, a.tokens(), out.data(), ldo);
+    qmatmul_isa(isa, m.t, m.bytes.data(), m.stride, 0, m.n, a, 0, a.tokens(), out.data(), ldo);
     for (uint64_t t = 0; t < a.tokens(); ++t) {
         REQUIRE(std::isnan(out[t * ldo + m.n]));
         REQUIRE(std::isnan(out[t * ldo + m.n + 1]));
@@ -144,7 +157,7 @@ std::vector<float> run(Matmul f, const Matrix& m, const QActivations& a) {
 
 }  // namespace
 
-TEST_CASE("qmatmul and qmatmul_scalar agree with a float64 product within derived bounds",
+TEST_CASE("qmatmul at every level agrees with a float64 product within derived bounds",
           "[qdot]") {
     uint32_t seed = 100;
     for (QType t : quantized_types())
@@ -156,22 +169,28 @@ TEST_CASE("qmatmul and qmatmul_scalar agree with a float64 product within derive
                 for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
                     QActivations a;
                     a.prepare(mode, x.data(), tokens, k);
-                    const auto fast = run(qmatmul, m, a);
-                    const auto scalar = run(qmatmul_scalar, m, a);
-                    for (uint64_t tok = 0; tok < tokens; ++tok)
-                        for (uint64_t r = 0; r < n; ++r) {
-                            INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens "
-                                          << tokens << " mode "
-                                          << (mode == QActivations::Mode::f32 ? "f32" : "int8")
-                                          << " row " << r << " token " << tok);
-                            const Reference ref = reference(m, r, a, tok);
-                            const double f = fast[tok * (n + 2) + r], s = scalar[tok * (n + 2) + r];
-                            const bool avx2 = cpu_has_avx2();
-                            REQUIRE(std::fabs(f - ref.value) <=
-                                    1.01 * roundings(mode, !avx2, k) * kU * ref.magnitude);
-                            REQUIRE(std::fabs(s - ref.value) <=
-                                    1.01 * roundings(mode, true, k) * kU * ref.magnitude);
+                    std::vector<float> avx2;
+                    for (Isa isa : levels()) {
+                        const auto out = run(isa, m, a);
+                        const bool scalar = isa == Isa::scalar;
+                        for (uint64_t tok = 0; tok < tokens; ++tok)
+                            for (uint64_t r = 0; r < n; ++r) {
+                                INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens "
+                                              << tokens << " mode " << mode_name(mode) << " isa "
+                                              << isa_name(isa) << " row " << r << " token "
+                                              << tok);
+                                const Reference ref = reference(m, r, a, tok);
+                                REQUIRE(std::fabs(out[tok * (n + 2) + r] - ref.value) <=
+                                        1.01 * roundings(mode, scalar, k) * kU * ref.magnitude);
+                            }
+                        // Above AVX2 the same bits as AVX2 (kernels/cpu/qdot_avx512.cpp).
+                        if (isa == Isa::avx2) avx2 = out;
+                        if (isa > Isa::avx2) {
+                            INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
+                                          << mode_name(mode) << " isa " << isa_name(isa));
+                            REQUIRE(std::memcmp(out.data(), avx2.data(), 4 * out.size()) == 0);
                         }
+                    }
                 }
             }
         }
@@ -187,7 +206,7 @@ TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight"
             QActivations a8, a32;
             a8.prepare(QActivations::Mode::int8, x.data(), tokens, k);
             a32.prepare(QActivations::Mode::f32, x.data(), tokens, k);
-            const auto out = run(qmatmul, m, a8);
+            const auto out = run(cpu_isa(), m, a8);
             for (uint64_t tok = 0; tok < tokens; ++tok)
                 for (uint64_t r = 0; r < n; ++r) {
                     INFO("qtype " << qtype_traits(t).name << " k " << k << " row " << r);
@@ -200,8 +219,10 @@ TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight"
                     REQUIRE(std::fabs(int8.value - exact.value) <= bound);
                     const double f = out[tok * (n + 2) + r];
                     REQUIRE(std::fabs(f - exact.value) <=
-                            bound + 1.01 * roundings(QActivations::Mode::int8, false, k) * kU *
-                                        int8.magnitude);
+                            bound + 1.01 *
+                                        roundings(QActivations::Mode::int8,
+                                                  cpu_isa() == Isa::scalar, k) *
+                                        kU * int8.magnitude);
                 }
         }
 }
@@ -213,38 +234,40 @@ TEST_CASE("qmatmul: every row and token tiling gives the same bits", "[qdot]") {
             const uint64_t n = 13, tokens = 17;
             const Matrix m = make_matrix(t, n, k, seed++);
             const auto x = make_activations(tokens, k, seed++);
-            for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
-                INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
-                              << (mode == QActivations::Mode::f32 ? "f32" : "int8"));
-                QActivations a;
-                a.prepare(mode, x.data(), tokens, k);
-                const auto whole = run(qmatmul, m, a);  // prefill: tiles of 4 tokens
-                const uint64_t ldo = n + 2;
-                // Decode: one token at a time, rows split as 2 and 3 threads would split them.
-                for (uint64_t parts : {1u, 2u, 3u}) {
-                    std::vector<float> out(tokens * ldo, std::nanf(""));
-                    for (uint64_t tok = 0; tok < tokens; ++tok)
-                        for (uint64_t p = 0; p < parts; ++p) {
-                            const uint64_t r0 = n * p / parts, r1 = n * (p + 1) / parts;
-                            qmatmul(t, m.bytes.data(), m.stride, r0, r1, a, tok, tok + 1,
-                                    out.data() + tok * ldo + r0, ldo);
-                        }
-                    for (uint64_t tok = 0; tok < tokens; ++tok)
-                        REQUIRE(std::memcmp(&out[tok * ldo], &whole[tok * ldo], 4 * n) == 0);
-                }
-                // Token ranges that start mid-tile and leave 1, 2 or 3 tokens over; odd row ranges.
-                for (auto [t0, t1] :
-                     {std::pair<uint64_t, uint64_t>{2, 9}, {5, 7}, {1, 16}, {16, 17}})
-                    for (auto [r0, r1] :
-                         {std::pair<uint64_t, uint64_t>{0, 13}, {3, 10}, {12, 13}}) {
-                        const uint64_t l = r1 - r0 + 3;  // an ldo wider than the rows
-                        std::vector<float> out((t1 - t0) * l, std::nanf(""));
-                        qmatmul(t, m.bytes.data(), m.stride, r0, r1, a, t0, t1, out.data(), l);
-                        for (uint64_t tok = t0; tok < t1; ++tok)
-                            REQUIRE(std::memcmp(&out[(tok - t0) * l], &whole[tok * ldo + r0],
-                                                4 * (r1 - r0)) == 0);
+            for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
+                for (Isa isa : levels()) {
+                    INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
+                                  << mode_name(mode) << " isa " << isa_name(isa));
+                    QActivations a;
+                    a.prepare(mode, x.data(), tokens, k);
+                    const auto whole = run(isa, m, a);  // prefill: tiles of 4 tokens
+                    const uint64_t ldo = n + 2;
+                    // Decode: one token at a time, rows split as 2 and 3 threads would split them.
+                    for (uint64_t parts : {1u, 2u, 3u}) {
+                        std::vector<float> out(tokens * ldo, std::nanf(""));
+                        for (uint64_t tok = 0; tok < tokens; ++tok)
+                            for (uint64_t p = 0; p < parts; ++p) {
+                                const uint64_t r0 = n * p / parts, r1 = n * (p + 1) / parts;
+                                qmatmul_isa(isa, t, m.bytes.data(), m.stride, r0, r1, a, tok,
+                                            tok + 1, out.data() + tok * ldo + r0, ldo);
+                            }
+                        for (uint64_t tok = 0; tok < tokens; ++tok)
+                            REQUIRE(std::memcmp(&out[tok * ldo], &whole[tok * ldo], 4 * n) == 0);
                     }
-            }
+                    // Token ranges that start mid-tile and leave 1, 2 or 3 tokens over; odd rows.
+                    for (auto [t0, t1] :
+                         {std::pair<uint64_t, uint64_t>{2, 9}, {5, 7}, {1, 16}, {16, 17}})
+                        for (auto [r0, r1] :
+                             {std::pair<uint64_t, uint64_t>{0, 13}, {3, 10}, {12, 13}}) {
+                            const uint64_t l = r1 - r0 + 3;  // an ldo wider than the rows
+                            std::vector<float> out((t1 - t0) * l, std::nanf(""));
+                            qmatmul_isa(isa, t, m.bytes.data(), m.stride, r0, r1, a, t0, t1,
+                                        out.data(), l);
+                            for (uint64_t tok = t0; tok < t1; ++tok)
+                                REQUIRE(std::memcmp(&out[(tok - t0) * l], &whole[tok * ldo + r0],
+                                                    4 * (r1 - r0)) == 0);
+                        }
+                }
         }
 }
 
@@ -258,10 +281,11 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
         for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
             QActivations a;
             a.prepare(mode, x.data(), tokens, k);
-            for (Matmul f : {Matmul{qmatmul}, Matmul{qmatmul_scalar}}) {
-                const auto out = run(f, m, a);
+            for (Isa isa : levels()) {
+                const auto out = run(isa, m, a);
                 for (uint64_t r = 0; r < n; ++r) {
-                    INFO("qtype " << qtype_traits(t).name << " row " << r);
+                    INFO("qtype " << qtype_traits(t).name << " isa " << isa_name(isa) << " row "
+                                  << r);
                     REQUIRE(std::isfinite(out[r]));
                     REQUIRE_FALSE(std::isfinite(out[(n + 2) + r]));
                 }
@@ -270,8 +294,8 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
     }
 }
 
-TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layouts", "[qdot]") {
-    for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{100}, uint64_t{300}}) {
+TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 and AVX-512 layouts", "[qdot]") {
+    for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{100}, uint64_t{300}, uint64_t{520}}) {
         const uint64_t tokens = 2;
         auto x = make_activations(tokens, k, 77);
         if (k >= 64)
@@ -309,6 +333,13 @@ TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layouts", "[qdot]
                     const uint64_t at =
                         single ? j : (b / 2) * 64 + (i / 16) * 32 + (b % 2) * 16 + i % 16;
                     REQUIRE(a.pair_codes(t)[at] == q);
+                    // quad order (AVX-512, whole superblocks of 8 blocks only): per 4 blocks
+                    // [2u first 32][2u+1 first 32][2u last 32][2u+1 last 32] of the pair order
+                    if (cpu_isa() >= Isa::avx512 && b < blocks / 8 * 8) {
+                        const uint64_t quad = 128 * (b / 4) + 32 * ((b / 2) % 2 + 2 * (i / 16)) +
+                                              (b % 2) * 16 + i % 16;
+                        REQUIRE(a.quad_codes(t)[quad] == q);
+                    }
                 }
                 REQUIRE(a.sums(t)[b] == sum);
                 REQUIRE(a.scaled_sums(t)[b] == a.scales(t)[b] * static_cast<float>(sum));
@@ -339,9 +370,36 @@ TEST_CASE("dequantize_rows equals dequantize_row_ref bit for bit", "[qdot]") {
                            uint64_t{1000}}) {
             INFO("qtype " << qtype_traits(t).name << " k " << k);
             const Matrix m = make_matrix(t, 5, k, seed++);
-            std::vector<float> out(5 * k + 1, std::nanf(""));
-            dequantize_rows(t, m.bytes.data(), m.stride, 5, k, out.data());
-            REQUIRE(std::memcmp(out.data(), m.w.data(), 4 * 5 * k) == 0);
-            REQUIRE(std::isnan(out[5 * k]));
+            for (Isa isa : levels()) {
+                INFO("isa " << isa_name(isa));
+                std::vector<float> out(5 * k + 1, std::nanf(""));
+                dequantize_rows_isa(isa, t, m.bytes.data(), m.stride, 5, k, out.data());
+                REQUIRE(std::memcmp(out.data(), m.w.data(), 4 * 5 * k) == 0);
+                REQUIRE(std::isnan(out[5 * k]));
+            }
         }
+}
+
+TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws", "[qdot]") {
+    const uint64_t k = 64;
+    const auto x = make_activations(1, k, 13);
+    QActivations a;
+    a.prepare(QActivations::Mode::int8, x.data(), 1, k);
+    std::vector<uint8_t> w(4096, 0);
+    float out = 0.0f;
+    const auto unknown = static_cast<QType>(kQTypeCount);
+    for (Isa isa : levels()) {
+        REQUIRE_THROWS_AS(qmatmul_isa(isa, unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+        REQUIRE_THROWS_AS(dequantize_rows_isa(isa, unknown, w.data(), 64, 1, k, &out), Error);
+    }
+    REQUIRE_THROWS_AS(qmatmul(unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+    REQUIRE_THROWS_AS(qmatmul_scalar(unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+    REQUIRE_THROWS_AS(row_to_f32(unknown, w.data(), &out, 1), Error);
+    std::vector<float> xs(k, 1.0f);  // dot_row serves float rows only
+    REQUIRE_THROWS_AS(dot_row(QType::q8, w.data(), xs.data(), k), Error);
+    REQUIRE_THROWS_AS(dot_row_scalar(unknown, w.data(), xs.data(), k), Error);
+    for (Isa isa : kIsaLevels)
+        if (isa > cpu_isa())
+            REQUIRE_THROWS_AS(
+                qmatmul_isa(isa, QType::q8, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
 }

@@ -1,12 +1,13 @@
 #include "kernels/cpu/float_dot.hpp"
 
-#include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define QF_X86 1
 #endif
@@ -90,24 +91,30 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const 
     return sum;
 }
 
-bool detect_avx2() {
-    if (std::getenv("QFORGE_NO_AVX2")) return false;
-    __builtin_cpu_init();
-    // F16C from CPUID leaf 1 (ECX bit 29): clang before 15 rejects "f16c" in
-    // __builtin_cpu_supports at compile time.
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-}
-#else
-bool detect_avx2() { return false; }
 #endif
-
-const bool g_avx2 = detect_avx2();
 
 }  // namespace
 
-bool cpu_has_avx2() { return g_avx2; }
+bool cpu_has_avx2() { return cpu_isa() >= Isa::avx2; }
+
+namespace detail {
+float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n) {
+#ifdef QF_X86
+    switch (qtype) {
+        case QType::f32:
+            return dot_avx2<QType::f32>(w, x, n);
+        case QType::f16:
+            return dot_avx2<QType::f16>(w, x, n);
+        case QType::bf16:
+            return dot_avx2<QType::bf16>(w, x, n);
+        default:
+            break;
+    }
+#endif
+    return dot_row_scalar(qtype, w, x, n);
+}
+}  // namespace detail
+
 
 float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
     switch (qtype) {
@@ -117,27 +124,15 @@ float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
             return dot_scalar<QType::f16>(w, x, n);
         case QType::bf16:
             return dot_scalar<QType::bf16>(w, x, n);
-        default:  // quantized rows: kernels/cpu/qdot.hpp
+        default:  // quantized rows go through kernels/cpu/qdot.hpp
             break;
     }
-    return 0.0f;
+    throw Error("dot_row: quant type code " + std::to_string(static_cast<unsigned>(qtype)) +
+                " is not a float row type");
 }
 
 float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
-#ifdef QF_X86
-    if (g_avx2) {
-        switch (qtype) {
-            case QType::f32:
-                return dot_avx2<QType::f32>(w, x, n);
-            case QType::f16:
-                return dot_avx2<QType::f16>(w, x, n);
-            case QType::bf16:
-                return dot_avx2<QType::bf16>(w, x, n);
-            default:
-                break;
-        }
-    }
-#endif
+    if (cpu_has_avx2()) return detail::dot_row_avx2(qtype, w, x, n);
     return dot_row_scalar(qtype, w, x, n);
 }
 
@@ -153,6 +148,10 @@ void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
             for (size_t i = 0; i < n; ++i) out[i] = load1<QType::bf16>(w, i);
             return;
         default:
+            if (static_cast<size_t>(qtype) >= kQTypeCount)
+                throw Error("row_to_f32: quant type code " +
+                            std::to_string(static_cast<unsigned>(qtype)) +
+                            " is not in the qtype table");
             dequantize_row_ref(qtype, w, n, out);
             return;
     }

@@ -15,7 +15,7 @@
 
 namespace qforge {
 
-// Whether the AVX2 path is in use (CPU support, unless QFORGE_NO_AVX2 is set in the environment).
+// Whether the AVX2 path (or a level above it) is in use: cpu_isa() >= Isa::avx2 (isa.hpp).
 bool cpu_has_avx2();
 
 // sum_i w[i] * x[i] for a stored row w of `n` elements.
@@ -42,5 +42,12 @@ inline float dot_short(const float* a, const float* b, size_t n) {
     for (; i < n; ++i) sum += a[i] * b[i];
     return sum;
 }
+
+namespace detail {
+// The AVX2 version of dot_row, whatever cpu_isa() says (the caller checks the CPU has AVX2). Every
+// level above AVX2 uses it too: float rows have no wider kernel yet, so their products keep
+// these bits on every x86 level.
+float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n);
+}  // namespace detail
 
 }  // namespace qforge

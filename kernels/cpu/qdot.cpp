@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/qdot_avx2.hpp"
@@ -87,10 +89,27 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
         for (uint64_t b = 0; b < blocks_; ++b)
             ds_[t * sums_stride() + b] = scales(t)[b] * static_cast<float>(sums(t)[b]);
     }
+    qq_.clear();
+    if (cpu_isa() < Isa::avx512) return;
+    // The AVX-512 layout (qdot.hpp): 32-byte halves of the pair layout, two pairs interleaved.
+    qq_.assign(n * quad_stride() + 64, 0);
+    const uint64_t quads = blocks_ / 8 * 2;
+    for (uint64_t t = 0; t < n; ++t) {
+        const int8_t* pq = pair_codes(t);
+        int8_t* qq = qq_.data() + (quad_codes(t) - qq_.data());
+        for (uint64_t u = 0; u < quads; ++u)
+            for (uint64_t h = 0; h < 4; ++h) {  // h: [2u first][2u+1 first][2u last][2u+1 last]
+                const int8_t* src = pq + 64 * (2 * u + h % 2) + 32 * (h / 2);
+                std::copy(src, src + 32, qq + 128 * u + 32 * h);
+            }
+    }
 }
 
 void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                     const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    if (static_cast<size_t>(t) >= kQTypeCount)
+        throw Error("qmatmul_scalar: quant type code " + std::to_string(static_cast<unsigned>(t)) +
+                    " is not in the qtype table");
     const QTypeTraits& tr = qtype_traits(t);
     const uint64_t k = a.k();
     if (k == 0) {
@@ -147,25 +166,88 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
     }
 }
 
+namespace {
+
+// Float rows at the AVX2 level and above: f32 mode through float_dot's AVX2 dot_row; int8 mode
+// has no vector kernel (float weights are dequantized-exact, so the scalar loop is the kernel).
+void float_rows_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                     const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    if (a.mode() != QActivations::Mode::f32)
+        return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
+    for (uint64_t tok = t0; tok < t1; ++tok)
+        for (uint64_t r = r0; r < r1; ++r)
+            out[(tok - t0) * ldo + (r - r0)] =
+                detail::dot_row_avx2(t, w + r * stride, a.floats(tok), a.k());
+}
+
+void dequantize_rows_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
+                            float* out) {
+    for (uint64_t r = 0; r < n; ++r) row_to_f32(t, w + r * stride, out + r * k, k);
+}
+
+// The one table of which kernel serves which (qtype, level). Level rows come from each level's
+// translation unit, built there from formats/qtype.hpp's table; a cell a level leaves empty is
+// served by the level below (float rows: AVX2 and up share float_rows_avx2), and scalar serves
+// every type, so every cell of every level names a kernel.
+using KernelTable = std::array<detail::QKernelRow, kIsaCount>;
+
+KernelTable build_kernel_table() {
+    KernelTable table{};
+    for (const QTypeTraits& row : kQTypes) {
+        auto& cell = table[static_cast<size_t>(Isa::scalar)][static_cast<size_t>(row.type)];
+        cell = {qmatmul_scalar, dequantize_rows_scalar};
+    }
+    const detail::QKernelRow* own[kIsaCount] = {nullptr, &detail::avx2_kernels(),
+                                                &detail::avx512_kernels()};
+    for (size_t level = 1; level < kIsaCount; ++level)
+        for (const QTypeTraits& row : kQTypes) {
+            const size_t i = static_cast<size_t>(row.type);
+            detail::QKernels cell = (*own[level])[i];
+            if (row.is_float && static_cast<Isa>(level) == Isa::avx2)
+                cell.qmatmul = float_rows_avx2;
+            if (!cell.qmatmul) cell.qmatmul = table[level - 1][i].qmatmul;
+            if (!cell.dequantize) cell.dequantize = table[level - 1][i].dequantize;
+            table[level][i] = cell;
+        }
+    return table;
+}
+
+const detail::QKernels& kernels_for(Isa isa, QType t, const char* what) {
+    static const KernelTable table = build_kernel_table();
+    if (static_cast<size_t>(t) >= kQTypeCount)
+        throw Error(std::string(what) + ": quant type code " +
+                    std::to_string(static_cast<unsigned>(t)) + " is not in the qtype table");
+    if (isa > cpu_isa())
+        throw Error(std::string(what) + ": level " + std::string(isa_name(isa)) +
+                    " requested, this process runs at most " + std::string(isa_name(cpu_isa())));
+    return table[static_cast<size_t>(isa)][static_cast<size_t>(t)];
+}
+
+}  // namespace
+
+void qmatmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                 const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    const detail::QKernels& k = kernels_for(isa, t, "qmatmul");
+    if (r0 >= r1 || t0 >= t1) return;
+    if (a.k() == 0) return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
+    k.qmatmul(t, w, stride, r0, r1, a, t0, t1, out, ldo);
+}
+
 void qmatmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
              const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
-    if (r0 >= r1 || t0 >= t1) return;
-    if (cpu_has_avx2() && a.k() > 0 && detail::qdot_avx2_supports(t))
-        return detail::qmatmul_avx2(t, w, stride, r0, r1, a, t0, t1, out, ldo);
-    if (cpu_has_avx2() && qtype_traits(t).is_float && a.mode() == QActivations::Mode::f32) {
-        for (uint64_t tok = t0; tok < t1; ++tok)
-            for (uint64_t r = r0; r < r1; ++r)
-                out[(tok - t0) * ldo + (r - r0)] = dot_row(t, w + r * stride, a.floats(tok), a.k());
-        return;
-    }
-    qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
+    qmatmul_isa(cpu_isa(), t, w, stride, r0, r1, a, t0, t1, out, ldo);
+}
+
+void dequantize_rows_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t n,
+                         uint64_t k, float* out) {
+    const detail::QKernels& kern = kernels_for(isa, t, "dequantize_rows");
+    if (k == 0) return;
+    kern.dequantize(t, w, stride, n, k, out);
 }
 
 void dequantize_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
                      float* out) {
-    if (cpu_has_avx2() && k > 0 && detail::qdot_avx2_supports(t))
-        return detail::dequantize_rows_avx2(t, w, stride, n, k, out);
-    for (uint64_t r = 0; r < n; ++r) row_to_f32(t, w + r * stride, out + r * k, k);
+    dequantize_rows_isa(cpu_isa(), t, w, stride, n, k, out);
 }
 
 }  // namespace qforge

@@ -9,16 +9,20 @@
 //                   sum_i a_i). The cost in quality is measured as KL divergence (README).
 //   f32             exact: the row's weights dequantized in registers times float activations.
 //
-// Each function has a scalar reference (_scalar) and an AVX2/FMA/F16C version chosen at run time
-// (cpu_has_avx2(); QFORGE_NO_AVX2 forces the scalar path). Every output element is one dot product
-// whose summation order depends only on k, never on the thread or the tile, so results are
-// bit-identical for any thread count and for prefill versus decode.
+// Each function has a scalar reference (_scalar) and faster versions per instruction-set level
+// (kernels/cpu/isa.hpp: avx2, avx512), chosen at run time from one table of (qtype, level)
+// kernels in qdot.cpp, built from formats/qtype.hpp's table. Every output element is one dot
+// product whose summation order depends only on k and the level, never on the thread or the
+// tile, so results are bit-identical for any thread count and for prefill versus decode. The
+// avx512 level gives the avx2 level's bits (int8 products are exact integers and the float
+// accumulation keeps avx2's order); scalar differs from both by float rounding only.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "formats/qtype.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace qforge {
 
@@ -51,9 +55,23 @@ class QActivations {
     // scaled_sums: d * (code sum) per block, zero-padded to a multiple of 8 blocks.
     const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
     const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }
+    // quad_codes: the AVX-512 layout of the blocks in whole superblocks of 8 (the last < 8 are
+    // read from pair_codes): blocks 4u .. 4u + 3, pairs 2u and 2u + 1, as [pair 2u's first 32
+    // bytes][pair 2u + 1's first 32][2u's last 32][2u + 1's last 32], so one 64-byte load meets
+    // the 4-bit codes' low nibbles of two pairs, the next their high ones. Built only when
+    // cpu_isa() >= avx512 (empty otherwise).
+    // Each token's quads start on a 64-byte boundary (a zmm load that splits a cache line costs a
+    // second access).
+    const int8_t* quad_codes(uint64_t t) const { return quad_base() + t * quad_stride(); }
 
   private:
     uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }
+    uint64_t quad_stride() const { return blocks_ / 8 * 256; }  // whole superblocks only
+    // qq_'s first 64-byte aligned byte (computed, so a copied QActivations stays right).
+    const int8_t* quad_base() const {
+        const auto at = reinterpret_cast<uintptr_t>(qq_.data());
+        return qq_.data() + (64 - at % 64) % 64;
+    }
 
     Mode mode_ = Mode::int8;
     uint64_t n_ = 0, k_ = 0, blocks_ = 0;
@@ -62,6 +80,7 @@ class QActivations {
     std::vector<int32_t> s_;
     std::vector<float> f_;
     std::vector<int8_t> pq_;
+    std::vector<int8_t> qq_;
     std::vector<float> ds_;
 };
 
@@ -72,10 +91,16 @@ void qmatmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r
              const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
 void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                     const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+// qmatmul at a given level (the tests run every level the CPU has). Throws qforge::Error for a
+// level above cpu_isa() or a type outside the qtype table.
+void qmatmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                 const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
 
 // Fast dequantization of n consecutive rows of k weights into out[n][k] (equal to
 // dequantize_row_ref, bit for bit).
 void dequantize_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
                      float* out);
+void dequantize_rows_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t n,
+                         uint64_t k, float* out);
 
 }  // namespace qforge

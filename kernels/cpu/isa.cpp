@@ -1,0 +1,120 @@
+#include "kernels/cpu/isa.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#define QF_X86 1
+#endif
+
+namespace qforge {
+
+namespace {
+
+struct CpuFeatures {
+    bool avx2 = false;        // AVX2 + FMA + F16C, with the OS saving the ymm state
+    bool avx512 = false;      // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
+    bool avx512_bf16 = false;
+    bool avx_vnni = false;    // VEX-encoded vpdpbusd (no level uses it yet)
+};
+
+#ifdef QF_X86
+// CPUID directly rather than __builtin_cpu_supports: clang 14 knows neither "f16c" nor
+// "avx512bf16" there, and the OS check (XCR0) must cover the zmm state too.
+CpuFeatures detect_features() {
+    CpuFeatures f;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+    const bool fma = ecx & bit_FMA, f16c = ecx & bit_F16C, osxsave = ecx & bit_OSXSAVE;
+    if (!osxsave) return f;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    const bool os_ymm = (xcr0_lo & 0x6) == 0x6;     // SSE and AVX state
+    const bool os_zmm = (xcr0_lo & 0xe6) == 0xe6;   // plus opmask, ZMM0-15 high, ZMM16-31
+    unsigned b7 = 0, c7 = 0, d7 = 0, a7 = 0;
+    if (!__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) return f;
+    unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+    if (a7 >= 1) __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
+    const bool avx2 = b7 & bit_AVX2;
+    const bool avx512f = b7 & bit_AVX512F, avx512bw = b7 & bit_AVX512BW,
+               avx512vl = b7 & bit_AVX512VL, avx512vnni = c7 & (1u << 11);
+    f.avx2 = os_ymm && avx2 && fma && f16c;
+    f.avx512 = f.avx2 && os_zmm && avx512f && avx512bw && avx512vl && avx512vnni;
+    f.avx512_bf16 = f.avx512 && (a71 & (1u << 5));
+    f.avx_vnni = f.avx2 && (a71 & (1u << 4));
+    return f;
+}
+#else
+CpuFeatures detect_features() { return {}; }
+#endif
+
+Isa highest(const CpuFeatures& f) {
+    return f.avx512 ? Isa::avx512 : f.avx2 ? Isa::avx2 : Isa::scalar;
+}
+
+struct Choice {
+    CpuFeatures features;
+    Isa supported, used;
+    const char* note;  // why the level in use is below the supported one; null if it is not
+};
+
+Choice choose() {
+    Choice c{detect_features(), Isa::scalar, Isa::scalar, nullptr};
+    c.supported = highest(c.features);
+    c.used = c.supported;
+    if (std::getenv("QFORGE_NO_AVX2")) {
+        c.used = Isa::scalar;
+        c.note = "QFORGE_NO_AVX2";
+    } else if (const char* env = std::getenv("QFORGE_ISA"); env && *env) {
+        // An unknown name caps at scalar: the safe reading of "use less than the CPU has".
+        Isa cap = Isa::scalar;
+        bool known = false;
+        for (Isa level : kIsaLevels)
+            if (isa_name(level) == env) cap = level, known = true;
+        if (cap < c.used) c.used = cap;
+        c.note = known ? "QFORGE_ISA" : "QFORGE_ISA not understood";
+    }
+    return c;
+}
+
+const Choice& choice() {
+    static const Choice c = choose();
+    return c;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar:
+            return "scalar";
+        case Isa::avx2:
+            return "avx2";
+        case Isa::avx512:
+            return "avx512";
+    }
+    return "unknown";
+}
+
+Isa cpu_isa_supported() { return choice().supported; }
+Isa cpu_isa() { return choice().used; }
+
+std::string cpu_isa_description() {
+    const Choice& c = choice();
+    std::string s(isa_name(c.used));
+    s += " (CPU: ";
+    s += isa_name(c.supported);
+    if (c.features.avx512_bf16) s += ", avx512_bf16";
+    if (c.features.avx_vnni) s += ", avx_vnni";
+    if (c.note && c.used != c.supported) {
+        s += "; lowered by ";
+        s += c.note;
+    } else if (c.note && std::strcmp(c.note, "QFORGE_ISA not understood") == 0) {
+        s += "; QFORGE_ISA not understood";
+    }
+    s += ")";
+    return s;
+}
+
+}  // namespace qforge

@@ -1,0 +1,38 @@
+// Instruction-set levels of the CPU kernels and the one run-time choice among them.
+//
+//   scalar  the reference versions: plain C++, obviously right
+//   avx2    AVX2 + FMA + F16C (every x86-64 CPU of the last decade)
+//   avx512  avx2 plus AVX-512 F/BW/VL and VNNI (vpdpbusd): the int8-activation products in
+//           512-bit registers, bit-identical to avx2 (kernels/README.md says why)
+//
+// The level in use is the highest the CPU has, lowered by the environment: QFORGE_ISA=scalar,
+// avx2 or avx512 caps it (never raises it past the CPU's; an unknown name caps at scalar), and
+// QFORGE_NO_AVX2 set to anything forces scalar as it always has. Both are read once, at the first
+// kernel call. Each level's kernels live in their own translation unit, compiled with target
+// attributes (never -march for the whole build), so one binary runs on every x86-64 CPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace qforge {
+
+enum class Isa : uint8_t { scalar, avx2, avx512 };
+
+inline constexpr Isa kIsaLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
+inline constexpr size_t kIsaCount = std::size(kIsaLevels);
+
+std::string_view isa_name(Isa isa);
+
+// The highest level this CPU supports, ignoring the environment.
+Isa cpu_isa_supported();
+
+// The level in use: cpu_isa_supported() capped by QFORGE_ISA / QFORGE_NO_AVX2.
+Isa cpu_isa();
+
+// One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
+// the level in use, then the CPU's highest level and the extensions it has that no level uses yet.
+std::string cpu_isa_description();
+
+}  // namespace qforge
