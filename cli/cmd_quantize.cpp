@@ -1,4 +1,5 @@
-// qforge quantize: a .qf or Hugging Face checkpoint to a quantized .qf (quant/quantize_model.hpp).
+// qforge quantize: any model source (sources/model_source.hpp) to a quantized .qf
+// (quant/quantize_model.hpp).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -88,7 +89,9 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
     };
     auto a = std::make_shared<Args>();
     add_input_option(app, "input", a->opts.input,
-                     ".qf file, Hugging Face directory or .safetensors file", true)
+                     ".qf file, Hugging Face directory or .safetensors file, GGUF or llama2.c "
+                     ".bin (read directly, no convert step)",
+                     true)
         ->required();
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
     app.add_option("--method", a->method,
@@ -138,7 +141,7 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         ->check(parsed_by([](const std::string& s) { parse_tensor_type_override(s); }));
     add_input_option(app, "--tokenizer", a->opts.tokenizer,
                      "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
-                     "beside the checkpoint)");
+                     "beside the checkpoint, or a GGUF's own)");
     add_threads_option(app, common);
     add_json_option(app, common);
     app.footer(

@@ -1,4 +1,4 @@
-#include "convert/llama2c.hpp"
+#include "sources/llama2c.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -8,16 +8,15 @@
 #include <optional>
 #include <stdexcept>
 
-#include "convert/convert_common.hpp"
-#include "convert/detect.hpp"
-#include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
 #include "core/alloc.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
-#include "core/progress.hpp"
 #include "formats/architectures.hpp"
-#include "formats/qf.hpp"
+#include "sources/detect.hpp"
+#include "sources/source_common.hpp"
+#include "sources/source_kinds.hpp"
+#include "sources/tensor_cast.hpp"
 #include "tokenizer/source.hpp"
 
 namespace qforge {
@@ -88,7 +87,7 @@ constexpr uint64_t kHeaderBytes = sizeof(Llama2cHeader);
 constexpr uint64_t kFloatBytes = 4;
 
 // Where one of our tensors lies in the file.
-struct SourceTensor {
+struct Llama2cTensor {
     const Llama2cArray* array;
     uint64_t layer;
     uint64_t offset;  // absolute, in bytes
@@ -163,8 +162,8 @@ FilePlan plan_file(const ModelConfig& c, const std::string& file) {
 }
 
 // Our tensors by name; only for a plan whose size matched the file (which bounds the layers).
-std::map<std::string, SourceTensor> source_tensors(const FilePlan& plan, uint64_t num_layers) {
-    std::map<std::string, SourceTensor> tensors;
+std::map<std::string, Llama2cTensor> source_tensors(const FilePlan& plan, uint64_t num_layers) {
+    std::map<std::string, Llama2cTensor> tensors;
     for (const ArrayPlacement& p : plan.arrays) {
         if (p.array->our_name.empty()) continue;
         const uint64_t layers = p.array->per_layer ? num_layers : 1;
@@ -288,100 +287,106 @@ bool is_llama2c_checkpoint(const std::string& path) {
     return detect_model_file(path).kind == ModelFileKind::llama2c;
 }
 
-ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options) {
-    ConvertReport report;
-    const std::string& path = options.input;
-    const MappedFile file(path);
-    Llama2cHeader header{};
-    ModelConfig cfg;
-    FilePlan plan;
-    try {
-        header = read_header(file);
-        cfg = llama2c_model_config(header, path);
-        plan = plan_file(cfg, path);
-        if (plan.expected_bytes != file.size())
-            throw Error(
-                path, {},
-                "file is " + std::to_string(file.size()) + " bytes but its llama2.c header (" +
-                    header_text(header) + ") implies " + std::to_string(plan.expected_bytes) +
-                    (file.size() < plan.expected_bytes ? " (truncated)" : " (trailing bytes)"));
-    } catch (const Error&) {
-        if (looks_like_pytorch(file))
-            throw Error(path, {},
-                        "this is a PyTorch checkpoint (zip or pickle), not a llama2.c file: "
-                        "convert the model's safetensors instead");
-        throw;
-    }
+namespace {
 
-    // Our tensors, in canonical order, each found in the plan with the shape the table expects.
-    const std::vector<TensorSpec> specs = expected_tensors(cfg);
-    const std::map<std::string, SourceTensor> sources_by_name =
-        source_tensors(plan, cfg.num_layers);
-    if (specs.size() != sources_by_name.size())
-        throw std::logic_error(
-            "llama2.c layout and architecture table disagree on the tensor count");
-    uint64_t total_bytes = 0;
-    for (const TensorSpec& s : specs) {
-        const auto it = sources_by_name.find(s.name);
-        if (it == sources_by_name.end() || it->second.shape != s.shape)
-            throw std::logic_error("llama2.c layout has no tensor " + s.name + " of shape " +
-                                   shape_to_string(s.shape));
-        total_bytes += it->second.bytes;
-    }
-
-    json tokenizer = resolve_tokenizer(
-        options.tokenizer,
-        options.tokenizer.empty() ? find_llama2c_tokenizer(path, cfg.vocab_size) : std::nullopt,
-        path, cfg, report);
-    if (tokenizer.is_object() && tokenizer.value("source", "") == "llama2c" &&
-        tokenizer.contains("pieces") && tokenizer["pieces"].size() != cfg.vocab_size)
-        throw Error(report.tokenizer, {},
-                    "tokenizer has " + std::to_string(tokenizer["pieces"].size()) +
-                        " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
-
-    json sources = json::array();
-    sources.push_back(source_entry(path));
-    if (!report.tokenizer.empty()) sources.push_back(source_entry(report.tokenizer));
-
-    QfWriter writer(options.output, {.compress = options.compress});
-    writer.set_model(model_config_to_json(cfg));
-    writer.set_tokenizer(std::move(tokenizer));
-    writer.set_provenance(
-        convert_provenance(std::move(sources), options, {{"source_format", "llama2c-v0"}}));
-
-    Progress progress("convert", total_bytes);
-    std::vector<uint8_t> permuted, buffer;
-    for (const TensorSpec& s : specs) {
-        const SourceTensor& src = sources_by_name.at(s.name);
-        std::string label = s.name + " (llama2.c " + std::string(src.array->name);
-        label += src.array->per_layer ? ", layer " + std::to_string(src.layer) + ")" : ")";
-        TensorView view{std::move(label), DType::f32, s.shape,
-                        file.bytes().subspan(src.offset, src.bytes)};
-        const QType target = target_qtype(s, QType::f32, options.dtype);
-        std::span<const uint8_t> out;
-        if (src.array->rope == Rope::none) {
-            out = cast_tensor(view, QType::f32, target, path, buffer);
-        } else {
-            // Check the values in file order first, so an error's element index is the file's.
-            cast_tensor(view, QType::f32, QType::f32, path, buffer);
-            const uint64_t heads =
-                src.array->rope == Rope::q_heads ? cfg.num_heads : cfg.num_kv_heads;
-            resize_for(permuted, src.bytes, path, s.name);
-            permute_rope_pairs_to_halves(view.data, permuted, heads, cfg.head_dim,
-                                         s.shape[1] * kFloatBytes);
-            view.data = permuted;
-            out = cast_tensor(view, QType::f32, target, path, buffer);
+// A llama2.c checkpoint as a source: every array of the file cut into our tensors, f32, with wq
+// and wk reordered to rotate-half RoPE.
+class Llama2cSource final : public ModelSource {
+  public:
+    Llama2cSource(const std::string& path, const SourceOptions& options) : file_(path) {
+        path_ = path;
+        format_ = "llama2c";
+        read_plan();
+        model_json_ = model_config_to_json(config_);
+        // Our tensors, in canonical order, each found in the plan with the shape the table
+        // expects.
+        const std::vector<TensorSpec> specs = expected_tensors(config_);
+        const std::map<std::string, Llama2cTensor> by_name = source_tensors(plan_, config_.num_layers);
+        if (specs.size() != by_name.size())
+            throw std::logic_error(
+                "llama2.c layout and architecture table disagree on the tensor count");
+        for (const TensorSpec& s : specs) {
+            const auto it = by_name.find(s.name);
+            if (it == by_name.end() || it->second.shape != s.shape)
+                throw std::logic_error("llama2.c layout has no tensor " + s.name + " of shape " +
+                                       shape_to_string(s.shape));
+            tensors_.push_back({s.name, QType::f32, s.shape});
+            parts_.push_back(it->second);
         }
-        writer.add_tensor(s.name, target, s.shape, out);
-        file.release(src.offset, src.bytes);
-        report.tensors += 1;
-        report.parameters += *checked_product(s.shape);
-        progress.advance(src.bytes);
+        tokenizer_ = resolve_tokenizer(
+            options.tokenizer,
+            options.tokenizer.empty() ? find_llama2c_tokenizer(path, config_.vocab_size)
+                                      : std::nullopt,
+            path, config_, tokenizer_file_, warnings_);
+        if (tokenizer_.is_object() && tokenizer_.value("source", "") == "llama2c" &&
+            tokenizer_.contains("pieces") && tokenizer_["pieces"].size() != config_.vocab_size)
+            throw Error(tokenizer_file_, {},
+                        "tokenizer has " + std::to_string(tokenizer_["pieces"].size()) +
+                            " tokens but the model's vocab_size is " +
+                            std::to_string(config_.vocab_size));
+        recipe_extra_ = {{"source_format", "llama2c-v0"}};
+        sources_.push_back(source_entry(path));
+        if (!tokenizer_file_.empty()) sources_.push_back(source_entry(tokenizer_file_));
     }
-    writer.finish();
-    progress.finish();
-    report.bytes_written = writer.bytes_written();
-    return report;
+
+    std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override {
+        const Llama2cTensor& src = parts_[i];
+        const std::span<const uint8_t> stored = file_.bytes().subspan(src.offset, src.bytes);
+        if (src.array->rope == Rope::none) return stored;
+        // Check the values in file order first, so an error's element index is the file's.
+        std::vector<uint8_t> unused;
+        cast_tensor({label(i), DType::f32, src.shape, stored}, QType::f32, QType::f32, path_,
+                    unused);
+        const uint64_t heads =
+            src.array->rope == Rope::q_heads ? config_.num_heads : config_.num_kv_heads;
+        resize_for(scratch, src.bytes, path_, tensors_[i].name);
+        permute_rope_pairs_to_halves(stored, scratch, heads, config_.head_dim,
+                                     src.shape[1] * kFloatBytes);
+        return {scratch.data(), src.bytes};
+    }
+    const std::string& file_of(size_t) const override { return path_; }
+    void release(size_t i) const override { file_.release(parts_[i].offset, parts_[i].bytes); }
+    std::string label(size_t i) const override {
+        const Llama2cTensor& src = parts_[i];
+        std::string label = tensors_[i].name + " (llama2.c " + std::string(src.array->name);
+        label += src.array->per_layer ? ", layer " + std::to_string(src.layer) + ")" : ")";
+        return label;
+    }
+    uint64_t source_bytes(size_t i) const override { return parts_[i].bytes; }
+
+  private:
+    // The header, the model it describes and the file's layout, which must match its length.
+    void read_plan() {
+        try {
+            const Llama2cHeader header = read_header(file_);
+            config_ = llama2c_model_config(header, path_);
+            plan_ = plan_file(config_, path_);
+            if (plan_.expected_bytes != file_.size())
+                throw Error(path_, {},
+                            "file is " + std::to_string(file_.size()) +
+                                " bytes but its llama2.c header (" + header_text(header) +
+                                ") implies " + std::to_string(plan_.expected_bytes) +
+                                (file_.size() < plan_.expected_bytes ? " (truncated)"
+                                                                     : " (trailing bytes)"));
+        } catch (const Error&) {
+            if (looks_like_pytorch(file_))
+                throw Error(path_, {},
+                            "this is a PyTorch checkpoint (zip or pickle), not a llama2.c file: "
+                            "convert the model's safetensors instead");
+            throw;
+        }
+    }
+
+    MappedFile file_;
+    FilePlan plan_;
+    std::vector<Llama2cTensor> parts_;  // parallel to tensors_
+};
+
+}  // namespace
+
+std::unique_ptr<ModelSource> open_llama2c_source(const std::string& path,
+                                                 const SourceOptions& options) {
+    return std::make_unique<Llama2cSource>(path, options);
 }
 
 }  // namespace qforge
