@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "core/checked_math.hpp"
 #include "core/alloc.hpp"
@@ -38,35 +39,13 @@ constexpr GgufArchitecture kGgufArchitectures[] = {
     {"qwen2", Architecture::qwen2, false},
 };
 
-// Which head count a RoPE row reordering uses.
-enum class RopeRows : uint8_t { none, q_heads, kv_heads };
-
-// llama.cpp's tensor names (its LLM_TENSOR_NAMES, gguf-py's TensorNameMap) against ours
-// (formats/architectures.cpp). "{i}" is the layer index in both.
-struct GgufTensorName {
-    std::string_view gguf_pattern;
-    std::string_view name_pattern;
-    RopeRows rope;
-};
-// clang-format off
-constexpr GgufTensorName kGgufTensorNames[] = {
-    {"token_embd.weight",          "embed",                  RopeRows::none},
-    {"blk.{i}.attn_norm.weight",   "layers.{i}.attn_norm",   RopeRows::none},
-    {"blk.{i}.attn_q.weight",      "layers.{i}.attn.q",      RopeRows::q_heads},
-    {"blk.{i}.attn_k.weight",      "layers.{i}.attn.k",      RopeRows::kv_heads},
-    {"blk.{i}.attn_v.weight",      "layers.{i}.attn.v",      RopeRows::none},
-    {"blk.{i}.attn_output.weight", "layers.{i}.attn.o",      RopeRows::none},
-    {"blk.{i}.attn_q.bias",        "layers.{i}.attn.q_bias", RopeRows::q_heads},
-    {"blk.{i}.attn_k.bias",        "layers.{i}.attn.k_bias", RopeRows::kv_heads},
-    {"blk.{i}.attn_v.bias",        "layers.{i}.attn.v_bias", RopeRows::none},
-    {"blk.{i}.ffn_norm.weight",    "layers.{i}.mlp_norm",    RopeRows::none},
-    {"blk.{i}.ffn_gate.weight",    "layers.{i}.mlp.gate",    RopeRows::none},
-    {"blk.{i}.ffn_up.weight",      "layers.{i}.mlp.up",      RopeRows::none},
-    {"blk.{i}.ffn_down.weight",    "layers.{i}.mlp.down",    RopeRows::none},
-    {"output_norm.weight",         "final_norm",             RopeRows::none},
-    {"output.weight",              "lm_head",                RopeRows::none},
-};
-// clang-format on
+// llama.cpp's name of one of our tensor kinds (formats/architectures.cpp's table), in layer 0
+// for per-layer kinds.
+std::string gguf_name(Architecture arch, TensorKind kind) {
+    for (const TensorRow& row : tensor_rows(arch))
+        if (row.kind == kind) return tensor_name_for_layer(row.gguf_pattern, 0);
+    throw std::logic_error("architecture table: no row for a tensor kind");
+}
 
 // Dimensions and counts must fit an int32, as for config.json (formats/model_config.cpp).
 constexpr uint64_t kMaxDim = (uint64_t{1} << 31) - 1;
@@ -83,12 +62,6 @@ double shortest_decimal(double stored) {
         if (std::strtof(buf, nullptr) == f) break;
     }
     return std::strtod(buf, nullptr);
-}
-
-std::string with_layer(std::string_view pattern, uint64_t layer) {
-    std::string s(pattern);
-    if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
-    return s;
 }
 
 const GgufArchitecture& gguf_architecture(const GgufFile& f) {
@@ -182,7 +155,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (const auto factor = keys.opt_float("rope.scale_linear"); factor && *factor != 1.0)
         throw Error(file, {},
                     "linear RoPE scaling (" + keys.key("rope.scale_linear") + ") is not supported");
-    if (f.find_tensor("rope_freqs.weight"))
+    if (f.find_tensor("rope_freqs.weight"))  // llama.cpp's name; no tensor of ours
         throw Error(file, "rope_freqs.weight",
                     "per-frequency RoPE factors (Llama 3.1-style scaling as llama.cpp stores it) "
                     "are not supported");
@@ -195,18 +168,18 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_theta = shortest_decimal(keys.opt_float("rope.freq_base").value_or(kDefaultRopeTheta));
 
     // The vocabulary: the embedding's rows, which the metadata must agree with.
-    const GgufTensorInfo* embed = f.find_tensor("token_embd.weight");
-    if (!embed || embed->ne.size() != 2)
-        throw Error(file, "token_embd.weight", "missing, or not a matrix");
+    const std::string embed_name = gguf_name(a.arch, TensorKind::embed);
+    const GgufTensorInfo* embed = f.find_tensor(embed_name);
+    if (!embed || embed->ne.size() != 2) throw Error(file, embed_name, "missing, or not a matrix");
     c.vocab_size = embed->ne[1];
     if (const auto v = keys.opt_dim("vocab_size"); v && *v != c.vocab_size)
         throw Error(file, {},
                     keys.key("vocab_size") + " (" + std::to_string(*v) +
-                        ") differs from token_embd.weight's " + std::to_string(c.vocab_size) +
+                        ") differs from " + embed_name + "'s " + std::to_string(c.vocab_size) +
                         " rows");
-    c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-    c.attention_bias =
-        a.arch == Architecture::qwen2 || f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.tie_word_embeddings = f.find_tensor(gguf_name(a.arch, TensorKind::lm_head)) == nullptr;
+    c.attention_bias = a.arch == Architecture::qwen2 ||
+                       f.find_tensor(gguf_name(a.arch, TensorKind::attn_q_bias)) != nullptr;
     if (const auto bos = f.get_uint("tokenizer.ggml.bos_token_id"))
         c.bos_token_id = static_cast<int64_t>(*bos);
     if (const auto eos = f.get_uint("tokenizer.ggml.eos_token_id"))
@@ -257,7 +230,7 @@ class GgufSource final : public ModelSource {
   private:
     struct Part {
         const GgufTensorInfo* info;
-        const GgufTensorName* row;
+        const TensorRow* row;
     };
 
     void match_tensors();
@@ -283,9 +256,9 @@ void GgufSource::match_tensors() {
     const std::string& path = path_;
     std::map<std::string, Part> by_name;  // our name -> GGUF tensor
     for (const GgufTensorInfo& t : file_.tensors()) {
-        const GgufTensorName* row = nullptr;
+        const TensorRow* row = nullptr;
         uint64_t layer = 0;
-        for (const auto& r : kGgufTensorNames)
+        for (const TensorRow& r : tensor_rows(arch_.arch))
             if (match_tensor_pattern(r.gguf_pattern, t.name, &layer)) {
                 row = &r;
                 break;
@@ -294,7 +267,7 @@ void GgufSource::match_tensors() {
             throw Error(path, t.name,
                         "unexpected tensor for GGUF architecture '" + std::string(arch_.name) +
                             "' (not in qforge's table of llama.cpp tensor names)");
-        by_name.emplace(with_layer(row->name_pattern, layer), Part{&t, row});
+        by_name.emplace(tensor_name_for_layer(row->name_pattern, layer), Part{&t, row});
     }
     check_layers_fit(config_.num_layers, file_.tensors().size(), path,
                      std::string(arch_.name) + ".block_count");

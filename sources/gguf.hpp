@@ -2,11 +2,11 @@
 // from the metadata, every tensor dequantized to float and renamed from llama.cpp's names to
 // ours, and the tokenizer from the metadata (tokenizer/source_gguf.hpp).
 //
-// llama.cpp's names (blk.N.attn_q.weight, token_embd.weight, ...) map to ours through one table
-// (kGgufTensorNames in gguf.cpp). For the "llama" architecture llama.cpp's converter
-// (convert_hf_to_gguf.py, LlamaModel.permute) reorders the rows of q and k from Hugging Face's
-// rotate-half RoPE to adjacent-pair RoPE (llama.cpp's LLAMA_ROPE_TYPE_NORM); conversion
-// reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
+// llama.cpp's names (blk.N.attn_q.weight, token_embd.weight, ...) map to ours through the
+// architecture table (formats/architectures.hpp), which also says whose rows RoPE reorders. For
+// the "llama" architecture llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.permute)
+// reorders the rows of q and k from Hugging Face's rotate-half RoPE to adjacent-pair RoPE
+// (llama.cpp's LLAMA_ROPE_TYPE_NORM); the source reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
 // need), so the stored model is the Hugging Face one. "qwen2" files keep Hugging Face's order
 // (LLAMA_ROPE_TYPE_NEOX) and are not reordered.
 //

@@ -31,102 +31,43 @@ constexpr double kRmsNormEps = 1e-5;
 constexpr double kRopeTheta = 10000.0;
 constexpr int64_t kBosId = 1, kEosId = 2;
 
-// Symbolic sizes in the llama2.c layout, resolved against the header.
-enum class L2Dim : uint8_t {
-    one,        // the column count of a vector
-    vocab,      // |vocab_size|
-    dim,        // D
-    hidden,     // hidden_dim
-    kv,         // n_kv_heads * head_dim
-    seq,        // seq_len
-    half_head,  // head_dim / 2 (the freq_cis tables)
+// The legacy (version 0) file, in file order, as llama2.c's legacy_export writes it and run.c's
+// memory_map_weights reads it: run.c's TransformerWeights fields. Each is one of our tensors (the
+// architecture table's row with that llama2c_field gives its name, shape, presence and RoPE
+// reordering) except the two RoPE tables, which the runtime computes from rope_theta. Per-layer
+// arrays hold n_layers consecutive blocks, every layer of one kind stored together.
+constexpr std::string_view kFileOrder[] = {
+    "token_embedding_table", "rms_att_weight", "wq", "wk", "wv", "wo", "rms_ffn_weight",
+    "w1", "w2", "w3", "rms_final_weight", "freq_cis_real", "freq_cis_imag", "wcls",
 };
-
-// Which RoPE row permutation a projection needs (its head count).
-enum class Rope : uint8_t { none, q_heads, kv_heads };
-
-// When an array is in the file.
-enum class When : uint8_t { always, unshared_classifier };
-
-// One array of the file. Per-layer arrays hold n_layers consecutive [rows, cols] blocks.
-struct Llama2cArray {
-    std::string_view name;      // run.c's TransformerWeights field
-    std::string_view our_name;  // our tensor (formats/architectures.cpp); "{i}": layer; "": unused
-    bool per_layer;
-    L2Dim rows, cols;  // one layer's shape, [out, in]; cols == one for vectors
-    Rope rope;
-    When when;
-};
-
-// The legacy (version 0) file, in file order, as llama2.c's legacy_export writes it and
-// run.c's memory_map_weights reads it. The w1/w2/w3 names are Meta's: w1 gate, w3 up, w2 down.
-namespace layout_v0 {
-using enum L2Dim;
-// clang-format off
-constexpr Llama2cArray kLayout[] = {
-    {"token_embedding_table", "embed",                false, vocab,  dim,       Rope::none,     When::always},
-    {"rms_att_weight",        "layers.{i}.attn_norm", true,  dim,    one,       Rope::none,     When::always},
-    {"wq",                    "layers.{i}.attn.q",    true,  dim,    dim,       Rope::q_heads,  When::always},
-    {"wk",                    "layers.{i}.attn.k",    true,  kv,     dim,       Rope::kv_heads, When::always},
-    {"wv",                    "layers.{i}.attn.v",    true,  kv,     dim,       Rope::none,     When::always},
-    {"wo",                    "layers.{i}.attn.o",    true,  dim,    dim,       Rope::none,     When::always},
-    {"rms_ffn_weight",        "layers.{i}.mlp_norm",  true,  dim,    one,       Rope::none,     When::always},
-    {"w1",                    "layers.{i}.mlp.gate",  true,  hidden, dim,       Rope::none,     When::always},
-    {"w2",                    "layers.{i}.mlp.down",  true,  dim,    hidden,    Rope::none,     When::always},
-    {"w3",                    "layers.{i}.mlp.up",    true,  hidden, dim,       Rope::none,     When::always},
-    {"rms_final_weight",      "final_norm",           false, dim,    one,       Rope::none,     When::always},
-    {"freq_cis_real",         "",                     false, seq,    half_head, Rope::none,     When::always},
-    {"freq_cis_imag",         "",                     false, seq,    half_head, Rope::none,     When::always},
-    {"wcls",                  "lm_head",              false, vocab,  dim,       Rope::none,     When::unshared_classifier},
-};
-// clang-format on
-}  // namespace layout_v0
-using layout_v0::kLayout;
 
 constexpr uint64_t kHeaderBytes = sizeof(Llama2cHeader);
 constexpr uint64_t kFloatBytes = 4;
 
+// Where one array of the file starts and how big each of its layers is.
+struct ArrayPlacement {
+    std::string_view field;       // run.c's name
+    const TensorRow* row;         // our tensor kind; nullptr for the unused RoPE tables
+    bool per_layer;
+    uint64_t offset;              // absolute, in bytes
+    uint64_t layer_bytes;         // one layer's bytes (the whole array's when not per layer)
+    std::vector<uint64_t> shape;  // one layer's shape, ours: [rows] for vectors
+};
+
 // Where one of our tensors lies in the file.
 struct Llama2cTensor {
-    const Llama2cArray* array;
+    const ArrayPlacement* array;
     uint64_t layer;
     uint64_t offset;  // absolute, in bytes
     uint64_t bytes;
     std::vector<uint64_t> shape;
 };
 
-// Where one array of the file starts and how big each of its layers is.
-struct ArrayPlacement {
-    const Llama2cArray* array;
-    uint64_t offset;              // absolute, in bytes
-    uint64_t layer_bytes;         // one layer's bytes (the whole array's when not per layer)
-    std::vector<uint64_t> shape;  // one layer's shape, ours: [rows] for vectors
-};
-
-uint64_t resolve(L2Dim d, const ModelConfig& c) {
-    switch (d) {
-        case L2Dim::one:
-            return 1;
-        case L2Dim::vocab:
-            return c.vocab_size;
-        case L2Dim::dim:
-            return c.hidden_size;
-        case L2Dim::hidden:
-            return c.intermediate_size;
-        case L2Dim::kv:
-            return c.kv_dim();
-        case L2Dim::seq:
-            return c.max_position_embeddings;
-        case L2Dim::half_head:
-            return c.head_dim / 2;
-    }
-    return 0;
-}
-
-std::string with_layer(std::string_view pattern, uint64_t layer) {
-    std::string s(pattern);
-    if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
-    return s;
+// The table row of a file field; nullptr for freq_cis_real/imag ([seq_len, head_dim / 2]).
+const TensorRow* row_of_field(std::string_view field) {
+    for (const TensorRow& row : tensor_rows(Architecture::llama))
+        if (row.llama2c_field == field) return &row;
+    return nullptr;
 }
 
 // Every array of the file and the byte count the header implies for the whole file. Sizes use
@@ -143,18 +84,20 @@ FilePlan plan_file(const ModelConfig& c, const std::string& file) {
     };
     FilePlan plan;
     uint64_t at = kHeaderBytes;
-    for (const Llama2cArray& a : kLayout) {
-        if (a.when == When::unshared_classifier && c.tie_word_embeddings) continue;
-        const uint64_t rows = resolve(a.rows, c), cols = resolve(a.cols, c);
-        const auto elems = checked_mul(rows, cols);
+    for (std::string_view field : kFileOrder) {
+        const TensorRow* row = row_of_field(field);
+        if (row && !tensor_row_present(*row, c)) continue;  // wcls of a shared classifier
+        std::vector<uint64_t> shape =
+            row ? tensor_row_shape(*row, c)
+                : std::vector<uint64_t>{c.max_position_embeddings, c.head_dim / 2};
+        const bool per_layer = row && tensor_row_per_layer(*row);
+        const auto elems = checked_product(shape);
         const auto layer_bytes = elems ? checked_mul(*elems, kFloatBytes) : std::nullopt;
         const auto bytes =
-            layer_bytes ? checked_mul(*layer_bytes, a.per_layer ? c.num_layers : 1) : std::nullopt;
+            layer_bytes ? checked_mul(*layer_bytes, per_layer ? c.num_layers : 1) : std::nullopt;
         const auto next = bytes ? checked_add(at, *bytes) : std::nullopt;
         if (!next) throw overflow();
-        std::vector<uint64_t> shape{rows};
-        if (a.cols != L2Dim::one) shape.push_back(cols);
-        plan.arrays.push_back({&a, at, *layer_bytes, std::move(shape)});
+        plan.arrays.push_back({field, row, per_layer, at, *layer_bytes, std::move(shape)});
         at = *next;
     }
     plan.expected_bytes = at;
@@ -165,11 +108,11 @@ FilePlan plan_file(const ModelConfig& c, const std::string& file) {
 std::map<std::string, Llama2cTensor> source_tensors(const FilePlan& plan, uint64_t num_layers) {
     std::map<std::string, Llama2cTensor> tensors;
     for (const ArrayPlacement& p : plan.arrays) {
-        if (p.array->our_name.empty()) continue;
-        const uint64_t layers = p.array->per_layer ? num_layers : 1;
+        if (!p.row) continue;
+        const uint64_t layers = p.per_layer ? num_layers : 1;
         for (uint64_t layer = 0; layer < layers; ++layer)
-            tensors[with_layer(p.array->our_name, layer)] = {
-                p.array, layer, p.offset + layer * p.layer_bytes, p.layer_bytes, p.shape};
+            tensors[tensor_name_for_layer(p.row->name_pattern, layer)] = {
+                &p, layer, p.offset + layer * p.layer_bytes, p.layer_bytes, p.shape};
     }
     return tensors;
 }
@@ -332,13 +275,13 @@ class Llama2cSource final : public ModelSource {
     std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override {
         const Llama2cTensor& src = parts_[i];
         const std::span<const uint8_t> stored = file_.bytes().subspan(src.offset, src.bytes);
-        if (src.array->rope == Rope::none) return stored;
+        const RopeRows rope = src.array->row->rope;
+        if (rope == RopeRows::none) return stored;
         // Check the values in file order first, so an error's element index is the file's.
         std::vector<uint8_t> unused;
         cast_tensor({label(i), DType::f32, src.shape, stored}, QType::f32, QType::f32, path_,
                     unused);
-        const uint64_t heads =
-            src.array->rope == Rope::q_heads ? config_.num_heads : config_.num_kv_heads;
+        const uint64_t heads = rope == RopeRows::q_heads ? config_.num_heads : config_.num_kv_heads;
         resize_for(scratch, src.bytes, path_, tensors_[i].name);
         permute_rope_pairs_to_halves(stored, scratch, heads, config_.head_dim,
                                      src.shape[1] * kFloatBytes);
@@ -348,7 +291,7 @@ class Llama2cSource final : public ModelSource {
     void release(size_t i) const override { file_.release(parts_[i].offset, parts_[i].bytes); }
     std::string label(size_t i) const override {
         const Llama2cTensor& src = parts_[i];
-        std::string label = tensors_[i].name + " (llama2.c " + std::string(src.array->name);
+        std::string label = tensors_[i].name + " (llama2.c " + std::string(src.array->field);
         label += src.array->per_layer ? ", layer " + std::to_string(src.layer) + ")" : ")";
         return label;
     }

@@ -2,7 +2,7 @@
 // ModelSource (sources/model_source.hpp).
 //
 // The file: a 28-byte header of 7 little-endian int32 (Llama2cHeader), then float32 arrays with
-// every layer of one kind stored together, in the order of kLlama2cV0Layout (llama2c.cpp):
+// every layer of one kind stored together, in the order of kFileOrder (llama2c.cpp):
 // token_embedding [V,D], rms_att [L,D], wq [L,D,D], wk [L,KV,D], wv [L,KV,D], wo [L,D,D],
 // rms_ffn [L,D], w1 [L,H,D], w2 [L,D,H], w3 [L,H,D], rms_final [D], freq_cis_real [S,hd/2],
 // freq_cis_imag [S,hd/2] (unused), and wcls [V,D] only when vocab_size is negative (an unshared
