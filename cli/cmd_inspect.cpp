@@ -37,12 +37,6 @@ double bits_per_weight(uint64_t bytes, const std::vector<uint64_t>& shape) {
     return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
 }
 
-bool is_qf(const std::string& path) {
-    if (fs::is_directory(path)) return false;
-    MappedFile f(path);
-    return f.size() >= sizeof kQfMagic && std::memcmp(f.data(), kQfMagic, sizeof kQfMagic) == 0;
-}
-
 std::string model_summary(const ModelConfig& c) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
@@ -269,8 +263,8 @@ Runner register_inspect(CLI::App& app, CommonOptions& common) {
         ->required();
     add_json_option(app, common);
     return [path, &common]() {
-        if (is_qf(*path)) return inspect_qf(*path, common.json);
         const ModelFileKind kind = detect_model_file(*path).kind;
+        if (kind == ModelFileKind::qf) return inspect_qf(*path, common.json);
         if (kind == ModelFileKind::gguf || kind == ModelFileKind::llama2c)
             return inspect_qf(open_qf_input(*path)->path(), common.json);
         return inspect_safetensors(*path, common.json);
