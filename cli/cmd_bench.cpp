@@ -32,7 +32,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     // The model's context is the real bound (run_bench checks it); this one refuses nonsense
     // before the model is read.
     const uint64_t kMaxTokens = uint64_t{1} << 24;
-    add_input_option(app, "model", a->model, ".qf model")->required();
+    add_input_option(app, "model", a->model, model_input_help)->required();
     add_int_option(app, "-p,--prompt,--prefill", a->bench.prefill_tokens,
                    1, kMaxTokens, "tokens in the prefill batch");
     add_int_option(app, "-n,--gen,--decode", a->bench.decode_tokens, 1, kMaxTokens,
@@ -52,7 +52,8 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     return [a, &common]() {
         BenchOptions o = a->bench;
         o.seed = common.seed;
-        Model model(a->model);
+        const auto model_file = open_qf_input(a->model);
+        Model model(model_file->path());
         ThreadPool pool(resolved_threads(common));
         o.bandwidth_gb_per_s = a->bandwidth > 0.0 ? a->bandwidth : measure_read_bandwidth(pool);
         auto backend = make_selected_backend(common, model, pool);

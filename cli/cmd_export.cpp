@@ -15,7 +15,10 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
         std::string format;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "input", a->opts.input, "quantized .qf file")->required();
+    add_input_option(app, "input", a->opts.input,
+                     "quantized .qf file, or a GPTQ/AWQ checkpoint or GGUF (converted to a "
+                     "temporary .qf first)")
+        ->required();
     add_choice_option(app, "--format", a->format, {"gptq", "awq"},
                       "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types) or awq (GEMM: q4_g* only)")
         ->required();
@@ -27,7 +30,10 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
     return [a, &common]() {
         check_output_path(a->opts.output_dir, {a->opts.input}, OutputKind::directory);
         a->opts.format = a->format == "awq" ? HfQuantMethod::awq : HfQuantMethod::gptq;
-        const ExportReport r = export_hf_quantized(a->opts);
+        const auto input = open_qf_input(a->opts.input);
+        ExportOptions opts = a->opts;
+        opts.input = input->path();
+        const ExportReport r = export_hf_quantized(opts);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
         if (common.json) {
             const nlohmann::json j = {

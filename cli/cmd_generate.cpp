@@ -23,7 +23,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         bool raw = false;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "model", a->model, ".qf model")->required();
+    add_input_option(app, "model", a->model, model_input_help)->required();
     app.add_option("-p,--prompt", a->prompt,
                    "the user's message, rendered with the model's chat template when it has one; "
                    "with --raw or no template, text to continue (empty: start from BOS)");
@@ -45,7 +45,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     add_backend_option(app, common);
 
     return [a, &common]() {
-        Model model(a->model);
+        const auto model_file = open_qf_input(a->model);
+        Model model(model_file->path());
         const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
         // A chat model answers its template's rendering of the prompt; the template writes the
         // special tokens itself, so the rendered text is encoded without adding BOS/EOS.

@@ -12,6 +12,7 @@
 #include "core/progress.hpp"
 #include "formats/model_config.hpp"
 #include "core/error.hpp"
+#include "sources/detect.hpp"
 #include "formats/qf.hpp"
 #include "formats/qf_validate.hpp"
 #include "formats/safetensors.hpp"
@@ -34,12 +35,6 @@ struct Row {
 double bits_per_weight(uint64_t bytes, const std::vector<uint64_t>& shape) {
     const uint64_t n = checked_product(shape).value_or(0);
     return n ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
-}
-
-bool is_qf(const std::string& path) {
-    if (fs::is_directory(path)) return false;
-    MappedFile f(path);
-    return f.size() >= sizeof kQfMagic && std::memcmp(f.data(), kQfMagic, sizeof kQfMagic) == 0;
 }
 
 std::string model_summary(const ModelConfig& c) {
@@ -261,12 +256,18 @@ int inspect_safetensors(const std::string& path, bool as_json) {
 
 Runner register_inspect(CLI::App& app, CommonOptions& common) {
     auto path = std::make_shared<std::string>();
-    add_input_option(app, "file", *path, ".qf file, .safetensors file or Hugging Face directory",
+    add_input_option(app, "file", *path,
+                     ".qf file, .safetensors file or Hugging Face directory; a GGUF or llama2.c "
+                     "file is shown as the .qf it converts to",
                      true)
         ->required();
     add_json_option(app, common);
     return [path, &common]() {
-        return is_qf(*path) ? inspect_qf(*path, common.json) : inspect_safetensors(*path, common.json);
+        const ModelFileKind kind = detect_model_file(*path).kind;
+        if (kind == ModelFileKind::qf) return inspect_qf(*path, common.json);
+        if (kind == ModelFileKind::gguf || kind == ModelFileKind::llama2c)
+            return inspect_qf(open_qf_input(*path)->path(), common.json);
+        return inspect_safetensors(*path, common.json);
     };
 }
 

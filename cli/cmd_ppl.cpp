@@ -36,7 +36,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         uint64_t ctx = 512, chunks = 0;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "model", a->model, ".qf model")->required();
+    add_input_option(app, "model", a->model, model_input_help)->required();
     add_file_option(app, common, true);
     // 2 is the smallest window that scores a token (gptq scores positions 1 .. ctx - 1). Whether a
     // given ctx scores anything under the chosen protocol and text is checked once the text is
@@ -54,7 +54,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                    "evaluate only the first N chunks (0: all)");
     add_input_option(
         app, "--kl-base", a->kl_base,
-        "base .qf (e.g. the FP16 model): also report KL divergence from it, top-1 agreement "
+        "base model (e.g. the FP16 .qf, or any input kind): also report KL divergence from it, top-1 agreement "
         "and RMS of the probability difference, both run in the same pass");
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
@@ -63,7 +63,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
 
     return [a, &common]() {
         const PplProtocol protocol = *ppl_protocol_from_name(a->protocol);
-        Model model(a->model);
+        const auto model_file = open_qf_input(a->model);
+        Model model(model_file->path());
         const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
         const uint64_t max_pos = model.config().max_position_embeddings;
         if (a->ctx > max_pos)
@@ -72,7 +73,11 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                             " exceeds the model's max_position_embeddings (" +
                             std::to_string(max_pos) + "); positions beyond it were never trained");
         std::optional<Model> base;
-        if (!a->kl_base.empty()) base.emplace(a->kl_base);
+        std::unique_ptr<QfInput> base_file;
+        if (!a->kl_base.empty()) {
+            base_file = open_qf_input(a->kl_base);
+            base.emplace(base_file->path());
+        }
         if (base && a->ctx > base->config().max_position_embeddings)
             throw Error(a->kl_base, {},
                         "--ctx " + std::to_string(a->ctx) +
@@ -144,7 +149,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
             std::printf("PPL = %.4f +/- %.5f\n", r.nll.ppl(), r.nll.ppl_stderr());
             if (r.base_nll)
                 std::printf("base PPL = %.4f +/- %.5f (%s, the same tokens)\n", r.base_nll->ppl(),
-                            r.base_nll->ppl_stderr(), base->path().c_str());
+                            r.base_nll->ppl_stderr(), a->kl_base.c_str());
             if (r.kl)
                 std::printf("KLD = %.6f +/- %.6f; top-1 agreement = %.3f%%; RMS dp = %.3f%%\n",
                             r.kl->mean_kl(), r.kl->kl_stderr(), 100.0 * r.kl->top1_agreement(),

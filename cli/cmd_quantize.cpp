@@ -1,4 +1,5 @@
-// qforge quantize: a .qf or Hugging Face checkpoint to a quantized .qf (quant/quantize_model.hpp).
+// qforge quantize: any model source (sources/model_source.hpp) to a quantized .qf
+// (quant/quantize_model.hpp).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/output_path.hpp"
 #include "core/progress.hpp"
+#include "formats/architectures.hpp"
 #include "quant/gptq.hpp"
 #include "quant/quantize_model.hpp"
 
@@ -80,6 +82,39 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
 
 }  // namespace
 
+namespace {
+
+// Our names of the tensors of the architecture table's rows that pass `keep`, "layers.N." for
+// the per-layer ones (every architecture names its tensors alike).
+template <typename Keep>
+std::string tensor_names(Keep keep) {
+    std::string names;
+    for (const TensorRow& row : tensor_rows(Architecture::llama)) {
+        if (!keep(row)) continue;
+        std::string name(row.name_pattern);
+        if (const auto at = name.find("{i}"); at != std::string::npos) name.replace(at, 3, "N");
+        names += (names.empty() ? "" : ", ") + name;
+    }
+    return names;
+}
+
+std::string tensor_names_help() {
+    return tensor_names([](const TensorRow&) { return true; });
+}
+
+// "embedding (the token embedding, a row lookup: embed; any qtype), ...".
+std::string tensor_classes_help() {
+    std::string text;
+    for (const WeightClassInfo& c : weight_classes())
+        text += (text.empty() ? "" : "; ") + std::string(c.name) + " (" + std::string(c.what) +
+                ": " + tensor_names([&](const TensorRow& row) { return row.cls == c.cls; }) +
+                (c.least == LeastPrecision::float16 ? "; float only: f32, f16 or bf16)"
+                                                    : "; any qtype)");
+    return text;
+}
+
+}  // namespace
+
 Runner register_quantize(CLI::App& app, CommonOptions& common) {
     struct Args {
         QuantizeOptions opts;
@@ -88,7 +123,9 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
     };
     auto a = std::make_shared<Args>();
     add_input_option(app, "input", a->opts.input,
-                     ".qf file, Hugging Face directory or .safetensors file", true)
+                     ".qf file, Hugging Face directory or .safetensors file, GGUF or llama2.c "
+                     ".bin (read directly, no convert step)",
+                     true)
         ->required();
     app.add_option("-o,--output", a->opts.output, "output .qf file")->required();
     app.add_option("--method", a->method,
@@ -131,14 +168,12 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                    "REGEX=TYPE: store tensors whose name contains a match of REGEX (ECMAScript, "
                    "searched anywhere in the name as llama-quantize's --tensor-type; anchor with ^ "
                    "and $) as TYPE. Repeatable; the first matching override wins. Quantized types "
-                   "apply to matrices only. Names: embed, layers.N.attn.q/k/v/o, "
-                   "layers.N.attn.q_bias/k_bias/v_bias, layers.N.attn_norm, layers.N.mlp_norm, "
-                   "layers.N.mlp.gate/up/down, final_norm, lm_head")
+                   "apply to matrices only. Names: " + tensor_names_help())
         ->take_all()
         ->check(parsed_by([](const std::string& s) { parse_tensor_type_override(s); }));
     add_input_option(app, "--tokenizer", a->opts.tokenizer,
                      "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
-                     "beside the checkpoint)");
+                     "beside the checkpoint, or a GGUF's own)");
     add_threads_option(app, common);
     add_json_option(app, common);
     app.footer(
@@ -147,7 +182,8 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         "under a 4-bit --qtype); every other matrix, the untied embedding included, gets --qtype, "
         "unless its rows are too short for the packed form to be smaller than the source's float "
         "rows. The decision for each class is printed on stderr and recorded in the .qf header. "
-        "The output is byte-identical whatever --threads is.");
+        "The output is byte-identical whatever --threads is.\n\nTensor classes (the "
+        "architecture table, formats/architectures.hpp): " + tensor_classes_help());
 
     return [a, &common]() {
         // Every option is checked before the input is opened.

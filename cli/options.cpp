@@ -300,4 +300,11 @@ int resolved_threads(const CommonOptions& o) {
     return n ? static_cast<int>(n) : 1;
 }
 
+std::unique_ptr<QfInput> open_qf_input(const std::string& input) {
+    auto in = std::make_unique<QfInput>(input);
+    for (const auto& w : in->report().warnings)
+        std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
+    return in;
+}
+
 }  // namespace qforge::cli

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "convert/qf_input.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/backend_factory.hpp"
 
@@ -125,5 +126,14 @@ std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Mod
 
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);
+
+// Help text of a model argument that takes any input kind.
+inline constexpr const char* model_input_help =
+    ".qf model, or any input `convert` takes (Hugging Face directory or .safetensors, GGUF, "
+    "llama2.c .bin: converted to a temporary .qf first)";
+
+// The model argument of a command that runs or reads a .qf: any input kind, converted to a
+// temporary .qf when it is not one (convert/qf_input.hpp), the conversion's warnings printed.
+std::unique_ptr<QfInput> open_qf_input(const std::string& input);
 
 }  // namespace qforge::cli

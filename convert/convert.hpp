@@ -1,6 +1,7 @@
-// Hugging Face checkpoint (a directory or one .safetensors file, with config.json) -> .qf.
-// Streams tensor by tensor: each tensor is read from the mapping, converted if asked, written and
-// its pages released, so peak memory stays near the largest tensor, not the model.
+// Any model source (sources/model_source.hpp: a Hugging Face float or GPTQ/AWQ checkpoint, a GGUF
+// file, a llama2.c checkpoint) -> .qf: source -> writer. Streams tensor by tensor: each tensor is
+// read from the source, converted if asked, written and its pages released, so peak memory stays
+// near the largest tensor, not the model.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct ConvertOptions {
     std::optional<QType> dtype;      // nullopt: keep each tensor's source precision (GGUF: f32)
     std::string tokenizer;           // empty: look for one beside the checkpoint
     bool compress = false;           // zstd tensor encoding
-    bool keep_quant = false;         // GGUF: Q8_0/Q4_0 stay quantized (convert/gguf_keep_quant.hpp)
+    bool keep_quant = false;         // GGUF: Q8_0/Q4_0 stay quantized (sources/gguf_keep_quant.hpp)
 };
 
 struct ConvertReport {
@@ -29,10 +30,14 @@ struct ConvertReport {
     std::vector<std::string> warnings;  // shown to the user; conversion still succeeded
 };
 
-ConvertReport convert_hf_checkpoint(const ConvertOptions& options);
+class ModelSource;
 
-// Converts any supported input: a GGUF file (convert/gguf.hpp), a llama2.c checkpoint
-// (convert/llama2c.hpp decides) or else a Hugging Face checkpoint.
+// Writes an opened source to options.output (options.input, tokenizer and keep_quant were the
+// source's to use).
+ConvertReport convert_source(const ModelSource& src, const ConvertOptions& options);
+
+// Converts any supported input, whichever kind its content says it is (sources/detect.hpp); a
+// .qf is refused (nothing to convert).
 ConvertReport convert_checkpoint(const ConvertOptions& options);
 
 }  // namespace qforge

@@ -1,53 +1,24 @@
-// Pieces every converter shares (Hugging Face and llama2.c inputs): provenance entries for source
-// files, the recipe, the stored type of a tensor, and finding the tokenizer. One place, so both
-// inputs write the same header keys with the same meaning.
+// Pieces of the converter that depend on its options: the provenance record and the stored type
+// of a tensor. What every input kind shares lives below, in sources/source_common.hpp.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
-#include <string>
 
 #include "convert/convert.hpp"
-#include "formats/architectures.hpp"
 #include "formats/qtype.hpp"
 
 namespace qforge {
-
-// {"file": name only, "bytes", "hash": xxh3-128}. Read with read() rather than through a
-// mapping, so hashing a large checkpoint does not add its pages to our resident memory.
-nlohmann::json source_entry(const std::string& path);
 
 // The provenance object of a converted .qf: generator, sources and the recipe (the command and
 // its options). `recipe_extra` keys are added to the recipe (e.g. the source format).
 nlohmann::json convert_provenance(nlohmann::json sources, const ConvertOptions& options,
                                   const nlohmann::json& recipe_extra = nlohmann::json::object());
 
-// Refuses a config whose layer count the checkpoint cannot hold (each layer has tensors of its
-// own), before the per-layer tensor list is built: 2^31 layers declared beside a 3-tensor file
-// must not become billions of expected names. `what` names the key, e.g. "num_hidden_layers".
-void check_layers_fit(uint64_t num_layers, uint64_t tensor_count, const std::string& file,
-                      const std::string& what);
-
 // The type a tensor is stored as. Without --dtype, the source's. With --dtype, matrices take
 // it and 1-D tensors (norms, biases) are stored as f32, which holds f16/bf16 values exactly.
-QType target_qtype(const TensorSpec& spec, QType source, const std::optional<QType>& requested);
-
-// The tokenizer to embed: `given` when not empty, else `found`; null (and a warning in the
-// report) when there is none. Sets report.tokenizer to the file used. It must fit the model
-// `config` read from `input` (formats/qf_validate.hpp: no more tokens than vocab_size, no
-// special id past it); fewer tokens are the padding rows real models have, reported as a
-// warning: generation never samples an id without a token.
-nlohmann::json resolve_tokenizer(const std::string& given, const std::optional<std::string>& found,
-                                 const std::string& input, const ModelConfig& config,
-                                 ConvertReport& report);
-
-// Reorders the rows (llama2.c checkpoints and llama.cpp's GGUF q/k layout) of a q or k projection ([n_heads * head_dim, cols], `row_bytes` per row)
-// from adjacent-pair RoPE to rotate-half RoPE: within each head, output row j * (head_dim/2) + i
-// is input row 2i + j (j in {0, 1}). This is transformers' convert_llama_weights_to_hf permute,
-// w.view(n_heads, head_dim/2, 2, cols).transpose(1, 2).reshape(n_heads * head_dim, cols).
-void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
-                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes);
+QType target_qtype(std::span<const uint64_t> shape, QType source,
+                   const std::optional<QType>& requested);
 
 }  // namespace qforge

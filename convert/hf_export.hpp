@@ -1,5 +1,5 @@
 // .qf -> a Hugging Face GPTQ (AutoGPTQ v1) or AWQ (GEMM) checkpoint directory that transformers
-// and vLLM load: the exact inverse of convert/hf_quantized.hpp, which documents both layouts.
+// and vLLM load: the exact inverse of sources/hf_quantized.hpp, which documents both layouts.
 // Every quantized linear's codes, fp16 scales and integer zeros are repacked without
 // re-quantizing, so importing the export gives back the same row bytes.
 //
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "convert/hf_quantized.hpp"
+#include "sources/hf_quantized.hpp"
 
 namespace qforge {
 

@@ -11,7 +11,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Files the Hugging Face readers (formats/safetensors_reader, formats/model_config,
-// tokenizer/source_hf, convert/hf_quantized) open beside a checkpoint or a tokenizer.json.
+// tokenizer/source_hf, sources/hf_quantized) open beside a checkpoint or a tokenizer.json.
 constexpr const char* kCheckpointCompanions[] = {
     "config.json",          "quantize_config.json", "quant_config.json",
     "model.safetensors.index.json",

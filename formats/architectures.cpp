@@ -9,27 +9,34 @@ namespace {
 constexpr std::string_view kLayer = "{i}";
 
 // The Llama layout, shared by every architecture we support. Order is canonical: it is the order
-// of tensors in a .qf file. Shapes are torch order [out, in].
+// of tensors in a .qf file. Shapes are torch order [out, in]. GGUF names are llama.cpp's
+// (LLM_TENSOR_NAMES, gguf-py's TensorNameMap); llama2.c fields are run.c's TransformerWeights
+// (w1 gate, w3 up, w2 down: Meta's names; wcls only in files with an unshared classifier; no
+// biases). q and k (and their biases) were reordered to adjacent-pair RoPE by llama.cpp's
+// converter (convert_hf_to_gguf.py, LlamaModel.permute) and by llama2.c's export.
 namespace llama_rows {
 using enum Dim;
 using enum Presence;
+using enum WeightClass;
+using K = TensorKind;
+using R = RopeRows;
 // clang-format off
 constexpr TensorRow kLlamaLayout[] = {
-    {"model.embed_tokens.weight",                         "embed",                  {vocab, hidden},        always},
-    {"model.layers.{i}.input_layernorm.weight",           "layers.{i}.attn_norm",   {hidden},               always},
-    {"model.layers.{i}.self_attn.q_proj.weight",          "layers.{i}.attn.q",      {q, hidden},            always},
-    {"model.layers.{i}.self_attn.k_proj.weight",          "layers.{i}.attn.k",      {kv, hidden},           always},
-    {"model.layers.{i}.self_attn.v_proj.weight",          "layers.{i}.attn.v",      {kv, hidden},           always},
-    {"model.layers.{i}.self_attn.o_proj.weight",          "layers.{i}.attn.o",      {hidden, q},            always},
-    {"model.layers.{i}.self_attn.q_proj.bias",            "layers.{i}.attn.q_bias", {q},                    attention_bias},
-    {"model.layers.{i}.self_attn.k_proj.bias",            "layers.{i}.attn.k_bias", {kv},                   attention_bias},
-    {"model.layers.{i}.self_attn.v_proj.bias",            "layers.{i}.attn.v_bias", {kv},                   attention_bias},
-    {"model.layers.{i}.post_attention_layernorm.weight",  "layers.{i}.mlp_norm",    {hidden},               always},
-    {"model.layers.{i}.mlp.gate_proj.weight",             "layers.{i}.mlp.gate",    {intermediate, hidden}, always},
-    {"model.layers.{i}.mlp.up_proj.weight",               "layers.{i}.mlp.up",      {intermediate, hidden}, always},
-    {"model.layers.{i}.mlp.down_proj.weight",             "layers.{i}.mlp.down",    {hidden, intermediate}, always},
-    {"model.norm.weight",                                 "final_norm",             {hidden},               always},
-    {"lm_head.weight",                                    "lm_head",                {vocab, hidden},        untied},
+    {K::embed,       "model.embed_tokens.weight",                        "embed",                  "token_embd.weight",          "token_embedding_table", {vocab, hidden},        always,         R::none,     embedding},
+    {K::attn_norm,   "model.layers.{i}.input_layernorm.weight",          "layers.{i}.attn_norm",   "blk.{i}.attn_norm.weight",   "rms_att_weight",        {hidden},               always,         R::none,     norm},
+    {K::attn_q,      "model.layers.{i}.self_attn.q_proj.weight",         "layers.{i}.attn.q",      "blk.{i}.attn_q.weight",      "wq",                    {q, hidden},            always,         R::q_heads,  attention_linear},
+    {K::attn_k,      "model.layers.{i}.self_attn.k_proj.weight",         "layers.{i}.attn.k",      "blk.{i}.attn_k.weight",      "wk",                    {kv, hidden},           always,         R::kv_heads, attention_linear},
+    {K::attn_v,      "model.layers.{i}.self_attn.v_proj.weight",         "layers.{i}.attn.v",      "blk.{i}.attn_v.weight",      "wv",                    {kv, hidden},           always,         R::none,     attention_linear},
+    {K::attn_o,      "model.layers.{i}.self_attn.o_proj.weight",         "layers.{i}.attn.o",      "blk.{i}.attn_output.weight", "wo",                    {hidden, q},            always,         R::none,     attention_linear},
+    {K::attn_q_bias, "model.layers.{i}.self_attn.q_proj.bias",           "layers.{i}.attn.q_bias", "blk.{i}.attn_q.bias",        "",                      {q},                    attention_bias, R::q_heads,  bias},
+    {K::attn_k_bias, "model.layers.{i}.self_attn.k_proj.bias",           "layers.{i}.attn.k_bias", "blk.{i}.attn_k.bias",        "",                      {kv},                   attention_bias, R::kv_heads, bias},
+    {K::attn_v_bias, "model.layers.{i}.self_attn.v_proj.bias",           "layers.{i}.attn.v_bias", "blk.{i}.attn_v.bias",        "",                      {kv},                   attention_bias, R::none,     bias},
+    {K::mlp_norm,    "model.layers.{i}.post_attention_layernorm.weight", "layers.{i}.mlp_norm",    "blk.{i}.ffn_norm.weight",    "rms_ffn_weight",        {hidden},               always,         R::none,     norm},
+    {K::mlp_gate,    "model.layers.{i}.mlp.gate_proj.weight",            "layers.{i}.mlp.gate",    "blk.{i}.ffn_gate.weight",    "w1",                    {intermediate, hidden}, always,         R::none,     mlp_linear},
+    {K::mlp_up,      "model.layers.{i}.mlp.up_proj.weight",              "layers.{i}.mlp.up",      "blk.{i}.ffn_up.weight",      "w3",                    {intermediate, hidden}, always,         R::none,     mlp_linear},
+    {K::mlp_down,    "model.layers.{i}.mlp.down_proj.weight",            "layers.{i}.mlp.down",    "blk.{i}.ffn_down.weight",    "w2",                    {hidden, intermediate}, always,         R::none,     mlp_linear},
+    {K::final_norm,  "model.norm.weight",                                "final_norm",             "output_norm.weight",         "rms_final_weight",      {hidden},               always,         R::none,     norm},
+    {K::lm_head,     "lm_head.weight",                                   "lm_head",                "output.weight",              "wcls",                  {vocab, hidden},        untied,         R::none,     output_head},
 };
 // clang-format on
 }  // namespace llama_rows
@@ -56,6 +63,44 @@ constexpr std::string_view kIgnorableHfPatterns[] = {
     "model.rotary_emb.inv_freq",
 };
 
+// clang-format off
+constexpr WeightClassInfo kWeightClasses[] = {
+    {WeightClass::embedding,        "embedding",        LeastPrecision::any_qtype, "the token embedding, a row lookup"},
+    {WeightClass::output_head,      "output_head",      LeastPrecision::any_qtype, "the logits' projection"},
+    {WeightClass::attention_linear, "attention_linear", LeastPrecision::any_qtype, "attention projections"},
+    {WeightClass::mlp_linear,       "mlp_linear",       LeastPrecision::any_qtype, "MLP projections"},
+    {WeightClass::norm,             "norm",             LeastPrecision::float16,   "RMSNorm weights"},
+    {WeightClass::bias,             "bias",             LeastPrecision::float16,   "attention biases"},
+};
+// clang-format on
+constexpr bool classes_in_enum_order() {
+    for (size_t i = 0; i < std::size(kWeightClasses); ++i)
+        if (static_cast<size_t>(kWeightClasses[i].cls) != i) return false;
+    return true;
+}
+static_assert(std::size(kWeightClasses) == static_cast<size_t>(WeightClass::bias) + 1,
+              "every WeightClass needs a row");
+static_assert(classes_in_enum_order(), "kWeightClasses rows must follow the enum");
+
+// Every TensorKind has exactly one row of a layout, and 1-D rows are exactly the float-only
+// classes (a packed row type needs a matrix).
+constexpr bool kinds_once_and_shapes_fit(std::span<const TensorRow> rows) {
+    for (size_t k = 0; k <= static_cast<size_t>(TensorKind::lm_head); ++k) {
+        int n = 0;
+        for (const auto& row : rows) n += static_cast<size_t>(row.kind) == k;
+        if (n != 1) return false;
+    }
+    for (const auto& row : rows) {
+        const bool vector = row.shape[1] == Dim::none;
+        const bool float_only =
+            kWeightClasses[static_cast<size_t>(row.cls)].least == LeastPrecision::float16;
+        if (vector != float_only) return false;
+    }
+    return true;
+}
+static_assert(kinds_once_and_shapes_fit(kLlamaLayout),
+              "kLlamaLayout: one row per TensorKind; 1-D rows exactly the float-only classes");
+
 constexpr bool is_per_layer(const TensorRow& row) {
     return row.hf_pattern.find(kLayer) != std::string_view::npos;
 }
@@ -68,6 +113,7 @@ constexpr bool well_formed(std::span<const TensorRow> rows) {
     for (const auto& row : rows) {
         const bool layered = is_per_layer(row);
         if (layered != (row.name_pattern.find(kLayer) != std::string_view::npos)) return false;
+        if (layered != (row.gguf_pattern.find(kLayer) != std::string_view::npos)) return false;
         if (layered && !previous) ++runs;
         previous = layered;
     }
@@ -122,15 +168,48 @@ std::string substitute(std::string_view pattern, uint64_t layer) {
 }
 
 TensorSpec make_spec(const TensorRow& row, uint64_t layer, const ModelConfig& c) {
-    TensorSpec spec{
-        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false, &row};
-    for (Dim d : row.shape)
-        if (d != Dim::none) spec.shape.push_back(resolve(d, c));
+    TensorSpec spec{substitute(row.hf_pattern, layer),
+                    substitute(row.name_pattern, layer),
+                    {},
+                    false,
+                    &row,
+                    is_per_layer(row) ? layer : 0};
+    spec.shape = tensor_row_shape(row, c);
     spec.is_matrix = spec.shape.size() == 2;
     return spec;
 }
 
 }  // namespace
+
+const WeightClassInfo& weight_class_info(WeightClass c) {
+    return kWeightClasses[static_cast<size_t>(c)];
+}
+
+std::span<const WeightClassInfo> weight_classes() { return kWeightClasses; }
+
+const TensorRow* find_tensor_row(std::string_view name, uint64_t* layer) {
+    for (const LayoutRow& layout : kLayouts)
+        for (const TensorRow& row : layout.rows)
+            if (match_tensor_pattern(row.name_pattern, name, layer)) return &row;
+    return nullptr;
+}
+
+bool tensor_row_present(const TensorRow& row, const ModelConfig& c) {
+    return present(row.presence, c);
+}
+
+std::vector<uint64_t> tensor_row_shape(const TensorRow& row, const ModelConfig& c) {
+    std::vector<uint64_t> shape;
+    for (Dim d : row.shape)
+        if (d != Dim::none) shape.push_back(resolve(d, c));
+    return shape;
+}
+
+bool tensor_row_per_layer(const TensorRow& row) { return is_per_layer(row); }
+
+std::string tensor_name_for_layer(std::string_view pattern, uint64_t layer) {
+    return substitute(pattern, layer);
+}
 
 std::span<const TensorRow> tensor_rows(Architecture arch) {
     return kLayouts[static_cast<size_t>(arch)].rows;

@@ -1,6 +1,10 @@
-// The declarative architecture table: one row per tensor kind, naming the tensor in Hugging Face
-// checkpoints and in qforge, its shape in symbolic dimensions, and when it exists. Conversion,
-// loading and quantization policy all consult this table, never a list of names of their own.
+// The declarative architecture table, the one source of tensor facts: one row per tensor kind,
+// naming the tensor in qforge, in Hugging Face checkpoints, in GGUF files (llama.cpp's names) and
+// in llama2.c checkpoints (run.c's field), with its shape in symbolic dimensions, when it exists,
+// the RoPE row reordering its q/k rows need when the input rotates adjacent pairs, and its class
+// (embedding, output head, attention or MLP linear, norm, bias) with the least precision it may
+// be stored in. Every input kind (sources/), the loader (runtime/model.cpp), the .qf validator and
+// the quantization recipe consult this table, never a list of names of their own.
 #pragma once
 
 #include <array>
@@ -31,12 +35,68 @@ enum class Presence : uint8_t {
     untied,          // only when tie_word_embeddings is false (else lm_head reuses embed)
 };
 
+// Which tensor of the model a row is: what the runtime loads it as (runtime/model.cpp).
+enum class TensorKind : uint8_t {
+    embed,
+    attn_norm,
+    attn_q,
+    attn_k,
+    attn_v,
+    attn_o,
+    attn_q_bias,
+    attn_k_bias,
+    attn_v_bias,
+    mlp_norm,
+    mlp_gate,
+    mlp_up,
+    mlp_down,
+    final_norm,
+    lm_head,
+};
+
+// What a tensor does, for storage rules and quantization policy (quant/recipe.cpp).
+enum class WeightClass : uint8_t {
+    embedding,         // a row lookup (and, when tied, also the output head)
+    output_head,       // the logits' projection
+    attention_linear,  // q, k, v, o
+    mlp_linear,        // gate, up, down
+    norm,              // RMSNorm weights
+    bias,              // q/k/v biases
+};
+
+// The least precision a tensor may be stored in.
+enum class LeastPrecision : uint8_t {
+    float16,    // a float type (f16, bf16 or f32), never packed rows: 1-D, and the runtime
+                // converts it to f32 at load, so quantizing it would save nothing
+    any_qtype,  // any type of formats/qtype.hpp, down to its fewest bits: a matrix of rows
+};
+
+struct WeightClassInfo {
+    WeightClass cls;
+    std::string_view name;  // as `quantize --help` spells it
+    LeastPrecision least;
+    std::string_view what;  // what its tensors are, in words
+};
+// One row per class, in enum order (static checks in architectures.cpp).
+const WeightClassInfo& weight_class_info(WeightClass c);
+std::span<const WeightClassInfo> weight_classes();
+
+// How an input that rotates adjacent pairs (2i, 2i+1) of each head (llama2.c; llama.cpp's
+// "llama" GGUF, LLAMA_ROPE_TYPE_NORM) stored a q or k projection: its rows are reordered back to
+// Hugging Face's rotate-half layout per head of this count (sources/source_common.hpp).
+enum class RopeRows : uint8_t { none, q_heads, kv_heads };
+
 // One tensor kind. In a pattern, "{i}" stands for the layer index; rows with it repeat per layer.
 struct TensorRow {
-    std::string_view hf_pattern;    // "model.layers.{i}.self_attn.q_proj.weight"
-    std::string_view name_pattern;  // "layers.{i}.attn.q"
-    std::array<Dim, 2> shape;       // torch order [out, in]; Dim::none pads 1-D shapes
+    TensorKind kind;
+    std::string_view hf_pattern;     // "model.layers.{i}.self_attn.q_proj.weight"
+    std::string_view name_pattern;   // "layers.{i}.attn.q"
+    std::string_view gguf_pattern;   // llama.cpp's name: "blk.{i}.attn_q.weight"
+    std::string_view llama2c_field;  // run.c's TransformerWeights field ("wq"); "" when none
+    std::array<Dim, 2> shape;        // torch order [out, in]; Dim::none pads 1-D shapes
     Presence presence;
+    RopeRows rope;
+    WeightClass cls;
 };
 
 // One concrete tensor of a model.
@@ -46,6 +106,7 @@ struct TensorSpec {
     std::vector<uint64_t> shape;  // expected shape, torch order [out, in]
     bool is_matrix;               // a 2-D weight a quantizer may pack (embed and lm_head too)
     const TensorRow* row;         // the table row it comes from: symbolic dims, presence
+    uint64_t layer = 0;           // its layer (0 for the global rows)
 };
 
 // The rows of an architecture, in canonical order: leading global rows, then the per-layer run,
@@ -55,6 +116,19 @@ std::span<const TensorRow> tensor_rows(Architecture arch);
 // Every tensor the model expects, in canonical order (embed, then per layer, then final_norm,
 // lm_head).
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
+
+// The row whose qforge name pattern `name` matches, in any architecture's layout (every layout
+// names a kind alike); nullptr for a name no row has. *layer gets the layer index when given.
+const TensorRow* find_tensor_row(std::string_view name, uint64_t* layer = nullptr);
+
+// A row's facts resolved against a config: whether the model has it, its shape (torch order,
+// [n] for vectors) and whether it repeats per layer.
+bool tensor_row_present(const TensorRow& row, const ModelConfig& config);
+std::vector<uint64_t> tensor_row_shape(const TensorRow& row, const ModelConfig& config);
+bool tensor_row_per_layer(const TensorRow& row);
+
+// "{i}" replaced by `layer` in a row's pattern.
+std::string tensor_name_for_layer(std::string_view pattern, uint64_t layer);
 
 // HF names that checkpoints carry but the model does not use (e.g. the RoPE inverse frequencies
 // "model.layers.N.self_attn.rotary_emb.inv_freq" that older transformers saved).

@@ -58,7 +58,8 @@ void check_tensor(const std::string& path, const TensorSpec& spec, const QfTenso
     if (t.shape != spec.shape)
         throw Error(path, t.name,
                     "shape " + shape_to_string(t.shape) + " but " + required_shape(spec, c));
-    if (!spec.is_matrix && qtype_is_quantized(t.qtype))
+    if (weight_class_info(spec.row->cls).least == LeastPrecision::float16 &&
+        qtype_is_quantized(t.qtype))
         throw Error(path, t.name,
                     "stored as " + std::string(qtype_traits(t.qtype).name) +
                         ", but norms and biases must be float (f32, f16 or bf16)");

@@ -2,7 +2,7 @@
 // (read_hf_quant_config, with quantize_config.json / quant_config.json beside it). Parts:
 // config.json, then quantize_config.json, then quant_config.json (written only when not empty).
 // An accepted config must round-trip through the .qf header's normalized form unchanged.
-#include "convert/hf_quantized.hpp"
+#include "sources/hf_quantized.hpp"
 #include "formats/model_config.hpp"
 #include "fuzz/fuzz_support.hpp"
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "convert/convert.hpp"
-#include "convert/gguf.hpp"
+#include "sources/gguf.hpp"
 #include "formats/gguf.hpp"
 #include "formats/gguf_dequant.hpp"
 #include "fuzz/fuzz_exercise.hpp"

@@ -2,7 +2,7 @@
 // Parts: the checkpoint, then optionally a vocabulary written beside it as tokenizer.bin (the
 // converter finds it there). The .qf it writes must load again.
 #include "convert/convert.hpp"
-#include "convert/llama2c.hpp"
+#include "sources/llama2c.hpp"
 #include "fuzz/fuzz_exercise.hpp"
 #include "fuzz/fuzz_support.hpp"
 

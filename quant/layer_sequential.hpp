@@ -34,7 +34,7 @@
 
 #include "quant/calibration.hpp"
 #include "quant/gptq.hpp"
-#include "quant/model_source.hpp"
+#include "sources/model_source.hpp"
 #include "quant/recipe.hpp"
 #include "quant/resume_state.hpp"
 

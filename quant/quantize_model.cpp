@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
-#include "quant/model_source.hpp"
+#include "sources/model_source.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -1,4 +1,4 @@
-// The quantize pipeline: a model (a .qf or a Hugging Face checkpoint, quant/model_source.hpp)
+// The quantize pipeline: a model (any input kind, sources/model_source.hpp)
 // in, a quantized .qf out. Streams tensor by tensor in canonical order: read the stored rows,
 // choose the type (quant/recipe.hpp), quantize (quant/rtn.hpp), write, release the input's
 // pages, so peak memory stays near the largest tensor. Nothing appears under the output name
@@ -8,7 +8,7 @@
 //   generator      {name, version}, as convert writes it
 //   sources        [{file, bytes, hash}] of the input files (the .qf, or config + shards +
 //                  tokenizer)
-//   recipe         {command: "quantize", source_format: "qf" | "safetensors"}
+//   recipe         {command: "quantize", source_format: "qf" | "safetensors" | "gguf" | "llama2c"}
 //   quantization   {method, qtype, overrides: ["REGEX=TYPE"], classes: [{class, qtype, tensors,
 //                  reason}], qtypes: {type: tensors}, version}
 //   input_provenance   the input .qf's own provenance (a .qf input only), so the chain back to

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "formats/architectures.hpp"
 
 namespace qforge {
 
@@ -107,9 +108,22 @@ TensorTypeOverride parse_tensor_type_override(const std::string& spec) {
 std::string_view tensor_class_name(TensorClass c) { return policy_of(c).name; }
 
 TensorClass classify_tensor(std::string_view name, std::span<const uint64_t> shape, bool tied) {
-    if (shape.size() != 2) return TensorClass::vector;
-    if (name == kEmbedTensor) return tied ? TensorClass::tied_embed : TensorClass::embed;
-    if (name == kLmHeadTensor) return TensorClass::lm_head;
+    // The architecture table's class of the tensor; a name outside the table (only in tests:
+    // every .qf is validated against it) by its shape.
+    const TensorRow* row = find_tensor_row(name);
+    if (!row) return shape.size() == 2 ? TensorClass::linear : TensorClass::vector;
+    switch (row->cls) {
+        case WeightClass::norm:
+        case WeightClass::bias:
+            return TensorClass::vector;
+        case WeightClass::embedding:
+            return tied ? TensorClass::tied_embed : TensorClass::embed;
+        case WeightClass::output_head:
+            return TensorClass::lm_head;
+        case WeightClass::attention_linear:
+        case WeightClass::mlp_linear:
+            break;
+    }
     return TensorClass::linear;
 }
 

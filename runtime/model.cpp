@@ -4,33 +4,67 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "formats/architectures.hpp"
 
 namespace qforge {
 
-// The file was validated at open (formats/qf_validate.hpp): every tensor below exists with the
-// shape the config gives and a qtype its kind allows, so loading only takes views.
+namespace {
+
+// Where each kind of tensor goes: a matrix or a float vector of one layer, or of the model.
+struct Slot {
+    Matrix LayerWeights::* layer_matrix = nullptr;
+    std::vector<float> LayerWeights::* layer_vector = nullptr;
+};
+
+Slot layer_slot(TensorKind kind) {
+    switch (kind) {
+        case TensorKind::attn_norm: return {nullptr, &LayerWeights::attn_norm};
+        case TensorKind::attn_q: return {&LayerWeights::q, nullptr};
+        case TensorKind::attn_k: return {&LayerWeights::k, nullptr};
+        case TensorKind::attn_v: return {&LayerWeights::v, nullptr};
+        case TensorKind::attn_o: return {&LayerWeights::o, nullptr};
+        case TensorKind::attn_q_bias: return {nullptr, &LayerWeights::q_bias};
+        case TensorKind::attn_k_bias: return {nullptr, &LayerWeights::k_bias};
+        case TensorKind::attn_v_bias: return {nullptr, &LayerWeights::v_bias};
+        case TensorKind::mlp_norm: return {nullptr, &LayerWeights::mlp_norm};
+        case TensorKind::mlp_gate: return {&LayerWeights::gate, nullptr};
+        case TensorKind::mlp_up: return {&LayerWeights::up, nullptr};
+        case TensorKind::mlp_down: return {&LayerWeights::down, nullptr};
+        case TensorKind::embed:
+        case TensorKind::final_norm:
+        case TensorKind::lm_head:
+            break;
+    }
+    return {};
+}
+
+}  // namespace
+
+// The file was validated at open (formats/qf_validate.hpp): every tensor the architecture table
+// expects for this config exists with its shape and a qtype its class allows, so loading only
+// takes views, each to the field its row's kind names.
 Model::Model(const std::string& path) : file_(path), config_(file_.config()) {
-    embed_ = load_matrix("embed");
-    if (!config_.tie_word_embeddings) lm_head_ = load_matrix("lm_head");
-    final_norm_ = load_vector("final_norm");
     layers_.resize(config_.num_layers);
-    for (uint64_t i = 0; i < config_.num_layers; ++i) {
-        const std::string p = "layers." + std::to_string(i) + ".";
-        LayerWeights& l = layers_[i];
-        l.attn_norm = load_vector(p + "attn_norm");
-        l.mlp_norm = load_vector(p + "mlp_norm");
-        l.q = load_matrix(p + "attn.q");
-        l.k = load_matrix(p + "attn.k");
-        l.v = load_matrix(p + "attn.v");
-        l.o = load_matrix(p + "attn.o");
-        if (config_.attention_bias) {
-            l.q_bias = load_vector(p + "attn.q_bias");
-            l.k_bias = load_vector(p + "attn.k_bias");
-            l.v_bias = load_vector(p + "attn.v_bias");
+    for (const TensorSpec& spec : expected_tensors(config_)) {
+        switch (spec.row->kind) {
+            case TensorKind::embed:
+                embed_ = load_matrix(spec.name);
+                continue;
+            case TensorKind::lm_head:
+                lm_head_ = load_matrix(spec.name);
+                continue;
+            case TensorKind::final_norm:
+                final_norm_ = load_vector(spec.name);
+                continue;
+            default:
+                break;
         }
-        l.gate = load_matrix(p + "mlp.gate");
-        l.up = load_matrix(p + "mlp.up");
-        l.down = load_matrix(p + "mlp.down");
+        const Slot slot = layer_slot(spec.row->kind);
+        LayerWeights& layer = layers_.at(spec.layer);
+        if (slot.layer_matrix)
+            layer.*slot.layer_matrix = load_matrix(spec.name);
+        else
+            layer.*slot.layer_vector = load_vector(spec.name);
     }
 }
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
-#include "convert/convert_common.hpp"
-#include "convert/llama2c.hpp"
+#include "sources/source_common.hpp"
+#include "sources/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"
 #include "test_support.hpp"

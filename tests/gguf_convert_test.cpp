@@ -11,7 +11,7 @@
 #include <map>
 
 #include "convert/convert.hpp"
-#include "convert/gguf.hpp"
+#include "sources/gguf.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -38,7 +38,7 @@ namespace {
 const fs::path kGgufFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf";
 const fs::path kTiny = kGgufFixtures / "tiny_llama.gguf";
 
-// Our tensor names against llama.cpp's, written out independently of convert/gguf.cpp's table.
+// Our tensor names against llama.cpp's, written out independently of the architecture table's GGUF names.
 std::string gguf_name_of(const std::string& ours) {
     static const std::map<std::string, std::string> global = {{"embed", "token_embd.weight"},
                                                               {"final_norm", "output_norm.weight"},

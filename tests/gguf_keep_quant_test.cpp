@@ -2,7 +2,7 @@
 // -128 and both nibble extremes included; q and k permuted by the llama RoPE reordering) keeps
 // them as q8_g32 / q4s_g32, and every kept row dequantizes (dequantize_row_ref) to exactly the
 // bits the dequantizing conversion (formats/gguf_dequant.cpp) stores.
-#include "convert/gguf_keep_quant.hpp"
+#include "sources/gguf_keep_quant.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>

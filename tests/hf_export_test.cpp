@@ -1,5 +1,5 @@
 // `qforge export` writes GPTQ v1 / AWQ GEMM checkpoints that are the exact inverse of the import
-// (convert/hf_quantized.cpp): a model quantized with RTN, exported and imported again has the
+// (sources/hf_quantized.cpp): a model quantized with RTN, exported and imported again has the
 // same tensor bytes; the exported parts, dequantized here by the published formulas in plain
 // scalar code, equal dequantize_row_ref bit for bit; types a format cannot express are refused
 // by name, leaving nothing behind.

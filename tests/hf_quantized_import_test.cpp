@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
-#include "convert/hf_quantized.hpp"
+#include "sources/hf_quantized.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"

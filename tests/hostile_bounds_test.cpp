@@ -13,7 +13,7 @@
 #include <random>
 
 #include "convert/convert.hpp"
-#include "convert/detect.hpp"
+#include "sources/detect.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"

@@ -18,7 +18,7 @@
 #include "quant/awq.hpp"
 #include "quant/block_forward.hpp"
 #include "quant/hessian.hpp"
-#include "quant/model_source.hpp"
+#include "sources/model_source.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"

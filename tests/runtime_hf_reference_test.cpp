@@ -59,7 +59,7 @@ TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpo
         ConvertOptions o;
         o.input = entry.path().string();
         o.output = (dir / (name + ".qf")).string();
-        convert_hf_checkpoint(o);  // no tokenizer: a warning, not needed here
+        convert_checkpoint(o);  // no tokenizer: a warning, not needed here
         Model model(o.output);
         const uint64_t v = model.config().vocab_size;
         auto cpu = make_cpu_backend(model, pool);

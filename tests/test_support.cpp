@@ -84,7 +84,7 @@ fs::path convert_stories(const fs::path& data, const std::string& variant, const
     o.input = (data / "stories260K" / variant).string();
     o.output = (dir / (variant + ".qf")).string();
     o.tokenizer = (data / "stories260K" / "tok512.bin").string();
-    convert_hf_checkpoint(o);
+    convert_checkpoint(o);
     return o.output;
 }
 

@@ -1,4 +1,4 @@
-#include "convert/gguf.hpp"
+#include "sources/gguf.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -6,17 +6,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
-#include "convert/convert_common.hpp"
-#include "convert/gguf_keep_quant.hpp"
-#include "convert/tensor_cast.hpp"
 #include "core/checked_math.hpp"
 #include "core/alloc.hpp"
 #include "core/error.hpp"
-#include "core/progress.hpp"
 #include "formats/architectures.hpp"
 #include "formats/gguf_dequant.hpp"
-#include "formats/qf.hpp"
+#include "sources/gguf_keep_quant.hpp"
+#include "sources/source_common.hpp"
+#include "sources/source_kinds.hpp"
 #include "tokenizer/source_gguf.hpp"
 
 namespace qforge {
@@ -40,35 +39,13 @@ constexpr GgufArchitecture kGgufArchitectures[] = {
     {"qwen2", Architecture::qwen2, false},
 };
 
-// Which head count a RoPE row reordering uses.
-enum class RopeRows : uint8_t { none, q_heads, kv_heads };
-
-// llama.cpp's tensor names (its LLM_TENSOR_NAMES, gguf-py's TensorNameMap) against ours
-// (formats/architectures.cpp). "{i}" is the layer index in both.
-struct GgufTensorName {
-    std::string_view gguf_pattern;
-    std::string_view name_pattern;
-    RopeRows rope;
-};
-// clang-format off
-constexpr GgufTensorName kGgufTensorNames[] = {
-    {"token_embd.weight",          "embed",                  RopeRows::none},
-    {"blk.{i}.attn_norm.weight",   "layers.{i}.attn_norm",   RopeRows::none},
-    {"blk.{i}.attn_q.weight",      "layers.{i}.attn.q",      RopeRows::q_heads},
-    {"blk.{i}.attn_k.weight",      "layers.{i}.attn.k",      RopeRows::kv_heads},
-    {"blk.{i}.attn_v.weight",      "layers.{i}.attn.v",      RopeRows::none},
-    {"blk.{i}.attn_output.weight", "layers.{i}.attn.o",      RopeRows::none},
-    {"blk.{i}.attn_q.bias",        "layers.{i}.attn.q_bias", RopeRows::q_heads},
-    {"blk.{i}.attn_k.bias",        "layers.{i}.attn.k_bias", RopeRows::kv_heads},
-    {"blk.{i}.attn_v.bias",        "layers.{i}.attn.v_bias", RopeRows::none},
-    {"blk.{i}.ffn_norm.weight",    "layers.{i}.mlp_norm",    RopeRows::none},
-    {"blk.{i}.ffn_gate.weight",    "layers.{i}.mlp.gate",    RopeRows::none},
-    {"blk.{i}.ffn_up.weight",      "layers.{i}.mlp.up",      RopeRows::none},
-    {"blk.{i}.ffn_down.weight",    "layers.{i}.mlp.down",    RopeRows::none},
-    {"output_norm.weight",         "final_norm",             RopeRows::none},
-    {"output.weight",              "lm_head",                RopeRows::none},
-};
-// clang-format on
+// llama.cpp's name of one of our tensor kinds (formats/architectures.cpp's table), in layer 0
+// for per-layer kinds.
+std::string gguf_name(Architecture arch, TensorKind kind) {
+    for (const TensorRow& row : tensor_rows(arch))
+        if (row.kind == kind) return tensor_name_for_layer(row.gguf_pattern, 0);
+    throw std::logic_error("architecture table: no row for a tensor kind");
+}
 
 // Dimensions and counts must fit an int32, as for config.json (formats/model_config.cpp).
 constexpr uint64_t kMaxDim = (uint64_t{1} << 31) - 1;
@@ -85,12 +62,6 @@ double shortest_decimal(double stored) {
         if (std::strtof(buf, nullptr) == f) break;
     }
     return std::strtod(buf, nullptr);
-}
-
-std::string with_layer(std::string_view pattern, uint64_t layer) {
-    std::string s(pattern);
-    if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
-    return s;
 }
 
 const GgufArchitecture& gguf_architecture(const GgufFile& f) {
@@ -184,7 +155,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (const auto factor = keys.opt_float("rope.scale_linear"); factor && *factor != 1.0)
         throw Error(file, {},
                     "linear RoPE scaling (" + keys.key("rope.scale_linear") + ") is not supported");
-    if (f.find_tensor("rope_freqs.weight"))
+    if (f.find_tensor("rope_freqs.weight"))  // llama.cpp's name; no tensor of ours
         throw Error(file, "rope_freqs.weight",
                     "per-frequency RoPE factors (Llama 3.1-style scaling as llama.cpp stores it) "
                     "are not supported");
@@ -197,18 +168,18 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_theta = shortest_decimal(keys.opt_float("rope.freq_base").value_or(kDefaultRopeTheta));
 
     // The vocabulary: the embedding's rows, which the metadata must agree with.
-    const GgufTensorInfo* embed = f.find_tensor("token_embd.weight");
-    if (!embed || embed->ne.size() != 2)
-        throw Error(file, "token_embd.weight", "missing, or not a matrix");
+    const std::string embed_name = gguf_name(a.arch, TensorKind::embed);
+    const GgufTensorInfo* embed = f.find_tensor(embed_name);
+    if (!embed || embed->ne.size() != 2) throw Error(file, embed_name, "missing, or not a matrix");
     c.vocab_size = embed->ne[1];
     if (const auto v = keys.opt_dim("vocab_size"); v && *v != c.vocab_size)
         throw Error(file, {},
                     keys.key("vocab_size") + " (" + std::to_string(*v) +
-                        ") differs from token_embd.weight's " + std::to_string(c.vocab_size) +
+                        ") differs from " + embed_name + "'s " + std::to_string(c.vocab_size) +
                         " rows");
-    c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-    c.attention_bias =
-        a.arch == Architecture::qwen2 || f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.tie_word_embeddings = f.find_tensor(gguf_name(a.arch, TensorKind::lm_head)) == nullptr;
+    c.attention_bias = a.arch == Architecture::qwen2 ||
+                       f.find_tensor(gguf_name(a.arch, TensorKind::attn_q_bias)) != nullptr;
     if (const auto bos = f.get_uint("tokenizer.ggml.bos_token_id"))
         c.bos_token_id = static_cast<int64_t>(*bos);
     if (const auto eos = f.get_uint("tokenizer.ggml.eos_token_id"))
@@ -218,37 +189,89 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     return model_config_from_json(model_config_to_json(c), file);
 }
 
-ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
-    ConvertReport report;
-    const std::string& path = options.input;
-    const GgufFile file(path);
-    const GgufArchitecture& arch = gguf_architecture(file);
-    const ModelConfig cfg = gguf_model_config(file);
+namespace {
 
-    // Every GGUF tensor to its row of the name table, and so to one of our tensors.
-    struct Source {
+// A GGUF file as a source: every tensor renamed to ours, dequantized to f32 (or kept as rows of
+// our q8_g32 / q4s_g32 with keep_quant) and, for adjacent-pair RoPE architectures, its q and k
+// rows reordered back to the Hugging Face layout.
+class GgufSource final : public ModelSource {
+  public:
+    GgufSource(const std::string& path, const SourceOptions& options)
+        : file_(path), arch_(gguf_architecture(file_)), keep_quant_(options.keep_quant) {
+        path_ = path;
+        format_ = "gguf";
+        config_ = gguf_model_config(file_);
+        model_json_ = model_config_to_json(config_);
+        match_tensors();
+        read_tokenizer(options.tokenizer);
+        // GGUF input is stored as f32 unless --dtype says otherwise: its weights are not floats.
+        default_dtype_ = QType::f32;
+        std::map<std::string, uint64_t> source_types;
+        for (const GgufTensorInfo& t : file_.tensors())
+            ++source_types[std::string(ggml_type_traits(t.type).name)];
+        recipe_extra_ = {{"source_format", "gguf"},
+                         {"gguf_version", file_.version()},
+                         {"gguf_tensor_types", source_types},
+                         {"keep_quant", keep_quant_}};
+        sources_.push_back(source_entry(path));
+        if (!options.tokenizer.empty()) sources_.push_back(source_entry(options.tokenizer));
+    }
+
+    std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override;
+    const std::string& file_of(size_t) const override { return path_; }
+    void release(size_t i) const override { file_.release(*parts_[i].info); }
+    std::string label(size_t i) const override {
+        const GgufTensorInfo& t = *parts_[i].info;
+        return tensors_[i].name + " (GGUF " + t.name + ", " +
+               std::string(ggml_type_traits(t.type).name) + ")";
+    }
+    uint64_t source_bytes(size_t i) const override { return parts_[i].info->bytes; }
+
+  private:
+    struct Part {
         const GgufTensorInfo* info;
-        const GgufTensorName* row;
+        const TensorRow* row;
     };
-    std::map<std::string, Source> by_name;  // our name -> source
-    for (const GgufTensorInfo& t : file.tensors()) {
-        const GgufTensorName* row = nullptr;
+
+    void match_tensors();
+    void read_tokenizer(const std::string& given);
+    // The RoPE reordering tensor i needs: its head count, 0 for none.
+    uint64_t rope_heads(size_t i) const {
+        const RopeRows rope = arch_.adjacent_pair_rope ? parts_[i].row->rope : RopeRows::none;
+        if (rope == RopeRows::none) return 0;
+        return rope == RopeRows::q_heads ? config_.num_heads : config_.num_kv_heads;
+    }
+
+    GgufFile file_;
+    const GgufArchitecture& arch_;
+    bool keep_quant_;
+    std::vector<Part> parts_;  // parallel to tensors_
+    mutable std::vector<float> values_;
+    mutable std::vector<uint8_t> unpermuted_;
+};
+
+// Every GGUF tensor to its row of the name table, and so to one of our tensors; then every
+// tensor the metadata's model expects found with its shape and a type qforge can read.
+void GgufSource::match_tensors() {
+    const std::string& path = path_;
+    std::map<std::string, Part> by_name;  // our name -> GGUF tensor
+    for (const GgufTensorInfo& t : file_.tensors()) {
+        const TensorRow* row = nullptr;
         uint64_t layer = 0;
-        for (const auto& r : kGgufTensorNames)
+        for (const TensorRow& r : tensor_rows(arch_.arch))
             if (match_tensor_pattern(r.gguf_pattern, t.name, &layer)) {
                 row = &r;
                 break;
             }
         if (!row)
             throw Error(path, t.name,
-                        "unexpected tensor for GGUF architecture '" + std::string(arch.name) +
+                        "unexpected tensor for GGUF architecture '" + std::string(arch_.name) +
                             "' (not in qforge's table of llama.cpp tensor names)");
-        by_name.emplace(with_layer(row->name_pattern, layer), Source{&t, row});
+        by_name.emplace(tensor_name_for_layer(row->name_pattern, layer), Part{&t, row});
     }
-    check_layers_fit(cfg.num_layers, file.tensors().size(), path,
-                     std::string(arch.name) + ".block_count");
-    const std::vector<TensorSpec> specs = expected_tensors(cfg);
-    uint64_t total_bytes = 0;
+    check_layers_fit(config_.num_layers, file_.tensors().size(), path,
+                     std::string(arch_.name) + ".block_count");
+    const std::vector<TensorSpec> specs = expected_tensors(config_);
     for (const TensorSpec& s : specs) {
         const auto it = by_name.find(s.name);
         if (it == by_name.end())
@@ -265,117 +288,82 @@ ConvertReport convert_gguf_checkpoint(const ConvertOptions& options) {
                         "ggml type " + std::string(ggml_type_traits(t.type).name) +
                             " cannot be dequantized by qforge (supported: " +
                             gguf_dequantizable_types() + ")");
-        total_bytes += t.bytes;
+        const auto kept = keep_quant_ ? gguf_kept_qtype(t.type, s.shape) : std::nullopt;
+        tensors_.push_back({s.name, kept.value_or(QType::f32), s.shape});
+        parts_.push_back(it->second);
     }
     if (by_name.size() != specs.size()) {
-        for (const auto& [name, src] : by_name) {
+        for (const auto& [name, part] : by_name) {
             bool expected = false;
             for (const auto& s : specs) expected = expected || s.name == name;
             if (!expected)
-                throw Error(path, src.info->name,
+                throw Error(path, part.info->name,
                             "is not part of the model the metadata describes (as '" + name + "')");
         }
     }
+}
 
-    // The tokenizer: given, else the GGUF's own; a file without one converts with a warning.
-    json tokenizer;
-    if (!options.tokenizer.empty()) {
-        tokenizer = resolve_tokenizer(options.tokenizer, std::nullopt, path, cfg, report);
-    } else if (file.find("tokenizer.ggml.model")) {
-        tokenizer = tokenizer_schema_from_gguf(file);
-        report.tokenizer = path;
+// The tokenizer: given, else the GGUF's own; a file without one converts with a warning.
+void GgufSource::read_tokenizer(const std::string& given) {
+    const std::string& path = path_;
+    if (!given.empty()) {
+        tokenizer_ = resolve_tokenizer(given, std::nullopt, path, config_, tokenizer_file_,
+                                       warnings_);
+    } else if (file_.find("tokenizer.ggml.model")) {
+        tokenizer_ = tokenizer_schema_from_gguf(file_);
+        tokenizer_file_ = path;
         // llama.cpp refuses a GGUF whose token list and embedding rows differ.
-        if (tokenizer.at("pieces").size() != cfg.vocab_size)
+        if (tokenizer_.at("pieces").size() != config_.vocab_size)
             throw Error(path, {},
-                        "the GGUF's tokenizer has " + std::to_string(tokenizer.at("pieces").size()) +
+                        "the GGUF's tokenizer has " +
+                            std::to_string(tokenizer_.at("pieces").size()) +
                             " tokens but its vocabulary (token_embd rows) has " +
-                            std::to_string(cfg.vocab_size));
+                            std::to_string(config_.vocab_size));
     } else {
-        report.warnings.push_back(path +
-                                  " has no tokenizer metadata; the .qf will have none "
-                                  "(pass --tokenizer FILE)");
-        tokenizer = nullptr;
+        warnings_.push_back(path +
+                            " has no tokenizer metadata; the .qf will have none "
+                            "(pass --tokenizer FILE)");
+        tokenizer_ = nullptr;
     }
+}
 
-    // GGUF input is stored as f32 unless --dtype says otherwise: its weights are not floats.
-    ConvertOptions recorded = options;
-    if (!recorded.dtype) recorded.dtype = QType::f32;
-    std::map<std::string, uint64_t> source_types;
-    for (const GgufTensorInfo& t : file.tensors())
-        ++source_types[std::string(ggml_type_traits(t.type).name)];
-    json sources = json::array();
-    sources.push_back(source_entry(path));
-    if (!options.tokenizer.empty()) sources.push_back(source_entry(options.tokenizer));
-
-    QfWriter writer(options.output, {.compress = options.compress});
-    writer.set_model(model_config_to_json(cfg));
-    writer.set_tokenizer(std::move(tokenizer));
-    writer.set_provenance(convert_provenance(std::move(sources), recorded,
-                                             {{"source_format", "gguf"},
-                                              {"gguf_version", file.version()},
-                                              {"gguf_tensor_types", source_types},
-                                              {"keep_quant", options.keep_quant}}));
-
-    Progress progress("convert", total_bytes);
-    std::vector<float> values, permuted;
-    std::vector<uint8_t> buffer, packed, packed_permuted;
-    for (const TensorSpec& s : specs) {
-        const Source& src = by_name.at(s.name);
-        const GgufTensorInfo& t = *src.info;
-        const std::string label =
-            s.name + " (GGUF " + t.name + ", " + std::string(ggml_type_traits(t.type).name) + ")";
-        const RopeRows rope = arch.adjacent_pair_rope ? src.row->rope : RopeRows::none;
-        const uint64_t heads = rope == RopeRows::q_heads ? cfg.num_heads : cfg.num_kv_heads;
-        if (const auto kept =
-                options.keep_quant ? gguf_kept_qtype(t.type, s.shape) : std::nullopt) {
-            // The blocks become rows of the same codes and scales; the RoPE reordering moves
-            // whole rows, so it applies to packed rows as to float ones.
-            const uint64_t row_bytes = *qtype_row_bytes(*kept, s.shape[1]);
-            resize_for(packed, s.shape[0] * row_bytes, path, t.name);
-            repack_gguf_rows(t.type, *kept, file.tensor_data(t), s.shape[0], s.shape[1], packed,
-                             path, t.name);
-            std::span<const uint8_t> bytes = packed;
-            if (rope != RopeRows::none) {
-                packed_permuted.resize(packed.size());
-                permute_rope_pairs_to_halves(packed, packed_permuted, heads, cfg.head_dim,
-                                             row_bytes);
-                bytes = packed_permuted;
-            }
-            writer.add_tensor(s.name, *kept, s.shape, bytes);
-            file.release(t);
-            report.tensors += 1;
-            report.parameters += t.elements;
-            progress.advance(t.bytes);
-            continue;
-        }
-        resize_for(values, t.elements, path, t.name);
-        gguf_dequantize(t.type, file.tensor_data(t), values, path, t.name);
-        std::span<const float> out = values;
-        if (rope != RopeRows::none) {
-            const uint64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
-            permuted.resize(values.size());
-            permute_rope_pairs_to_halves(
-                {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)},
-                {reinterpret_cast<uint8_t*>(permuted.data()), permuted.size() * sizeof(float)},
-                heads, cfg.head_dim, cols * sizeof(float));
-            out = permuted;
-        }
-        const TensorView view{label,
-                              DType::f32,
-                              s.shape,
-                              {reinterpret_cast<const uint8_t*>(out.data()), out.size_bytes()}};
-        const QType target = target_qtype(s, QType::f32, recorded.dtype);
-        writer.add_tensor(s.name, target, s.shape,
-                          cast_tensor(view, QType::f32, target, path, buffer));
-        file.release(t);
-        report.tensors += 1;
-        report.parameters += t.elements;
-        progress.advance(t.bytes);
+std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scratch) const {
+    const GgufTensorInfo& t = *parts_[i].info;
+    const SourceTensor& s = tensors_[i];
+    const uint64_t heads = rope_heads(i);
+    if (s.qtype != QType::f32) {
+        // The blocks become rows of the same codes and scales; the RoPE reordering moves
+        // whole rows, so it applies to packed rows as to float ones.
+        const uint64_t row_bytes = *qtype_row_bytes(s.qtype, s.shape[1]);
+        std::vector<uint8_t>& packed = heads ? unpermuted_ : scratch;
+        resize_for(packed, s.shape[0] * row_bytes, path_, t.name);
+        repack_gguf_rows(t.type, s.qtype, file_.tensor_data(t), s.shape[0], s.shape[1], packed,
+                         path_, t.name);
+        if (!heads) return scratch;
+        scratch.resize(packed.size());
+        permute_rope_pairs_to_halves(packed, scratch, heads, config_.head_dim, row_bytes);
+        return scratch;
     }
-    writer.finish();
-    progress.finish();
-    report.bytes_written = writer.bytes_written();
-    return report;
+    resize_for(values_, t.elements, path_, t.name);
+    gguf_dequantize(t.type, file_.tensor_data(t), values_, path_, t.name);
+    const std::span<const uint8_t> dequantized{reinterpret_cast<const uint8_t*>(values_.data()),
+                                               values_.size() * sizeof(float)};
+    scratch.resize(dequantized.size());
+    if (!heads) {
+        std::copy(dequantized.begin(), dequantized.end(), scratch.begin());
+        return scratch;
+    }
+    const uint64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+    permute_rope_pairs_to_halves(dequantized, scratch, heads, config_.head_dim,
+                                 cols * sizeof(float));
+    return scratch;
+}
+
+}  // namespace
+
+std::unique_ptr<ModelSource> open_gguf_source(const std::string& path,
+                                              const SourceOptions& options) {
+    return std::make_unique<GgufSource>(path, options);
 }
 
 }  // namespace qforge

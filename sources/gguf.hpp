@@ -1,12 +1,12 @@
-// GGUF model (llama.cpp's format) -> .qf: the model config from the metadata, every tensor
-// dequantized to float and renamed from llama.cpp's names to ours, and the tokenizer from the
-// metadata (tokenizer/source_gguf.hpp).
+// GGUF model (llama.cpp's format) as a ModelSource (sources/model_source.hpp): the model config
+// from the metadata, every tensor dequantized to float and renamed from llama.cpp's names to
+// ours, and the tokenizer from the metadata (tokenizer/source_gguf.hpp).
 //
-// llama.cpp's names (blk.N.attn_q.weight, token_embd.weight, ...) map to ours through one table
-// (kGgufTensorNames in gguf.cpp). For the "llama" architecture llama.cpp's converter
-// (convert_hf_to_gguf.py, LlamaModel.permute) reorders the rows of q and k from Hugging Face's
-// rotate-half RoPE to adjacent-pair RoPE (llama.cpp's LLAMA_ROPE_TYPE_NORM); conversion
-// reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
+// llama.cpp's names (blk.N.attn_q.weight, token_embd.weight, ...) map to ours through the
+// architecture table (formats/architectures.hpp), which also says whose rows RoPE reorders. For
+// the "llama" architecture llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.permute)
+// reorders the rows of q and k from Hugging Face's rotate-half RoPE to adjacent-pair RoPE
+// (llama.cpp's LLAMA_ROPE_TYPE_NORM); the source reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
 // need), so the stored model is the Hugging Face one. "qwen2" files keep Hugging Face's order
 // (LLAMA_ROPE_TYPE_NEOX) and are not reordered.
 //
@@ -14,12 +14,11 @@
 // stored as f32 by default, or as --dtype asks (matrices only: 1-D tensors stay f32). The .qf
 // is then the "float" model that the GGUF's quantized weights represent. With --keep-quant, Q8_0
 // and Q4_0 matrices instead keep their codes as q8_g32 / q4s_g32 rows, losslessly
-// (convert/gguf_keep_quant.hpp).
+// (sources/gguf_keep_quant.hpp).
 #pragma once
 
 #include <string>
 
-#include "convert/convert.hpp"
 #include "formats/gguf.hpp"
 #include "formats/model_config.hpp"
 
@@ -31,7 +30,5 @@ bool is_gguf_file(const std::string& path);
 // The model config the metadata describes (general.architecture and its keys); throws an Error
 // naming the file and the key for an unsupported architecture or a value qforge cannot run.
 ModelConfig gguf_model_config(const GgufFile& file);
-
-ConvertReport convert_gguf_checkpoint(const ConvertOptions& options);
 
 }  // namespace qforge

@@ -1,5 +1,5 @@
 // What kind of model file a path holds, decided from its content: the one sniffing function
-// that `convert` and `quantize` (quant/model_source.cpp) both dispatch on, so that the two never
+// that open_model_source (sources/model_source.cpp) dispatches on, so that the two never
 // disagree about a file. Names only break ties where the content is ambiguous: a .bin whose
 // llama2.c header is broken is still reported as a llama2.c checkpoint (with the header's
 // error), a .safetensors whose header is broken as safetensors.

@@ -1,7 +1,8 @@
-// llama2.c checkpoints (Karpathy's run.c "version 0" export, e.g. stories260K.bin) -> .qf.
+// llama2.c checkpoints (Karpathy's run.c "version 0" export, e.g. stories260K.bin) as a
+// ModelSource (sources/model_source.hpp).
 //
 // The file: a 28-byte header of 7 little-endian int32 (Llama2cHeader), then float32 arrays with
-// every layer of one kind stored together, in the order of kLlama2cV0Layout (llama2c.cpp):
+// every layer of one kind stored together, in the order of kFileOrder (llama2c.cpp):
 // token_embedding [V,D], rms_att [L,D], wq [L,D,D], wk [L,KV,D], wv [L,KV,D], wo [L,D,D],
 // rms_ffn [L,D], w1 [L,H,D], w2 [L,D,H], w3 [L,H,D], rms_final [D], freq_cis_real [S,hd/2],
 // freq_cis_imag [S,hd/2] (unused), and wcls [V,D] only when vocab_size is negative (an unshared
@@ -22,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "convert/convert.hpp"
 #include "formats/model_config.hpp"
 
 namespace qforge {
@@ -43,7 +43,7 @@ static_assert(sizeof(Llama2cHeader) == 28, "the llama2.c header is 7 packed int3
 // The first four bytes of the newer exports: "ak42" read as a little-endian uint32.
 inline constexpr uint32_t kLlama2cMagic = 0x616b3432;
 
-// Whether `path` is a llama2.c checkpoint as detect_model_file (convert/detect.hpp) decides:
+// Whether `path` is a llama2.c checkpoint as detect_model_file (sources/detect.hpp) decides:
 // a file starting with the "ak42" magic, or whose legacy header implies exactly its length, or
 // one named *.bin that is no other known kind. Never throws.
 bool is_llama2c_checkpoint(const std::string& path);
@@ -56,9 +56,5 @@ bool llama2c_header_implies_size(const std::string& path, uint64_t size);
 // 1e-5, rope_theta 10000, max_position_embeddings = seq_len, bos 1, eos 2, f32). Throws Error
 // naming `file` and the field when a value is out of range.
 ModelConfig llama2c_model_config(const Llama2cHeader& header, const std::string& file);
-
-// Converts a llama2.c checkpoint (options.input) into a .qf; the tokenizer is options.tokenizer
-// or, when empty, tok<vocab>.bin or tokenizer.bin beside the checkpoint, or find_tokenizer's.
-ConvertReport convert_llama2c_checkpoint(const ConvertOptions& options);
 
 }  // namespace qforge

@@ -1,4 +1,4 @@
-#include "convert/hf_quantized.hpp"
+#include "sources/hf_quantized.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,10 +1,10 @@
-#include "convert/detect.hpp"
+#include "sources/detect.hpp"
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include "convert/llama2c.hpp"
+#include "sources/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/gguf.hpp"
 #include "formats/qf_format.hpp"

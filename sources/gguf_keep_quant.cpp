@@ -1,4 +1,4 @@
-#include "convert/gguf_keep_quant.hpp"
+#include "sources/gguf_keep_quant.hpp"
 
 #include <cmath>
 #include <cstring>

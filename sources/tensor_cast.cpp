@@ -1,4 +1,4 @@
-#include "convert/tensor_cast.hpp"
+#include "sources/tensor_cast.hpp"
 
 #include <algorithm>
 #include <cmath>
