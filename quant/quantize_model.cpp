@@ -68,6 +68,48 @@ json provenance(const ModelSource& src, const json& quantization) {
     return p;
 }
 
+// Calibrated methods: the layer-sequential engine that produces the blocks' linears, with the
+// calibration set it runs on (none for RTN).
+struct CalibratedEngine {
+    std::unique_ptr<CalibrationSet> calibration;
+    std::unique_ptr<LayerSequential> engine;
+};
+
+CalibratedEngine make_engine(const QuantizeOptions& options, const ModelSource& source,
+                             const std::vector<TensorPlan>& plan, ThreadPool& pool) {
+    CalibratedEngine e;
+    if (!quant_method_info(options.recipe.method).calibrated) return e;
+    if (source.tokenizer().is_null())
+        throw Error(options.input, {}, "calibration needs the model's tokenizer, and it has none");
+    const Tokenizer tok = Tokenizer::from_schema(source.tokenizer(), options.input);
+    CalibrationOptions co = options.calibrated.calibration;
+    co.seqlen = std::min<uint64_t>(co.seqlen, source.config().max_position_embeddings);
+    e.calibration = std::make_unique<CalibrationSet>(make_calibration_set(tok, co));
+    std::vector<QType> qtypes;
+    for (const auto& p : plan) qtypes.push_back(p.choice.qtype);
+    CalibratedOptions engine_options = options.calibrated;
+    engine_options.method = options.recipe.method;
+    std::unique_ptr<ResumeDir> resume;
+    if (!options.calibrated.resume_dir.empty()) {
+        // What makes the blocks' results what they are; the thread count does not.
+        const json fingerprint = {
+            {"qforge_version", QFORGE_VERSION},
+            {"sources", source.sources()},
+            {"recipe", recipe_to_json(options.recipe)},
+            {"options",
+             {{"damp", engine_options.damp},
+              {"act_order", engine_options.act_order},
+              {"mse", engine_options.mse}}},
+            {"calibration", e.calibration->to_json()},
+            {"calibration_tokens", e.calibration->tokens_hash}};
+        resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,
+                                             source.config().num_layers);
+    }
+    e.engine = std::make_unique<LayerSequential>(source, std::move(qtypes), *e.calibration,
+                                                 engine_options, pool, std::move(resume));
+    return e;
+}
+
 }  // namespace
 
 std::vector<PlanGroup> group_plan(const std::vector<TensorPlan>& plan) {
@@ -117,39 +159,8 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         provenance(*src, quantization_record(options.recipe, report.groups, plan)));
 
     ThreadPool pool(std::max(1, options.threads));
-    // Calibrated methods: the layer-sequential engine produces the blocks' linears.
-    std::unique_ptr<CalibrationSet> calibration;
-    std::unique_ptr<LayerSequential> engine;
-    if (quant_method_info(options.recipe.method).calibrated) {
-        if (src->tokenizer().is_null())
-            throw Error(options.input, {}, "calibration needs the model's tokenizer, and it has none");
-        const Tokenizer tok = Tokenizer::from_schema(src->tokenizer(), options.input);
-        CalibrationOptions co = options.calibrated.calibration;
-        co.seqlen = std::min<uint64_t>(co.seqlen, src->config().max_position_embeddings);
-        calibration = std::make_unique<CalibrationSet>(make_calibration_set(tok, co));
-        std::vector<QType> qtypes;
-        for (const auto& p : plan) qtypes.push_back(p.choice.qtype);
-        CalibratedOptions engine_options = options.calibrated;
-        engine_options.method = options.recipe.method;
-        std::unique_ptr<ResumeDir> resume;
-        if (!options.calibrated.resume_dir.empty()) {
-            // What makes the blocks' results what they are; the thread count does not.
-            const json fingerprint = {
-                {"qforge_version", QFORGE_VERSION},
-                {"sources", src->sources()},
-                {"recipe", recipe_to_json(options.recipe)},
-                {"options",
-                 {{"damp", engine_options.damp},
-                  {"act_order", engine_options.act_order},
-                  {"mse", engine_options.mse}}},
-                {"calibration", calibration->to_json()},
-                {"calibration_tokens", calibration->tokens_hash}};
-            resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,
-                                                 src->config().num_layers);
-        }
-        engine = std::make_unique<LayerSequential>(*src, std::move(qtypes), *calibration,
-                                                   engine_options, pool, std::move(resume));
-    }
+    CalibratedEngine calibrated_engine = make_engine(options, *src, plan, pool);
+    LayerSequential* engine = calibrated_engine.engine.get();
     Progress progress("quantize", total_bytes);
     std::vector<uint8_t> scratch, out;
     for (size_t i = 0; i < plan.size(); ++i) {

@@ -11,6 +11,8 @@
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
+#include "quant/block_forward.hpp"
+#include "quant/hessian.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/reference_forward.hpp"
@@ -150,6 +152,24 @@ ModelConfig variant_config(const Variant& v) {
     return c;
 }
 
+// The calibration pass's operations (quant/block_forward.hpp) running runtime/transformer.hpp's
+// forward on the model, the tokens as one sequence: logits [n][vocab].
+std::vector<float> calibration_forward(const Model& model, const std::vector<int32_t>& tokens,
+                                       ThreadPool& pool) {
+    const ModelConfig& c = model.config();
+    const uint64_t n = tokens.size(), d = c.hidden_size;
+    BlasSingleThread blas;
+    BlockForward f(c, 1, n, pool);
+    std::vector<float> x = embed_tokens(model, tokens);
+    for (uint64_t l = 0; l < c.num_layers; ++l) run_layer(f, model, l, x);
+    std::vector<float> h(x.size()), logits(n * c.vocab_size);
+    f.view = layer_view(model, 0);  // its final norm and output head
+    f.norm(0, Norm::final, {x.data(), d}, {h.data(), d}, n);
+    const Product head[] = {{Weight::lm_head, {logits.data(), c.vocab_size}}};
+    f.products(0, {h.data(), d}, head, n);
+    return logits;
+}
+
 }  // namespace
 
 TEST_CASE("cpu backend matches the float64 reference on random models", "[runtime]") {
@@ -170,6 +190,11 @@ TEST_CASE("cpu backend matches the float64 reference on random models", "[runtim
         const double err = worst_rel_l2(run(*cpu, tokens), ref);
         INFO("worst relative L2 " << err);
         REQUIRE(err <= 1e-5);
+        // The calibration pass's operations on the same forward: float32 too, the same bound
+        // (every architecture feature: GQA, biases, tied heads, llama3 RoPE).
+        const double err_calib = worst_rel_l2(calibration_forward(model, tokens, pool), ref);
+        INFO("calibration forward: worst relative L2 " << err_calib);
+        REQUIRE(err_calib <= 1e-5);
         fs::remove(path);
     }
 }
@@ -300,6 +325,11 @@ TEST_CASE("cpu backend runs every quantized qtype: exact with float activations,
         const double err_f32 = worst_rel_l2(run(*exact, tokens), ref);
         INFO("float activations: worst relative L2 " << err_f32);
         REQUIRE(err_f32 <= 1e-5);
+        // The calibration operations (sgemm on the dequantized weights) are float32 too: the
+        // same bound, for every qtype the pipeline may read.
+        const double err_calib = worst_rel_l2(calibration_forward(model, tokens, pool), ref);
+        INFO("calibration forward: worst relative L2 " << err_calib);
+        REQUIRE(err_calib <= 1e-5);
         // int8 activations round each input element by at most 1/254 of its block's largest
         // magnitude (a relative RMS near 0.2% for Gaussian-like activations); every projection
         // (7 per layer, 2 layers, the head) adds such an error, so logits move by about
