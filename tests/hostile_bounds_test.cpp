@@ -19,6 +19,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/zstd_frame.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
 #include "tokenizer/source.hpp"
@@ -234,7 +235,7 @@ TEST_CASE("a zstd bomb .qf fails before anything of its declared size is allocat
     }
 }
 
-TEST_CASE("input detection looks at content; convert and quantize agree", "[hostile][bounds]") {
+TEST_CASE("input detection looks at content, convert and quantize agree", "[hostile][bounds]") {
     test::ScratchDir dir("bounds-detect");
     const fs::path out = dir / "out.qf";
     auto both = [&](const fs::path& in, const std::vector<std::string>& parts) {

@@ -18,6 +18,7 @@
 #include "formats/qf.hpp"
 #include "gguf_builder.hpp"
 #include "quant/resume_state.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/jinja_subset.hpp"

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "formats/qf.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
