@@ -263,7 +263,7 @@ TEST_CASE("SIGKILL while writing leaves nothing (O_TMPFILE) and the old file who
     }
 }
 
-TEST_CASE("atomic directory: appears on commit; errors and signals remove its temporary tree",
+TEST_CASE("atomic directory: appears on commit, errors and signals remove its temporary tree",
           "[core][atomic][hostile][output]") {
     const bool named = GENERATE(false, true);
     TempMode mode(named);

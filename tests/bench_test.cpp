@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/qf.hpp"
+#include "cli_support.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
@@ -122,9 +123,7 @@ TEST_CASE("qforge bench on stories260K: JSON fields, sane values, bytes per toke
 
 TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context enforced",
           "[bench][cli]") {
-    const fs::path hf =
-        fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "hf_models" / "llama_gqa_untied";
-    if (!fs::exists(hf)) QF_SKIP("tests/data/hf_models is absent");
+    const fs::path hf = test::fixture("hf_models/llama_gqa_untied");
     test::ScratchDir dir("bench-untied");
     const fs::path model = convert(hf, dir / "u.qf");
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -326,9 +327,7 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
 }
 
 TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
-    const fs::path gguf =
-        fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf" / "tiny_llama.gguf";
-    if (!fs::exists(gguf)) QF_SKIP("tests/data/gguf/tiny_llama.gguf is absent");
+    const fs::path gguf = test::fixture("gguf/tiny_llama.gguf");
     const Fixture f;
     const fs::path model = f.dir / "t.qf";
     Run r = run_split("convert " + q(gguf) + " -o " + q(model), f.io.path());

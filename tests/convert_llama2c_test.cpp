@@ -13,6 +13,7 @@
 #include "sources/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -12,8 +12,6 @@
 // scripts/fetch_gpu_check_deps.sh converts them), so the GPU check needs no converter.
 #include "runtime/cuda_backend.hpp"
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -49,21 +47,6 @@ namespace {
         std::string why_;                                                 \
         if (list_gpus(&why_).empty()) QF_SKIP("no CUDA device: " + why_); \
     } while (0)
-
-// A scratch folder of its own (test_support's ScratchDir needs the full test library).
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& name)
-        : path(fs::temp_directory_path() /
-               ("qforge_cuda_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 ModelConfig tiny_config(Architecture arch) {
     ModelConfig c;
@@ -218,7 +201,7 @@ constexpr Variant kVariants[] = {
 
 TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]") {
     QF_REQUIRE_GPU();
-    TempDir dir("variants");
+    test::ScratchDir dir("cuda-variants");
     uint32_t seed = 1;
     for (const auto& v : kVariants) {
         INFO(v.name);
@@ -226,7 +209,7 @@ TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]
         c.tie_word_embeddings = v.tied;
         c.attention_bias = v.bias;
         if (v.llama3) c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
-        const fs::path p = dir.path / (std::to_string(seed) + ".qf");
+        const fs::path p = dir / (std::to_string(seed) + ".qf");
         write_model(p, c, v.qtype, seed);
         // 40 tokens: prefill batches above the GEMV limit take the tensor-core paths.
         check_model_against_reference(p, 40, seed++);
@@ -235,7 +218,7 @@ TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]
 
 TEST_CASE("CUDA backend on SmolLM2 and TinyLlama shapes", "[cuda]") {
     QF_REQUIRE_GPU();
-    TempDir dir("shapes");
+    test::ScratchDir dir("cuda-shapes");
     for (const char* file : {"smollm2_135m.json", "tinyllama_1.1b.json"}) {
         ModelConfig c =
             read_model_config(std::string(QFORGE_SOURCE_DIR) + "/tests/data/configs/" + file);
@@ -243,7 +226,7 @@ TEST_CASE("CUDA backend on SmolLM2 and TinyLlama shapes", "[cuda]") {
         c.vocab_size = std::min<uint64_t>(c.vocab_size, 16384);
         for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
             INFO(file << " " << qtype_traits(t).name);
-            const fs::path p = dir.path / (std::string(qtype_traits(t).name) + ".qf");
+            const fs::path p = dir / (std::string(qtype_traits(t).name) + ".qf");
             write_model(p, c, t, 7);
             check_model_against_reference(p, 12, 3);
             fs::remove(p);
@@ -256,9 +239,9 @@ TEST_CASE(
     "the host loop",
     "[cuda]") {
     QF_REQUIRE_GPU();
-    TempDir dir("graph");
+    test::ScratchDir dir("cuda-graph");
     ModelConfig c = tiny_config(Architecture::llama);
-    const fs::path p = dir.path / "m.qf";
+    const fs::path p = dir / "m.qf";
     write_model(p, c, QType::q4_g32, 9);
     Model model(p.string());
     const auto tokens = some_tokens(20, c.vocab_size, 4);
@@ -290,10 +273,10 @@ TEST_CASE(
 
 TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     QF_REQUIRE_GPU();
-    TempDir dir("errors");
+    test::ScratchDir dir("cuda-errors");
     ModelConfig c = tiny_config(Architecture::llama);
     c.max_position_embeddings = 16;
-    const fs::path p = dir.path / "m.qf";
+    const fs::path p = dir / "m.qf";
     write_model(p, c, QType::f16, 2);
     Model model(p.string());
     CudaBackend gpu(model);
@@ -318,7 +301,7 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
                         Catch::Contains("another backend"));
     // A qtype without CUDA kernels (3-bit) is refused at load, naming the file, the first tensor
     // in it and the qtype; the CPU backend runs the same model.
-    const fs::path q3 = dir.path / "q3.qf";
+    const fs::path q3 = dir / "q3.qf";
     write_model(q3, c, QType::q3_g32, 3);
     Model q3_model(q3.string());
     REQUIRE_THROWS_AS(CudaBackend{q3_model}, cuda::UnsupportedOnCuda);

@@ -84,7 +84,7 @@ TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype"
     REQUIRE_FALSE(cuda_qtype_row(QType::q3_g32).supported);
 }
 
-TEST_CASE("GPU row layout follows the .qf layout; float rows pad to whole chunks", "[cuda_host]") {
+TEST_CASE("GPU row layout follows the .qf layout, float rows pad to whole chunks", "[cuda_host]") {
     for (QType t : supported_types()) {
         const QTypeTraits& tr = qtype_traits(t);
         for (uint64_t k : kLengths) {

@@ -22,6 +22,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/pretokenizer.hpp"
@@ -177,11 +178,7 @@ TEST_CASE("GGUF convert: the tokenizer equals `tokenizers` on the fixture texts"
 }
 
 TEST_CASE("GGUF convert: logits equal transformers on the dequantized weights", "[gguf]") {
-    const fs::path ref_path = kGgufFixtures / "tiny_llama_logits.gguf";
-    if (!fs::exists(ref_path))
-        QF_SKIP(
-            "tests/data/gguf/tiny_llama_logits.gguf is absent "
-            "(scripts/make_gguf_logits_fixtures.py)");
+    const fs::path ref_path = test::fixture("gguf/tiny_llama_logits.gguf");
     const GgufFile ref(ref_path.string());
     const std::vector<int64_t> ids64 = ref.get_int_array("qforge.input_ids");
     const std::vector<int32_t> ids(ids64.begin(), ids64.end());

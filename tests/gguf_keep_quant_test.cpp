@@ -19,6 +19,7 @@
 #include "formats/qf.hpp"
 #include "gguf_builder.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -149,7 +150,7 @@ TEST_CASE("GGUF --keep-quant: Q8_0 and Q4_0 import as q8_g32 and q4s_g32, bit-ex
 }
 
 TEST_CASE(
-    "GGUF --keep-quant: a NaN block scale is refused by name; non-GGUF input refuses the flag",
+    "GGUF --keep-quant: a NaN block scale is refused by name, non-GGUF input refuses the flag",
     "[interop][gguf]") {
     ScratchDir dir("gguf-keep-quant-errors");
     TestGguf g = quantized_model();

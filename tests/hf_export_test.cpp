@@ -18,6 +18,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/hf_writer.hpp"
 #include "tokenizer/source.hpp"
@@ -353,7 +354,7 @@ TEST_CASE("stories260K exports with its unpackable linears kept float", "[intero
     }
 }
 
-TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0; AWQ can", "[interop][export]") {
+TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, AWQ can", "[interop][export]") {
     ScratchDir dir("hf_export_zero");
     const fs::path qf = quantize(make_float_model(dir, true), dir, "q4_g32");
     const auto gptq = run_export(qf, dir / "gptq", "gptq");

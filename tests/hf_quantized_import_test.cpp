@@ -19,6 +19,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

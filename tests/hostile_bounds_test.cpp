@@ -2,8 +2,6 @@
 // would make tokenizer building quadratic: each must fail (or finish) without allocating what
 // the file declares, with one error naming the file and what was found against what was
 // expected.
-#include <xxhash.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +17,8 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/zstd_frame.hpp"
+#include "cli_support.hpp"
+#include "qf_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
 #include "tokenizer/source.hpp"
@@ -79,13 +79,7 @@ void write_bomb_qf(const fs::path& path, const std::vector<uint8_t>& frame,
         std::mt19937 rng(1);
         for (auto& b : bytes) b = static_cast<uint8_t>(rng());
         w.add_tensor(model ? "embed" : "w", QType::f32, {n}, bytes);
-        if (model)
-            for (const TensorSpec& spec : expected_tensors(*model)) {
-                if (spec.name == "embed") continue;
-                uint64_t size = 4;
-                for (uint64_t d : spec.shape) size *= d;
-                w.add_tensor(spec.name, QType::f32, spec.shape, std::vector<uint8_t>(size, 0));
-            }
+        if (model) test::add_zero_tensors(w, *model, "embed");
         w.finish();
     }
     auto bytes = test::read_file(path);
@@ -102,13 +96,8 @@ void write_bomb_qf(const fs::path& path, const std::vector<uint8_t>& frame,
     t["encoding"] = "zstd";  // the writer stored the incompressible bytes raw
     std::memcpy(bytes.data() + pre.data_offset + t["offset"].get<uint64_t>(), frame.data(),
                 frame.size());
-    const std::string text = h.dump();
-    bytes.resize(pre.header_offset);
-    bytes.insert(bytes.end(), text.begin(), text.end());
-    pre.header_length = text.size();
-    pre.header_checksum = XXH3_64bits(text.data(), text.size());
-    std::memcpy(bytes.data(), &pre, sizeof pre);
     test::write_file(path, bytes);
+    test::replace_qf_header(path, h.dump());
 }
 
 // Address-space limit for child runs that prove nothing huge is allocated; ASan reserves
@@ -212,29 +201,14 @@ TEST_CASE("a zstd bomb .qf fails before anything of its declared size is allocat
         blocks.push_back({1, 131072, {0}});
         // A valid model but for the bomb (verify checks the model before any tensor's bytes):
         // vocabulary 393216 x hidden 1024, every other tensor a few KiB.
-        ModelConfig c;
-        c.arch = Architecture::llama;
-        c.vocab_size = 393216;
-        c.hidden_size = 1024;
-        c.intermediate_size = 8;
-        c.num_layers = 1;
-        c.num_heads = 1;
-        c.num_kv_heads = 1;
-        c.head_dim = 2;
-        c.max_position_embeddings = 64;
-        c.rms_norm_eps = 1e-5;
-        c.rope_theta = 10000.0;
-        c.bos_token_id = 1;
-        c.eos_token_ids = {2};
-        c.tie_word_embeddings = true;
-        c.torch_dtype = "float32";
+        const ModelConfig c = test::tiny_llama_config(393216, 1024);
         write_bomb_qf(p, zstd_frame(uint64_t{1610612736}, blocks), {393216, 1024}, &c);
         const auto r = test::run_qforge("verify " + q(p), kLimit1GiB);
         require_one_line_error(r, {p.string(), "tensor 'embed'", "regenerate at most 180272 bytes"});
     }
 }
 
-TEST_CASE("input detection looks at content; convert and quantize agree", "[hostile][bounds]") {
+TEST_CASE("input detection looks at content, convert and quantize agree", "[hostile][bounds]") {
     test::ScratchDir dir("bounds-detect");
     const fs::path out = dir / "out.qf";
     auto both = [&](const fs::path& in, const std::vector<std::string>& parts) {

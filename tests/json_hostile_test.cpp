@@ -2,7 +2,6 @@
 // never a stack overflow), and values of the wrong type (an Error naming the file and the key
 // path, never a library exception). Broken inputs are made here from the committed fixtures by
 // changing one value.
-#include <xxhash.h>
 #include <zstd.h>
 
 #include <catch2/catch.hpp>
@@ -18,6 +17,8 @@
 #include "formats/qf.hpp"
 #include "gguf_builder.hpp"
 #include "quant/resume_state.hpp"
+#include "cli_support.hpp"
+#include "qf_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/jinja_subset.hpp"
@@ -110,53 +111,18 @@ fs::path copy_tokenizer(const std::string& family, const test::ScratchDir& dir) 
 // changed value). The vocabulary is larger than any fixture tokenizer's, as real padded
 // vocabularies are.
 void write_qf(const fs::path& path, const json& tokenizer) {
-    ModelConfig c;
-    c.arch = Architecture::llama;
-    c.vocab_size = 33000;
-    c.hidden_size = 4;
-    c.intermediate_size = 8;
-    c.num_layers = 1;
-    c.num_heads = 2;
-    c.num_kv_heads = 1;
-    c.head_dim = 2;
-    c.max_position_embeddings = 64;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 10000.0;
-    c.bos_token_id = 1;
-    c.eos_token_ids = {2};
-    c.torch_dtype = "float32";
+    const ModelConfig c = test::tiny_llama_config(33000, 4);
     QfWriter w(path.string(), {.compress = false});
     w.set_model(model_config_to_json(c));
     w.set_tokenizer(tokenizer);
     w.set_provenance({{"recipe", {{"command", "test"}, {"rules", json::array({"a", "b"})}}}});
-    for (const TensorSpec& spec : expected_tensors(c)) {
-        uint64_t n = 4;
-        for (uint64_t d : spec.shape) n *= d;
-        w.add_tensor(spec.name, QType::f32, spec.shape, std::vector<uint8_t>(n, 0));
-    }
+    test::add_zero_tensors(w, c);
     w.finish();
 }
 
-// Replaces a .qf's header with `text`, keeping the preamble's length and checksum consistent, so
-// the reader gets past every check before the header's content.
-void replace_qf_header(const fs::path& path, const std::string& text) {
-    auto bytes = test::read_file(path);
-    QfPreamble pre;
-    std::memcpy(&pre, bytes.data(), sizeof pre);
-    bytes.resize(pre.header_offset);
-    bytes.insert(bytes.end(), text.begin(), text.end());
-    pre.header_length = text.size();
-    pre.header_checksum = XXH3_64bits(text.data(), text.size());
-    std::memcpy(bytes.data(), &pre, sizeof pre);
-    test::write_file(path, bytes);
-}
+using test::replace_qf_header;
 
-json qf_header(const fs::path& path) {
-    const auto bytes = test::read_file(path);
-    QfPreamble pre;
-    std::memcpy(&pre, bytes.data(), sizeof pre);
-    return json::parse(bytes.begin() + static_cast<long>(pre.header_offset), bytes.end());
-}
+json qf_header(const fs::path& path) { return json::parse(test::qf_header_text(path)); }
 
 // The message of the qforge::Error `f` throws; fails the test for any other outcome.
 template <class F>

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu/isa.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

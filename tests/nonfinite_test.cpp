@@ -17,6 +17,7 @@
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -22,6 +22,7 @@
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/safetensors.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -369,8 +370,11 @@ Interrupted interrupt_repeatedly(const std::vector<std::string>& args, const fs:
 
 }  // namespace
 
-TEST_CASE("SIGKILL during convert or quantize leaves no file; the old output stays whole",
-          "[hostile][output][cli][slow]") {
+// Hidden ("[.]", run it with `qforge_tests "[slow]"`): about 19 s in the release build on a
+// loaded 2-core machine, far more in the sanitizer build, and the CI budget has no room for it.
+// Until the split of test names at ';' was fixed it ran in no ctest run either.
+TEST_CASE("SIGKILL during convert or quantize leaves no file, the old output stays whole",
+          "[.][hostile][output][cli][slow]") {
     test::ScratchDir dir("out-sigkill");
     const fs::path hf = dir / "hf", ref = dir / "ref", work = dir / "work";
     // About 11M parameters: converting to f32 writes 45 MB, some hundreds of milliseconds.

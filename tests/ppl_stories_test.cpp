@@ -12,6 +12,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/perplexity.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -134,7 +135,7 @@ TEST_CASE("ppl gptq --ctx 512: stories260K FP16 reproduces ppl_ref.json (first 1
     check_first16_windows(data, "hf-fp16", "ppl_fp16weights_first16_windows");
 }
 
-TEST_CASE("ppl llamacpp: scores exactly llama-perplexity's positions; KL against itself and FP16",
+TEST_CASE("ppl llamacpp: scores exactly llama-perplexity's positions, KL against itself and FP16",
           "[runtime][shared]") {
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("ppl-llamacpp");

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "formats/qf.hpp"
+#include "qf_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -68,18 +69,9 @@ void write_sample(const fs::path& path, bool compress) {
 // Rewrites a valid file's JSON header through `edit`, keeping the preamble consistent, so each
 // test breaks exactly one thing.
 void edit_header(const fs::path& path, const std::function<void(json&)>& edit) {
-    auto bytes = test::read_file(path);
-    QfPreamble pre;
-    std::memcpy(&pre, bytes.data(), sizeof pre);
-    json h = json::parse(bytes.begin() + static_cast<long>(pre.header_offset), bytes.end());
+    json h = json::parse(test::qf_header_text(path));
     edit(h);
-    const std::string text = h.dump();
-    bytes.resize(pre.header_offset);
-    bytes.insert(bytes.end(), text.begin(), text.end());
-    pre.header_length = text.size();
-    pre.header_checksum = XXH3_64bits(text.data(), text.size());
-    std::memcpy(bytes.data(), &pre, sizeof pre);
-    test::write_file(path, bytes);
+    test::replace_qf_header(path, h.dump());
 }
 
 void edit_preamble(const fs::path& path, const std::function<void(QfPreamble&)>& edit) {

@@ -2,8 +2,6 @@
 // vocabulary, is refused by every command that opens it, with one message naming the file and
 // the tensor or key: verify, inspect, ppl, generate, bench, quantize and export alike. Each broken
 // file is made here from a valid conversion of stories260K with exactly one defect.
-#include <xxhash.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -14,6 +12,8 @@
 
 #include "core/error.hpp"
 #include "formats/qf.hpp"
+#include "cli_support.hpp"
+#include "qf_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -66,19 +66,11 @@ void write_parts(const fs::path& p, const QfParts& parts) {
 // Replaces `from` by `to` in the JSON header text itself, for what nlohmann would not write
 // (1e999) or QfWriter would not accept (a norm typed q4_g32); the preamble is kept consistent.
 void edit_header_text(const fs::path& p, const std::string& from, const std::string& to) {
-    auto bytes = test::read_file(p);
-    QfPreamble pre;
-    std::memcpy(&pre, bytes.data(), sizeof pre);
-    std::string text(bytes.begin() + static_cast<long>(pre.header_offset), bytes.end());
+    std::string text = test::qf_header_text(p);
     const size_t at = text.find(from);
     REQUIRE(at != std::string::npos);
     text.replace(at, from.size(), to);
-    bytes.resize(pre.header_offset);
-    bytes.insert(bytes.end(), text.begin(), text.end());
-    pre.header_length = text.size();
-    pre.header_checksum = XXH3_64bits(text.data(), text.size());
-    std::memcpy(bytes.data(), &pre, sizeof pre);
-    test::write_file(p, bytes);
+    test::replace_qf_header(p, text);
 }
 
 struct Defect {

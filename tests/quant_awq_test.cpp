@@ -21,6 +21,7 @@
 #include "sources/model_source.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -320,8 +321,7 @@ TEST_CASE("qforge quantize --method awq on stories260K: no worse than RTN, v -> 
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("awq-cli");
     const fs::path in = test::convert_stories(data, "hf", dir);
-    const std::vector<uint8_t> text =
-        test::read_file(data / "tinystories-val-sample" / "tinystories_val_sample.txt");
+    const std::string text = test::tinystories_head(data);
     // Calibrate on the first 40%, evaluate on the last 40%: never overlapping.
     const size_t cut = text.size() * 2 / 5;
     test::write_file(dir / "calib.txt", std::string(text.begin(), text.begin() + cut));
@@ -332,7 +332,7 @@ TEST_CASE("qforge quantize --method awq on stories260K: no worse than RTN, v -> 
     REQUIRE(rtn.exit_code == 0);
     const auto awq = test::run_qforge("quantize " + q(in) + " -o " + q(dir / "awq.qf") + common +
                                       "--method awq --calib " + q(dir / "calib.txt") +
-                                      " --nsamples 32 --seqlen 128");
+                                      " --nsamples 16 --seqlen 128");
     INFO(awq.output);
     REQUIRE(awq.exit_code == 0);
 
@@ -350,9 +350,11 @@ TEST_CASE("qforge quantize --method awq on stories260K: no worse than RTN, v -> 
         }
     }
 
+    // 16 chunks of 128 and 16 calibration samples (were 40 and 32, for the sanitizer build's
+    // time): AWQ's KLD is then 0.065 against RTN's 0.072, 10% lower, a clear margin.
     auto ppl = [&](const char* model) {
         return json_of(test::run_qforge("ppl " + q(dir / model) + " -f " + q(dir / "eval.txt") +
-                                        " --protocol llamacpp --ctx 128 --chunks 40 --kl-base " +
+                                        " --protocol llamacpp --ctx 128 --chunks 16 --kl-base " +
                                         q(in) + " --json"));
     };
     const json pr = ppl("rtn.qf"), pa = ppl("awq.qf");

@@ -8,6 +8,7 @@
 #include "quant/block_forward.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -15,6 +15,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -332,7 +333,7 @@ TEST_CASE("inspect shows bits per weight and the recorded recipe", "[quant][cli]
             .is_null());
 }
 
-TEST_CASE("NaN weights are refused with the tensor, row and column; nothing is written",
+TEST_CASE("NaN weights are refused with the tensor, row and column, nothing is written",
           "[quant][cli]") {
     test::ScratchDir dir("quant-nan");
     const fs::path out_dir = dir / "out";

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/qf.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -25,17 +26,18 @@ std::string read_file(const fs::path& p) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The sample split in two at a line break near the middle: calibration text and evaluation text.
-void split_text(const fs::path& src, const fs::path& a, const fs::path& b) {
-    const std::string text = read_file(src);
+// The text split in two at a line break near the middle: calibration text and evaluation text.
+void split_text(const std::string& text, const fs::path& a, const fs::path& b) {
     const size_t cut = text.find('\n', text.size() / 2) + 1;
     std::ofstream(a, std::ios::binary) << text.substr(0, cut);
     std::ofstream(b, std::ios::binary) << text.substr(cut);
 }
 
+// 16 chunks of 128 (were 40, for the sanitizer build's time): GPTQ's KLD is then 0.064 against
+// RTN's 0.084, 23% lower (25% over 40 chunks), well clear of chunk-to-chunk noise.
 double kld(const fs::path& model, const fs::path& base, const fs::path& text) {
     auto r = test::run_qforge("ppl " + q(model) + " -f " + q(text) +
-                              " --ctx 128 --chunks 40 -t 2 --json -q --kl-base " + q(base));
+                              " --ctx 128 --chunks 16 -t 2 --json -q --kl-base " + q(base));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     return json::parse(r.output.substr(r.output.find('{'))).at("kld").get<double>();
@@ -49,7 +51,7 @@ TEST_CASE("gptq on stories260K beats RTN, records its recipe, is deterministic",
     test::ScratchDir dir("gptq-cli");
     const fs::path f32 = test::convert_stories(data, "hf", dir);
     const fs::path calib = dir / "calib.txt", eval = dir / "eval.txt";
-    split_text(data / "tinystories-val-sample" / "tinystories_val_sample.txt", calib, eval);
+    split_text(test::tinystories_head(data), calib, eval);
 
     const std::string common = " --qtype q4_g32 --calib " + q(calib) + " --nsamples 16 --seqlen 128";
     auto g1 = test::run_qforge("quantize " + q(f32) + " -o " + q(dir / "g1.qf") +

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -82,8 +83,9 @@ void check_resume(const Fixture& fx, const test::ScratchDir& dir, const std::str
 }
 
 Fixture make_fixture(const fs::path& data, const test::ScratchDir& dir) {
-    return {test::convert_stories(data, "hf", dir),
-            data / "tinystories-val-sample" / "tinystories_val_sample.txt"};
+    const fs::path calib = dir / "stories.txt";
+    test::write_file(calib, test::tinystories_head(data));
+    return {test::convert_stories(data, "hf", dir), calib};
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -63,12 +64,13 @@ TEST_CASE("qforge generate --greedy reproduces run.c's greedy sample byte for by
     REQUIRE(a.output.rfind("Once upon a time", 0) == 0);
 }
 
-TEST_CASE("qforge ppl --json reports the statistics; bad inputs get one clear line",
+TEST_CASE("qforge ppl --json reports the statistics, bad inputs get one clear line",
           "[runtime][cli][shared]") {
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("ppl-cli");
     const fs::path model = stories(data, dir);
-    const fs::path text = data / "tinystories-val-sample" / "tinystories_val_sample.txt";
+    const fs::path text = dir / "stories.txt";
+    test::write_file(text, test::tinystories_head(data));
 
     auto r = test::run_qforge("ppl " + q(model) + " -f " + q(text) +
                               " --ctx 128 --chunks 2 --kl-base " + q(model) + " --json -q");

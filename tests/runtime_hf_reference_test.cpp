@@ -40,9 +40,7 @@ double worst_rel_l2(const std::vector<float>& got, const std::vector<Row>& ref) 
 
 TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpoints",
           "[runtime]") {
-    const fs::path root = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "hf_models";
-    if (!fs::is_directory(root))
-        QF_SKIP("tests/data/hf_models is absent (scripts/make_hf_reference_fixtures.py writes it)");
+    const fs::path root = test::fixture("hf_models");
     test::ScratchDir dir("runtime-hf");
     ThreadPool pool(2);
     int checked = 0;

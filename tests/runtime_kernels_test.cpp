@@ -16,7 +16,7 @@
 
 using namespace qforge;
 
-TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths; widening is exact", "[runtime]") {
+TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths, widening is exact", "[runtime]") {
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (QType t : {QType::f32, QType::f16, QType::bf16}) {
@@ -48,7 +48,7 @@ TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths; widening is exact", "[
     }
 }
 
-TEST_CASE("thread pool: split_range covers every index once; run reaches every thread",
+TEST_CASE("thread pool: split_range covers every index once, run reaches every thread",
           "[runtime]") {
     for (size_t n : {0u, 1u, 5u, 64u, 1001u})
         for (size_t parts : {1u, 2u, 3u, 7u}) {
@@ -107,7 +107,7 @@ TEST_CASE("RoPE inverse frequencies: plain and llama3-scaled as transformers com
     REQUIRE(scaled[31] == plain[31] / 8);  // long wavelength: divided
 }
 
-TEST_CASE("sampling: greedy is argmax; a seed fixes the sequence; top-k and top-p cut",
+TEST_CASE("sampling: greedy is argmax, a seed fixes the sequence, top-k and top-p cut",
           "[runtime]") {
     const std::vector<float> logits = {0.5f, 3.0f, 2.9f, -1.0f, 3.0f};
     REQUIRE(argmax(logits) == 1);  // lowest index on ties

@@ -14,6 +14,7 @@
 #include "runtime/reference_forward.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "formats/qf.hpp"
 #include "sources/model_source.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -1,21 +1,26 @@
 #include "test_support.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 
-#include "convert/convert.hpp"
 #include "core/half.hpp"
 
 namespace qforge::test {
 
 namespace fs = std::filesystem;
+
+fs::path fixture(const fs::path& relative) {
+    const fs::path p = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / relative;
+    if (!fs::exists(p))
+        throw std::runtime_error("the committed test fixture " + p.string() +
+                                 " is missing: restore tests/data from git");
+    return p;
+}
 
 std::optional<fs::path> shared_data_dir() {
     if (const char* env = std::getenv("QFORGE_SHARED_DATA")) {
@@ -25,6 +30,20 @@ std::optional<fs::path> shared_data_dir() {
     fs::path p = fs::path(QFORGE_SOURCE_DIR) / ".." / "shared" / "data";
     if (fs::is_directory(p)) return fs::canonical(p);
     return std::nullopt;
+}
+
+std::string tinystories_head(const fs::path& data) {
+    const fs::path p = data / "tinystories-val-sample" / "tinystories_val_sample.txt";
+    std::ifstream f(p, std::ios::binary);
+    std::string text(65536, '\0');
+    f.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (f.gcount() != static_cast<std::streamsize>(text.size()))
+        throw std::runtime_error("cannot read the first 64 KiB of " + p.string());
+    // Whole stories only: cut after the last blank line, as a story ends.
+    const size_t end = text.rfind("\n\n");
+    if (end == std::string::npos) throw std::runtime_error("no blank line in " + p.string());
+    text.resize(end + 2);
+    return text;
 }
 
 ScratchDir::ScratchDir(const std::string& name) {
@@ -77,28 +96,6 @@ std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v) {
         }
     }
     return out;
-}
-
-fs::path convert_stories(const fs::path& data, const std::string& variant, const ScratchDir& dir) {
-    ConvertOptions o;
-    o.input = (data / "stories260K" / variant).string();
-    o.output = (dir / (variant + ".qf")).string();
-    o.tokenizer = (data / "stories260K" / "tok512.bin").string();
-    convert_checkpoint(o);
-    return o.output;
-}
-
-CommandResult run_qforge(const std::string& args, const std::string& shell_prefix) {
-    std::string cmd = shell_prefix + " QFORGE_NO_PROGRESS=1 '" + QFORGE_BINARY + "' " + args + " 2>&1";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (!pipe) throw std::runtime_error("popen failed: " + cmd);
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-    int status = ::pclose(pipe);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return {code, out};
 }
 
 }  // namespace qforge::test

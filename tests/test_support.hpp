@@ -1,4 +1,7 @@
-// Helpers shared by the tests: locating ../shared/data, scratch directories, running the CLI.
+// Helpers shared by the tests: ../shared/data, the committed fixtures in tests/data, scratch
+// directories, file bytes. Built as the library qforge_test_support, which needs core and
+// formats only (no convert, tokenizer or CLI), so the CUDA tests of the GPU-check build link it
+// too; the helpers that convert models or run the qforge binary are in cli_support.hpp.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +14,19 @@
 
 namespace qforge::test {
 
-// ../shared/data beside the checkout (or $QFORGE_SHARED_DATA); nullopt when absent.
+// tests/data/<relative>, a committed fixture. It must exist: a missing one means a broken
+// checkout, not a machine without data, so this throws (the test fails) instead of skipping.
+std::filesystem::path fixture(const std::filesystem::path& relative);
+
+// ../shared/data beside the checkout (or $QFORGE_SHARED_DATA); nullopt when absent. It is
+// read-only and never copied into the repository: tests that need it skip without it.
 std::optional<std::filesystem::path> shared_data_dir();
+
+// The first stories of <data>/tinystories-val-sample/tinystories_val_sample.txt (`data` is
+// shared_data_dir()): its first 64 KiB cut back to just after the last blank line, 65,503
+// bytes, which hold the first 16 512-token windows of ppl_ref.json. Tests that only need some
+// in-domain text read this instead of the whole 794 KB file, to stay fast.
+std::string tinystories_head(const std::filesystem::path& data);
 
 // Prints "SKIPPED: <reason>" (ctest's skip marker) and returns from the test case.
 #define QF_SKIP(reason)                                      \
@@ -51,11 +65,6 @@ std::vector<std::string> files_containing(const std::filesystem::path& dir, cons
 // Values stored as f32, f16 or bf16 bytes (little-endian), as a tensor of that qtype holds them.
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 
-// Converts <data>/stories260K/<variant> ("hf" or "hf-fp16") with its tok512.bin into
-// <dir>/<variant>.qf and returns that path.
-std::filesystem::path convert_stories(const std::filesystem::path& data, const std::string& variant,
-                                      const ScratchDir& dir);
-
 // Every quantized type of formats/qtype.hpp's table, in table order.
 inline std::vector<QType> quantized_types() {
     std::vector<QType> v;
@@ -63,13 +72,5 @@ inline std::vector<QType> quantized_types() {
         if (!row.is_float) v.push_back(row.type);
     return v;
 }
-
-struct CommandResult {
-    int exit_code;
-    std::string output;  // stdout and stderr together
-};
-// Runs the qforge binary with the given argument string (shell-quoted by the caller), after
-// `shell_prefix` (e.g. "ulimit -f 100;").
-CommandResult run_qforge(const std::string& args, const std::string& shell_prefix = "");
 
 }  // namespace qforge::test

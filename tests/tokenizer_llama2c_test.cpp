@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tokenizer/source.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 

@@ -1,0 +1,28 @@
+// Test helpers that write .qf files with exactly one defect: the header text and a header
+// replaced with the preamble kept consistent, the smallest valid llama config, and zero tensors
+// for every tensor that config expects. Part of qforge_test_support (formats and core only).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "formats/model_config.hpp"
+#include "formats/qf.hpp"
+
+namespace qforge::test {
+
+// A .qf's JSON header text, and the header replaced by `text` with the preamble's length and
+// checksum kept consistent, so that a test breaks exactly what it means to and the reader gets
+// past every check before the header's content.
+std::string qf_header_text(const std::filesystem::path& qf);
+void replace_qf_header(const std::filesystem::path& qf, const std::string& text);
+
+// The smallest llama config the architecture table accepts around a given vocabulary and hidden
+// size (one layer, one head of dimension 2, intermediate 8), and its expected tensors in f32
+// zeros (every one but `skip`) added to a writer: for files that must be valid models except for
+// the one defect a test puts in.
+ModelConfig tiny_llama_config(uint64_t vocab_size, uint64_t hidden_size);
+void add_zero_tensors(QfWriter& writer, const ModelConfig& config, const std::string& skip = {});
+
+}  // namespace qforge::test
