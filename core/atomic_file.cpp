@@ -30,13 +30,21 @@ enum SlotState : int { kFree = 0, kClaimed = 1, kTempFile = 2, kTempDir = 3 };
 std::atomic<int> g_slot_state[kMaxOpenOutputs];
 std::atomic<uint64_t> g_temp_counter{0};
 constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+// Threads inside a CleanupSignalsBlocked section (a temporary and its slot changing together),
+// and a cleanup signal that arrived meanwhile on another thread (signal masks are per thread:
+// a process-directed signal goes to any thread that does not block it). The handler defers such
+// a signal; the last thread to leave its section raises it again.
+std::atomic<int> g_critical{0};
+std::atomic<int> g_deferred{0};
 
 // Removes the files of a flat temporary directory, then the directory, with raw getdents64 (no
 // malloc, unlike readdir). Unlinking while listing can skip entries, so it lists again until a
-// pass finds nothing, a bounded number of times.
+// pass finds nothing; another thread may still be writing into the directory while the handler
+// runs, so listing and rmdir repeat until rmdir succeeds. Both a bounded number of times.
 void remove_flat_dir_signal_safe(const char* path) {
-    const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return;
         alignas(8) char buf[4096];
         for (int pass = 0; pass < 16; ++pass) {
             bool removed = false;
@@ -58,11 +66,15 @@ void remove_flat_dir_signal_safe(const char* path) {
             if (!removed) break;
         }
         ::close(fd);
+        if (::rmdir(path) == 0 || errno != ENOTEMPTY) return;
     }
-    ::rmdir(path);
 }
 
 extern "C" void remove_temps_and_reraise(int sig) {
+    if (g_critical.load() > 0) {  // a registry change is under way: clean up after it
+        g_deferred.store(sig);
+        return;
+    }
     const int saved = errno;
     for (int i = 0; i < kMaxOpenOutputs; ++i)
         if (g_slot_state[i].load() == kTempFile) ::unlink(g_temp_paths[i]);
@@ -100,8 +112,15 @@ public:
         sigemptyset(&set);
         for (int sig : kCleanupSignals) sigaddset(&set, sig);
         pthread_sigmask(SIG_BLOCK, &set, &old_);
+        g_critical.fetch_add(1);
     }
-    ~CleanupSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+    ~CleanupSignalsBlocked() {
+        const bool last = g_critical.fetch_sub(1) == 1;
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+        // A signal deferred by another thread's handler: handled now, the registry consistent.
+        if (last)
+            if (const int sig = g_deferred.exchange(0); sig != 0) std::raise(sig);
+    }
     CleanupSignalsBlocked(const CleanupSignalsBlocked&) = delete;
     CleanupSignalsBlocked& operator=(const CleanupSignalsBlocked&) = delete;
 

@@ -108,7 +108,7 @@ TEST_CASE("quantize reads a Hugging Face directory and a GGUF directly, as conve
     }
 }
 
-TEST_CASE("open_model_source: every kind by content; options that do not apply are refused",
+TEST_CASE("open_model_source: every kind by content, options that do not apply are refused",
           "[sources]") {
     const auto gguf = open_model_source(kGguf.string(), SourceOptions{});
     REQUIRE(gguf->format() == "gguf");
