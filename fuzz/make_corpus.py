@@ -232,7 +232,8 @@ def trim_tokenizer(family, base_keep, merges_keep):
 
 
 def llama2c_vocab(n):
-    """The first n tokens of tok512.bin (llama2.c's format: max_len, then score, len, bytes)."""
+    """The first n tokens of tok512.bin (llama2.c's format: max_len, then score, len, bytes):
+    tests/data/quant_checkpoints/tok512.bin, written by scripts/make_llama2c_vocab.py."""
     raw = data("quant_checkpoints", "tok512.bin")
     pos, toks = 4, []
     while pos < len(raw) and len(toks) < n:

@@ -5,8 +5,9 @@ GPTQ/AWQ import (tests/hf_quantized_import_test.cpp).
 
     /work/venv-gguf/bin/python scripts/make_quant_checkpoint_fixtures.py TOK512_BIN [OUT_DIR]
 
-TOK512_BIN is llama2.c's tok512.bin (the stories260K vocabulary, 512 pieces); it is copied to
-OUT_DIR (default tests/data/quant_checkpoints), where the converter finds it for every case (a
+TOK512_BIN is a 512-token llama2.c vocabulary, the one scripts/make_llama2c_vocab.py learns on
+docs/FORMAT.md (never ../shared's: nothing of ../shared is copied into the repository); it is
+copied to OUT_DIR (default tests/data/quant_checkpoints), where the converter finds it for every case (a
 tok*.bin in the folder above the checkpoint). Needs only numpy: safetensors files are written by
 hand (8-byte header length, JSON header, data), as the format specifies.
 
