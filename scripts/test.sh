@@ -20,7 +20,12 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQFORGE_CUDA=OFF -DQFORGE_SANITIZE=ON \
   -DQFORGE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+# The four longest numerics checks (two 16-window perplexity reproductions, GPTQ and AWQ quality
+# on stories260K: 3.5 minutes of the sanitizer run) run in the release build only, to keep CI
+# within its 30 minutes on 2 cores; their code paths run under the sanitizers in the other
+# ppl, GPTQ, AWQ and resume tests.
+asan_skip='^(ppl gptq --ctx 512: stories260K FP(32|16) reproduces|gptq on stories260K beats RTN|qforge quantize --method awq on stories260K: no worse)'
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs" -E "$asan_skip"
 
 echo "== libFuzzer smoke: every reader's harness for 20 s (scripts/fuzz.sh)"
 if reason=$(bash scripts/fuzz.sh --probe); then
