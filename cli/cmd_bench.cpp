@@ -32,7 +32,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     // The model's context is the real bound (run_bench checks it); this one refuses nonsense
     // before the model is read.
     const uint64_t kMaxTokens = uint64_t{1} << 24;
-    add_input_option(app, "model", a->model, model_input_help)->required();
+    add_model_input(app, "model", a->model)->required();
     add_int_option(app, "-p,--prompt,--prefill", a->bench.prefill_tokens,
                    1, kMaxTokens, "tokens in the prefill batch");
     add_int_option(app, "-n,--gen,--decode", a->bench.decode_tokens, 1, kMaxTokens,

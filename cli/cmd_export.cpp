@@ -15,9 +15,9 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
         std::string format;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "input", a->opts.input,
-                     "quantized .qf file, or a GPTQ/AWQ checkpoint or GGUF (converted to a "
-                     "temporary .qf first)")
+    add_model_input(app, "input", a->opts.input,
+                    "quantized .qf file, or a GPTQ/AWQ checkpoint directory or GGUF (converted "
+                    "to a temporary .qf first)")
         ->required();
     add_choice_option(app, "--format", a->format, {"gptq", "awq"},
                       "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types) or awq (GEMM: q4_g* only)")

@@ -23,7 +23,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         bool raw = false;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "model", a->model, model_input_help)->required();
+    add_model_input(app, "model", a->model)->required();
     app.add_option("-p,--prompt", a->prompt,
                    "the user's message, rendered with the model's chat template when it has one; "
                    "with --raw or no template, text to continue (empty: start from BOS)");

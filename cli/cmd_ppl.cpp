@@ -36,7 +36,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         uint64_t ctx = 512, chunks = 0;
     };
     auto a = std::make_shared<Args>();
-    add_input_option(app, "model", a->model, model_input_help)->required();
+    add_model_input(app, "model", a->model)->required();
     add_file_option(app, common, true);
     // 2 is the smallest window that scores a token (gptq scores positions 1 .. ctx - 1). Whether a
     // given ctx scores anything under the chosen protocol and text is checked once the text is
@@ -52,7 +52,7 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         "gptq: non-overlapping windows, all but the first token scored");
     add_int_option(app, "--chunks", a->chunks, 0, std::numeric_limits<uint32_t>::max(),
                    "evaluate only the first N chunks (0: all)");
-    add_input_option(
+    add_model_input(
         app, "--kl-base", a->kl_base,
         "base model (e.g. the FP16 .qf, or any input kind): also report KL divergence from it, top-1 agreement "
         "and RMS of the probability difference, both run in the same pass");

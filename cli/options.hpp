@@ -132,6 +132,12 @@ inline constexpr const char* model_input_help =
     ".qf model, or any input `convert` takes (Hugging Face directory or .safetensors, GGUF, "
     "llama2.c .bin: converted to a temporary .qf first)";
 
+// A model argument of a command that runs or reads a .qf (a file, or a Hugging Face directory).
+inline CLI::Option* add_model_input(CLI::App& app, const std::string& names, std::string& var,
+                                    const std::string& help = model_input_help) {
+    return add_input_option(app, names, var, help, true);
+}
+
 // The model argument of a command that runs or reads a .qf: any input kind, converted to a
 // temporary .qf when it is not one (convert/qf_input.hpp), the conversion's warnings printed.
 std::unique_ptr<QfInput> open_qf_input(const std::string& input);

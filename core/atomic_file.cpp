@@ -428,4 +428,16 @@ void AtomicDirectory::commit() {
                         errno_text(err));
 }
 
+ScratchFile::ScratchFile(std::string path) : path_(std::move(path)) {
+    install_handlers();
+    CleanupSignalsBlocked blocked;
+    slot_ = register_temp(path_, kTempFile);
+}
+
+ScratchFile::~ScratchFile() {
+    CleanupSignalsBlocked blocked;
+    ::unlink(path_.c_str());  // a mapping made from it stays valid
+    unregister_temp(slot_);
+}
+
 }  // namespace qforge

@@ -91,4 +91,21 @@ private:
     bool committed_ = false;
 };
 
+// A named scratch file of this process that a command writes and then maps (a model converted
+// for `ppl`, say): nothing is made here, but the path is removed when this object goes and, like
+// every temporary above, on SIGINT/SIGTERM/SIGHUP. Only SIGKILL can leave it behind; the name
+// should carry the process id so that a later run can tell such leftovers (convert/qf_input).
+class ScratchFile {
+public:
+    explicit ScratchFile(std::string path);
+    ~ScratchFile();
+    ScratchFile(const ScratchFile&) = delete;
+    ScratchFile& operator=(const ScratchFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    int slot_ = -1;
+};
+
 }  // namespace qforge

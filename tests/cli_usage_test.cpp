@@ -132,7 +132,6 @@ const BadLine kBadLines[] = {
     {"ppl M -f ''", "-f/--file: '' does not exist"},
     {"ppl M", "qforge ppl: missing required argument: -f/--file"},
     {"ppl X -f T", "model: '"},
-    {"ppl D -f T", "model: '"},
     {"ppl M -f T --kl-base X", "--kl-base: '"},
     // generate
     {"generate M -n -1", "-n/--tokens: -1 is out of range; expected an integer from 1 to 16777216"},
@@ -254,6 +253,11 @@ TEST_CASE("a missing or directory -f names the path and says which", "[hostile][
     Run r = run_split(f.expand("ppl M -f D"), f.io.path());
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains(f.subdir.string() + "' is a directory; expected a file"));
+    // A directory as the model is a checkpoint to read (any input kind is taken): an input
+    // error naming it, not a usage error.
+    r = run_split(f.expand("ppl D -f T"), f.io.path());
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Contains(f.subdir.string() + ": no config.json in the checkpoint"));
     r = run_split(f.expand("ppl M -f X"), f.io.path());
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains(f.missing.string() + "' does not exist"));

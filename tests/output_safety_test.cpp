@@ -462,3 +462,84 @@ TEST_CASE("SIGINT during export leaves no temporary directory", "[hostile][outpu
         ::unsetenv("QFORGE_NO_O_TMPFILE");
     }
 }
+
+namespace {
+
+std::vector<std::string> names_in(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Sets TMPDIR for this process and the commands it starts; restores it when it goes.
+struct TmpdirOverride {
+    explicit TmpdirOverride(const fs::path& dir) {
+        if (const char* old = std::getenv("TMPDIR")) saved = old;
+        ::setenv("TMPDIR", dir.c_str(), 1);
+    }
+    ~TmpdirOverride() {
+        if (saved.empty()) ::unsetenv("TMPDIR");
+        else ::setenv("TMPDIR", saved.c_str(), 1);
+    }
+    std::string saved;
+};
+
+}  // namespace
+
+// A command given a checkpoint runs a temporary conversion (convert/qf_input): interrupted at
+// any moment, before, during or after the conversion, it must leave the temporary directory as
+// it found it.
+TEST_CASE("SIGINT/SIGTERM during a command on a checkpoint removes its temporary conversion",
+          "[hostile][output][cli]") {
+    test::ScratchDir dir("out-qfinput-signal");
+    const fs::path hf = dir / "hf", tmp = dir / "tmp";
+    make_checkpoint(hf, 128, 256, 2);
+    fs::create_directories(tmp);
+    TmpdirOverride tmpdir(tmp);
+    // Converting takes some milliseconds, the benchmark that follows some hundreds: the signals
+    // land before, during and after the conversion.
+    const std::vector<std::string> args = {"bench", hf.string(), "-p", "64", "-n", "64",
+                                           "-r", "40", "-t", "1", "--bandwidth", "10"};
+    int finished = 0;
+    for (const int sig : {SIGINT, SIGTERM}) {
+        for (const int delay_ms : {0, 5, 15, 30, 60, 100, 200, 400}) {
+            INFO("signal " << sig << " after " << delay_ms << " ms");
+            const pid_t pid = spawn_qforge(args);
+            std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+            ::kill(pid, sig);
+            int status = 0;
+            REQUIRE(::waitpid(pid, &status, 0) == pid);
+            finished += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            REQUIRE(names_in(tmp).empty());
+        }
+    }
+    WARN("runs that finished before the signal: " << finished << " of 16");
+}
+
+// SIGKILL runs no handler: what it leaves, a later conversion removes once the process that made
+// it is gone, and only then (a live process's file and a fresh one stay).
+TEST_CASE("a conversion left by a killed process is removed by the next one", "[hostile][output][cli]") {
+    test::ScratchDir dir("out-qfinput-stale");
+    const fs::path hf = dir / "hf", tmp = dir / "tmp";
+    make_checkpoint(hf, 128, 256, 1);
+    fs::create_directories(tmp);
+    const pid_t gone = ::fork();
+    if (gone == 0) _exit(0);
+    REQUIRE(gone > 0);
+    REQUIRE(::waitpid(gone, nullptr, 0) == gone);
+    const std::string dead = "qforge-" + std::to_string(gone) + "-0-old.qf";
+    const std::string fresh = "qforge-" + std::to_string(gone) + "-1-fresh.qf";
+    const std::string alive = "qforge-" + std::to_string(::getpid()) + "-0-alive.qf";
+    const std::string other = "qforge-notes.qf";
+    for (const auto& n : {dead, fresh, alive, other}) test::write_file(tmp / n, std::string("x"));
+    const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(5);
+    for (const auto& n : {dead, alive, other}) fs::last_write_time(tmp / n, old);
+    TmpdirOverride tmpdir(tmp);
+    const auto r = test::run_qforge("bench " + q(hf) + " -p 4 -n 2 -r 1 -t 1 --bandwidth 10");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::string> kept{alive, fresh, other};
+    std::sort(kept.begin(), kept.end());
+    REQUIRE(names_in(tmp) == kept);
+}

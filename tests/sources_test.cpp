@@ -126,3 +126,26 @@ TEST_CASE("open_model_source: every kind by content, options that do not apply a
     REQUIRE_THROWS_WITH(open_model_source((dir / "x.gguf").string(), SourceOptions{}),
                         Contains("not a known model file"));
 }
+
+// The model argument of every command that runs one takes a Hugging Face directory (the
+// fixture has no tokenizer: bench runs it; ppl and generate get as far as asking for one).
+TEST_CASE("bench, ppl and generate take a Hugging Face directory as the model", "[sources][cli]") {
+    test::ScratchDir dir("sources-hf-run");
+    const fs::path tmp = dir / "tmp";
+    fs::create_directory(tmp);
+    const std::string env = "TMPDIR=" + q(tmp) + "; export TMPDIR;";
+    const fs::path text = dir / "text.txt";
+    test::write_file(text, std::string("Once upon a time there was a little model."));
+    const auto r = run_ok("bench " + q(kHf) + " -p 4 -n 2 -r 1 -t 1 --bandwidth 10 --json", env);
+    REQUIRE_THAT(r.output, Contains("warning: no tokenizer found"));  // stderr, merged
+    REQUIRE_THAT(r.output, Contains("\"prefill"));
+    for (const std::string& cmd : std::vector<std::string>{"ppl " + q(kHf) + " -f " + q(text) + " --ctx 4",
+                                  "generate " + q(kHf) + " -p 'Once' -n 2 --greedy"}) {
+        const auto bad = test::run_qforge(cmd, env);
+        INFO(cmd << "\n" << bad.output);
+        REQUIRE(bad.exit_code != 0);
+        REQUIRE_THAT(bad.output, Contains("tokenizer"));
+        REQUIRE_THAT(bad.output, !Contains("is a directory"));
+    }
+    REQUIRE(fs::is_empty(tmp));
+}
