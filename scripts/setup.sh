@@ -10,7 +10,8 @@ packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev 
           libicu-dev    # ICU: NFC normalization (Qwen2 tokenizers)
           libopenblas-dev liblapacke-dev  # BLAS/LAPACK: GPTQ's Cholesky and updates (quant/)
           libbenchmark-dev  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
-          clang libclang-rt-dev)  # clang and its libFuzzer runtime (libclang_rt.fuzzer): scripts/fuzz.sh
+          clang libclang-rt-dev  # clang and its libFuzzer runtime (libclang_rt.fuzzer): scripts/fuzz.sh
+          clang-format)  # the format check (scripts/check_format.sh)
 
 missing=()
 for p in "${packages[@]}"; do
