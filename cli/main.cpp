@@ -47,6 +47,24 @@ int fail(int code, std::string_view message) {
 
 }  // namespace
 
+// CLI11 runs the validators before it looks at --help, so `qforge ppl --ctx 1 --help` would be
+// a usage error. When -h/--help is on the line (before "--"), the user asked for help: the help
+// of the subcommand named (or the top level's) is printed, as for any other --help.
+bool print_help_if_asked(const CLI::App& app, int argc, char** argv) {
+    const CLI::App* shown = &app;
+    bool asked = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") break;
+        if (arg == "-h" || arg == "--help") asked = true;
+        if (shown == &app)
+            for (const CLI::App* sub : app.get_subcommands({}))
+                if (sub->get_name() == arg) shown = sub;
+    }
+    if (asked) std::fputs((shown == &app ? app.help() : shown->help(argv[0])).c_str(), stdout);
+    return asked;
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"qforge: convert, quantize, run and evaluate LLMs in the packed .qf format"};
     app.require_subcommand(1);
@@ -87,6 +105,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return fail(kExitUsage, qforge::cli::usage_error_message(app, e));
     } catch (const qforge::cli::UsageError& e) {
+        if (print_help_if_asked(app, argc, argv)) return 0;
         return fail(kExitUsage, e.what());
     }
     if (common.quiet) qforge::Progress::set_enabled(false);

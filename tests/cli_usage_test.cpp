@@ -328,6 +328,15 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
     // The ranges are stated in the help, from the same place that checks them.
     r = run_split("ppl --help", f.io.path());
     CHECK_THAT(r.out, Contains("[2, 16777216]"));
+    // --help wins over a bad value beside it (CLI11 validates before it looks for --help).
+    const std::string help = r.out;
+    for (const char* line : {"ppl --ctx 1 --help", "ppl --help --ctx 1", "ppl X -h"}) {
+        INFO(line);
+        r = run_split(f.expand(line), f.io.path());
+        CHECK(r.exit_code == 0);
+        CHECK(r.err.empty());
+        CHECK(r.out == help);
+    }
 }
 
 TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
