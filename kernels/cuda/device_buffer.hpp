@@ -40,19 +40,31 @@ class DeviceBuffer {
     uint64_t size() const { return count_; }
     uint64_t bytes() const { return count_ * sizeof(T); }
 
+    // Transfers and fills here are ordered with the work of every stream: the device is idle
+    // before and after each. cudaMemcpy and cudaMemset run on the legacy default stream, which
+    // does not wait for (nor make wait) the non-blocking streams every kernel runs on: without
+    // the synchronisation a poison fill could land after a kernel's output, an upload after the
+    // kernel that reads it, a download before the kernel that writes it. They serve loading and
+    // tests; the forward pass copies on its own stream (runtime/cuda_forward.cpp).
     void upload(const T* src, uint64_t n, uint64_t offset = 0) {
+        QF_CUDA_CHECK(cudaDeviceSynchronize());
         QF_CUDA_CHECK(cudaMemcpy(p_ + offset, src, n * sizeof(T), cudaMemcpyHostToDevice));
+        QF_CUDA_CHECK(cudaDeviceSynchronize());
     }
     void upload(const std::vector<T>& v) { upload(v.data(), v.size()); }
     std::vector<T> download(uint64_t n, uint64_t offset = 0) const {
         std::vector<T> v(n);
+        QF_CUDA_CHECK(cudaDeviceSynchronize());
         QF_CUDA_CHECK(cudaMemcpy(v.data(), p_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost));
         return v;
     }
     std::vector<T> download() const { return download(count_); }
     // Every byte set to `byte` (0xff poisons floats with NaN).
     void fill_bytes(int byte) {
-        if (count_) QF_CUDA_CHECK(cudaMemset(p_, byte, bytes()));
+        if (!count_) return;
+        QF_CUDA_CHECK(cudaDeviceSynchronize());
+        QF_CUDA_CHECK(cudaMemset(p_, byte, bytes()));
+        QF_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
   private:

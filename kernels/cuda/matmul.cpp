@@ -15,9 +15,18 @@ uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
 
 OutParams out_params(const MatmulOut& o) { return {o.y, o.ldo, o.bias, o.accumulate ? 1 : 0}; }
 
-void check_product(const DeviceMatrix& w, uint64_t ldx, uint64_t m, const MatmulOut& out) {
+// The kernels load weights as 16-byte uint4 and activations as float4: a misaligned pointer
+// would be a device fault far from its cause, so it is refused here, naming it.
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_product(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
+                   const MatmulOut& out) {
     if (w.rows == 0 || w.rows > kMaxGpuDim || !w.data)
         throw UnsupportedOnCuda("a matrix of " + std::to_string(w.rows) + " rows");
+    if (!aligned16(w.data) || w.fmt.row_bytes % 16 != 0)
+        throw UnsupportedOnCuda("weights not 16-byte aligned (rows of " +
+                                std::to_string(w.fmt.row_bytes) + " bytes)");
+    if (!aligned16(x)) throw UnsupportedOnCuda("activations not 16-byte aligned");
     if (m == 0 || m > kMaxGpuDim)
         throw UnsupportedOnCuda("a product over " + std::to_string(m) + " tokens");
     if (ldx < w.fmt.kpad || ldx % 4 != 0)
@@ -47,7 +56,7 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
 
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
                  const MatmulOut& out, cudaStream_t stream) {
-    check_product(w, ldx, m, out);
+    check_product(w, x, ldx, m, out);
     const GemvPlan plan = plan_gemv(w.fmt, w.rows, m);
     for (uint64_t t0 = 0; t0 < m; t0 += kGemvMaxTokens) {
         GemvParams p;
@@ -143,7 +152,7 @@ void cublas_f16_gemm(cublasHandle_t h, const uint16_t* w16, uint64_t ldw, uint64
 
 MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uint64_t ldx,
                   uint64_t m, const MatmulOut& out) {
-    check_product(w, ldx, m, out);
+    check_product(w, x, ldx, m, out);
     MatmulPath path = choose_matmul_path(w.fmt, m, ctx.cc_major);
     if (ctx.forced) {
         if (!matmul_path_applies(*ctx.forced, w.fmt, ctx.cc_major))
