@@ -206,6 +206,14 @@ json parse_cbor(std::span<const uint8_t> bytes, const std::string& file, std::st
     return root;
 }
 
+std::string quoted_excerpt(std::string_view s) {
+    constexpr size_t kMax = 60;
+    const std::string head(s.substr(0, kMax));
+    std::string text = json(head).dump(-1, ' ', false, json::error_handler_t::replace);
+    if (s.size() > kMax) text += "... (" + std::to_string(s.size()) + " bytes)";
+    return text;
+}
+
 std::string describe_json(const json& v) {
     switch (v.type()) {
         case json::value_t::null:

@@ -47,6 +47,9 @@ nlohmann::json parse_cbor(std::span<const uint8_t> bytes, const std::string& fil
 // A JSON value for messages: "number 5", "string \"ab\"", "an array of 3 elements"; bounded, so a
 // megabyte string or a deep document never ends up in an error line.
 std::string describe_json(const nlohmann::json& v);
+// A string for messages, as a JSON string literal: at most 60 bytes of it, then "... (N bytes)";
+// bytes that are not UTF-8 (a cut, or a GGUF piece) shown as U+FFFD, never an exception.
+std::string quoted_excerpt(std::string_view s);
 // A library message without its "[json.exception.type_error.302] " prefix.
 std::string json_exception_text(const nlohmann::json::exception& e);
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/error.hpp"
 #include "tokenizer/source.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
@@ -179,4 +180,18 @@ TEST_CASE("malformed tokenizer.json files fail with one Error naming the file", 
     json schema = load_tokenizer_source((test::write_file(dir / "ok.json", j.dump()), (dir / "ok.json").string()));
     schema["schema_version"] = 1;
     CHECK_THROWS_WITH(Tokenizer::from_schema(schema, "x.qf"), Catch::Contains("reconvert"));
+    // A 100 KB piece in a message is cut to its first 60 bytes and its size: one short line.
+    j = tiny_sp();
+    const std::string huge(100000, 'a');
+    j["model"]["merges"].push_back(huge + " zz");
+    const auto path = dir / "huge_merge.json";
+    test::write_file(path, j.dump());
+    try {
+        load_tokenizer_source(path.string());
+        FAIL("a merge naming an absent piece was accepted");
+    } catch (const qforge::Error& e) {
+        const std::string what = e.what();
+        CHECK_THAT(what, Catch::Contains("... (100000 bytes)") && Catch::Contains("absent"));
+        CHECK(what.size() < 2 * path.string().size() + 400);
+    }
 }

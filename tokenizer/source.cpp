@@ -72,7 +72,7 @@ json load_llama2c(const std::string& path) {
         if (!is_valid_utf8(piece)) throw bad("piece is not valid UTF-8");
         if (!std::isfinite(score)) throw bad("score " + std::to_string(score) + " is not finite");
         // run.c looks pieces up by binary search, so a duplicate would make encoding ambiguous.
-        if (!seen.insert(piece).second) throw bad("duplicate piece " + json(piece).dump());
+        if (!seen.insert(piece).second) throw bad("duplicate piece " + quoted_excerpt(piece));
         pieces.push_back(std::move(piece));
         scores.push_back(score);
     }

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "tokenizer/jinja_subset.hpp"
 #include "tokenizer/pretokenizer.hpp"
 #include "tokenizer/source.hpp"
@@ -66,7 +67,7 @@ Vocab read_vocab(const GgufFile& f) {
             throw Error(file, {}, "token " + std::to_string(id) + " is not valid UTF-8");
         if (!v.id_of.emplace(p, static_cast<int64_t>(id)).second)
             throw Error(file, {},
-                        "token " + std::to_string(id) + " " + json(p).dump() +
+                        "token " + std::to_string(id) + " " + quoted_excerpt(p) +
                             " duplicates token " + std::to_string(v.id_of.at(p)));
     }
     return v;
@@ -138,14 +139,14 @@ json gpt2_merges(const GgufFile& f, const Vocab& v) {
         const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
         if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos)
             throw Error(f.path(), {},
-                        "merge " + std::to_string(i) + " " + json(m).dump() +
+                        "merge " + std::to_string(i) + " " + quoted_excerpt(m) +
                             " is not two tokens separated by one space");
         const std::string a = m.substr(0, space), b = m.substr(space + 1);
         for (const std::string& piece : {a, b, a + b})
             if (!v.id_of.count(piece))
                 throw Error(f.path(), {},
-                            "merge " + std::to_string(i) + " " + json(m).dump() + " names " +
-                                json(piece).dump() + ", which is not a token");
+                            "merge " + std::to_string(i) + " " + quoted_excerpt(m) + " names " +
+                                quoted_excerpt(piece) + ", which is not a token");
         out.push_back(m);
     }
     return out;

@@ -127,17 +127,17 @@ json collect_pieces(const JsonView& vocab, const JsonView& added, const std::str
         const json* raw = id_json.raw();
         if (!raw || !raw->is_number_integer() || (!raw->is_number_unsigned() && raw->get<int64_t>() < 0) ||
             raw->get<uint64_t>() >= limit)
-            id_json.fail("token " + json(piece).dump() + " has id " + excerpt(id_json) +
+            id_json.fail("token " + quoted_excerpt(piece) + " has id " + excerpt(id_json) +
                          ", out of range 0.." + std::to_string(limit - 1));
         if (!is_valid_utf8(piece)) id_json.fail("token id " + raw->dump() + " is not valid UTF-8");
         const auto id = raw->get<size_t>();
         if (pieces.size() <= id) pieces.resize(id + 1);
         if (pieces[id] && (*pieces[id] != piece || !from_added))
-            throw Error(file, {}, "id " + std::to_string(id) + " is used by both " + json(*pieces[id]).dump() +
-                                      " and " + json(piece).dump());
+            throw Error(file, {}, "id " + std::to_string(id) + " is used by both " + quoted_excerpt(*pieces[id]) +
+                                      " and " + quoted_excerpt(piece));
         auto [it, fresh] = id_of.emplace(piece, static_cast<int64_t>(id));
         if (!fresh && it->second != static_cast<int64_t>(id))
-            throw Error(file, {}, "duplicate piece " + json(piece).dump() + " (ids " +
+            throw Error(file, {}, "duplicate piece " + quoted_excerpt(piece) + " (ids " +
                                       std::to_string(it->second) + " and " + std::to_string(id) + ")");
         pieces[id] = piece;
     };
@@ -169,7 +169,7 @@ json map_merges(const JsonView& merges, const json& vocab) {
         }
         for (const std::string& name : {a, b, a + b}) {
             if (!vocab.contains(name))
-                m.fail("merge " + excerpt(m) + " names " + json(name).dump() + ", absent from the vocabulary");
+                m.fail("merge " + excerpt(m) + " names " + quoted_excerpt(name) + ", absent from the vocabulary");
         }
         if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
             m.fail("merge " + excerpt(m) + " has a token with a space, which the schema's \"a b\" form cannot hold");

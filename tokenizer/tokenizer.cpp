@@ -208,7 +208,7 @@ Tokenizer Tokenizer::from_checked_schema(const json& schema, const std::string& 
         [&](const JsonView& ty) { t->types.push_back(token_type(ty.string(), source)); });
     for (size_t id = 0; id < t->pieces.size(); ++id)
         if (!t->id_of.emplace(t->pieces[id], static_cast<int32_t>(id)).second)
-            throw Error(source, {}, "tokenizer schema: duplicate piece " + json(t->pieces[id]).dump());
+            throw Error(source, {}, "tokenizer schema: duplicate piece " + quoted_excerpt(t->pieces[id]));
     t->bos = optional_id(schema.value("bos_id", json()));
     t->eos = optional_id(schema.value("eos_id", json()));
     t->add_bos = sv["add_bos"].boolean_or(false);
