@@ -139,24 +139,38 @@ TEST_CASE("float_matmul at every level: each output is its level's dot_row, bit 
             }
 }
 
-TEST_CASE("float_matmul: any row and token sub-range, and unaligned f32 rows, give the same bits",
+TEST_CASE("float_matmul: any row and token sub-range, unaligned rows and tokens read in place "
+          "give the same bits",
           "[float_gemm]") {
     const uint64_t n = 37, m = 15, k = 1100, ldx = k;  // 37 rows: three panels, ragged tiles
     for (QType t : kFloatTypes) {
         const Rows rows = make_rows(t, n, k, 0, 7);
         const std::vector<float> x = make_tokens(m, k, ldx, 8);
-        // The same rows one byte off float alignment (f32 rows are then widened, not read in place).
+        // The same rows one byte off float alignment.
         std::vector<uint8_t> shifted(rows.bytes.size() + 1);
         std::memcpy(shifted.data() + 1, rows.data(), rows.bytes.size());
+        // The same tokens 64-byte aligned, 1104 floats apart: read in place, not packed.
+        const uint64_t aligned_ld = 1104;
+        std::vector<float> aligned_x(m * aligned_ld + 16, std::nanf(""));
+        const auto at = reinterpret_cast<uintptr_t>(aligned_x.data());
+        const uint64_t skip = (64 - at % 64) % 64 / 4;
+        for (uint64_t tok = 0; tok < m; ++tok)
+            std::memcpy(&aligned_x[skip + tok * aligned_ld], &x[tok * ldx], 4 * k);
         for (Isa isa : levels()) {
             INFO(qtype_traits(t).name << " level " << isa_name(isa));
             const std::vector<float> whole = run(isa, rows, rows.data(), x, ldx, 0, n, 0, m);
-            const std::vector<float> moved = run(isa, rows, shifted.data() + 1, x, ldx, 0, n, 0, m);
+            const std::vector<float> moved =
+                run(isa, rows, shifted.data() + 1, x, ldx, 0, n, 0, m);
             REQUIRE(std::memcmp(moved.data(), whole.data(), 4 * whole.size()) == 0);
+            std::vector<float> in_place(whole.size(), std::nanf(""));
+            float_matmul_isa(isa, t, rows.data(), rows.stride, 0, n, aligned_x.data() + skip,
+                             aligned_ld, k, 0, m, in_place.data(), n + 2);
+            REQUIRE(std::memcmp(in_place.data(), whole.data(), 4 * whole.size()) == 0);
             for (auto [t0, t1] : {std::pair<uint64_t, uint64_t>{0, 1}, {3, 4}, {2, 9}, {5, 15}})
                 for (auto [r0, r1] :
                      {std::pair<uint64_t, uint64_t>{0, 1}, {1, 2}, {3, 20}, {16, 37}, {35, 37}}) {
-                    const std::vector<float> part = run(isa, rows, rows.data(), x, ldx, r0, r1, t0, t1);
+                    const std::vector<float> part =
+                        run(isa, rows, rows.data(), x, ldx, r0, r1, t0, t1);
                     for (uint64_t tok = t0; tok < t1; ++tok)
                         REQUIRE(std::memcmp(&part[(tok - t0) * (r1 - r0 + 2)],
                                             &whole[tok * (n + 2) + r0], 4 * (r1 - r0)) == 0);
