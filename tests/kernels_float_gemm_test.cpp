@@ -179,7 +179,7 @@ TEST_CASE("float_matmul: any row and token sub-range, unaligned rows and tokens 
     }
 }
 
-TEST_CASE("float_matmul: non-finite activations as dot_row; typed errors", "[float_gemm]") {
+TEST_CASE("float_matmul: non-finite activations as dot_row, and typed errors", "[float_gemm]") {
     const uint64_t n = 6, m = 3, k = 77;
     const Rows rows = make_rows(QType::f16, n, k, 0, 3);
     std::vector<float> x = make_tokens(m, k, k, 4);
