@@ -1,8 +1,9 @@
 // Quantized matrix products at real model shapes: GEMV (decode, m = 1) and GEMM (prefill, m = 16
-// and 128) per qtype and activation mode, with f16 rows through float_dot's dot_row as the
-// baseline. Reports the weight bytes read per second ("GB/s", 1 GB = 1e9 bytes) and that as a
-// fraction of this machine kind's read bandwidth ("bw": 21.7 GB/s with 1 thread, 32.0 with 2;
-// ../shared/PERFORMANCE.md, measured by qforge_bandwidth). kernels/README.md holds the results.
+// and 128) per qtype and activation mode, and float rows (dot_row for one token, the float GEMM
+// for several) as the baseline. Reports the weight bytes read per second ("GB/s", 1 GB = 1e9
+// bytes) and that as a fraction of this machine kind's read bandwidth ("bw": 21.7 GB/s with 1
+// thread, 32.0 with 2; ../shared/PERFORMANCE.md, measured by qforge_bandwidth). kernels/README.md
+// holds the results.
 //
 //     qforge_kernels_bench [--benchmark_filter=gemv/q4_g32] [--benchmark_repetitions=5] ...
 //
@@ -28,6 +29,7 @@
 
 #include "formats/qtype.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
 
@@ -203,19 +205,22 @@ void bm_quant(benchmark::State& state, QType t, Shape s, uint64_t m, QActivation
     set_counters(state, w, m, threads);
 }
 
-// The float baseline: f16 rows, one dot_row per (row, token), each row's tokens together.
-void bm_f16(benchmark::State& state, Shape s, uint64_t m, int threads) {
-    const Weights& w = weights(QType::f16, s);
+// Float rows as the CPU backend multiplies them: one dot_row per row for one token (decode), the
+// float GEMM (float_gemm.hpp) for several.
+void bm_float(benchmark::State& state, QType t, Shape s, uint64_t m, int threads) {
+    const Weights& w = weights(t, s);
     const auto x = activations(m, s.in);
     std::vector<float> out(m * s.out);
     uint64_t i = 0;
     for (auto _ : state) {
         const uint8_t* wc = w.copy(i++);
         split_rows(threads, s.out, [&](uint64_t r0, uint64_t r1) {
-            for (uint64_t r = r0; r < r1; ++r)
-                for (uint64_t tok = 0; tok < m; ++tok)
-                    out[tok * s.out + r] =
-                        dot_row(QType::f16, wc + r * w.stride, x.data() + tok * s.in, s.in);
+            if (m == 1)
+                for (uint64_t r = r0; r < r1; ++r)
+                    out[r] = dot_row(t, wc + r * w.stride, x.data(), s.in);
+            else
+                float_matmul(t, wc, w.stride, r0, r1, x.data(), s.in, s.in, 0, m,
+                             out.data() + r0, s.out);
         });
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
@@ -290,7 +295,7 @@ void register_all() {
     for (Shape s : kShapes) {
         for (int th : {1, 2})
             reg("gemv/f16/" + shape_name(s) + "/threads:" + std::to_string(th),
-                [=](benchmark::State& st) { bm_f16(st, s, 1, th); });
+                [=](benchmark::State& st) { bm_float(st, QType::f16, s, 1, th); });
         for (QType t : quant)
             for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
                 for (int th : {1, 2}) {
@@ -300,12 +305,13 @@ void register_all() {
                         [=](benchmark::State& st) { bm_quant(st, t, s, 1, mode, th); });
                 }
     }
-    // Prefill at the two smaller shapes (the f16 baseline at m = 128 and 4096x14336 would take
-    // seconds per iteration).
+    // Prefill at the two smaller shapes (4096x14336 at m = 128 would take seconds per iteration).
     for (Shape s : {kShapes[0], kShapes[1]})
         for (uint64_t m : {16u, 128u}) {
-            reg("gemm/f16/" + shape_name(s) + "/m:" + std::to_string(m) + "/threads:2",
-                [=](benchmark::State& st) { bm_f16(st, s, m, 2); });
+            for (QType t : {QType::f16, QType::bf16, QType::f32})
+                reg("gemm/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                        "/m:" + std::to_string(m) + "/threads:2",
+                    [=](benchmark::State& st) { bm_float(st, t, s, m, 2); });
             for (QType t : quant)
                 for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
                     const std::string mname = mode == QActivations::Mode::int8 ? "int8" : "f32";
@@ -316,6 +322,9 @@ void register_all() {
         }
     // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
+    for (QType t : {QType::f16, QType::bf16, QType::f32})
+        reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/threads:1",
+            [=](benchmark::State& st) { bm_float(st, t, {2048, 2048}, 128, 1); });
     for (QType t : quant)
         reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/int8/threads:1",
             [=](benchmark::State& st) {

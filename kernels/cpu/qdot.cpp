@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/qdot_avx2.hpp"
 
 namespace qforge {
@@ -168,16 +169,16 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
 
 namespace {
 
-// Float rows at the AVX2 level and above: f32 mode through float_dot's AVX2 dot_row; int8 mode
-// has no vector kernel (float weights are dequantized-exact, so the scalar loop is the kernel).
-void float_rows_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                     const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+// Float rows at the AVX2 level and above: f32 mode through float_gemm's level kernel (each output
+// dot_row's AVX2 bits); int8 mode has no vector kernel (float weights are dequantized-exact, so the
+// scalar loop is the kernel).
+template <Isa L>
+void float_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     if (a.mode() != QActivations::Mode::f32)
         return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
-    for (uint64_t tok = t0; tok < t1; ++tok)
-        for (uint64_t r = r0; r < r1; ++r)
-            out[(tok - t0) * ldo + (r - r0)] =
-                detail::dot_row_avx2(t, w + r * stride, a.floats(tok), a.k());
+    float_matmul_isa(L, t, w, stride, r0, r1, a.floats(0), a.blocks() * kBlock, a.k(), t0, t1,
+                     out, ldo);
 }
 
 void dequantize_rows_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
@@ -187,7 +188,7 @@ void dequantize_rows_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t
 
 // The one table of which kernel serves which (qtype, level). Level rows come from each level's
 // translation unit, built there from formats/qtype.hpp's table; a cell a level leaves empty is
-// served by the level below (float rows: AVX2 and up share float_rows_avx2), and scalar serves
+// served by the level below (float rows: float_rows at each level), and scalar serves
 // every type, so every cell of every level names a kernel.
 using KernelTable = std::array<detail::QKernelRow, kIsaCount>;
 
@@ -203,8 +204,9 @@ KernelTable build_kernel_table() {
         for (const QTypeTraits& row : kQTypes) {
             const size_t i = static_cast<size_t>(row.type);
             detail::QKernels cell = (*own[level])[i];
-            if (row.is_float && static_cast<Isa>(level) == Isa::avx2)
-                cell.qmatmul = float_rows_avx2;
+            if (row.is_float)
+                cell.qmatmul = static_cast<Isa>(level) == Isa::avx2 ? float_rows<Isa::avx2>
+                                                                     : float_rows<Isa::avx512>;
             if (!cell.qmatmul) cell.qmatmul = table[level - 1][i].qmatmul;
             if (!cell.dequantize) cell.dequantize = table[level - 1][i].dequantize;
             table[level][i] = cell;

@@ -1,0 +1,40 @@
+// The run-time choice of kernels/cpu/float_gemm.hpp's level and its scalar reference.
+#include "kernels/cpu/float_gemm.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/cpu/float_dot.hpp"
+
+namespace qforge {
+
+void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0,
+                      uint64_t r1, const float* x, uint64_t ldx, uint64_t k, uint64_t t0,
+                      uint64_t t1, float* out, uint64_t ldo) {
+    if (static_cast<size_t>(t) >= kQTypeCount || !qtype_traits(t).is_float)
+        throw Error("float_matmul: quant type code " + std::to_string(static_cast<unsigned>(t)) +
+                    " is not a float row type (f32, f16, bf16)");
+    if (isa > cpu_isa())
+        throw Error("float_matmul: level " + std::string(isa_name(isa)) +
+                    " requested, this process runs at most " + std::string(isa_name(cpu_isa())));
+    if (r0 >= r1 || t0 >= t1) return;
+    switch (k == 0 ? Isa::scalar : isa) {
+        case Isa::avx512:
+            return detail::float_gemm_avx512(t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
+        case Isa::avx2:
+            return detail::float_gemm_avx2(t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
+        case Isa::scalar:
+            break;
+    }
+    for (uint64_t tok = t0; tok < t1; ++tok)
+        for (uint64_t r = r0; r < r1; ++r)
+            out[(tok - t0) * ldo + (r - r0)] = dot_row_scalar(t, w + r * stride, x + tok * ldx, k);
+}
+
+void float_matmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                  const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                  uint64_t ldo) {
+    float_matmul_isa(cpu_isa(), t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
+}
+
+}  // namespace qforge

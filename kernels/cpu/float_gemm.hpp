@@ -1,0 +1,47 @@
+// Prefill products of float rows (f32, f16, bf16) with several tokens: a register-blocked GEMM
+// whose every output is, bit for bit, the dot_row of its row and token at the same level
+// (float_dot.hpp), so prefill equals decode and no split of rows or tokens over threads or tiles
+// changes a bit.
+//
+// dot_row's order is fixed by the row length alone: lane l of accumulator a (a = 0..3, 8 lanes
+// each) sums w[32 s + 8 a + l] x[32 s + 8 a + l] over the 32-steps s in order, the last < 4
+// whole 8-blocks go into accumulator 0, then (a0 + a1) + (a2 + a3), a fixed lane tree and the
+// last < 8 products one by one. Those 32 lane sums are independent chains, so the GEMM may
+// compute them in any interleaving: it keeps one register per chain group (8 lanes with AVX2, 16
+// with AVX-512: accumulators 0|1 and 2|3) per (row, token) of a register tile, runs the chain
+// groups one after another over a cache-sized block of k (the partial sums wait in a small
+// buffer between blocks, unrounded), and finishes each output with dot_row's own lane tree and
+// tail. Each weight row is widened to f32 once per panel of rows (exact) and reused by every
+// token of the call.
+#pragma once
+
+#include <cstdint>
+
+#include "formats/qtype.hpp"
+#include "kernels/cpu/isa.hpp"
+
+namespace qforge {
+
+// out[(tok - t0) * ldo + (r - r0)] = dot_row(t, row r, x + tok * ldx, k) for rows [r0, r1) and
+// tokens [t0, t1). w: float rows of k elements, `stride` bytes apart. Throws qforge::Error for a
+// type that is not a float row type.
+void float_matmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                  const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                  uint64_t ldo);
+// float_matmul at a given level (scalar: dot_row_scalar per output; avx2 and avx512: dot_row's
+// AVX2 bits). Throws qforge::Error for a level above cpu_isa().
+void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0,
+                      uint64_t r1, const float* x, uint64_t ldx, uint64_t k, uint64_t t0,
+                      uint64_t t1, float* out, uint64_t ldo);
+
+namespace detail {
+// The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1.
+void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
+                     float* out, uint64_t ldo);
+void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                       const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
+                       float* out, uint64_t ldo);
+}  // namespace detail
+
+}  // namespace qforge

@@ -1,0 +1,221 @@
+// The x86 float GEMM of kernels/cpu/float_gemm.hpp, written once over a level's vector type V
+// (internal to kernels/cpu). Each level's translation unit defines QF_GEMM_TARGET (its target
+// attribute) and V before instantiating gemm<V>; everything here has internal linkage, so no copy
+// compiled for one level can be picked by the linker for another.
+//
+// V provides: reg (the vector type), kLanes (8 or 16 floats), kRows x kTokens (the register
+// tile: one accumulator per (row, token), plus kRows weight vectors and one activation vector,
+// must fit the level's registers), zero, load, store, fma (one fused multiply-add per lane) and
+// fma8 (the same on lanes 0-7 only, the others kept: dot_row's 8-blocks, which go into its
+// accumulator 0 alone).
+//
+// Layout. A (row, token) output's partial sums are one record of 32 floats, [acc0 | acc1 | acc2 |
+// acc3] of dot_row's four 8-lane accumulators. A chain group is kLanes consecutive floats of it
+// (AVX2: one accumulator, four groups; AVX-512: two, two groups) and covers the same kLanes
+// floats of every 32-step of k, so group c of step s reads w and x at 32 s + kLanes c: the groups
+// together read each cache line once. The products enter each lane in dot_row's order (step by
+// step, then the 8-blocks into acc0), each lane's sum staying in a register within a block of k
+// and in the record, unrounded, between blocks, so the record ends equal to dot_row's four
+// accumulators and the output to dot_row.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/half.hpp"
+#include "kernels/cpu/float_gemm.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#ifndef QF_GEMM_TARGET
+#error "define QF_GEMM_TARGET (the level's target attribute) before including float_gemm_x86.hpp"
+#endif
+
+namespace qforge::detail {
+
+namespace {
+
+constexpr uint64_t kStep = 32;  // floats per step of dot_row's four 8-lane accumulators
+// Steps per block of k: 512 floats, so a token tile's activations (6 tokens x 2 KiB) and a row
+// tile's weights stay in L1 while the row tiles of a panel pass.
+constexpr uint64_t kBlockSteps = 16;
+// Rows widened to f32 per panel: 16 rows of k floats (360 KiB at k = 5632) stay in L2 while every
+// token tile of the call passes them, so each weight is widened once per call.
+constexpr uint64_t kPanelRows = 16;
+
+// One register tile's work: rows w + i * wld (i < RM) against tokens x + j * xld (j < TN), steps
+// [s0, s1) and then `eights` 8-blocks, into records part + i * pld + j * kStep.
+struct Tile {
+    const float* w;
+    uint64_t wld;
+    const float* x;
+    uint64_t xld;
+    uint64_t s0, s1, eights;
+    float* part;
+    uint64_t pld;
+    bool first;  // the records start at zero (the call's first block of k)
+};
+
+template <class V, int RM, int TN>
+QF_GEMM_TARGET void tile_product(const Tile& t) {
+    constexpr uint64_t groups = kStep / V::kLanes;
+    for (uint64_t c = 0; c < groups; ++c) {
+        const uint64_t lane0 = c * V::kLanes;
+        typename V::reg acc[RM][TN];
+#pragma GCC unroll 8
+        for (int i = 0; i < RM; ++i)
+#pragma GCC unroll 8
+            for (int j = 0; j < TN; ++j)
+                acc[i][j] = t.first ? V::zero()
+                                    : V::load(t.part + static_cast<uint64_t>(i) * t.pld +
+                                              static_cast<uint64_t>(j) * kStep + lane0);
+        for (uint64_t s = t.s0; s < t.s1; ++s) {
+            const uint64_t at = s * kStep + lane0;
+            typename V::reg wv[RM];
+#pragma GCC unroll 8
+            for (int i = 0; i < RM; ++i)
+                wv[i] = V::load(t.w + static_cast<uint64_t>(i) * t.wld + at);
+#pragma GCC unroll 8
+            for (int j = 0; j < TN; ++j) {
+                const typename V::reg xv = V::load(t.x + static_cast<uint64_t>(j) * t.xld + at);
+#pragma GCC unroll 8
+                for (int i = 0; i < RM; ++i) acc[i][j] = V::fma(wv[i], xv, acc[i][j]);
+            }
+        }
+        if (c == 0)
+            for (uint64_t e = 0; e < t.eights; ++e) {
+                const uint64_t at = t.s1 * kStep + 8 * e;
+#pragma GCC unroll 8
+                for (int i = 0; i < RM; ++i)
+#pragma GCC unroll 8
+                    for (int j = 0; j < TN; ++j)
+                        acc[i][j] = V::fma8(t.w + static_cast<uint64_t>(i) * t.wld + at,
+                                            t.x + static_cast<uint64_t>(j) * t.xld + at,
+                                            acc[i][j]);
+            }
+#pragma GCC unroll 8
+        for (int i = 0; i < RM; ++i)
+#pragma GCC unroll 8
+            for (int j = 0; j < TN; ++j)
+                V::store(t.part + static_cast<uint64_t>(i) * t.pld +
+                             static_cast<uint64_t>(j) * kStep + lane0,
+                         acc[i][j]);
+    }
+}
+
+// tile_product for every partial tile shape: entry (rows - 1) * kTokens + (tokens - 1).
+template <class V, size_t... I>
+constexpr auto tile_table(std::index_sequence<I...>) {
+    return std::array<void (*)(const Tile&), sizeof...(I)>{
+        &tile_product<V, static_cast<int>(I) / V::kTokens + 1,
+                      static_cast<int>(I) % V::kTokens + 1>...};
+}
+
+// dot_row's finish on a record: (acc0 + acc1) + (acc2 + acc3), the lane tree
+// ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)), then the last k mod 8 products one by one
+// (float_dot.cpp's dot_avx2, instruction for instruction: as scalar code it was 5% slower in a
+// 128 x 128 x 2048 product; no contraction in this library, so w * x is rounded, then added).
+QF_GEMM_TARGET inline float finish(const float* rec, const float* w, const float* x, uint64_t k) {
+    const __m256 a01 = _mm256_add_ps(_mm256_loadu_ps(rec), _mm256_loadu_ps(rec + 8));
+    const __m256 a23 = _mm256_add_ps(_mm256_loadu_ps(rec + 16), _mm256_loadu_ps(rec + 24));
+    const __m256 s = _mm256_add_ps(a01, a23);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float sum = _mm_cvtss_f32(h);
+    for (uint64_t i = k / 8 * 8; i < k; ++i) sum += w[i] * x[i];
+    return sum;
+}
+
+// A float row widened to f32 (exact for every float type).
+QF_GEMM_TARGET inline void widen_row(QType t, const uint8_t* w, float* out, uint64_t k) {
+    uint64_t i = 0;
+    if (t == QType::f16) {
+        for (; i + 8 <= k; i += 8)
+            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                          reinterpret_cast<const __m128i*>(w + 2 * i))));
+    } else if (t == QType::bf16) {
+        for (; i + 8 <= k; i += 8) {
+            const __m256i wide = _mm256_cvtepu16_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+            _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+        }
+    } else {
+        std::memcpy(out, w, 4 * k);
+        return;
+    }
+    for (; i < k; ++i) {
+        uint16_t h;
+        std::memcpy(&h, w + 2 * i, 2);
+        out[i] = t == QType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+}
+
+// n floats of v starting on a 64-byte boundary (v grows as needed): a vector load that splits a
+// cache line costs a second access, and unaligned operands measured 1.4x slower.
+inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
+    v.resize(n + 16);
+    const auto at = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + (64 - at % 64) % 64 / sizeof(float);
+}
+
+// Rows [r0, r1) times tokens [t0, t1) (float_gemm.hpp's contract; t is f32, f16 or bf16, k >= 1).
+// The tokens are packed once per call (unless already aligned) and each panel of kPanelRows rows
+// widened once, both 64-byte aligned with a row length rounded up to 16 floats; per panel, tiles
+// of kTokens tokens; per token tile, blocks of k; per block, the panel's register tiles.
+template <class V>
+QF_GEMM_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                         const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
+                         float* out, uint64_t ldo) {
+    static constexpr auto table = tile_table<V>(std::make_index_sequence<V::kRows * V::kTokens>());
+    constexpr uint64_t rows = V::kRows, tokens = V::kTokens, pld = tokens * kStep;
+    thread_local std::vector<float> panel_buf, part_buf, x_buf;
+    const uint64_t steps = k / kStep, eights = k % kStep / 8, wld = (k + 15) / 16 * 16 + 16;
+    float* part = aligned_floats(part_buf, kPanelRows * pld);
+    float* panel = aligned_floats(panel_buf, kPanelRows * wld);
+    const float* xs = x + t0 * ldx;
+    uint64_t xld = ldx;
+    if (reinterpret_cast<uintptr_t>(xs) % 64 != 0 || ldx % 16 != 0) {
+        float* packed = aligned_floats(x_buf, (t1 - t0) * wld);
+        for (uint64_t tok = t0; tok < t1; ++tok)
+            std::memcpy(packed + (tok - t0) * wld, x + tok * ldx, 4 * k);
+        xs = packed;
+        xld = wld;
+    }
+    for (uint64_t pb = r0; pb < r1; pb += kPanelRows) {
+        const uint64_t pe = std::min(r1, pb + kPanelRows);
+        for (uint64_t r = pb; r < pe; ++r) widen_row(t, w + r * stride, panel + (r - pb) * wld, k);
+        for (uint64_t tb = t0; tb < t1; tb += tokens) {
+            const uint64_t te = std::min(t1, tb + tokens);
+            const float* xt = xs + (tb - t0) * xld;
+            uint64_t s0 = 0;
+            do {  // blocks of k; the last one also takes the 8-blocks (k < 32: only they)
+                const uint64_t s1 = std::min(steps, s0 + kBlockSteps);
+                for (uint64_t ib = pb; ib < pe; ib += rows) {
+                    const uint64_t ie = std::min(pe, ib + rows);
+                    const Tile tile{panel + (ib - pb) * wld, wld, xt, xld, s0, s1,
+                                    s1 == steps ? eights : 0, part + (ib - pb) * pld,
+                                    pld, s0 == 0};
+                    table[(ie - ib - 1) * tokens + (te - tb - 1)](tile);
+                }
+                s0 = s1;
+            } while (s0 < steps);
+            for (uint64_t tok = tb; tok < te; ++tok)
+                for (uint64_t r = pb; r < pe; ++r)
+                    out[(tok - t0) * ldo + (r - r0)] =
+                        finish(part + (r - pb) * pld + (tok - tb) * kStep,
+                               panel + (r - pb) * wld, xt + (tok - tb) * xld, k);
+        }
+    }
+}
+
+}  // namespace
+
+}  // namespace qforge::detail
+
+#endif  // __x86_64__
