@@ -1,8 +1,10 @@
 // The runtime against Hugging Face transformers: tiny random LlamaForCausalLM (GQA, untied; and
-// llama3 RoPE scaling, tied), MistralForCausalLM and Qwen2ForCausalLM (q/k/v biases, tied)
-// checkpoints with transformers' logits, in tests/data/hf_models (written by
-// scripts/make_hf_reference_fixtures.py, run by hand). Each is converted to .qf like a user's
-// checkpoint, then prefill and token-by-token decode are compared with transformers.
+// llama3 RoPE scaling, tied), MistralForCausalLM (and one with a sliding window of 4 over 12
+// positions), Qwen2ForCausalLM (q/k/v biases, tied) and Qwen3ForCausalLM (QK-norm, head_dim
+// not hidden / heads, a window from layer 1) checkpoints with transformers' logits, in
+// tests/data/hf_models (written by scripts/make_hf_reference_fixtures.py, run by hand). Each is
+// converted to .qf like a user's checkpoint, then prefill and token-by-token decode are compared
+// with transformers. The same Qwen3 written as llama.cpp's GGUF converts to the same tensors.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
+#include "formats/qf.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/reference_forward.hpp"
 #include "runtime/thread_pool.hpp"
@@ -38,7 +41,7 @@ double worst_rel_l2(const std::vector<float>& got, const std::vector<Row>& ref) 
 
 }  // namespace
 
-TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpoints",
+TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2 and Qwen3 checkpoints",
           "[runtime]") {
     const fs::path root = test::fixture("hf_models");
     test::ScratchDir dir("runtime-hf");
@@ -97,5 +100,41 @@ TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpo
         CHECK(worst <= 1e-5);
         ++checked;
     }
-    REQUIRE(checked >= 4);
+    REQUIRE(checked >= 6);
+}
+
+TEST_CASE("a Qwen3 GGUF (llama.cpp's names and keys) converts to the safetensors path's tensors",
+          "[runtime][gguf]") {
+    test::ScratchDir dir("runtime-qwen3-gguf");
+    ConvertOptions st, gg;
+    st.input = (test::fixture("hf_models") / "qwen3_qknorm_window").string();
+    st.output = (dir / "st.qf").string();
+    gg.input = (test::fixture("gguf") / "tiny_qwen3.gguf").string();
+    gg.output = (dir / "gguf.qf").string();
+    convert_checkpoint(st);
+    convert_checkpoint(gg);
+    const QfFile a(st.output), b(gg.output);
+    // llama.cpp's Qwen3 has no sliding window, and this GGUF no tokenizer ids: the rest agrees.
+    ModelConfig ca = a.config(), cb = b.config();
+    REQUIRE(ca.sliding_window == 5u);
+    REQUIRE(ca.max_window_layers == 1u);
+    REQUIRE_FALSE(cb.sliding_window);
+    ca.sliding_window.reset();
+    ca.max_window_layers = 0;
+    ca.bos_token_id = cb.bos_token_id;
+    ca.eos_token_ids = cb.eos_token_ids;
+    ca.torch_dtype = cb.torch_dtype;
+    CHECK(ca == cb);
+    CHECK(cb.head_dim == 16);
+    REQUIRE(a.tensors().size() == b.tensors().size());
+    REQUIRE(a.find("layers.1.attn.k_norm"));
+    std::vector<uint8_t> sa, sb;
+    for (const QfTensorInfo& t : a.tensors()) {
+        INFO(t.name);
+        const QfTensorInfo& u = b.at(t.name);
+        CHECK(u.shape == t.shape);
+        CHECK(u.qtype == t.qtype);
+        const auto x = a.tensor_bytes(t, sa), y = b.tensor_bytes(u, sb);
+        CHECK(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+    }
 }
