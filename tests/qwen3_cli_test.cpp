@@ -57,6 +57,9 @@ TEST_CASE("qwen3: convert, quantize (rtn, gptq, awq, awq+gptq), ppl, generate, b
 
     const QfFile src(f32.string());
     REQUIRE(src.config().attention_window(1) == 5);
+    REQUIRE_THAT(ok("inspect " + q(f32)).output,
+                 Catch::Contains("head_dim 16") &&
+                     Catch::Contains("qk-norm, sliding_window 5 from layer 1"));
     // down's input (86) is no multiple of q4_g32's group: it stays float.
     const std::string types = " --qtype q4_g32 --tensor-type 'mlp\\.down=f32'";
     const std::string calibrated = types + " --calib " + q(calib) + " --nsamples 2 --seqlen 16";
