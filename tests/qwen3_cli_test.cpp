@@ -89,7 +89,8 @@ TEST_CASE("qwen3: convert, quantize (rtn, gptq, awq, awq+gptq), ppl, generate, b
     REQUIRE(std::isfinite(ppl.at("kld").get<double>()));
     REQUIRE(ppl.at("kld").get<double>() > 0.0);
     ok("generate " + q(dir / "awq+gptq.qf") + " -p 'The quick' -n 12 --greedy -q");
-    ok("bench " + q(dir / "gptq.qf") + " --prompt 8 --gen 4 -r 1 -t 1 -q");
+    // --bandwidth: no measurement of the machine (a second of the test).
+    ok("bench " + q(dir / "gptq.qf") + " --prompt 8 --gen 4 -r 1 -t 1 --bandwidth 10 -q");
 
     // Export to GPTQ, import back: the same tensors; the config keeps QK-norm's architecture
     // and the window. The MLP's 86 rows and columns pack into no GPTQ word: it stays float; so

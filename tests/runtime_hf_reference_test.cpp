@@ -5,6 +5,7 @@
 // tests/data/hf_models (written by scripts/make_hf_reference_fixtures.py, run by hand). Each is
 // converted to .qf like a user's checkpoint, then prefill and token-by-token decode are compared
 // with transformers. The same Qwen3 written as llama.cpp's GGUF converts to the same tensors.
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -13,7 +14,9 @@
 
 #include "convert/convert.hpp"
 #include "formats/qf.hpp"
+#include "kernels/device_info.hpp"
 #include "runtime/backend.hpp"
+#include "runtime/cuda_backend.hpp"
 #include "runtime/reference_forward.hpp"
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
@@ -39,7 +42,50 @@ double worst_rel_l2(const std::vector<float>& got, const std::vector<Row>& ref) 
     return worst;
 }
 
+// Prefill of all ids as one batch, then the same ids decoded one at a time: [2][position][vocab].
+std::array<std::vector<float>, 2> prefill_and_decode(Backend& b, const std::vector<int32_t>& ids) {
+    const uint64_t v = b.model().config().vocab_size;
+    std::vector<float> prefill(ids.size() * v), decode(ids.size() * v);
+    auto cache = b.new_cache(ids.size());
+    b.forward(ids, *cache, 0, prefill);
+    cache->clear();
+    for (size_t t = 0; t < ids.size(); ++t)
+        b.forward(std::span(ids).subspan(t, 1), *cache, 0, std::span(decode).subspan(t * v, v));
+    return {std::move(prefill), std::move(decode)};
+}
+
 }  // namespace
+
+TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]") {
+    std::string why;
+    if (list_gpus(&why).empty()) QF_SKIP("no CUDA device: " + why);
+    test::ScratchDir dir("cuda-hf");
+    int checked = 0;
+    for (const auto& entry : fs::directory_iterator(test::fixture("hf_models"))) {
+        if (!fs::exists(entry.path() / "reference.json")) continue;
+        const std::string name = entry.path().filename().string();
+        INFO("fixture " << name);
+        std::ifstream f(entry.path() / "reference.json");
+        const auto ref = nlohmann::json::parse(f);
+        const auto ids = ref.at("input_ids").get<std::vector<int32_t>>();
+        const auto logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
+        ConvertOptions o;
+        o.input = entry.path().string();
+        o.output = (dir / (name + ".qf")).string();
+        convert_checkpoint(o);
+        Model model(o.output);
+        auto gpu = make_cuda_backend(model);
+        // The cache holds keys and values in fp16 (2^-11 relative each): 1e-3, the bound of the
+        // CUDA backend's own tests against the float64 reference.
+        for (const auto& got : prefill_and_decode(*gpu, ids)) {
+            const double e = worst_rel_l2(got, logits64);
+            INFO("rel L2 vs transformers f64 " << e);
+            CHECK(e <= 1e-3);
+        }
+        ++checked;
+    }
+    REQUIRE(checked >= 6);
+}
 
 TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2 and Qwen3 checkpoints",
           "[runtime]") {
@@ -64,15 +110,7 @@ TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2 and Qwen3 
         Model model(o.output);
         const uint64_t v = model.config().vocab_size;
         auto cpu = make_cpu_backend(model, pool);
-
-        std::vector<float> prefill(ids.size() * v);
-        auto cache = cpu->new_cache(ids.size());
-        cpu->forward(ids, *cache, 0, prefill);
-        std::vector<float> decode(ids.size() * v);
-        cache->clear();
-        for (size_t t = 0; t < ids.size(); ++t)
-            cpu->forward(std::span(ids).subspan(t, 1), *cache, 0,
-                         std::span(decode).subspan(t * v, v));
+        const auto [prefill, decode] = prefill_and_decode(*cpu, ids);
 
         // transformers' own float32 and float64 runs differ by ~4e-7 (reference.json); a float32
         // runtime with the right formulas lands within 1e-4 of either (the issue's bound), while
