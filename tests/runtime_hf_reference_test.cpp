@@ -54,6 +54,36 @@ std::array<std::vector<float>, 2> prefill_and_decode(Backend& b, const std::vect
     return {std::move(prefill), std::move(decode)};
 }
 
+// One fixture folder: transformers' ids and logits, and the checkpoint converted to .qf in dir.
+struct Fixture {
+    std::string name;
+    std::vector<int32_t> ids;
+    std::vector<std::vector<float>> logits32;
+    std::vector<std::vector<double>> logits64;
+    std::string qf;
+};
+
+// Every folder of tests/data/hf_models with a reference.json.
+std::vector<Fixture> load_fixtures(const fs::path& dir) {
+    std::vector<Fixture> all;
+    for (const auto& entry : fs::directory_iterator(test::fixture("hf_models"))) {
+        if (!fs::exists(entry.path() / "reference.json")) continue;
+        Fixture x;
+        x.name = entry.path().filename().string();
+        std::ifstream f(entry.path() / "reference.json");
+        const auto ref = nlohmann::json::parse(f);
+        x.ids = ref.at("input_ids").get<std::vector<int32_t>>();
+        x.logits32 = ref.at("logits").get<std::vector<std::vector<float>>>();
+        x.logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
+        ConvertOptions o;
+        o.input = entry.path().string();
+        o.output = x.qf = (dir / (x.name + ".qf")).string();
+        convert_checkpoint(o);  // without a tokenizer: a warning, not needed here
+        all.push_back(std::move(x));
+    }
+    return all;
+}
+
 }  // namespace
 
 TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]") {
@@ -61,24 +91,14 @@ TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]")
     if (list_gpus(&why).empty()) QF_SKIP("no CUDA device: " + why);
     test::ScratchDir dir("cuda-hf");
     int checked = 0;
-    for (const auto& entry : fs::directory_iterator(test::fixture("hf_models"))) {
-        if (!fs::exists(entry.path() / "reference.json")) continue;
-        const std::string name = entry.path().filename().string();
-        INFO("fixture " << name);
-        std::ifstream f(entry.path() / "reference.json");
-        const auto ref = nlohmann::json::parse(f);
-        const auto ids = ref.at("input_ids").get<std::vector<int32_t>>();
-        const auto logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
-        ConvertOptions o;
-        o.input = entry.path().string();
-        o.output = (dir / (name + ".qf")).string();
-        convert_checkpoint(o);
-        Model model(o.output);
+    for (const Fixture& x : load_fixtures(dir.path())) {
+        INFO("fixture " << x.name);
+        Model model(x.qf);
         auto gpu = make_cuda_backend(model);
         // The cache holds keys and values in fp16 (2^-11 relative each): 1e-3, the bound of the
         // CUDA backend's own tests against the float64 reference.
-        for (const auto& got : prefill_and_decode(*gpu, ids)) {
-            const double e = worst_rel_l2(got, logits64);
+        for (const auto& got : prefill_and_decode(*gpu, x.ids)) {
+            const double e = worst_rel_l2(got, x.logits64);
             INFO("rel L2 vs transformers f64 " << e);
             CHECK(e <= 1e-3);
         }
@@ -89,32 +109,22 @@ TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]")
 
 TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2 and Qwen3 checkpoints",
           "[runtime]") {
-    const fs::path root = test::fixture("hf_models");
     test::ScratchDir dir("runtime-hf");
     ThreadPool pool(2);
     int checked = 0;
-    for (const auto& entry : fs::directory_iterator(root)) {
-        if (!fs::exists(entry.path() / "reference.json")) continue;
-        const std::string name = entry.path().filename().string();
-        INFO("fixture " << name);
-        std::ifstream f(entry.path() / "reference.json");
-        const auto ref = nlohmann::json::parse(f);
-        const auto ids = ref.at("input_ids").get<std::vector<int32_t>>();
-        const auto logits32 = ref.at("logits").get<std::vector<std::vector<float>>>();
-        const auto logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
-
-        ConvertOptions o;
-        o.input = entry.path().string();
-        o.output = (dir / (name + ".qf")).string();
-        convert_checkpoint(o);  // no tokenizer: a warning, not needed here
-        Model model(o.output);
+    for (const Fixture& x : load_fixtures(dir.path())) {
+        INFO("fixture " << x.name);
+        const auto& ids = x.ids;
+        const auto& logits32 = x.logits32;
+        const auto& logits64 = x.logits64;
+        Model model(x.qf);
         const uint64_t v = model.config().vocab_size;
         auto cpu = make_cpu_backend(model, pool);
         const auto [prefill, decode] = prefill_and_decode(*cpu, ids);
 
         // transformers' own float32 and float64 runs differ by ~4e-7 (reference.json); a float32
         // runtime with the right formulas lands within 1e-4 of either (the bound), while
-        // each feature switched off moves the logits by 0.26 .. 0.88 (the fixtures' README).
+        // each feature switched off moves the logits by 0.20 .. 0.88 (the fixtures' README).
         for (const auto* got : {&prefill, &decode}) {
             const double e32 = worst_rel_l2(*got, logits32), e64 = worst_rel_l2(*got, logits64);
             INFO((got == &prefill ? "prefill" : "decode")
