@@ -49,7 +49,13 @@ std::string model_summary(const ModelConfig& c) {
                   (unsigned long long)c.max_position_embeddings, c.rope_theta,
                   c.rope_scaling.type == "none" ? "" : (", rope_scaling " + c.rope_scaling.type).c_str(),
                   c.tie_word_embeddings ? ", tied embeddings" : "", c.attention_bias ? ", qkv bias" : "");
-    return buf;
+    std::string s = buf;
+    if (architecture_has_qk_norm(c.arch)) s += ", qk-norm";
+    if (c.sliding_window) {
+        s += ", sliding_window " + std::to_string(*c.sliding_window);
+        if (c.max_window_layers > 0) s += " from layer " + std::to_string(c.max_window_layers);
+    }
+    return s;
 }
 
 // A string member of a header object, or "?": the header is input, so nothing is assumed.

@@ -138,23 +138,11 @@ Packed float_tensor(const QfTensorInfo& t, const std::string& hf_name,
     return p;
 }
 
-std::string_view hf_architecture_class(Architecture a) {
-    switch (a) {
-        case Architecture::llama:
-            return "LlamaForCausalLM";
-        case Architecture::mistral:
-            return "MistralForCausalLM";
-        case Architecture::qwen2:
-            return "Qwen2ForCausalLM";
-    }
-    return "LlamaForCausalLM";
-}
-
 // config.json as transformers writes it for this family; parse_model_config reads it back to
 // the same ModelConfig.
 json hf_config_json(const ModelConfig& c) {
     json j = model_dims_to_json(c);
-    j.update(json{{"architectures", {hf_architecture_class(c.arch)}},
+    j.update(json{{"architectures", {architecture_hf_class(c.arch)}},
                   {"hidden_act", "silu"},
                   {"use_cache", true},
                   {"torch_dtype", c.torch_dtype.empty() ? "float16" : c.torch_dtype}});
@@ -168,16 +156,7 @@ json hf_config_json(const ModelConfig& c) {
             {"low_freq_factor", s.low_freq_factor},
             {"high_freq_factor", s.high_freq_factor},
             {"original_max_position_embeddings", s.original_max_position_embeddings}};
-    if (c.arch == Architecture::llama) {
-        j["attention_bias"] = c.attention_bias;
-        j["mlp_bias"] = false;
-    }
-    if (c.arch == Architecture::mistral)
-        j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
-    if (c.arch == Architecture::qwen2) {
-        j["use_sliding_window"] = c.sliding_window.has_value();
-        if (c.sliding_window) j["sliding_window"] = *c.sliding_window;
-    }
+    j.update(hf_architecture_keys(c));
     j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
     if (c.eos_token_ids.size() == 1)
         j["eos_token_id"] = c.eos_token_ids.front();

@@ -31,6 +31,8 @@ constexpr TensorRow kLlamaLayout[] = {
     {K::attn_q_bias, "model.layers.{i}.self_attn.q_proj.bias",           "layers.{i}.attn.q_bias", "blk.{i}.attn_q.bias",        "",                      {q},                    attention_bias, R::q_heads,  bias},
     {K::attn_k_bias, "model.layers.{i}.self_attn.k_proj.bias",           "layers.{i}.attn.k_bias", "blk.{i}.attn_k.bias",        "",                      {kv},                   attention_bias, R::kv_heads, bias},
     {K::attn_v_bias, "model.layers.{i}.self_attn.v_proj.bias",           "layers.{i}.attn.v_bias", "blk.{i}.attn_v.bias",        "",                      {kv},                   attention_bias, R::none,     bias},
+    {K::attn_q_norm, "model.layers.{i}.self_attn.q_norm.weight",         "layers.{i}.attn.q_norm", "blk.{i}.attn_q_norm.weight", "",                      {head_dim},             qk_norm,        R::none,     norm},
+    {K::attn_k_norm, "model.layers.{i}.self_attn.k_norm.weight",         "layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm.weight", "",                      {head_dim},             qk_norm,        R::none,     norm},
     {K::mlp_norm,    "model.layers.{i}.post_attention_layernorm.weight", "layers.{i}.mlp_norm",    "blk.{i}.ffn_norm.weight",    "rms_ffn_weight",        {hidden},               always,         R::none,     norm},
     {K::mlp_gate,    "model.layers.{i}.mlp.gate_proj.weight",            "layers.{i}.mlp.gate",    "blk.{i}.ffn_gate.weight",    "w1",                    {intermediate, hidden}, always,         R::none,     mlp_linear},
     {K::mlp_up,      "model.layers.{i}.mlp.up_proj.weight",              "layers.{i}.mlp.up",      "blk.{i}.ffn_up.weight",      "w3",                    {intermediate, hidden}, always,         R::none,     mlp_linear},
@@ -54,6 +56,8 @@ constexpr LayoutRow kLayouts[] = {
     {Architecture::mistral, kLlamaLayout},
     // Same tensors; its config always has attention_bias, which brings in the q/k/v biases.
     {Architecture::qwen2, kLlamaLayout},
+    // Same tensors plus the per-head q_norm and k_norm; no biases unless attention_bias.
+    {Architecture::qwen3, kLlamaLayout},
 };
 
 // HF tensors without a counterpart in the model. Older transformers saved each layer's RoPE
@@ -126,7 +130,7 @@ constexpr bool layouts_in_enum_order() {
         if (static_cast<size_t>(kLayouts[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::qwen2) + 1,
+static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::qwen3) + 1,
               "every Architecture needs a layout row");
 static_assert(layouts_in_enum_order(), "kLayouts rows must follow the enum");
 
@@ -144,6 +148,8 @@ uint64_t resolve(Dim d, const ModelConfig& c) {
             return c.q_dim();
         case Dim::kv:
             return c.kv_dim();
+        case Dim::head_dim:
+            return c.head_dim;
     }
     return 0;
 }
@@ -156,6 +162,8 @@ bool present(Presence p, const ModelConfig& c) {
             return c.attention_bias;
         case Presence::untied:
             return !c.tie_word_embeddings;
+        case Presence::qk_norm:
+            return architecture_has_qk_norm(c.arch);
     }
     return false;
 }
@@ -272,6 +280,8 @@ std::string describe_dim(Dim d, const ModelConfig& c) {
             return heads("num_attention_heads", c.num_heads);
         case Dim::kv:
             return heads("num_key_value_heads", c.num_kv_heads);
+        case Dim::head_dim:
+            return "head_dim " + std::to_string(c.head_dim);
     }
     return {};
 }

@@ -26,6 +26,7 @@ enum class Dim : uint8_t {
     intermediate,  // intermediate_size
     q,             // num_heads * head_dim: query projection width
     kv,            // num_kv_heads * head_dim: key/value projection width
+    head_dim,      // head_dim: one attention head
 };
 
 // When a tensor kind exists.
@@ -33,6 +34,7 @@ enum class Presence : uint8_t {
     always,
     attention_bias,  // only when the config has q/k/v biases (qwen2; llama with attention_bias)
     untied,          // only when tie_word_embeddings is false (else lm_head reuses embed)
+    qk_norm,         // only for architectures that normalize q/k heads (qwen3)
 };
 
 // Which tensor of the model a row is: what the runtime loads it as (runtime/model.cpp).
@@ -46,6 +48,8 @@ enum class TensorKind : uint8_t {
     attn_q_bias,
     attn_k_bias,
     attn_v_bias,
+    attn_q_norm,
+    attn_k_norm,
     mlp_norm,
     mlp_gate,
     mlp_up,
@@ -60,7 +64,7 @@ enum class WeightClass : uint8_t {
     output_head,       // the logits' projection
     attention_linear,  // q, k, v, o
     mlp_linear,        // gate, up, down
-    norm,              // RMSNorm weights
+    norm,              // RMSNorm weights (the per-head q/k norms too)
     bias,              // q/k/v biases
 };
 

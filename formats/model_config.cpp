@@ -1,5 +1,6 @@
 #include "formats/model_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -16,10 +17,12 @@ namespace {
 // larger value in a config.json is corruption, not a model.
 constexpr uint64_t kMaxDim = (uint64_t{1} << 31) - 1;
 
-// Defaults shared by LlamaConfig, MistralConfig and Qwen2Config (transformers 4.x and 5.x).
+// Defaults shared by LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config (transformers 4.x
+// and 5.x).
 constexpr double kDefaultRmsNormEps = 1e-6;
 constexpr double kDefaultRopeTheta = 10000.0;     // RotaryEmbeddingConfigMixin.default_theta
-constexpr uint64_t kDefaultSlidingWindow = 4096;  // MistralConfig, Qwen2Config
+constexpr uint64_t kDefaultSlidingWindow = 4096;  // MistralConfig, Qwen2Config, Qwen3Config
+constexpr uint64_t kDefaultMaxWindowLayers = 28;  // Qwen2Config, Qwen3Config
 
 // Where an architecture's q/k/v biases come from (the modeling code, not the config class).
 enum class BiasRule : uint8_t {
@@ -32,7 +35,8 @@ enum class BiasRule : uint8_t {
 enum class WindowRule : uint8_t {
     none,                // LlamaConfig has no sliding_window
     declared,            // MistralConfig: sliding_window (absent: 4096, null: off)
-    use_sliding_window,  // Qwen2Config: sliding_window only when use_sliding_window is true
+    use_sliding_window,  // Qwen2/3Config: sliding_window only when use_sliding_window is true,
+                         // in layers from max_window_layers on
 };
 
 // How transformers reads a config.json for each architecture: the one place that maps
@@ -40,21 +44,29 @@ enum class WindowRule : uint8_t {
 struct ArchitectureTraits {
     Architecture arch;
     std::string_view model_type;
+    std::string_view hf_class;  // transformers' *ForCausalLM
     std::optional<uint64_t> absent_num_kv_heads;  // key absent; nullopt: num_attention_heads
     uint64_t default_max_position_embeddings;
     std::optional<int64_t> default_bos_token_id, default_eos_token_id;
     BiasRule attention_bias;
     WindowRule sliding_window;
+    std::optional<uint64_t> absent_head_dim;  // key absent; nullopt: hidden / heads
+    bool qk_norm;                             // q_norm, k_norm per head before RoPE
 };
 
 constexpr ArchitectureTraits kArchitectureTraits[] = {
-    {Architecture::llama, "llama", std::nullopt, 2048, 1, 2, BiasRule::config_key,
-     WindowRule::none},
+    {Architecture::llama, "llama", "LlamaForCausalLM", std::nullopt, 2048, 1, 2,
+     BiasRule::config_key, WindowRule::none, std::nullopt, false},
     // MistralConfig's num_key_value_heads defaults to 8, not to the head count.
-    {Architecture::mistral, "mistral", 8, 4096 * 32, 1, 2, BiasRule::never, WindowRule::declared},
+    {Architecture::mistral, "mistral", "MistralForCausalLM", 8, 4096 * 32, 1, 2, BiasRule::never,
+     WindowRule::declared, std::nullopt, false},
     // Qwen2Config's num_key_value_heads defaults to 32; it has no BOS/EOS defaults.
-    {Architecture::qwen2, "qwen2", 32, 32768, std::nullopt, std::nullopt, BiasRule::always,
-     WindowRule::use_sliding_window},
+    {Architecture::qwen2, "qwen2", "Qwen2ForCausalLM", 32, 32768, std::nullopt, std::nullopt,
+     BiasRule::always, WindowRule::use_sliding_window, std::nullopt, false},
+    // Qwen3Config: as Qwen2Config, but head_dim defaults to 128 (not hidden / heads), biases
+    // follow attention_bias (Qwen3Attention), and q_norm / k_norm normalize each head.
+    {Architecture::qwen3, "qwen3", "Qwen3ForCausalLM", 32, 32768, std::nullopt, std::nullopt,
+     BiasRule::config_key, WindowRule::use_sliding_window, 128, true},
 };
 
 constexpr bool traits_rows_in_enum_order() {
@@ -62,7 +74,7 @@ constexpr bool traits_rows_in_enum_order() {
         if (static_cast<size_t>(kArchitectureTraits[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::qwen2) + 1,
+static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::qwen3) + 1,
               "every Architecture needs a row");
 static_assert(traits_rows_in_enum_order(), "kArchitectureTraits rows must follow the enum");
 
@@ -228,6 +240,35 @@ void read_rope(const Keys& keys, const std::string& source, uint64_t max_positio
         r.opt_dim("original_max_position_embeddings").value_or(max_positions);
 }
 
+// The first layer with a sliding window (Qwen2/3: layers below max_window_layers attend fully),
+// at most num_layers. transformers 4.53+ also writes the per-layer list layer_types, which then
+// decides; we run the one pattern it derives from max_window_layers (full, then sliding).
+uint64_t read_window_layers(const Keys& keys, uint64_t num_layers) {
+    const json* types = keys.find_set("layer_types");
+    if (!types) {
+        const json* v = keys.find_set("max_window_layers");
+        const uint64_t m = v ? keys.integer(*v, "max_window_layers", 0) : kDefaultMaxWindowLayers;
+        return std::min(m, num_layers);
+    }
+    if (!types->is_array() || types->size() != num_layers)
+        keys.fail("'layer_types' must be a list of num_hidden_layers (" +
+                  std::to_string(num_layers) + ") strings, found " + describe(*types));
+    uint64_t first_sliding = num_layers;
+    for (uint64_t i = 0; i < num_layers; ++i) {
+        const json& t = (*types)[i];
+        const bool sliding = t == "sliding_attention";
+        if (!sliding && t != "full_attention")
+            keys.fail("'layer_types[" + std::to_string(i) + "]' must be \"full_attention\" or "
+                      "\"sliding_attention\", found " + describe(t));
+        if (sliding && first_sliding == num_layers) first_sliding = i;
+        if (!sliding && first_sliding < num_layers)
+            keys.fail("'layer_types': a full-attention layer " + std::to_string(i) +
+                      " after the sliding layer " + std::to_string(first_sliding) +
+                      " is not supported (only full layers, then sliding ones)");
+    }
+    return first_sliding;
+}
+
 // Checks between fields, shared by the config.json reader and the .qf header reader. Messages
 // use config.json's key names, which the normalized form shares.
 void validate(const ModelConfig& c, const std::string& source) {
@@ -289,6 +330,35 @@ void validate(const ModelConfig& c, const std::string& source) {
 
 std::string_view architecture_name(Architecture arch) { return traits(arch).model_type; }
 
+bool architecture_has_qk_norm(Architecture arch) { return traits(arch).qk_norm; }
+
+std::string_view architecture_hf_class(Architecture arch) { return traits(arch).hf_class; }
+
+json hf_architecture_keys(const ModelConfig& c) {
+    const ArchitectureTraits& t = traits(c.arch);
+    json j = json::object();
+    if (t.attention_bias == BiasRule::config_key) {
+        j["attention_bias"] = c.attention_bias;
+        // LlamaConfig's MLP bias flag; the Llama layout has none (parse refuses true).
+        if (c.arch == Architecture::llama) j["mlp_bias"] = false;
+    }
+    switch (t.sliding_window) {
+        case WindowRule::none:
+            break;
+        case WindowRule::declared:
+            j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+            break;
+        case WindowRule::use_sliding_window:
+            j["use_sliding_window"] = c.sliding_window.has_value();
+            if (c.sliding_window) {
+                j["sliding_window"] = *c.sliding_window;
+                j["max_window_layers"] = c.max_window_layers;
+            }
+            break;
+    }
+    return j;
+}
+
 std::optional<Architecture> architecture_from_model_type(std::string_view model_type) {
     for (const auto& row : kArchitectureTraits)
         if (row.model_type == model_type) return row.arch;
@@ -340,6 +410,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
 
     if (auto head_dim = keys.opt_dim("head_dim")) {
         c.head_dim = *head_dim;
+    } else if (!keys.find("head_dim") && t.absent_head_dim) {
+        c.head_dim = *t.absent_head_dim;
     } else {
         if (c.hidden_size % c.num_heads != 0)
             keys.fail("hidden_size (" + std::to_string(c.hidden_size) +
@@ -375,6 +447,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     if (has_window)
         c.sliding_window = keys.find("sliding_window") ? keys.opt_dim("sliding_window")
                                                        : std::optional(kDefaultSlidingWindow);
+    if (c.sliding_window && t.sliding_window == WindowRule::use_sliding_window)
+        c.max_window_layers = read_window_layers(keys, c.num_layers);
 
     // transformers 5.x renamed torch_dtype to dtype.
     c.torch_dtype = keys.string_or(keys.find_set("torch_dtype") ? "torch_dtype" : "dtype", "");
@@ -420,6 +494,8 @@ json model_config_to_json(const ModelConfig& c) {
         {"sliding_window", c.sliding_window ? json(*c.sliding_window) : json(nullptr)},
         {"torch_dtype", c.torch_dtype},
     });
+    // Only where some layers attend fully, so files of every other model keep their bytes.
+    if (c.sliding_window && c.max_window_layers > 0) j["max_window_layers"] = c.max_window_layers;
     return j;
 }
 
@@ -461,6 +537,11 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
         keys.fail("'eos_token_ids' must be a list of integers, found " + describe(eos));
     c.eos_token_ids = keys.token_ids("eos_token_ids", std::nullopt);
     c.sliding_window = keys.opt_dim("sliding_window");
+    // Absent: every layer is windowed (written only when some are not).
+    if (keys.find("max_window_layers")) {
+        if (!c.sliding_window) keys.fail("'max_window_layers' without a sliding_window");
+        c.max_window_layers = keys.integer(keys.required("max_window_layers"), "max_window_layers");
+    }
     if (!keys.find("torch_dtype")) keys.fail("missing required key 'torch_dtype'");
     c.torch_dtype = keys.string_or("torch_dtype", "");
 

@@ -1,4 +1,4 @@
-// A Hugging Face config.json for the Llama family (llama, mistral, qwen2), read into one
+// A Hugging Face config.json for the Llama family (llama, mistral, qwen2, qwen3), read into one
 // ModelConfig with every default made explicit. Hugging Face transformers is the reference for
 // defaults and meaning; tests/data/configs/expected.json holds what it derives for real configs
 // (scripts/make_config_fixtures.py writes it).
@@ -14,15 +14,20 @@
 namespace qforge {
 
 // The model families we run. All share the Llama tensor layout (formats/architectures.hpp); they
-// differ in config defaults and in which biases exist.
-enum class Architecture : uint8_t { llama, mistral, qwen2 };
+// differ in config defaults, in which biases exist and in qwen3's per-head q/k norms.
+enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3 };
 
-// The Hugging Face model_type: "llama", "mistral", "qwen2".
+// The Hugging Face model_type: "llama", "mistral", "qwen2", "qwen3".
 std::string_view architecture_name(Architecture arch);
 // The inverse; nullopt for a model_type we do not support.
 std::optional<Architecture> architecture_from_model_type(std::string_view model_type);
-// "llama, mistral, qwen2", for error messages.
+// "llama, mistral, qwen2, qwen3", for error messages.
 std::string supported_architectures();
+// transformers' model class of the architecture ("LlamaForCausalLM", ...).
+std::string_view architecture_hf_class(Architecture arch);
+// Whether the architecture RMS-normalizes each query and key head before RoPE (qwen3's q_norm
+// and k_norm, one weight of head_dim per layer each).
+bool architecture_has_qk_norm(Architecture arch);
 
 // RoPE frequency scaling. "none" is plain RoPE (transformers' "default"); "llama3" is Llama 3.1's
 // piecewise scaling: wavelengths above original_max_position_embeddings / low_freq_factor are
@@ -46,13 +51,20 @@ struct ModelConfig {
     bool attention_bias = false;  // q/k/v biases (qwen2: always; llama: "attention_bias")
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;  // eos_token_id may be an int or a list in config.json
-    std::optional<uint64_t>
-        sliding_window;       // recorded only (mistral; qwen2 with use_sliding_window)
+    // Sliding-window attention: a query at position p attends to keys at positions above
+    // p - sliding_window (itself and the sliding_window - 1 before it), in layers numbered
+    // max_window_layers and up (Qwen2/3's max_window_layers; 0 for mistral: every layer).
+    std::optional<uint64_t> sliding_window;
+    uint64_t max_window_layers = 0;
     std::string torch_dtype;  // as declared ("torch_dtype" or "dtype"); "" if absent
 
     // Derived widths of the attention projections.
     uint64_t q_dim() const { return num_heads * head_dim; }
     uint64_t kv_dim() const { return num_kv_heads * head_dim; }
+    // The attention window of a layer: sliding_window where it applies, else 0 (causal only).
+    uint64_t attention_window(uint64_t layer) const {
+        return sliding_window && layer >= max_window_layers ? *sliding_window : 0;
+    }
 
     bool operator==(const ModelConfig&) const = default;
 };
@@ -66,6 +78,12 @@ ModelConfig read_model_config(const std::string& path);
 // The dimensions, norms and RoPE base under their config.json names (model_type, vocab_size,
 // hidden_size, ... tie_word_embeddings): the keys .qf headers and Hugging Face configs share.
 nlohmann::json model_dims_to_json(const ModelConfig& c);
+
+// The config.json keys of the architecture's bias and window rules, as transformers spells them
+// for its config class (llama: attention_bias, mlp_bias; mistral: sliding_window; qwen2/qwen3:
+// use_sliding_window with sliding_window and max_window_layers; qwen3: attention_bias), so that
+// parse_model_config reads them back to the same values.
+nlohmann::json hf_architecture_keys(const ModelConfig& c);
 
 // Our normalized form, stored in the .qf header: every field present under our own names.
 nlohmann::json model_config_to_json(const ModelConfig& config);

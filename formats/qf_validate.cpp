@@ -22,6 +22,9 @@ std::string presence_reason(Presence p, const ModelConfig& c) {
             return "the config has attention_bias true";
         case Presence::untied:
             return "the config has tie_word_embeddings false";
+        case Presence::qk_norm:
+            return "the architecture '" + std::string(architecture_name(c.arch)) +
+                   "' normalizes q and k per head";
     }
     return {};
 }
@@ -38,6 +41,9 @@ std::string unexpected_reason(const std::string& name, const ModelConfig& c) {
             return "present but the config has tie_word_embeddings true (lm_head reuses embed)";
         if (row.presence == Presence::attention_bias)
             return "present but the config has attention_bias false";
+        if (row.presence == Presence::qk_norm)
+            return "present but the architecture '" + std::string(architecture_name(c.arch)) +
+                   "' has no q/k norms";
     }
     return "unknown tensor for architecture '" + std::string(architecture_name(c.arch)) +
            "' (not in the architecture table)";

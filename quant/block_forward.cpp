@@ -31,7 +31,7 @@ void require_dense(Rows r, uint64_t width, const char* what) {
 BlockView layer_view(const Model& model, uint64_t layer) {
     BlockView v;
     for (int w = 0; w <= kBlockLinears; ++w) v.linear[static_cast<size_t>(w)] = model.weight(layer, Weight(w));
-    for (int n = 0; n < 3; ++n) v.norm[static_cast<size_t>(n)] = &model.norm(layer, Norm(n));
+    for (int n = 0; n < kNorms; ++n) v.norm[static_cast<size_t>(n)] = &model.norm(layer, Norm(n));
     for (int b = 0; b < 3; ++b) v.qkv_bias[static_cast<size_t>(b)] = &model.bias(layer, Weight(b));
     return v;
 }
@@ -79,10 +79,10 @@ const Matrix& BlockForward::weight(Weight w) const {
 }
 
 void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, float* out,
-                            uint64_t n) const {
-    const uint64_t d = c_.hidden_size;
+                            uint64_t n, NormShape shape) const {
+    const auto [d, groups] = shape;
     const double eps = c_.rms_norm_eps;
-    pool_.parallel_for(n, [&](size_t b, size_t e) {
+    pool_.parallel_for(n * groups, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t) {
             const float* xi = x + t * d;
             double ss = 0.0;
@@ -97,10 +97,11 @@ void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, fl
 void BlockForward::norm(uint64_t, Norm which, Rows in, Rows out, uint64_t n) {
     if (hook) hook->before_norm(which, in, n);
     const std::vector<float>* w = view.norm[static_cast<size_t>(which)];
-    if (!w) throw Error("calibration forward: a norm weight is not set");
-    require_dense(in, c_.hidden_size, "norm input");
-    require_dense(out, c_.hidden_size, "norm output");
-    rms_norm(in.data, *w, out.data, n);
+    if (!w || w->empty()) throw Error("calibration forward: a norm weight is not set");
+    const NormShape shape = norm_shape(c_, which);
+    require_dense(in, shape.width * shape.groups, "norm input");
+    require_dense(out, shape.width * shape.groups, "norm output");
+    rms_norm(in.data, *w, out.data, n, shape);
 }
 
 void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x,
@@ -159,7 +160,7 @@ void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, u
     }
 }
 
-void BlockForward::attention(uint64_t, Rows q_rows, Rows k_rows, Rows v_rows, Rows out_rows,
+void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_rows, Rows out_rows,
                              uint64_t n) {
     const uint64_t hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim(), half = hd / 2;
     if (n != tokens())
@@ -183,13 +184,17 @@ void BlockForward::attention(uint64_t, Rows q_rows, Rows k_rows, Rows v_rows, Ro
                 rope_rotate(k + t * kvd + h * hd, cs, sn, half);
         }
     });
-    // One task per (token, query head): scores over the keys of its sequence up to itself. The
-    // task reads its query head in full before it writes its output head, so out may be q.
+    const uint64_t window = c_.attention_window(layer);
+    // One task per (token, query head): scores over the keys of its sequence up to itself (the
+    // last `window` of them in a windowed layer). The task reads its query head in full before
+    // it writes its output head, so out may be q.
     pool_.parallel_for(n * c_.num_heads, [&](size_t b, size_t e) {
         std::vector<float> s(seq_len_);
         for (size_t task = b; task < e; ++task) {
             const uint64_t t = task / c_.num_heads, h = task % c_.num_heads, kvh = h / group;
-            const uint64_t first = t - t % seq_len_, len = t % seq_len_ + 1;
+            const uint64_t pos = t % seq_len_;
+            const uint64_t skip = window && pos + 1 > window ? pos + 1 - window : 0;
+            const uint64_t first = t - pos + skip, len = pos + 1 - skip;
             const float* qh = q + t * qd + h * hd;
             float m = -INFINITY;
             for (uint64_t j = 0; j < len; ++j) {

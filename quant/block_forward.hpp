@@ -30,7 +30,7 @@ class ThreadPool;
 // norm, is not set (an operation that needs it throws). Biases may be null or empty: none.
 struct BlockView {
     std::array<Matrix, kBlockLinears + 1> linear;          // by Weight (lm_head last)
-    std::array<const std::vector<float>*, 3> norm{};       // by Norm
+    std::array<const std::vector<float>*, kNorms> norm{};  // by Norm
     std::array<const std::vector<float>*, 3> qkv_bias{};   // q, k, v
 
     Matrix& operator[](Weight w) { return linear[static_cast<size_t>(w)]; }
@@ -75,7 +75,8 @@ class BlockForward final : public BlockOps {
     };
     BlockActivations activations(float* x, Buffers& b) const;
 
-    // BlockOps (runtime/transformer.hpp); the layer index is ignored: the view is the block.
+    // BlockOps (runtime/transformer.hpp); the view is the block, the layer index only chooses
+    // the attention window.
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
     void products(uint64_t layer, Rows in, std::span<const Product> products,
                   uint64_t n) override;
@@ -91,7 +92,8 @@ class BlockForward final : public BlockOps {
 
   private:
     const Matrix& weight(Weight w) const;
-    void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n) const;
+    void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n,
+                  NormShape shape) const;
 
     const ModelConfig& c_;
     BlockDesc desc_;

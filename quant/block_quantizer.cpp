@@ -99,6 +99,8 @@ void BlockQuantizer::load_block() {
     b_.v_bias = load_vector("attn.v_bias");
     q_bias_ = load_vector("attn.q_bias");
     k_bias_ = load_vector("attn.k_bias");
+    q_norm_ = load_vector("attn.q_norm");  // empty unless the architecture has QK-norm
+    k_norm_ = load_vector("attn.k_norm");
     for (int i = 0; i < kBlockLinears; ++i) {
         const size_t t = at(Weight(i));
         std::vector<uint8_t> scratch;
@@ -118,7 +120,7 @@ void BlockQuantizer::set_view() {
         v.linear[static_cast<size_t>(i)] = f32_matrix(t.name, q.empty() ? float_weights(b_, Weight(i)) : q,
                                                      t.shape.at(0), t.shape.at(1));
     }
-    v.norm = {&b_.attn_norm, &b_.mlp_norm, nullptr};
+    v.norm = {&b_.attn_norm, &b_.mlp_norm, nullptr, &q_norm_, &k_norm_};
     v.qkv_bias = {&q_bias_, &k_bias_, &b_.v_bias};
     f_.view = std::move(v);
 }
@@ -250,7 +252,8 @@ nlohmann::json BlockQuantizer::run(std::vector<float>& x) {
 }
 
 void BlockQuantizer::before_norm(Norm which, Rows in, uint64_t n) {
-    if (!awq_) return;
+    // The q/k norms come after the products AWQ scales: nothing to search there.
+    if (!awq_ || (which != Norm::attn && which != Norm::mlp)) return;
     HookOff off(f_);
     if (which == Norm::attn) search_attention(in, n);
     if (which == Norm::mlp) search_mlp(in, n);

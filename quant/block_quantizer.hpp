@@ -82,6 +82,7 @@ class BlockQuantizer final : public ProductHook {
 
     AwqBlock b_;                                    // float weights (AWQ folds into them)
     std::vector<float> q_bias_, k_bias_;
+    std::vector<float> q_norm_, k_norm_;  // QK-norm weights, unchanged by AWQ (after q/k)
     std::array<std::vector<float>, kBlockLinears> quantized_;  // dequantized; empty: use b_
     AwqBlockScales scales_;
     HessianStats searched_;  // AWQ: the H a search computed, when the norm after it is unchanged

@@ -83,11 +83,6 @@ void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64
         throw Error(model_.path(), {},
                     "context is full: " + std::to_string(cache.size()) + " + " + std::to_string(n) +
                         " tokens exceed the context of " + std::to_string(cache.capacity()));
-    if (c_.sliding_window && cache.size() + n > *c_.sliding_window)
-        throw Error(model_.path(), {},
-                    "sliding-window attention is not implemented: position " +
-                        std::to_string(cache.size() + n - 1) + " is beyond sliding_window " +
-                        std::to_string(*c_.sliding_window));
     for (int32_t id : tokens)
         if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
             throw Error(model_.path(), {},
@@ -207,15 +202,18 @@ void CpuBackend::embed(const int32_t* tokens, uint64_t n, Rows out) {
 
 void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
     const std::vector<float>& weight = model_.norm(layer, which);
-    const uint64_t d = c_.hidden_size;
+    const auto [d, groups] = norm_shape(c_, which);
     const double eps = c_.rms_norm_eps;
     for_tokens(n, [&](uint64_t t) {
-        const float* xi = in.data + t * in.ld;
-        float* yi = out.data + t * out.ld;
-        double ss = 0.0;
-        for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
-        const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-        for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
+        for (uint64_t g = 0; g < groups; ++g) {
+            const float* xi = in.data + t * in.ld + g * d;
+            float* yi = out.data + t * out.ld + g * d;
+            double ss = 0.0;
+            for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
+            const auto scale =
+                static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+            for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
+        }
     });
 }
 
@@ -236,14 +234,17 @@ void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
         std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, cache.values(layer, pos));
     });
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const uint64_t window = c_.attention_window(layer);
     // One task: the `group` query heads of one token that share a key/value head, so each cached
     // key and value row is read once for all of them.
     auto one = [&](uint64_t task, float* scores) {
         const uint64_t t = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
-        const uint64_t len = pos0 + t + 1;  // causal: keys 0 .. pos
+        // Causal: keys first .. pos, the last `window` of them in a windowed layer.
+        const uint64_t first = window && pos0 + t + 1 > window ? pos0 + t + 1 - window : 0;
+        const uint64_t len = pos0 + t + 1 - first;
         const float* qh = q.data + t * q.ld + kvh * group * hd;
         for (uint64_t j = 0; j < len; ++j) {
-            const float* kj = cache.keys(layer, j) + kvh * hd;
+            const float* kj = cache.keys(layer, first + j) + kvh * hd;
             for (uint64_t g = 0; g < group; ++g)
                 scores[g * len + j] = dot_short(qh + g * hd, kj, hd) * scale;
         }
@@ -259,7 +260,7 @@ void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
             for (uint64_t j = 0; j < len; ++j) s[j] *= inv;
         }
         for (uint64_t j = 0; j < len; ++j) {
-            const float* vj = cache.values(layer, j) + kvh * hd;
+            const float* vj = cache.values(layer, first + j) + kvh * hd;
             for (uint64_t g = 0; g < group; ++g) axpy(scores[g * len + j], vj, o + g * hd, hd);
         }
     };

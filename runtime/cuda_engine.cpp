@@ -121,6 +121,8 @@ void CudaEngine::upload(const Model& model) {
         l.down = upload_matrix(w.down);
         l.attn_norm = upload_vector(w.attn_norm);
         l.mlp_norm = upload_vector(w.mlp_norm);
+        if (!w.q_norm.empty()) l.q_norm = upload_vector(w.q_norm);
+        if (!w.k_norm.empty()) l.k_norm = upload_vector(w.k_norm);
         if (c_.attention_bias) {
             l.q_bias = upload_vector(w.q_bias);
             l.k_bias = upload_vector(w.k_bias);
@@ -139,6 +141,7 @@ void CudaEngine::randomize(QType qtype, uint64_t seed) {
     embed_ = random_matrix(qtype, c_.vocab_size, d, ++s);
     lm_head_ = c_.tie_word_embeddings ? embed_ : random_matrix(qtype, c_.vocab_size, d, ++s);
     const float* norm = upload_vector(std::vector<float>(d, 1.0f));
+    const float* head_norm = upload_vector(std::vector<float>(c_.head_dim, 1.0f));
     const float* bias_q = c_.attention_bias ? upload_vector(std::vector<float>(qd, 0.0f)) : nullptr;
     const float* bias_kv =
         c_.attention_bias ? upload_vector(std::vector<float>(kvd, 0.0f)) : nullptr;
@@ -152,6 +155,7 @@ void CudaEngine::randomize(QType qtype, uint64_t seed) {
         l.up = random_matrix(qtype, inter, d, ++s);
         l.down = random_matrix(qtype, d, inter, ++s);
         l.attn_norm = l.mlp_norm = norm;
+        l.q_norm = l.k_norm = head_norm;
         l.q_bias = bias_q;
         l.k_bias = l.v_bias = bias_kv;
         layers_.push_back(l);

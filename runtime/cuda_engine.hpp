@@ -91,6 +91,8 @@ class CudaEngine final : private ForwardOps {
         DeviceMatrix q, k, v, o, gate, up, down;
         const float* attn_norm = nullptr;
         const float* mlp_norm = nullptr;
+        const float* q_norm = nullptr;  // QK-norm architectures only
+        const float* k_norm = nullptr;
         const float* q_bias = nullptr;
         const float* k_bias = nullptr;
         const float* v_bias = nullptr;

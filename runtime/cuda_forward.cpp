@@ -21,11 +21,22 @@ void CudaEngine::embed(const int32_t* tokens, uint64_t n, Rows out) {
 }
 
 void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
-    const float* w = which == Norm::final  ? final_norm_
-                     : which == Norm::attn ? layers_.at(layer).attn_norm
-                                           : layers_.at(layer).mlp_norm;
-    cuda::rms_norm_launch(in.data, in.ld, w, c_.rms_norm_eps, u32(n), u32(c_.hidden_size), out.data,
-                          out.ld, stream_);
+    const float* w = nullptr;
+    if (which == Norm::final) {
+        w = final_norm_;
+    } else {
+        const Layer& l = layers_.at(layer);
+        w = which == Norm::attn ? l.attn_norm
+            : which == Norm::mlp ? l.mlp_norm
+            : which == Norm::q   ? l.q_norm
+                                 : l.k_norm;
+    }
+    if (!w) throw Error("cuda backend: a norm weight is not uploaded");
+    // One launch per group (QK-norm: per head), each over the n tokens' rows of that group.
+    const NormShape shape = norm_shape(c_, which);
+    for (uint64_t g = 0; g < shape.groups; ++g)
+        cuda::rms_norm_launch(in.data + g * shape.width, in.ld, w, c_.rms_norm_eps, u32(n),
+                              u32(shape.width), out.data + g * shape.width, out.ld, stream_);
 }
 
 void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
@@ -70,6 +81,7 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     ap.pos0 = rp.pos0;
     ap.out = out.data;
     ap.ldo = out.ld;
+    ap.window = u32(c_.attention_window(layer));
     cuda::attention_launch(ap, dims_per_lane_, stream_);
 }
 
@@ -150,11 +162,6 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         throw Error(path_, {},
                     "context is full: " + std::to_string(cache.size()) + " + " + std::to_string(n) +
                         " tokens exceed the context of " + std::to_string(cache.capacity()));
-    if (c_.sliding_window && cache.size() + n > *c_.sliding_window)
-        throw Error(path_, {},
-                    "sliding-window attention is not implemented: position " +
-                        std::to_string(cache.size() + n - 1) + " is beyond sliding_window " +
-                        std::to_string(*c_.sliding_window));
     check_tokens(tokens);
     ensure_rope(cache.capacity());
 
@@ -190,8 +197,6 @@ std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint6
                     "context is full: " + std::to_string(cache.size()) + " + " +
                         std::to_string(steps) + " tokens exceed the context of " +
                         std::to_string(cache.capacity()));
-    if (c_.sliding_window && cache.size() + steps > *c_.sliding_window)
-        throw Error(path_, {}, "sliding-window attention is not implemented");
     ensure_rope(cache.capacity());
     const uint64_t pos0 = cache.size();
     staging_[0] = static_cast<int32_t>(pos0);

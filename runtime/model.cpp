@@ -26,6 +26,8 @@ Slot layer_slot(TensorKind kind) {
         case TensorKind::attn_q_bias: return {nullptr, &LayerWeights::q_bias};
         case TensorKind::attn_k_bias: return {nullptr, &LayerWeights::k_bias};
         case TensorKind::attn_v_bias: return {nullptr, &LayerWeights::v_bias};
+        case TensorKind::attn_q_norm: return {nullptr, &LayerWeights::q_norm};
+        case TensorKind::attn_k_norm: return {nullptr, &LayerWeights::k_norm};
         case TensorKind::mlp_norm: return {nullptr, &LayerWeights::mlp_norm};
         case TensorKind::mlp_gate: return {&LayerWeights::gate, nullptr};
         case TensorKind::mlp_up: return {&LayerWeights::up, nullptr};
@@ -98,7 +100,13 @@ const Matrix& Model::weight(uint64_t layer, Weight w) const {
 
 const std::vector<float>& Model::norm(uint64_t layer, Norm which) const {
     if (which == Norm::final) return final_norm_;
-    return which == Norm::attn ? layers_.at(layer).attn_norm : layers_.at(layer).mlp_norm;
+    const LayerWeights& l = layers_.at(layer);
+    switch (which) {
+        case Norm::q: return l.q_norm;
+        case Norm::k: return l.k_norm;
+        case Norm::mlp: return l.mlp_norm;
+        default: return l.attn_norm;
+    }
 }
 
 const std::vector<float>& Model::bias(uint64_t layer, Weight w) const {

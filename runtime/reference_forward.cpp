@@ -1,5 +1,6 @@
 #include "runtime/reference_forward.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -33,6 +34,16 @@ Vec rms_norm(const Vec& x, const std::vector<float>& weight, double eps) {
     return y;
 }
 
+// QK-norm: each head of v (heads of hd) RMS-normalized with the same weight.
+void head_norm(Vec& v, uint64_t hd, const std::vector<float>& weight, double eps) {
+    for (uint64_t at = 0; at < v.size(); at += hd) {
+        const Vec head(v.begin() + static_cast<std::ptrdiff_t>(at),
+                       v.begin() + static_cast<std::ptrdiff_t>(at + hd));
+        const Vec y = rms_norm(head, weight, eps);
+        std::copy(y.begin(), y.end(), v.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+}
+
 void rope(double* v, const Vec& inv_freq, uint64_t pos) {
     const size_t half = inv_freq.size();
     for (size_t i = 0; i < half; ++i) {
@@ -63,13 +74,17 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
         for (uint64_t i = 0; i < d; ++i) x[t][i] = row[i];
     }
 
-    for (const LayerWeights& w : model.layers()) {
+    for (uint64_t layer = 0; layer < c.num_layers; ++layer) {
+        const LayerWeights& w = model.layers()[layer];
+        const uint64_t window = c.attention_window(layer);
         std::vector<Vec> q(n), k(n), v(n);
         for (uint64_t t = 0; t < n; ++t) {
             const Vec h = rms_norm(x[t], w.attn_norm, c.rms_norm_eps);
             q[t] = matvec(w.q, h, &w.q_bias);
             k[t] = matvec(w.k, h, &w.k_bias);
             v[t] = matvec(w.v, h, &w.v_bias);
+            if (!w.q_norm.empty()) head_norm(q[t], hd, w.q_norm, c.rms_norm_eps);
+            if (!w.k_norm.empty()) head_norm(k[t], hd, w.k_norm, c.rms_norm_eps);
             for (uint64_t head = 0; head < c.num_heads; ++head)
                 rope(q[t].data() + head * hd, inv_freq, t);
             for (uint64_t head = 0; head < c.num_kv_heads; ++head)
@@ -80,9 +95,11 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
             Vec att(c.q_dim(), 0.0);
             for (uint64_t head = 0; head < c.num_heads; ++head) {
                 const uint64_t kvh = head / group;
-                Vec scores(t + 1);
+                // Keys at positions above t - window only, in a windowed layer.
+                const uint64_t first = window && t + 1 > window ? t + 1 - window : 0;
+                Vec scores(t + 1, -INFINITY);
                 double max_score = -INFINITY;
-                for (uint64_t j = 0; j <= t; ++j) {
+                for (uint64_t j = first; j <= t; ++j) {
                     double s = 0.0;
                     for (uint64_t i = 0; i < hd; ++i) s += q[t][head * hd + i] * k[j][kvh * hd + i];
                     scores[j] = s / std::sqrt(static_cast<double>(hd));
@@ -90,7 +107,7 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
                 }
                 double sum = 0.0;
                 for (double& s : scores) sum += (s = std::exp(s - max_score));
-                for (uint64_t j = 0; j <= t; ++j)
+                for (uint64_t j = first; j <= t; ++j)
                     for (uint64_t i = 0; i < hd; ++i)
                         att[head * hd + i] += scores[j] / sum * v[j][kvh * hd + i];
             }

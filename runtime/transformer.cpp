@@ -5,8 +5,17 @@ namespace qforge {
 BlockDesc block_desc(const ModelConfig& config) {
     BlockDesc d;
     d.qkv_bias = config.attention_bias;
-    d.activation = Activation::silu;  // llama, mistral, qwen2: SwiGLU
+    d.qk_norm = architecture_has_qk_norm(config.arch);
+    d.activation = Activation::silu;  // llama, mistral, qwen2, qwen3: SwiGLU
     return d;
+}
+
+NormShape norm_shape(const ModelConfig& config, Norm which) {
+    switch (which) {
+        case Norm::q: return {config.head_dim, config.num_heads};
+        case Norm::k: return {config.head_dim, config.num_kv_heads};
+        default: return {config.hidden_size, 1};
+    }
 }
 
 void block_attend(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
@@ -17,6 +26,10 @@ void block_attend(BlockOps& ops, const BlockDesc& desc, uint64_t layer, Rows in,
         {Weight::v, a.v, false, desc.qkv_bias},
     };
     ops.products(layer, in, qkv, n);
+    if (desc.qk_norm) {
+        ops.norm(layer, Norm::q, a.q, a.q, n);
+        ops.norm(layer, Norm::k, a.k, a.k, n);
+    }
     ops.attention(layer, a.q, a.k, a.v, a.att, n);
 }
 

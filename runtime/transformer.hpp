@@ -8,8 +8,10 @@
 // One decoder block (Llama family, Hugging Face semantics):
 //   h = norm(x) * attn_norm
 //   q, k, v = h Wq^T (+ bq), h Wk^T (+ bk), h Wv^T (+ bv)       one shared input
+//   q, k = norm(q head) * q_norm, norm(k head) * k_norm          per head, QK-norm only (qwen3)
 //   att = attention(q, k, v): q, k rotated by RoPE, keys and values appended to the cache,
-//         causal, each query head over its key/value head (GQA), scale 1/sqrt(head_dim)
+//         causal (and, in a layer with a sliding window W, keys at positions above pos - W),
+//         each query head over its key/value head (GQA), scale 1/sqrt(head_dim)
 //   x += att Wo^T
 //   h = norm(x) * mlp_norm
 //   m = act(h Wgate^T) * (h Wup^T)                               one shared input
@@ -32,8 +34,18 @@ namespace qforge {
 enum class Weight : uint8_t { q, k, v, o, gate, up, down, lm_head };
 inline constexpr int kBlockLinears = 7;  // q .. down
 
-// The norm weights: a block's two, and the final one (layer ignored).
-enum class Norm : uint8_t { attn, mlp, final };
+// The norm weights: a block's two, the final one (layer ignored), and the per-head q and k norms
+// of QK-norm architectures.
+enum class Norm : uint8_t { attn, mlp, final, q, k };
+inline constexpr int kNorms = 5;
+
+// What a norm normalizes in each token's row: `groups` consecutive vectors of `width` (the
+// hidden state: one of hidden_size; q and k: one per head of head_dim), each with the same
+// weight of `width`.
+struct NormShape {
+    uint64_t width, groups;
+};
+NormShape norm_shape(const ModelConfig& config, Norm which);
 
 // The gated MLP's activation: m = act(gate) * up.
 enum class Activation : uint8_t { silu };
@@ -41,6 +53,7 @@ enum class Activation : uint8_t { silu };
 // What one architecture's block computes beyond the shared sequence above.
 struct BlockDesc {
     bool qkv_bias = false;  // q, k and v add their biases (qwen2; llama with attention_bias)
+    bool qk_norm = false;   // q and k heads RMS-normalized before RoPE (qwen3)
     Activation activation = Activation::silu;
 };
 
@@ -67,12 +80,13 @@ struct Product {
 class BlockOps {
   public:
     virtual ~BlockOps() = default;
-    // out = norm(in) * weight, n tokens.
+    // out = norm(in) * weight, n tokens, in the groups of norm_shape(which); out may be in.
     virtual void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) = 0;
     // Every product of `products` on the same n input rows.
     virtual void products(uint64_t layer, Rows in, std::span<const Product> products,
                           uint64_t n) = 0;
-    // RoPE on q and k, keys and values stored, causal attention of the n tokens -> out.
+    // RoPE on q and k, keys and values stored, causal attention of the n tokens -> out, within
+    // the layer's window (ModelConfig::attention_window).
     virtual void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) = 0;
     // out = act(in Wgate^T) * (in Wup^T), n tokens.
     virtual void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) = 0;

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import transformers
-from transformers import LlamaConfig, MistralConfig, Qwen2Config
+from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-CLASSES = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
+CLASSES = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config,
+           "qwen3": Qwen3Config}
 
 # config.json files as published on the Hub (keys that only training code reads are dropped).
 HUB_CONFIGS = {
@@ -74,6 +75,17 @@ HUB_CONFIGS = {
         "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 100000,
         "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 49152,
     },
+    # Shaped like Qwen/Qwen3-0.6B's config.json (QK-norm, head_dim 128 with hidden 1024 and 16
+    # heads, tied, no biases; written from its published values, not downloaded here).
+    "qwen3_0.6b": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
+        "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+        "max_window_layers": 28, "num_attention_heads": 16, "num_hidden_layers": 28,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 151936,
+    },
 }
 
 # Hand-written configs that leave keys out: every missing value comes from a class default.
@@ -88,6 +100,14 @@ DEFAULT_CONFIGS = {
                           "num_key_value_heads": 4, "sliding_window": None},
     # Qwen2Config's num_key_value_heads defaults to 32; no BOS/EOS defaults.
     "qwen2_defaults": {"model_type": "qwen2", **SMALL, "num_attention_heads": 32},
+    # Qwen2 with its sliding window on: only layers from max_window_layers on are windowed.
+    "qwen2_window_layers": {"model_type": "qwen2", **SMALL, "num_attention_heads": 32,
+                            "use_sliding_window": True, "sliding_window": 64,
+                            "max_window_layers": 1},
+    # Qwen3Config: head_dim defaults to 128 (not hidden / heads), num_key_value_heads to 32; the
+    # window defaults to 4096 and max_window_layers to 28 (more than the 2 layers: none windowed).
+    "qwen3_defaults": {"model_type": "qwen3", **SMALL, "num_attention_heads": 32,
+                       "use_sliding_window": True},
     # The older "type" key for the RoPE type; original_max_position_embeddings defaults to
     # max_position_embeddings.
     "llama_rope_type_key": {"model_type": "llama", **SMALL, "num_attention_heads": 16,
@@ -115,7 +135,15 @@ def expected_values(raw: dict) -> dict:
     # Qwen2Attention builds q/k/v with bias=True unconditionally, Mistral's with bias=False; only
     # Llama reads config.attention_bias. (The modeling code needs torch, so this is stated here.)
     attention_bias = {"llama": bool(getattr(cfg, "attention_bias", False)), "mistral": False,
-                      "qwen2": True}[model_type]
+                      "qwen2": True,
+                      "qwen3": bool(getattr(cfg, "attention_bias", False))}[model_type]
+    window = getattr(cfg, "sliding_window", None) if model_type != "llama" else None
+    # The first windowed layer (Qwen2/3's layer_types: full, then sliding); Mistral windows all.
+    types = getattr(cfg, "layer_types", None)
+    first_sliding = 0
+    if window is not None and types is not None:
+        first_sliding = next((i for i, t in enumerate(types) if t == "sliding_attention"),
+                             len(types))
     dtype = raw.get("torch_dtype", raw.get("dtype"))
     return {
         "arch": model_type,
@@ -136,7 +164,8 @@ def expected_values(raw: dict) -> dict:
         "bos_token_id": cfg.bos_token_id,
         "eos_token_ids": eos,
         # Llama has no sliding window; Qwen2Config already drops it unless use_sliding_window.
-        "sliding_window": getattr(cfg, "sliding_window", None) if model_type != "llama" else None,
+        "sliding_window": window,
+        "max_window_layers": first_sliding,
         "torch_dtype": str(dtype) if dtype is not None else "",
     }
 

@@ -6,19 +6,28 @@ Run by hand, not in CI (torch is several GB). With a virtual environment outside
 
     python3 -m venv /work/venv-torch
     /work/venv-torch/bin/pip install torch transformers safetensors numpy
-    /work/venv-torch/bin/python scripts/make_hf_reference_fixtures.py [tests/data/hf_models]
+    /work/venv-torch/bin/python scripts/make_hf_reference_fixtures.py [tests/data/hf_models [NAME...]]
+
+(NAMEs: only those models are rewritten.)
 
 Writes, for each model below, tests/data/hf_models/<name>/:
   config.json        as transformers' save_pretrained writes it
   model.safetensors  float32 weights (save_pretrained, safetensors serialization)
   reference.json     {"model_class", "input_ids": [...], "logits": [[vocab floats] per position],
-                      "logits_f64": [...], "sensitivity": {...}, "source": {versions, seed}}
+                      "logits_f64": [...], "decode_vs_prefill_rel_l2", "sensitivity": {...},
+                      "source": {versions, seed}}
+  tokenizer.json     (WITH_BYTE_TOKENIZER models) a 256-symbol byte-level BPE, PyPI tokenizers
+and for GGUF_MODELS tests/data/gguf/<file>: the same weights as llama.cpp's converter names them
+(PyPI gguf's GGUFWriter, F32).
 "logits" is one full forward pass over input_ids in float32, eval mode, eager attention;
 "logits_f64" is the same weights run in float64 (the exact math the float32 run approximates).
 "sensitivity" holds the relative L2 change of the float64 logits when the feature a model is
 there to test is turned off (RoPE theta, llama3 scaling, the q/k/v biases, GQA sharing), so a
 runtime that ignored the feature would fail a 1e-4 comparison by orders of magnitude; the script
 refuses to write a model whose features do not move the logits by at least 1e-2.
+
+The script refuses to write a model whose transformers decode (its KV cache, token by token)
+differs from its one forward pass: windowed models test the cache's window against the mask's.
 
 Determinism: weights come from torch.Generator seeded per model, the same versions give the
 same bytes. Sizes: hidden 32 (vocab 256 at hidden 64 alone would be 130 KB per embedding),
@@ -36,7 +45,7 @@ import safetensors
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # A fixed sequence: BOS first, the edge ids 0 and vocab-1, a repeated token.
 INPUT_IDS = [1, 17, 203, 5, 88, 255, 0, 42, 42, 130, 7, 99]
@@ -74,7 +83,31 @@ MODELS = {
                         dict(COMMON, tie_word_embeddings=True, rope_theta=1e6,
                              use_sliding_window=False), 4,
                         {"qkv_bias": "zero_biases"}),
+    # Mistral with a sliding window of 4 over 12 positions: positions 4 .. 11 see only the last
+    # 4 keys (transformers keeps keys above pos - window).
+    "mistral_window4": (MistralForCausalLM, MistralConfig,
+                        dict(COMMON, tie_word_embeddings=False, rope_theta=10000.0,
+                             sliding_window=4), 5,
+                        {"sliding_window": dict(sliding_window=None)}),
+    # Qwen3: per-head q_norm / k_norm, no biases, head_dim 16 (not hidden / heads = 8), untied;
+    # a sliding window of 5 from layer 1 on (max_window_layers 1: layer 0 attends fully).
+    "qwen3_qknorm_window": (Qwen3ForCausalLM, Qwen3Config,
+                            dict(COMMON, tie_word_embeddings=False, rope_theta=1e6, head_dim=16,
+                                 attention_bias=False, use_sliding_window=True, sliding_window=5,
+                                 max_window_layers=1), 6,
+                            {"qk_norm": "identity_qk_norm",
+                             "sliding_window": dict(use_sliding_window=False)}),
 }
+
+# Models that get a tokenizer.json (so the CLI can calibrate, score and generate on them): a
+# byte-level BPE of the 256 byte symbols and no merges, id = byte value, written by PyPI
+# tokenizers.
+WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window"}
+
+# Tiny GGUF files of the same weights, as llama.cpp's convert_hf_to_gguf.py names and describes
+# them (gguf-py's constants), for models whose GGUF architecture keeps every feature: name ->
+# (GGUF architecture, file under tests/data/gguf).
+GGUF_MODELS = {"qwen3_qknorm_window": ("qwen3", "tiny_qwen3.gguf")}
 
 
 def init_weights(model, seed):
@@ -117,7 +150,14 @@ def rel_l2(a, b):
 
 
 def sensitivity(model_cls, config_cls, kwargs, seed, model, variant, ref64):
-    if variant == "zero_biases":
+    if variant == "identity_qk_norm":
+        # A runtime that skipped QK-norm: the same weights without the per-head norms.
+        other = build(model_cls, config_cls, kwargs, seed)
+        other.load_state_dict(model.state_dict())
+        for layer in other.model.layers:
+            layer.self_attn.q_norm = torch.nn.Identity()
+            layer.self_attn.k_norm = torch.nn.Identity()
+    elif variant == "zero_biases":
         other = build(model_cls, config_cls, kwargs, seed)
         with torch.no_grad():
             for name, p in other.named_parameters():
@@ -131,7 +171,7 @@ def sensitivity(model_cls, config_cls, kwargs, seed, model, variant, ref64):
                   if "k_proj" not in k and "v_proj" not in k}
         other.load_state_dict(shared, strict=False)
         group = kwargs["num_attention_heads"] // kwargs["num_key_value_heads"]
-        hd = kwargs["hidden_size"] // kwargs["num_attention_heads"]
+        hd = kwargs.get("head_dim", kwargs["hidden_size"] // kwargs["num_attention_heads"])
         with torch.no_grad():
             for li, layer in enumerate(model.model.layers):
                 for proj in ("k_proj", "v_proj"):
@@ -145,14 +185,95 @@ def sensitivity(model_cls, config_cls, kwargs, seed, model, variant, ref64):
     return rel_l2(logits_of(other, torch.float64), ref64)
 
 
+def decode_logits(model):
+    """transformers' own token-by-token decode with its KV cache: the path whose sliding-window
+    cache must agree with the one full forward."""
+    rows, past = [], None
+    with torch.no_grad():
+        for t, tok in enumerate(INPUT_IDS):
+            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True,
+                        cache_position=torch.tensor([t]))
+            past = out.past_key_values
+            rows.append(out.logits[0, -1])
+    return torch.stack(rows)
+
+
+def write_gguf(model, arch, path):
+    """The model as llama.cpp's converter writes it: its tensor names, F32, rotate-half q/k
+    (qwen2/qwen3 use NEOX RoPE, no permutation), and the metadata keys of LLM_ARCH_QWEN3."""
+    import gguf
+    c = model.config
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+             "output_norm.weight", "lm_head.weight": "output.weight"}
+    per_layer = {"input_layernorm.weight": "attn_norm.weight",
+                 "self_attn.q_proj.weight": "attn_q.weight",
+                 "self_attn.k_proj.weight": "attn_k.weight",
+                 "self_attn.v_proj.weight": "attn_v.weight",
+                 "self_attn.o_proj.weight": "attn_output.weight",
+                 "self_attn.q_norm.weight": "attn_q_norm.weight",
+                 "self_attn.k_norm.weight": "attn_k_norm.weight",
+                 "post_attention_layernorm.weight": "ffn_norm.weight",
+                 "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+                 "mlp.down_proj.weight": "ffn_down.weight"}
+    w = gguf.GGUFWriter(str(path), arch=arch)
+    w.add_name("qforge tiny " + arch)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_freq_base(float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for name, t in model.state_dict().items():
+        if name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            out = f"blk.{i}.{per_layer[rest]}"
+        else:
+            out = names[name]
+        w.add_tensor(out, t.detach().to(torch.float32).numpy().copy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_byte_tokenizer(directory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    # ByteLevel.alphabet() is a set; bytes_to_unicode's order is byte order: rebuild it.
+    chars = {}
+    n = 0
+    for b in range(256):
+        printable = (33 <= b <= 126) or (161 <= b <= 172) or (174 <= b <= 255)
+        if printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + n)
+            n += 1
+    assert set(chars.values()) == set(ByteLevel.alphabet())
+    vocab = {chars[b]: b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(directory / "tokenizer.json"))
+    assert tok.encode("Hi ").ids == [72, 105, 32]
+
+
 def f32_list(t):
     return [[float(f"{x:.9g}") for x in row] for row in t.tolist()]
 
 
 def main():
     out_root = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/hf_models")
+    only = set(sys.argv[2:])  # model names to (re)write; none: all
     torch.use_deterministic_algorithms(True)
     for name, (model_cls, config_cls, kwargs, seed, variants) in MODELS.items():
+        if only and name not in only:
+            continue
         model = build(model_cls, config_cls, kwargs, seed)
         ref32 = logits_of(model, torch.float32)
         ref64 = logits_of(model, torch.float64)
@@ -162,6 +283,11 @@ def main():
             if v < MIN_SENSITIVITY:
                 raise SystemExit(f"{name}: switching off {k} moves the logits by only {v:.3g}")
         f32_vs_f64 = rel_l2(ref32.double(), ref64)
+        dec32 = decode_logits(model)
+        decode_vs_prefill = rel_l2(dec32.double(), ref32.double())
+        if decode_vs_prefill > 1e-5:
+            raise SystemExit(f"{name}: transformers' cached decode differs from its prefill by "
+                             f"{decode_vs_prefill:.3g}")
 
         out = out_root / name
         if out.exists():
@@ -171,12 +297,15 @@ def main():
             shutil.rmtree(tmp)
         model.save_pretrained(tmp)
         (tmp / "generation_config.json").unlink(missing_ok=True)
+        if name in WITH_BYTE_TOKENIZER:
+            write_byte_tokenizer(tmp)
         reference = {
             "model_class": model_cls.__name__,
             "input_ids": INPUT_IDS,
             "logits": f32_list(ref32),
             "logits_f64": ref64.tolist(),
             "f32_vs_f64_rel_l2": f32_vs_f64,
+            "decode_vs_prefill_rel_l2": decode_vs_prefill,
             "sensitivity": sens,
             "source": {
                 "script": "scripts/make_hf_reference_fixtures.py",
@@ -191,6 +320,9 @@ def main():
         }
         (tmp / "reference.json").write_text(json.dumps(reference) + "\n")
         tmp.rename(out)
+        if name in GGUF_MODELS:
+            arch, file = GGUF_MODELS[name]
+            write_gguf(model, arch, out_root.parent / "gguf" / file)
         sizes = ", ".join(f"{p.name} {p.stat().st_size} B" for p in sorted(out.iterdir()))
         print(f"{name}: {sizes}; f32 vs f64 {f32_vs_f64:.2e}; sensitivity " +
               ", ".join(f"{k} {v:.3g}" for k, v in sens.items()))

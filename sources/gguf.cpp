@@ -37,6 +37,9 @@ constexpr GgufArchitecture kGgufArchitectures[] = {
     {"llama", Architecture::llama, true},
     // Qwen2 and Qwen2.5: rotate-half RoPE (LLAMA_ROPE_TYPE_NEOX), q/k/v biases.
     {"qwen2", Architecture::qwen2, false},
+    // Qwen3: as qwen2 without biases (unless the file has them), with attn_q_norm / attn_k_norm
+    // and attention.key_length giving head_dim (LLM_ARCH_QWEN3).
+    {"qwen3", Architecture::qwen3, false},
 };
 
 // llama.cpp's name of one of our tensor kinds (formats/architectures.cpp's table), in layer 0

@@ -14,7 +14,7 @@ using namespace qforge;
 namespace {
 
 constexpr Architecture kArchitectures[] = {Architecture::llama, Architecture::mistral,
-                                           Architecture::qwen2};
+                                           Architecture::qwen2, Architecture::qwen3};
 
 // Facts written out here from the formats' own definitions, not from the table: run.c's
 // TransformerWeights fields (llama2.c has no biases; w1 gate, w3 up, w2 down), and each
@@ -35,6 +35,8 @@ constexpr Expected kExpected[] = {
     {"layers.{i}.attn.q_bias", "", WeightClass::bias, RopeRows::q_heads},
     {"layers.{i}.attn.k_bias", "", WeightClass::bias, RopeRows::kv_heads},
     {"layers.{i}.attn.v_bias", "", WeightClass::bias, RopeRows::none},
+    {"layers.{i}.attn.q_norm", "", WeightClass::norm, RopeRows::none},
+    {"layers.{i}.attn.k_norm", "", WeightClass::norm, RopeRows::none},
     {"layers.{i}.mlp_norm", "rms_ffn_weight", WeightClass::norm, RopeRows::none},
     {"layers.{i}.mlp.gate", "w1", WeightClass::mlp_linear, RopeRows::none},
     {"layers.{i}.mlp.up", "w3", WeightClass::mlp_linear, RopeRows::none},

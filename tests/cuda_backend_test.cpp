@@ -183,9 +183,15 @@ struct Variant {
     Architecture arch;
     bool tied, bias, llama3;
     QType qtype;
+    uint64_t window = 0, window_from = 0;  // sliding window, in layers from window_from on
+    uint64_t head_dim = 8;
 };
 
 constexpr Variant kVariants[] = {
+    // Windows shorter than the 40 tokens; qwen3: QK-norm, head_dim not hidden / heads.
+    {"mistral window 5 f16", Architecture::mistral, false, false, false, QType::f16, 5, 0},
+    {"qwen3 window 7 from layer 1, q8_g32", Architecture::qwen3, false, false, false,
+     QType::q8_g32, 7, 1, 12},
     {"llama untied f32", Architecture::llama, false, false, false, QType::f32},
     {"llama untied f16 + llama3 rope", Architecture::llama, false, false, true, QType::f16},
     {"qwen2 tied bias bf16", Architecture::qwen2, true, true, false, QType::bf16},
@@ -209,6 +215,9 @@ TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]
         c.tie_word_embeddings = v.tied;
         c.attention_bias = v.bias;
         if (v.llama3) c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+        if (v.window) c.sliding_window = v.window;
+        c.max_window_layers = v.window_from;
+        c.head_dim = v.head_dim;
         const fs::path p = dir / (std::to_string(seed) + ".qf");
         write_model(p, c, v.qtype, seed);
         // 40 tokens: prefill batches above the GEMV limit take the tensor-core paths.

@@ -269,7 +269,7 @@ TEST_CASE("GGUF convert: models qforge cannot run are refused by name", "[gguf]"
     g.kvs[0] = kv_str("general.architecture", "gemma3");
     CHECK_THAT(
         convert_error(g),
-        Catch::Contains("GGUF architecture 'gemma3' is not supported (supported: llama, qwen2)"));
+        Catch::Contains("GGUF architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3)"));
     g = base();
     g.kvs.erase(g.kvs.begin() + 6);
     CHECK_THAT(convert_error(g),

@@ -46,6 +46,7 @@ ModelConfig from_expected(const json& e) {
     c.eos_token_ids = e.at("eos_token_ids").get<std::vector<int64_t>>();
     if (!e.at("sliding_window").is_null())
         c.sliding_window = e.at("sliding_window").get<uint64_t>();
+    c.max_window_layers = e.at("max_window_layers");
     c.torch_dtype = e.at("torch_dtype");
     return c;
 }
@@ -162,7 +163,30 @@ TEST_CASE("config: broken configs name the key and what was expected", "[config]
     const Case cases[] = {
         {"unsupported model_type", [](json& j) { j["model_type"] = "gpt_neox"; },
          "cfg/config.json: unsupported architecture 'gpt_neox' (model_type); supported: llama, "
-         "mistral, qwen2"},
+         "mistral, qwen2, qwen3"},
+        {"layer_types: full after sliding",
+         [](json& j) {
+             j["model_type"] = "qwen3";
+             j["use_sliding_window"] = true;
+             j["num_hidden_layers"] = 3;
+             j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+         },
+         "'layer_types': a full-attention layer 2 after the sliding layer 1 is not supported"},
+        {"layer_types: unknown kind",
+         [](json& j) {
+             j["model_type"] = "qwen3";
+             j["use_sliding_window"] = true;
+             j["num_hidden_layers"] = 2;
+             j["layer_types"] = {"full_attention", "chunked_attention"};
+         },
+         "'layer_types[1]' must be \"full_attention\" or \"sliding_attention\""},
+        {"layer_types: wrong length",
+         [](json& j) {
+             j["model_type"] = "qwen3";
+             j["use_sliding_window"] = true;
+             j["layer_types"] = {"full_attention"};
+         },
+         "'layer_types' must be a list of num_hidden_layers (5) strings"},
         {"no model_type", [](json& j) { j.erase("model_type"); },
          "missing required key 'model_type'"},
         {"not an object",
@@ -279,12 +303,27 @@ TEST_CASE("config: the normalized form is read strictly", "[config]") {
     fails_with([](json& j) { j["rope_scaling"]["factor"] = 8.0; },
                "rope_scaling of type 'none' must carry neutral values");
     fails_with([](json& j) { j["model_type"] = "gemma"; }, "unsupported architecture 'gemma'");
+    fails_with([](json& j) { j["max_window_layers"] = 1; },
+               "'max_window_layers' without a sliding_window");
+    // Written only where some layers attend fully; it round-trips.
+    json window = base_config();
+    window["model_type"] = "qwen3";
+    window["use_sliding_window"] = true;
+    window["sliding_window"] = 16;
+    window["max_window_layers"] = 2;
+    const ModelConfig c = parse_model_config(window, "c");
+    CHECK(c.attention_window(1) == 0);
+    CHECK(c.attention_window(2) == 16);
+    CHECK(model_config_to_json(c).at("max_window_layers") == 2);
+    CHECK(model_config_from_json(model_config_to_json(c), "m.qf") == c);
+    CHECK_FALSE(good.contains("max_window_layers"));
 }
 
 TEST_CASE("config: every architecture has a model_type", "[config]") {
-    for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2})
+    for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2,
+                      Architecture::qwen3})
         CHECK(architecture_from_model_type(architecture_name(arch)) == arch);
     CHECK(architecture_name(Architecture::qwen2) == "qwen2");
     CHECK_FALSE(architecture_from_model_type("LlamaForCausalLM"));
-    CHECK(supported_architectures() == "llama, mistral, qwen2");
+    CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3");
 }

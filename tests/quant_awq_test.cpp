@@ -56,7 +56,9 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& ref) {
 
 // One decoder block on x: runtime/transformer.hpp's block through the calibration operations,
 // on b's float weights (the v bias added: small_config sets attention_bias).
-std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<float> x) {
+// `qk_norm`: the q and k head norms of a QK-norm block (empty: none), which no fold touches.
+std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<float> x,
+                                const std::vector<float>& qk_norm = {}) {
     const ModelConfig& c = f.config();
     const uint64_t d = c.hidden_size, inter = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
     static const std::vector<float> none;
@@ -68,7 +70,7 @@ std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<
     v[Weight::gate] = f32_matrix("gate", b.gate, inter, d);
     v[Weight::up] = f32_matrix("up", b.up, inter, d);
     v[Weight::down] = f32_matrix("down", b.down, d, inter);
-    v.norm = {&b.attn_norm, &b.mlp_norm, nullptr};
+    v.norm = {&b.attn_norm, &b.mlp_norm, nullptr, &qk_norm, &qk_norm};
     v.qkv_bias = {&none, &none, &b.v_bias};
     f.view = v;
     BlockForward::Buffers buffers;
@@ -147,14 +149,24 @@ TEST_CASE("awq scales: x_mean^alpha, clamped, normalized by sqrt(max * min)", "[
 TEST_CASE("awq fold: one block computes the same function, every fold included", "[awq][quant]") {
     std::mt19937_64 rng(11);
     ThreadPool pool(2);
-    for (uint64_t kv_heads : {4u, 2u}) {
-        INFO("kv heads " << kv_heads << " of 4");
-        const ModelConfig c = small_config(kv_heads);
+    // kv heads of 4; and a qwen3 block: QK-norm, head_dim 12 (not hidden / heads), a sliding
+    // window of 4 within the sequences of 9.
+    for (const auto& [kv_heads, qwen3] :
+         {std::pair{4u, false}, {2u, false}, {4u, true}, {2u, true}}) {
+        INFO("kv heads " << kv_heads << " of 4" << (qwen3 ? ", qwen3" : ""));
+        ModelConfig c = small_config(kv_heads);
+        std::vector<float> qk_norm;
+        if (qwen3) {
+            c.arch = Architecture::qwen3;
+            c.head_dim = 12;
+            c.sliding_window = 4;
+            qk_norm = random_scales(c.head_dim, rng);
+        }
         const uint64_t sequences = 2, seq_len = 9;
         BlockForward f(c, sequences, seq_len, pool);
         const AwqBlock b = random_block(c, rng);
         const std::vector<float> x = normal_vector(f.tokens() * c.hidden_size, 1.0f, rng);
-        const std::vector<float> ref = block_output(f, b, x);
+        const std::vector<float> ref = block_output(f, b, x, qk_norm);
 
         AwqBlockScales s;
         s.qkv = random_scales(c.hidden_size, rng);
@@ -174,9 +186,15 @@ TEST_CASE("awq fold: one block computes the same function, every fold included",
         // (norm / s, v / s, up / s): a few 2^-24 relative per product term, ~1e-7 on the
         // output; 1e-5 leaves 100x for the attention's and SwiGLU's amplification, and a wrong
         // fold (a scale on the wrong axis) moves the output by O(1).
-        const double err = relative_l2(block_output(f, folded, x), ref);
+        const double err = relative_l2(block_output(f, folded, x, qk_norm), ref);
         INFO("relative L2 " << err);
         REQUIRE(err <= 1e-5);
+        if (qwen3) {  // the norms matter: without them the block's output moves by O(1)
+            ModelConfig no_norm = c;
+            no_norm.arch = Architecture::llama;
+            BlockForward g(no_norm, sequences, seq_len, pool);
+            REQUIRE(relative_l2(block_output(g, b, x), ref) > 1e-2);
+        }
     }
 }
 

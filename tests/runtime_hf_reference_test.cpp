@@ -1,8 +1,11 @@
 // The runtime against Hugging Face transformers: tiny random LlamaForCausalLM (GQA, untied; and
-// llama3 RoPE scaling, tied), MistralForCausalLM and Qwen2ForCausalLM (q/k/v biases, tied)
-// checkpoints with transformers' logits, in tests/data/hf_models (written by
-// scripts/make_hf_reference_fixtures.py, run by hand). Each is converted to .qf like a user's
-// checkpoint, then prefill and token-by-token decode are compared with transformers.
+// llama3 RoPE scaling, tied), MistralForCausalLM (and one with a sliding window of 4 over 12
+// positions), Qwen2ForCausalLM (q/k/v biases, tied) and Qwen3ForCausalLM (QK-norm, head_dim
+// not hidden / heads, a window from layer 1) checkpoints with transformers' logits, in
+// tests/data/hf_models (written by scripts/make_hf_reference_fixtures.py, run by hand). Each is
+// converted to .qf like a user's checkpoint, then prefill and token-by-token decode are compared
+// with transformers. The same Qwen3 written as llama.cpp's GGUF converts to the same tensors.
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -10,7 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
+#include "formats/qf.hpp"
+#include "kernels/device_info.hpp"
 #include "runtime/backend.hpp"
+#include "runtime/cuda_backend.hpp"
 #include "runtime/reference_forward.hpp"
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
@@ -36,44 +42,89 @@ double worst_rel_l2(const std::vector<float>& got, const std::vector<Row>& ref) 
     return worst;
 }
 
+// Prefill of all ids as one batch, then the same ids decoded one at a time: [2][position][vocab].
+std::array<std::vector<float>, 2> prefill_and_decode(Backend& b, const std::vector<int32_t>& ids) {
+    const uint64_t v = b.model().config().vocab_size;
+    std::vector<float> prefill(ids.size() * v), decode(ids.size() * v);
+    auto cache = b.new_cache(ids.size());
+    b.forward(ids, *cache, 0, prefill);
+    cache->clear();
+    for (size_t t = 0; t < ids.size(); ++t)
+        b.forward(std::span(ids).subspan(t, 1), *cache, 0, std::span(decode).subspan(t * v, v));
+    return {std::move(prefill), std::move(decode)};
+}
+
+// One fixture folder: transformers' ids and logits, and the checkpoint converted to .qf in dir.
+struct Fixture {
+    std::string name;
+    std::vector<int32_t> ids;
+    std::vector<std::vector<float>> logits32;
+    std::vector<std::vector<double>> logits64;
+    std::string qf;
+};
+
+// Every folder of tests/data/hf_models with a reference.json.
+std::vector<Fixture> load_fixtures(const fs::path& dir) {
+    std::vector<Fixture> all;
+    for (const auto& entry : fs::directory_iterator(test::fixture("hf_models"))) {
+        if (!fs::exists(entry.path() / "reference.json")) continue;
+        Fixture x;
+        x.name = entry.path().filename().string();
+        std::ifstream f(entry.path() / "reference.json");
+        const auto ref = nlohmann::json::parse(f);
+        x.ids = ref.at("input_ids").get<std::vector<int32_t>>();
+        x.logits32 = ref.at("logits").get<std::vector<std::vector<float>>>();
+        x.logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
+        ConvertOptions o;
+        o.input = entry.path().string();
+        o.output = x.qf = (dir / (x.name + ".qf")).string();
+        convert_checkpoint(o);  // without a tokenizer: a warning, not needed here
+        all.push_back(std::move(x));
+    }
+    return all;
+}
+
 }  // namespace
 
-TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpoints",
+TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]") {
+    std::string why;
+    if (list_gpus(&why).empty()) QF_SKIP("no CUDA device: " + why);
+    test::ScratchDir dir("cuda-hf");
+    int checked = 0;
+    for (const Fixture& x : load_fixtures(dir.path())) {
+        INFO("fixture " << x.name);
+        Model model(x.qf);
+        auto gpu = make_cuda_backend(model);
+        // The cache holds keys and values in fp16 (2^-11 relative each): 1e-3, the bound of the
+        // CUDA backend's own tests against the float64 reference.
+        for (const auto& got : prefill_and_decode(*gpu, x.ids)) {
+            const double e = worst_rel_l2(got, x.logits64);
+            INFO("rel L2 vs transformers f64 " << e);
+            CHECK(e <= 1e-3);
+        }
+        ++checked;
+    }
+    REQUIRE(checked >= 6);
+}
+
+TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2 and Qwen3 checkpoints",
           "[runtime]") {
-    const fs::path root = test::fixture("hf_models");
     test::ScratchDir dir("runtime-hf");
     ThreadPool pool(2);
     int checked = 0;
-    for (const auto& entry : fs::directory_iterator(root)) {
-        if (!fs::exists(entry.path() / "reference.json")) continue;
-        const std::string name = entry.path().filename().string();
-        INFO("fixture " << name);
-        std::ifstream f(entry.path() / "reference.json");
-        const auto ref = nlohmann::json::parse(f);
-        const auto ids = ref.at("input_ids").get<std::vector<int32_t>>();
-        const auto logits32 = ref.at("logits").get<std::vector<std::vector<float>>>();
-        const auto logits64 = ref.at("logits_f64").get<std::vector<std::vector<double>>>();
-
-        ConvertOptions o;
-        o.input = entry.path().string();
-        o.output = (dir / (name + ".qf")).string();
-        convert_checkpoint(o);  // no tokenizer: a warning, not needed here
-        Model model(o.output);
+    for (const Fixture& x : load_fixtures(dir.path())) {
+        INFO("fixture " << x.name);
+        const auto& ids = x.ids;
+        const auto& logits32 = x.logits32;
+        const auto& logits64 = x.logits64;
+        Model model(x.qf);
         const uint64_t v = model.config().vocab_size;
         auto cpu = make_cpu_backend(model, pool);
-
-        std::vector<float> prefill(ids.size() * v);
-        auto cache = cpu->new_cache(ids.size());
-        cpu->forward(ids, *cache, 0, prefill);
-        std::vector<float> decode(ids.size() * v);
-        cache->clear();
-        for (size_t t = 0; t < ids.size(); ++t)
-            cpu->forward(std::span(ids).subspan(t, 1), *cache, 0,
-                         std::span(decode).subspan(t * v, v));
+        const auto [prefill, decode] = prefill_and_decode(*cpu, ids);
 
         // transformers' own float32 and float64 runs differ by ~4e-7 (reference.json); a float32
         // runtime with the right formulas lands within 1e-4 of either (the issue's bound), while
-        // each feature switched off moves the logits by 0.26 .. 0.88 (the fixtures' README).
+        // each feature switched off moves the logits by 0.20 .. 0.88 (the fixtures' README).
         for (const auto* got : {&prefill, &decode}) {
             const double e32 = worst_rel_l2(*got, logits32), e64 = worst_rel_l2(*got, logits64);
             INFO((got == &prefill ? "prefill" : "decode")
@@ -97,5 +148,41 @@ TEST_CASE("runtime matches transformers on tiny Llama, Mistral and Qwen2 checkpo
         CHECK(worst <= 1e-5);
         ++checked;
     }
-    REQUIRE(checked >= 4);
+    REQUIRE(checked >= 6);
+}
+
+TEST_CASE("a Qwen3 GGUF (llama.cpp's names and keys) converts to the safetensors path's tensors",
+          "[runtime][gguf]") {
+    test::ScratchDir dir("runtime-qwen3-gguf");
+    ConvertOptions st, gg;
+    st.input = (test::fixture("hf_models") / "qwen3_qknorm_window").string();
+    st.output = (dir / "st.qf").string();
+    gg.input = (test::fixture("gguf") / "tiny_qwen3.gguf").string();
+    gg.output = (dir / "gguf.qf").string();
+    convert_checkpoint(st);
+    convert_checkpoint(gg);
+    const QfFile a(st.output), b(gg.output);
+    // llama.cpp's Qwen3 has no sliding window, and this GGUF no tokenizer ids: the rest agrees.
+    ModelConfig ca = a.config(), cb = b.config();
+    REQUIRE(ca.sliding_window == 5u);
+    REQUIRE(ca.max_window_layers == 1u);
+    REQUIRE_FALSE(cb.sliding_window);
+    ca.sliding_window.reset();
+    ca.max_window_layers = 0;
+    ca.bos_token_id = cb.bos_token_id;
+    ca.eos_token_ids = cb.eos_token_ids;
+    ca.torch_dtype = cb.torch_dtype;
+    CHECK(ca == cb);
+    CHECK(cb.head_dim == 16);
+    REQUIRE(a.tensors().size() == b.tensors().size());
+    REQUIRE(a.find("layers.1.attn.k_norm"));
+    std::vector<uint8_t> sa, sb;
+    for (const QfTensorInfo& t : a.tensors()) {
+        INFO(t.name);
+        const QfTensorInfo& u = b.at(t.name);
+        CHECK(u.shape == t.shape);
+        CHECK(u.qtype == t.qtype);
+        const auto x = a.tensor_bytes(t, sa), y = b.tensor_bytes(u, sb);
+        CHECK(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+    }
 }

@@ -133,13 +133,19 @@ struct Variant {
     Architecture arch;
     bool tied, bias, llama3;
     QType qtype;
+    uint64_t window = 0, window_from = 0;  // sliding window, in layers from window_from on
+    uint64_t head_dim = 8;
 };
 
+// The windows are shorter than the 37 test tokens, so most positions see only part of the past.
 constexpr Variant kVariants[] = {
     {"llama untied f32", Architecture::llama, false, false, false, QType::f32},
     {"llama untied f16 + llama3 rope", Architecture::llama, false, false, true, QType::f16},
     {"qwen2 tied bias bf16", Architecture::qwen2, true, true, false, QType::bf16},
     {"mistral untied f16", Architecture::mistral, false, false, false, QType::f16},
+    {"mistral window 5", Architecture::mistral, false, false, false, QType::f32, 5, 0},
+    {"qwen3 qk-norm head_dim 12, window 7 from layer 1", Architecture::qwen3, false, false, false,
+     QType::f16, 7, 1, 12},
 };
 
 ModelConfig variant_config(const Variant& v) {
@@ -149,6 +155,9 @@ ModelConfig variant_config(const Variant& v) {
     // 16 positions before scaling: at head_dim 8 and theta 1e4 the wavelengths 6.3, 63, 628 and
     // 6283 fall in all three llama3 bands (kept, interpolated, divided).
     if (v.llama3) c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+    if (v.window) c.sliding_window = v.window;
+    c.max_window_layers = v.window_from;
+    c.head_dim = v.head_dim;
     return c;
 }
 
@@ -201,9 +210,11 @@ TEST_CASE("cpu backend matches the float64 reference on random models", "[runtim
 
 TEST_CASE("cpu backend: identical logits for 1, 2 and 3 threads, prefill == decode", "[runtime]") {
     test::ScratchDir dir("runtime-det");
-    const Variant& v = kVariants[2];  // bias, tied
+    // bias, tied; and QK-norm with a window shorter than the prompt
+    const Variant& v = kVariants[GENERATE(2, 5)];
+    INFO(v.name);
     // Every float row type: prefill runs the float GEMM (kernels/cpu/float_gemm.hpp), decode
-    // dot_row; bf16 is the model continued below.
+    // dot_row; the variant's own type is the model continued below.
     std::vector<float> first;
     for (QType qtype : {QType::f32, QType::f16, QType::bf16}) {
         const fs::path path = dir / (std::string(qtype_traits(qtype).name) + ".qf");
@@ -223,12 +234,14 @@ TEST_CASE("cpu backend: identical logits for 1, 2 and 3 threads, prefill == deco
             REQUIRE(prefill == first);  // bitwise across thread counts
         }
     }
-    const fs::path path = dir / "bf16.qf";
+    const fs::path path = dir / "m.qf";
+    write_model(path, variant_config(v), v.qtype, 9);
     Model model(path.string());
     const auto tokens = some_tokens(41, model.config().vocab_size, 2);
     // A prompt prefilled in one batch, then continued token by token.
     ThreadPool pool(2);
     auto cpu = make_cpu_backend(model, pool);
+    first = run(*cpu, tokens);
     auto cache = cpu->new_cache(64);
     const uint64_t vocab = model.config().vocab_size;
     std::vector<float> last(vocab);

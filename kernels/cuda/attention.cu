@@ -5,7 +5,8 @@
 //   head_dim  even, at most 256 (a lane of a warp holds ceil(head_dim / 32) <= 8 dimensions;
 //             compiled for 1, 2, 4, 8 per lane)
 //   heads     num_heads a multiple of num_kv_heads (GQA; MHA when equal)
-//   context   any length: an online softmax streams the cache once, no scores buffer
+//   context   any length: an online softmax streams the cache once, no scores buffer;
+//             a sliding window (AttentionParams::window) starts the keys at pos - window + 1
 //   cache     fp16 keys and values, [position][kv_heads * head_dim] per layer; positions come
 //             from a device integer (pos0), so a captured CUDA graph serves every decode step
 //
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
     const uint32_t kvh = h / (p.heads / p.kv_heads);
     const uint64_t len = static_cast<uint64_t>(*p.pos0) + t + 1;  // causal: keys 0 .. pos
+    const uint64_t first = p.window && len > p.window ? len - p.window : 0;  // sliding window
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
 
     const float* q = p.qkv + t * p.ld + static_cast<uint64_t>(h) * hd;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     float m = -INFINITY, l = 0.0f;
     const uint16_t* kbase = p.k_cache + static_cast<uint64_t>(kvh) * hd;
     const uint16_t* vbase = p.v_cache + static_cast<uint64_t>(kvh) * hd;
-    for (uint64_t j = warp; j < len; j += kAttnWarps) {
+    for (uint64_t j = first + warp; j < len; j += kAttnWarps) {
         const uint16_t* kr = kbase + j * kvd;
         float s = 0.0f;
 #pragma unroll

@@ -119,6 +119,7 @@ struct AttentionParams {
     const int32_t* pos0 = nullptr;  // device: token t attends to positions 0 .. pos0 + t
     float* out = nullptr;           // [t][heads * head_dim], stride ldo
     uint64_t ldo = 0;
+    uint32_t window = 0;  // > 0: only the last `window` positions up to pos (sliding window)
 };
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream);
