@@ -7,16 +7,39 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
+#include "kernels/cpu/isa.hpp"
 #include "runtime/kv_cache.hpp"
 #include "runtime/model.hpp"
+#include "runtime/transformer.hpp"
 
 namespace qforge {
 
 class ThreadPool;
+
+// One step of a backend opened for op-level tests (tests/backend_ops_test.cpp, in the manner of
+// llama.cpp's test-backend-ops): the operations of runtime/transformer.hpp, the activation rows
+// forward computes in (in the backend's memory: host for the CPU, the device for CUDA, so they
+// carry the backend's own leading dimensions and buffer layout), and copies between them and
+// host memory.
+class OpsStep {
+  public:
+    virtual ForwardOps& ops() = 0;
+    virtual const BlockActivations& rows() const = 0;
+    virtual Rows logits() const = 0;            // vocab_size wide
+    virtual const int32_t* tokens() const = 0;  // the step's token ids, where embed reads them
+    // n rows of `width` floats from host `src` (packed) into `dst`, and from `src` back.
+    virtual void write(Rows dst, const float* src, uint64_t n, uint64_t width) = 0;
+    virtual void read(Rows src, float* dst, uint64_t n, uint64_t width) = 0;
+
+  protected:
+    ~OpsStep() = default;
+};
 
 class Backend {
   public:
@@ -34,6 +57,13 @@ class Backend {
     // Throws qforge::Error for an out-of-range token id, a full cache or a wrong logits size.
     virtual void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                          std::span<float> logits) = 0;
+
+    // Op-level access, for tests: sets up a step of `tokens` (one internal batch at most) at
+    // positions cache.size() .. as forward does, calls fn, then appends the step to the cache
+    // (the keys and values fn's attention calls stored). The default throws: a backend that
+    // offers no op-level access (a test double) says so.
+    virtual void run_ops(std::span<const int32_t> tokens, KvCache& cache,
+                         const std::function<void(OpsStep&)>& fn);
 };
 
 struct CpuBackendOptions {
@@ -44,6 +74,9 @@ struct CpuBackendOptions {
     // Activations multiplied with quantized matrices: int8 blocks (integer dot products, the
     // default) or float32 (exact; for measuring the int8 cost). kernels/cpu/qdot.hpp.
     bool int8_activations = true;
+    // The kernels' instruction-set level (kernels/cpu/isa.hpp); unset: cpu_isa(). The tests run
+    // every level the CPU has; a level above cpu_isa() is refused.
+    std::optional<Isa> isa = std::nullopt;
 };
 
 // The CPU backend; `pool` (shared by every backend of a process) runs its parallel loops.

@@ -1,8 +1,16 @@
 #include "runtime/backend_factory.hpp"
 
+#include <string>
+
+#include "core/error.hpp"
 #include "kernels/device_info.hpp"
+#include "runtime/backend.hpp"
 
 namespace qforge {
+
+void Backend::run_ops(std::span<const int32_t>, KvCache&, const std::function<void(OpsStep&)>&) {
+    throw Error(std::string(name()) + " backend: no op-level access (Backend::run_ops)");
+}
 
 std::optional<BackendKind> backend_kind_from_name(std::string_view name) {
     if (name == "auto") return BackendKind::auto_select;

@@ -34,7 +34,15 @@ std::unique_ptr<Backend> make_cpu_backend(const Model& model, ThreadPool& pool,
 }
 
 CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions options)
-    : model_(model), c_(model.config()), desc_(block_desc(c_)), pool_(pool), options_(options) {
+    : model_(model),
+      c_(model.config()),
+      desc_(block_desc(c_)),
+      pool_(pool),
+      options_(options),
+      isa_(options.isa.value_or(cpu_isa())) {
+    if (isa_ > cpu_isa())
+        throw Error("cpu backend: level " + std::string(isa_name(isa_)) +
+                    " requested, this process runs at most " + std::string(isa_name(cpu_isa())));
     row_scratch_.assign(static_cast<size_t>(pool.size()),
                         std::vector<float>(kFloatTile + kMaxBatch));
     score_scratch_.resize(static_cast<size_t>(pool.size()));
@@ -89,28 +97,7 @@ void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64
                         "token id " + std::to_string(id) + " is outside the vocabulary (" +
                             std::to_string(c_.vocab_size) + ")");
 
-    if (rope_positions_ < cache.capacity()) {
-        rope_ = RopeTable(c_, cache.capacity());
-        rope_positions_ = cache.capacity();
-    }
-    const uint64_t group = c_.num_heads / c_.num_kv_heads;
-    for (auto& s : score_scratch_)
-        if (s.size() < group * cache.capacity()) s.resize(group * cache.capacity());
-    const uint64_t batch = std::min(n, kMaxBatch);
-    if (x_.size() < batch * c_.hidden_size) {
-        x_.resize(batch * c_.hidden_size);
-        h_.resize(batch * c_.hidden_size);
-        qkv_.resize(batch * (c_.q_dim() + 2 * c_.kv_dim()));
-        att_.resize(batch * c_.q_dim());
-        gate_.resize(batch * c_.intermediate_size);
-        up_.resize(batch * c_.intermediate_size);
-    }
-
-    const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim(), qkv_ld = qd + 2 * kvd;
-    const BlockActivations a{{x_.data(), c_.hidden_size},        {h_.data(), c_.hidden_size},
-                             {qkv_.data(), qkv_ld},               {qkv_.data() + qd, qkv_ld},
-                             {qkv_.data() + qd + kvd, qkv_ld},    {att_.data(), qd},
-                             {gate_.data(), c_.intermediate_size}};
+    const BlockActivations a = prepare_step(cache.capacity(), std::min(n, kMaxBatch));
     cache_ = cpu_cache;
     for (uint64_t start = 0; start < n; start += kMaxBatch) {
         const uint64_t m = std::min(kMaxBatch, n - start);
@@ -126,10 +113,88 @@ void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64
     cache_ = nullptr;
 }
 
+BlockActivations CpuBackend::prepare_step(uint64_t capacity, uint64_t batch) {
+    if (rope_positions_ < capacity) {
+        rope_ = RopeTable(c_, capacity);
+        rope_positions_ = capacity;
+    }
+    const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    for (auto& s : score_scratch_)
+        if (s.size() < group * capacity) s.resize(group * capacity);
+    if (x_.size() < batch * c_.hidden_size) {
+        x_.resize(batch * c_.hidden_size);
+        h_.resize(batch * c_.hidden_size);
+        qkv_.resize(batch * (c_.q_dim() + 2 * c_.kv_dim()));
+        att_.resize(batch * c_.q_dim());
+        gate_.resize(batch * c_.intermediate_size);
+        up_.resize(batch * c_.intermediate_size);
+    }
+    const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim(), qkv_ld = qd + 2 * kvd;
+    return {{x_.data(), c_.hidden_size},     {h_.data(), c_.hidden_size},
+            {qkv_.data(), qkv_ld},            {qkv_.data() + qd, qkv_ld},
+            {qkv_.data() + qd + kvd, qkv_ld}, {att_.data(), qd},
+            {gate_.data(), c_.intermediate_size}};
+}
+
+namespace {
+// Host rows: the CPU backend's op-level step (backend.hpp).
+class CpuOpsStep final : public OpsStep {
+  public:
+    CpuOpsStep(ForwardOps& ops, const BlockActivations& rows, Rows logits, const int32_t* tokens)
+        : ops_(ops), rows_(rows), logits_(logits), tokens_(tokens) {}
+    ForwardOps& ops() override { return ops_; }
+    const BlockActivations& rows() const override { return rows_; }
+    Rows logits() const override { return logits_; }
+    const int32_t* tokens() const override { return tokens_; }
+    void write(Rows dst, const float* src, uint64_t n, uint64_t width) override {
+        for (uint64_t t = 0; t < n; ++t)
+            std::copy(src + t * width, src + (t + 1) * width, dst.data + t * dst.ld);
+    }
+    void read(Rows src, float* dst, uint64_t n, uint64_t width) override {
+        for (uint64_t t = 0; t < n; ++t)
+            std::copy(src.data + t * src.ld, src.data + t * src.ld + width, dst + t * width);
+    }
+
+  private:
+    ForwardOps& ops_;
+    BlockActivations rows_;
+    Rows logits_;
+    const int32_t* tokens_;
+};
+}  // namespace
+
+void CpuBackend::run_ops(std::span<const int32_t> tokens, KvCache& cache,
+                         const std::function<void(OpsStep&)>& fn) {
+    auto* cpu_cache = dynamic_cast<CpuKvCache*>(&cache);
+    if (!cpu_cache) throw Error("cpu backend: the KV cache was made by another backend");
+    const uint64_t n = tokens.size();
+    if (n > kMaxBatch || cache.size() + n > cache.capacity())
+        throw Error("cpu backend: run_ops takes one step of at most " + std::to_string(kMaxBatch) +
+                    " tokens that fits the cache");
+    for (int32_t id : tokens)
+        if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
+            throw Error("cpu backend: token id " + std::to_string(id) + " is outside the vocabulary");
+    const BlockActivations a = prepare_step(cache.capacity(), n);
+    std::vector<float> logits(n * c_.vocab_size);
+    CpuOpsStep step(*this, a, {logits.data(), c_.vocab_size}, tokens.data());
+    cache_ = cpu_cache;
+    pos0_ = cache.size();
+    try {
+        fn(step);
+    } catch (...) {
+        cache_ = nullptr;
+        throw;
+    }
+    cache_ = nullptr;
+    cpu_cache->size_ = pos0_ + n;
+}
+
 void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, const float* x,
                                    uint64_t n, float* y, uint64_t ldy, const float* bias,
                                    bool accumulate, float* scratch) {
     const uint64_t cols = w.cols;
+    // Float rows have a scalar and an AVX2 kernel (every level above AVX2 uses the latter).
+    auto* const dot = isa_ == Isa::scalar ? dot_row_scalar : dot_row;
     auto store = [&](float* dst, uint64_t r, float v) {
         if (bias) v += bias[r];
         if (accumulate)
@@ -138,7 +203,7 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
             *dst = v;
     };
     if (n == 1 && !qtype_is_quantized(w.qtype)) {  // decode: read each row once, from the mapping
-        for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot_row(w.qtype, w.row(r), x, cols));
+        for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot(w.qtype, w.row(r), x, cols));
         return;
     }
     // Blocks of rows x tokens through the fused kernel (float rows: the float GEMM, whose outputs
@@ -148,10 +213,11 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
         const uint64_t re = std::min(r1, rb + rows_per_block);
         if (qtype_is_quantized(w.qtype))
-            qmatmul(w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch, re - rb);
+            qmatmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch,
+                        re - rb);
         else
-            float_matmul(w.qtype, w.data, w.row_bytes(), rb, re, x, cols, cols, 0, n, scratch,
-                         re - rb);
+            float_matmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, x, cols, cols, 0, n,
+                             scratch, re - rb);
         for (uint64_t t = 0; t < n; ++t)
             for (uint64_t r = rb; r < re; ++r)
                 store(y + t * ldy + r, r, scratch[t * (re - rb) + (r - rb)]);

@@ -38,6 +38,8 @@ class CpuBackend final : public Backend, private ForwardOps {
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
     void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                  std::span<float> logits) override;
+    void run_ops(std::span<const int32_t> tokens, KvCache& cache,
+                 const std::function<void(OpsStep&)>& fn) override;
 
     // Tokens per internal step of a long batch (bounds the activation buffers).
     static constexpr uint64_t kMaxBatch = 256;
@@ -51,6 +53,9 @@ class CpuBackend final : public Backend, private ForwardOps {
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
 
+    // Sizes the RoPE table, scratch and activation buffers for a step of up to `batch` tokens
+    // in a cache of `capacity` positions; the step's rows.
+    BlockActivations prepare_step(uint64_t capacity, uint64_t batch);
     // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized.
     void prepare_activations(std::span<const Matrix* const> matrices, const float* x, uint64_t n);
     // y[t * ldy + r] (=, or += when accumulate) W[r] . x[t * w.cols] (+ bias[r]) for rows
@@ -71,6 +76,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     const BlockDesc desc_;
     ThreadPool& pool_;
     CpuBackendOptions options_;
+    Isa isa_;  // the kernels' level: options_.isa or cpu_isa()
     RopeTable rope_;  // grown to the largest cache made
     uint64_t rope_positions_ = 0;
     CpuKvCache* cache_ = nullptr;  // the cache of the step being run

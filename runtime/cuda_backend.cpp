@@ -24,6 +24,11 @@ void CudaBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint6
     engine_->forward(tokens, cuda_cache(cache), logits_from, logits);
 }
 
+void CudaBackend::run_ops(std::span<const int32_t> tokens, KvCache& cache,
+                          const std::function<void(OpsStep&)>& fn) {
+    engine_->run_ops(tokens, cuda_cache(cache), fn);
+}
+
 std::vector<int32_t> CudaBackend::greedy_decode(KvCache& cache, int32_t first, uint64_t steps) {
     return engine_->greedy(cuda_cache(cache), first, steps);
 }
@@ -66,6 +71,10 @@ CudaBackend::CudaBackend(const Model& model, CudaBackendOptions) : model_(model)
 CudaBackend::~CudaBackend() = default;
 std::unique_ptr<KvCache> CudaBackend::new_cache(uint64_t) const { no_cuda(); }
 void CudaBackend::forward(std::span<const int32_t>, KvCache&, uint64_t, std::span<float>) {
+    no_cuda();
+}
+void CudaBackend::run_ops(std::span<const int32_t>, KvCache&,
+                          const std::function<void(OpsStep&)>&) {
     no_cuda();
 }
 std::vector<int32_t> CudaBackend::greedy_decode(KvCache&, int32_t, uint64_t) { no_cuda(); }

@@ -46,6 +46,8 @@ class CudaBackend final : public Backend {
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
     void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                  std::span<float> logits) override;
+    void run_ops(std::span<const int32_t> tokens, KvCache& cache,
+                 const std::function<void(OpsStep&)>& fn) override;
 
     // Greedy decoding without a host round trip per token: runs `first` at cache.size(), then
     // feeds each argmax (lowest index on ties) back, `steps` tokens in all; returns the chosen

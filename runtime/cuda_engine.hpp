@@ -78,6 +78,9 @@ class CudaEngine final : private ForwardOps {
     std::unique_ptr<KvCache> new_cache(uint64_t capacity);
     void forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
                  std::span<float> logits);
+    // Backend::run_ops: one step of tokens with op-level access (backend.hpp).
+    void run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
+                 const std::function<void(OpsStep&)>& fn);
     // Greedy steps on the device; `seconds` (if given) times the steps after `warmup` of them.
     std::vector<int32_t> greedy(CudaKvCache& cache, int32_t first, uint64_t steps,
                                 uint64_t warmup = 0, double* seconds = nullptr);
@@ -115,6 +118,10 @@ class CudaEngine final : private ForwardOps {
     void allocate_activations();
     void ensure_rope(uint64_t positions);
     void check_tokens(std::span<const int32_t> tokens) const;
+    // The activation rows of a step ([q | k | v] in one buffer, as attention needs).
+    BlockActivations step_rows() const;
+    // Copies tokens (at most batch_) and their first position into step_ for the kernels.
+    void upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0);
     // Enqueues one step of m tokens; logits of rows [lf, m) go to logits_ (none when lf == m).
     void enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf);
     void enqueue_greedy_step(const CudaKvCache& cache);

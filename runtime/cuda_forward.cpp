@@ -94,13 +94,24 @@ void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
     cuda::swiglu_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size), stream_);
 }
 
-void CudaEngine::enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf) {
+BlockActivations CudaEngine::step_rows() const {
     const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim();
     float* qkv = qkv_.get();
-    const BlockActivations a{{x_.get(), ld_d_},         {h_.get(), ld_d_},
-                             {qkv, ld_qkv_},             {qkv + qd, ld_qkv_},
-                             {qkv + qd + kvd, ld_qkv_},  {att_.get(), ld_q_},
-                             {gate_.get(), ld_i_}};
+    return {{x_.get(), ld_d_},        {h_.get(), ld_d_},
+            {qkv, ld_qkv_},            {qkv + qd, ld_qkv_},
+            {qkv + qd + kvd, ld_qkv_}, {att_.get(), ld_q_},
+            {gate_.get(), ld_i_}};
+}
+
+void CudaEngine::upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0) {
+    staging_[0] = static_cast<int32_t>(pos0);
+    std::memcpy(staging_ + 1, tokens, m * sizeof(int32_t));
+    QF_CUDA_CHECK(cudaMemcpyAsync(step_.get(), staging_, (1 + m) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaEngine::enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf) {
+    const BlockActivations a = step_rows();
     cache_ = &cache;
     // Token ids are on the device, after the first position (step_).
     run_model(*this, desc_, c_.num_layers, step_.get() + 1, m, a, lf,
@@ -170,10 +181,7 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         const uint64_t first = std::max(start, logits_from);  // logits rows [first, start + m)
         const uint64_t lf = first < start + m ? first - start : m;
         const uint64_t pos0 = cache.size();
-        staging_[0] = static_cast<int32_t>(pos0);
-        std::memcpy(staging_ + 1, tokens.data() + start, m * sizeof(int32_t));
-        QF_CUDA_CHECK(cudaMemcpyAsync(step_.get(), staging_, (1 + m) * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream_));
+        upload_step(tokens.data() + start, m, pos0);
         if (m == 1 && o_.use_graphs)
             launch_graph(cache, lf == 0 ? Graph::decode_logits : Graph::decode_no_logits);
         else
@@ -186,6 +194,63 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
         cache.set_size(pos0 + m);
     }
+}
+
+namespace {
+// Device rows: the CUDA engine's op-level step (backend.hpp). Copies synchronize the stream, so
+// a read sees every operation enqueued before it.
+class CudaOpsStep final : public OpsStep {
+  public:
+    CudaOpsStep(ForwardOps& ops, const BlockActivations& rows, Rows logits, const int32_t* tokens,
+                cudaStream_t stream)
+        : ops_(ops), rows_(rows), logits_(logits), tokens_(tokens), stream_(stream) {}
+    ForwardOps& ops() override { return ops_; }
+    const BlockActivations& rows() const override { return rows_; }
+    Rows logits() const override { return logits_; }
+    const int32_t* tokens() const override { return tokens_; }
+    void write(Rows dst, const float* src, uint64_t n, uint64_t width) override {
+        QF_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.ld * sizeof(float), src,
+                                        width * sizeof(float), width * sizeof(float), n,
+                                        cudaMemcpyHostToDevice, stream_));
+        QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void read(Rows src, float* dst, uint64_t n, uint64_t width) override {
+        QF_CUDA_CHECK(cudaMemcpy2DAsync(dst, width * sizeof(float), src.data,
+                                        src.ld * sizeof(float), width * sizeof(float), n,
+                                        cudaMemcpyDeviceToHost, stream_));
+        QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+
+  private:
+    ForwardOps& ops_;
+    BlockActivations rows_;
+    Rows logits_;
+    const int32_t* tokens_;
+    cudaStream_t stream_;
+};
+}  // namespace
+
+void CudaEngine::run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
+                         const std::function<void(OpsStep&)>& fn) {
+    const uint64_t n = tokens.size(), pos0 = cache.size();
+    if (n > batch_ || pos0 + n > cache.capacity())
+        throw Error("cuda backend: run_ops takes one step of at most " + std::to_string(batch_) +
+                    " tokens that fits the cache");
+    check_tokens(tokens);
+    ensure_rope(cache.capacity());
+    upload_step(tokens.data(), n, pos0);
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // staging_ is reused by the next step
+    CudaOpsStep step(*this, step_rows(), {logits_.get(), c_.vocab_size}, step_.get() + 1, stream_);
+    cache_ = &cache;
+    try {
+        fn(step);
+        QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (...) {
+        cache_ = nullptr;
+        throw;
+    }
+    cache_ = nullptr;
+    cache.set_size(pos0 + n);
 }
 
 std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint64_t steps,

@@ -12,7 +12,8 @@
 #     carry:     ["third_party/debs/root", "third_party/gpu_check_data"]
 #     timeout_s: 540
 # What comes back ($OUT): gpu_check.log (everything), ctest.log, gpu_check_table.txt (the table),
-# build.log. Rerun the same call after a fix; give the machine back when done.
+# backend_ops_table.txt (the backend-equivalence sweep's errors per op and qtype), build.log.
+# Rerun the same call after a fix; give the machine back when done.
 #
 # Rehearsal without a GPU (builds for sm_90, everything skips with a printed reason):
 #     scripts/gpu_check.sh --arch 90 --jobs 2 --quick --timeout-scale 6
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --timeout-scale) scale="${2:?--timeout-scale needs a value}"; shift 2 ;;
     --skip-tests) run_tests=0; shift ;;
     --skip-bench) run_bench=0; shift ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -123,6 +124,22 @@ if [ "$run_tests" = 1 ]; then
   fi
 fi
 
+# ---- backend-equivalence sweep ---------------------------------------------------------------
+# Every operation of the forward pass on CUDA (and on the CPU, for comparison) x every qtype x
+# odd shapes, against a float64 reference (tests/backend_ops_test.cpp); the table is the largest
+# |error| / bound per operation and qtype (a value above 1 fails).
+ops_table="$OUT/backend_ops_table.txt"
+if [ "$run_tests" = 1 ]; then
+  say "backend ops sweep ($(elapsed))"
+  timeout $((60 * scale)) "$build/tests/qforge_cuda_tests" "[backend_ops]" >"$ops_table" 2>&1
+  rc=$?
+  tee -a "$log" <"$ops_table"
+  if [ $rc -ne 0 ]; then
+    status=1
+    say "FAIL: backend ops sweep (rc $rc; table: backend_ops_table.txt)"
+  fi
+fi
+
 # ---- benchmark -------------------------------------------------------------------------------
 table="$OUT/gpu_check_table.txt"
 if [ "$run_bench" = 1 ]; then
@@ -142,6 +159,7 @@ fi
   echo
   echo "== gpu_check summary ($(elapsed))"
   echo "$tests_line"
+  [ -s "$ops_table" ] && grep -E "^(backend|cuda)" "$ops_table"
   [ -s "$table" ] && cat "$table"
   [ "$status" = 0 ] && echo "gpu_check: OK" || echo "gpu_check: FAILED (see above)"
 } 2>&1 | tee -a "$log"

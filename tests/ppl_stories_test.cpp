@@ -174,11 +174,15 @@ TEST_CASE("ppl llamacpp: scores exactly llama-perplexity's positions, KL against
     REQUIRE(self.kl->top1_agreement() == 1.0);
     REQUIRE(self.kl->rms_dp() == 0.0);
 
-    // FP32 against the FP16 base: weights rounded at 2^-11 move probabilities slightly.
+    // FP32 against the FP16 base: weights rounded at 2^-11 move each logit by about 1e-3 of its
+    // scale, probabilities by as much (measured RMS 3.1e-4), and KL, second order in that, by
+    // ~1e-6 (measured 7.7e-7); every top-1 agrees here (measured 1.0 over the 189 scored
+    // positions). The bounds leave 10x on KL, 3x on the RMS and one flipped top-1 of a near tie,
+    // while a wrong base (another model, a shifted position) moves KL by orders of magnitude.
     const PplResult vs16 = run_perplexity(*a, b.get(), ids, plan);
     REQUIRE(vs16.nll.sum == expected.sum);  // the model's own PPL is unaffected by the base
     REQUIRE(vs16.kl->mean_kl() > 0.0);
-    REQUIRE(vs16.kl->mean_kl() < 1e-3);
-    REQUIRE(vs16.kl->top1_agreement() > 0.95);
-    REQUIRE(vs16.kl->rms_dp() < 0.01);
+    REQUIRE(vs16.kl->mean_kl() < 1e-5);
+    REQUIRE(vs16.kl->top1_agreement() >= 0.99);
+    REQUIRE(vs16.kl->rms_dp() < 1e-3);
 }

@@ -292,7 +292,9 @@ TEST_CASE("awq scale search: alpha > 0 on outlier channels, and better than RTN"
         REQUIRE(r.errors.size() == size_t(kAwqScaleGrid));
         INFO("alpha " << r.alpha << ", error " << r.error() << ", RTN " << r.rtn_error());
         REQUIRE(r.alpha > 0.0);
-        REQUIRE(r.error() < 0.8 * r.rtn_error());
+        // AWQ / RTN error measured 0.31 and 0.36 on these fixed-seed inputs; 0.55 is about 1.5x
+        // the worst, so a search that finds half of the salient channels' benefit fails.
+        REQUIRE(r.error() < 0.55 * r.rtn_error());
 
         // alpha = 0 is RTN itself: the reference quantizer's rows.
         std::vector<float> fq(rows * k), ref(rows * k);
@@ -326,11 +328,12 @@ TEST_CASE("awq clipping: never worse than the unclipped group, and clips outlier
         awq_fake_quantize(t, w.data(), rows, k, nullptr, q0.data());
         awq_fake_quantize(t, wc.data(), rows, k, nullptr, q1.data());
         // Errors against the unclipped weights: groups are independent on H's diagonal blocks
-        // only, so compare the whole-H error loosely and the per-group choice exactly above.
+        // only, so the whole-H error is not guaranteed to fall; on these fixed-seed inputs it
+        // falls to 0.92 .. 0.97 of the unclipped error, so a clip that makes it worse fails.
         const double e0 = awq_hessian_error(w.data(), q0.data(), rows, k, hs.h);
         const double e1 = awq_hessian_error(w.data(), q1.data(), rows, k, hs.h);
         INFO("unclipped " << e0 << ", clipped " << e1);
-        REQUIRE(e1 <= e0 * 1.05);
+        REQUIRE(e1 <= e0);
     }
 }
 

@@ -322,7 +322,10 @@ TEST_CASE("GPTQ: matches the independent numpy implementation", "[gptq]") {
             // RTN's rows are the reference quantizer's: the same up to summation order.
             REQUIRE(res.rtn_output_error ==
                     Approx(c["rtn_output_error"].get<double>()).epsilon(1e-9));
-            REQUIRE(res.output_error < 0.5 * res.rtn_output_error);
+            // GPTQ / RTN output error measured 0.0798 .. 0.1664 over these 21 cases (fixed seeds,
+            // deterministic); 0.25 is about 1.5x the worst, so losing the error feedback or half
+            // of its benefit fails.
+            REQUIRE(res.output_error < 0.25 * res.rtn_output_error);
         }
     }
 }
@@ -340,7 +343,10 @@ TEST_CASE("GPTQ: lower output error than RTN on correlated inputs, every quantiz
             REQUIRE(res.damp_raises == 0);
             REQUIRE(res.damp_used == 0.01);
             REQUIRE(res.output_error > 0.0);
-            REQUIRE(res.output_error <= 0.9 * res.rtn_output_error);
+            // GPTQ / RTN output error measured 0.2696 .. 0.441 over these 22 cases (fixed seeds,
+            // deterministic); 0.65 is about 1.5x the worst, so losing the error feedback or half
+            // of its benefit fails.
+            REQUIRE(res.output_error <= 0.65 * res.rtn_output_error);
             REQUIRE(res.rtn_output_error < res.weight_output_norm);
             // The error derived from GPTQ's loss is that of the rows as stored.
             REQUIRE(hessian_output_error(w.data(), t, res.packed.data(), rows, k, h) ==
@@ -449,7 +455,10 @@ TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[g
             INFO(qtype_traits(t).name << (act_order ? " act-order" : ""));
             const GptqResult res = gptq_quantize(w.data(), rows, k, h, options(t, act_order));
             REQUIRE(std::isfinite(res.output_error));
-            REQUIRE(res.output_error <= 0.9 * res.rtn_output_error);
+            // GPTQ / RTN output error measured 0.0005 .. 0.1966 over these 22 cases (fixed seeds,
+            // deterministic); 0.3 is about 1.5x the worst, so losing the error feedback or half
+            // of its benefit fails.
+            REQUIRE(res.output_error <= 0.3 * res.rtn_output_error);
             REQUIRE(hessian_output_error(w.data(), t, res.packed.data(), rows, k, h) ==
                     Approx(res.output_error).epsilon(1e-9));
             const uint64_t rb = *qtype_row_bytes(t, k);
@@ -534,7 +543,10 @@ TEST_CASE("GPTQ: act-order stores static groups of the original weights in origi
     for (QType t : quantized_types()) {
         INFO(qtype_traits(t).name);
         const GptqResult res = gptq_quantize(w.data(), rows, k, h, options(t, true, 64));
-        REQUIRE(res.output_error <= 0.9 * res.rtn_output_error);
+        // GPTQ / RTN output error measured 0.2015 .. 0.254 over these 11 cases (fixed seeds,
+        // deterministic); 0.4 is about 1.5x the worst, so losing the error feedback or half
+        // of its benefit fails.
+        REQUIRE(res.output_error <= 0.4 * res.rtn_output_error);
         const QRowLayout l = *qtype_row_layout(t, k);
         for (uint64_t r = 0; r < rows; ++r) {
             const uint8_t* row = res.packed.data() + r * l.row_bytes;
@@ -591,7 +603,10 @@ TEST_CASE("GPTQ: partial groups and blocks agree with the unblocked algorithm", 
         for (QType t : {QType::q4_g32, QType::q4_g128, QType::q4s_g64, QType::q8_g32, QType::q8,
                         QType::q3_g32}) {
             const GptqResult ref = gptq_quantize(w.data(), rows, k, h, options(t, false, 1));
-            REQUIRE(ref.output_error <= 0.9 * ref.rtn_output_error);
+            // GPTQ / RTN output error measured 0.265 .. 0.3465 over these 12 cases (fixed seeds,
+            // deterministic); 0.5 is about 1.5x the worst, so losing the error feedback or half
+            // of its benefit fails.
+            REQUIRE(ref.output_error <= 0.5 * ref.rtn_output_error);
             const auto want = codes_of(t, ref.packed, rows, k);
             for (uint64_t block : {64, 128, 17, 1000}) {
                 INFO(qtype_traits(t).name << " k " << k << " block " << block);

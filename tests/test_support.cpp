@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <string>
 
 #include "core/half.hpp"
 
@@ -81,6 +82,16 @@ std::vector<std::string> files_containing(const fs::path& dir, const std::string
         if (name.find(fragment) != std::string::npos) found.push_back(name);
     }
     return found;
+}
+
+std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+    if (!qtype_is_quantized(t)) return float_bytes(t, v);
+    const uint64_t stride = *qtype_row_bytes(t, cols);
+    std::vector<uint8_t> out(rows * stride);
+    for (uint64_t r = 0; r < rows; ++r)
+        if (quantize_row_ref(t, v.data() + r * cols, cols, out.data() + r * stride) != QuantStatus::ok)
+            throw std::runtime_error("matrix_bytes: row " + std::to_string(r) + " does not quantize");
+    return out;
 }
 
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v) {

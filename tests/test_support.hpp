@@ -65,6 +65,10 @@ std::vector<std::string> files_containing(const std::filesystem::path& dir, cons
 // Values stored as f32, f16 or bf16 bytes (little-endian), as a tensor of that qtype holds them.
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 
+// A matrix [rows][cols] of values as a tensor of type t holds it: float bytes, or each row through
+// the reference quantizer (throws std::runtime_error if a row does not quantize).
+std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols, const std::vector<float>& v);
+
 // Every quantized type of formats/qtype.hpp's table, in table order.
 inline std::vector<QType> quantized_types() {
     std::vector<QType> v;
