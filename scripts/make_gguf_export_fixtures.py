@@ -9,7 +9,8 @@ reference, and writes what it read as JSON beside each file.
     /work/venv-gguf/bin/python scripts/make_gguf_export_fixtures.py
 
 For each export_*.gguf, export_*.json holds: every metadata key with its type and value (arrays:
-element type, length, the first elements and an xxh3-64 of their canonical JSON text), every
+element type, length and every element; above 1024, the first elements and an xxh3-64 of their
+compact JSON text), every
 tensor's name, ggml type, shape (ne order) and byte count, and the xxh3-64 of its values as the
 package dequantizes them to float32, in Hugging Face row order: for the "llama" architecture the
 q/k rows are put back from llama.cpp's adjacent-pair RoPE order with the reshape written here
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "gguf"
 VERSIONS = f"gguf {gguf.__version__ if hasattr(gguf, '__version__') else '0.19.0'}, " \
            f"numpy {np.__version__}, xxhash {xxhash.VERSION}"
-FIRST = 8  # array elements listed in the JSON
+FIRST = 8  # elements listed of a tensor or of a long array
+FULL_ARRAY = 1024  # arrays up to this length are listed whole
 
 
 def value_of(field):
@@ -47,9 +49,15 @@ def metadata(reader):
         v = value_of(field)
         if t == GGUFValueType.ARRAY:
             el = GGUFValueType(field.types[1])
-            text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-            out[name] = {"type": "ARRAY", "element_type": el.name, "length": len(v),
-                         "first": v[:FIRST], "xxh3_64": xxhash.xxh3_64_hexdigest(text.encode())}
+            if el == GGUFValueType.FLOAT32:
+                v = [float(np.float32(x)) for x in v]
+            out[name] = {"type": "ARRAY", "element_type": el.name, "length": len(v)}
+            if len(v) <= FULL_ARRAY:
+                out[name]["values"] = v
+            else:
+                text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+                out[name].update({"first": v[:FIRST],
+                                  "xxh3_64": xxhash.xxh3_64_hexdigest(text.encode())})
         else:
             if t == GGUFValueType.FLOAT32:
                 v = float(np.float32(v))
@@ -66,6 +74,8 @@ def unpermute(w, n_heads):
 
 
 def tensors(reader, fields):
+    if "general.architecture" not in fields:  # a tokenizer-only file
+        return []
     arch = fields["general.architecture"]["value"]
     heads = fields[f"{arch}.attention.head_count"]["value"]
     kv_heads = fields.get(f"{arch}.attention.head_count_kv", {"value": heads})["value"]

@@ -6,6 +6,7 @@
 // equal bit for bit to qforge's values of the same file converted with --keep-quant. The
 // committed file is also what the exporter writes today, byte for byte.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -16,7 +17,10 @@
 #include "formats/architectures.hpp"
 #include "formats/gguf.hpp"
 #include "formats/qf.hpp"
+#include "formats/gguf_writer.hpp"
 #include "test_support.hpp"
+#include "tokenizer/gguf_writer.hpp"
+#include "tokenizer/source.hpp"
 
 using namespace qforge;
 using namespace qforge::test;
@@ -88,6 +92,14 @@ void check_metadata(const GgufFile& g, const nlohmann::json& expected) {
         const std::string type = e.at("type");
         if (type == "ARRAY") {
             CHECK(v->size() == e.at("length").get<uint64_t>());
+            REQUIRE(e.contains("values"));  // the fixtures' arrays are short enough to list
+            const std::string el = e.at("element_type");
+            if (el == "STRING") CHECK(v->strings == e.at("values").get<std::vector<std::string>>());
+            if (el == "INT32") CHECK(v->ints == e.at("values").get<std::vector<int64_t>>());
+            if (el == "FLOAT32") CHECK(v->floats == e.at("values").get<std::vector<double>>());
+            CHECK(v->element_type == (el == "STRING"  ? GgufValueType::string
+                                      : el == "INT32" ? GgufValueType::int32
+                                                      : GgufValueType::float32));
             continue;
         }
         if (type == "STRING") CHECK(*g.get_string(key) == e.at("value").get<std::string>());
@@ -138,4 +150,30 @@ TEST_CASE("GGUF export: the gguf package reads the file and dequantizes it to qf
         for (size_t j = 0; j < e.at("first").size(); ++j)
             CHECK(double(v[j]) == e.at("first")[j].get<double>());
     }
+}
+
+// The llama2.c vocabulary (tests/data/quant_checkpoints/tok512.bin) as tokenizer.ggml.* metadata
+// alone, as the package read it: tokens, scores and token types element by element, the special
+// ids and flags. The committed file is what the writer makes today; to regenerate both after a
+// deliberate change, run this test with QFORGE_UPDATE_GGUF_FIXTURES=1, then the script.
+TEST_CASE("GGUF export: the gguf package reads the tokenizer metadata as written",
+          "[gguf][export][interop][tokenizer]") {
+    const fs::path committed = kGgufFixtures / "export_tok512.gguf";
+    ScratchDir dir("gguf-export-reference-tok");
+    const fs::path vocab = fixture("quant_checkpoints/tok512.bin"), out = dir / "tok.gguf";
+    {
+        GgufWriter w(out.string());
+        GgufTokenizerMetadata meta =
+            gguf_tokenizer_metadata(load_tokenizer_source(vocab.string()), vocab.string());
+        for (GgufKeyValue& kv : meta.keys) w.add(std::move(kv.key), std::move(kv.value));
+        w.finish();
+    }
+    if (std::getenv("QFORGE_UPDATE_GGUF_FIXTURES"))
+        fs::copy_file(out, committed, fs::copy_options::overwrite_existing);
+    CHECK(read_file(out) == read_file(committed));
+    const auto expected = nlohmann::json::parse(read_file(kGgufFixtures / "export_tok512.json"));
+    const GgufFile g(committed.string());
+    check_metadata(g, expected.at("metadata"));
+    CHECK(g.tensors().empty());
+    CHECK(expected.at("tensors").empty());
 }
