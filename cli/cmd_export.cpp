@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,8 @@ namespace qforge::cli {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 void print_warnings(const std::vector<std::string>& warnings) {
     for (const auto& w : warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
 }
@@ -19,7 +22,11 @@ void print_warnings(const std::vector<std::string>& warnings) {
 int run_gguf_export(const std::string& input, const std::string& output, bool json) {
     check_output_path(output, {input}, OutputKind::file);
     const auto converted = open_qf_input(input);
-    const GgufExportReport r = export_gguf({.input = converted->path(), .output = output});
+    // general.name: the model the user named, not a temporary conversion's file.
+    fs::path named(input);
+    if (named.filename().empty()) named = named.parent_path();
+    const GgufExportReport r = export_gguf(
+        {.input = converted->path(), .output = output, .name = named.stem().string()});
     print_warnings(r.warnings);
     if (json) {
         const nlohmann::json j = {{"output", output},       {"format", "gguf"},

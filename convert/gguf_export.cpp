@@ -157,9 +157,10 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
     report.file_type = file_type->name;
 
     GgufWriter w(o.output);
-    add_model_metadata(w, c, *a, fs::path(o.input).stem().string(), file_type->id);
+    add_model_metadata(w, c, *a, o.name.empty() ? fs::path(o.input).stem().string() : o.name,
+                       file_type->id);
     if (qf.has_tokenizer()) {
-        GgufTokenizerMetadata tok = gguf_tokenizer_metadata(qf.tokenizer(), qf.path());
+        GgufTokenizerMetadata tok = gguf_tokenizer_metadata(qf.tokenizer(), qf.path(), c.vocab_size);
         for (GgufKeyValue& kv : tok.keys) w.add(std::move(kv.key), std::move(kv.value));
         for (std::string& warning : tok.warnings) report.warnings.push_back(std::move(warning));
     } else {

@@ -20,6 +20,7 @@ namespace qforge {
 struct GgufExportOptions {
     std::string input;   // a .qf
     std::string output;  // the .gguf to write (replaced atomically when it exists)
+    std::string name;    // general.name; empty: the input's file name without extension
 };
 
 struct GgufExportReport {

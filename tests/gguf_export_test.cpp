@@ -274,3 +274,34 @@ TEST_CASE("GGUF export: stories260K q4s_g32 round-trips with the same perplexity
     };
     CHECK(ppl(back) == ppl(quant));
 }
+
+// A vocabulary with fewer tokens than embedding rows is padded as llama.cpp's converter pads it,
+// so llama.cpp (and the reader) find one token per row; the padding never tokenizes.
+TEST_CASE("GGUF export: a short vocabulary is padded with unused [PAD] tokens",
+          "[gguf][export][tokenizer]") {
+    ScratchDir dir("gguf-export-pad");
+    const fs::path path = kTokenizerFixtures / "gpt2" / "tokenizer.json";
+    const nlohmann::json schema = load_tokenizer_source(path.string());
+    const size_t n = schema.at("pieces").size();
+    GgufTokenizerMetadata meta = gguf_tokenizer_metadata(schema, path.string(), n + 3);
+    REQUIRE(meta.warnings.size() == 1);
+    CHECK_THAT(meta.warnings[0], Catch::Contains("padded"));
+    const fs::path out = dir / "pad.gguf";
+    {
+        GgufWriter w(out.string());
+        for (GgufKeyValue& kv : meta.keys) w.add(std::move(kv.key), std::move(kv.value));
+        w.finish();
+    }
+    const GgufFile g(out.string());
+    const auto* tokens = g.get_string_array("tokenizer.ggml.tokens");
+    REQUIRE(tokens != nullptr);
+    REQUIRE(tokens->size() == n + 3);
+    CHECK((*tokens)[n + 2] == "[PAD" + std::to_string(n + 2) + "]");
+    CHECK(g.get_int_array("tokenizer.ggml.token_type")[n] == 5);
+    const Tokenizer a = Tokenizer::from_schema(schema, "original"),
+                    b = Tokenizer::from_schema(tokenizer_schema_from_gguf(g), "padded");
+    for (const FixtureText& t : load_fixture_texts(std::nullopt)) {
+        INFO(t.name);
+        CHECK(b.encode(t.text) == a.encode(t.text));
+    }
+}

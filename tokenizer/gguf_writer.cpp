@@ -87,16 +87,28 @@ void add_special_ids(std::vector<GgufKeyValue>& kv, const json& schema) {
     if (!chat.empty()) kv.push_back({"tokenizer.chat_template", gguf_string(chat)});
 }
 
-GgufTokenizerMetadata build_metadata(const json& schema, const std::string& source) {
+GgufTokenizerMetadata build_metadata(const json& schema, const std::string& source,
+                                     uint64_t vocab_size) {
     const std::string model = schema.at("model");
     if (model != "bpe_byte_level" && model != "bpe_sentencepiece" && model != "llama2c")
         throw Error(source, {}, "tokenizer model '" + model + "' has no GGUF form in qforge");
     std::vector<std::string> pieces = schema.at("pieces").get<std::vector<std::string>>();
     std::vector<int64_t> types;
     for (const json& t : schema.at("token_types")) types.push_back(gguf_token_type(t));
+    const size_t tokens = pieces.size();
+    constexpr int64_t kUnused = 5;
+    for (size_t id = tokens; id < vocab_size; ++id) {
+        pieces.push_back("[PAD" + std::to_string(id) + "]");
+        types.push_back(kUnused);
+    }
 
     GgufTokenizerMetadata out;
     std::vector<GgufKeyValue>& kv = out.keys;
+    if (pieces.size() > tokens)
+        out.warnings.push_back("the vocabulary has " + std::to_string(tokens) +
+                               " tokens for " + std::to_string(vocab_size) +
+                               " embedding rows: padded with [PAD<id>] tokens, as llama.cpp's "
+                               "converter does");
     if (model == "bpe_byte_level") {
         if (!schema.at("normalizer").empty())
             out.warnings.push_back("the tokenizer's normalizer " + schema.at("normalizer").dump() +
@@ -114,6 +126,7 @@ GgufTokenizerMetadata build_metadata(const json& schema, const std::string& sour
         if (model == "llama2c") {
             for (const json& s : schema.at("scores"))
                 scores.push_back(static_cast<double>(s.get<float>()));
+            scores.resize(pieces.size(), 0.0);
             for (size_t id = 0; id < pieces.size(); ++id)
                 if (types[id] == 1) pieces[id] = replace_all(pieces[id], " ", kMetaSpace);
             out.warnings.push_back(
@@ -121,6 +134,7 @@ GgufTokenizerMetadata build_metadata(const json& schema, const std::string& sour
                 "text as special tokens, and U+2581 as a space; run.c does neither");
         } else {
             scores = scores_from_merges(schema);
+            scores.resize(pieces.size(), 0.0);
             prefix = adds_space_prefix(schema);
             if (!schema.at("metaspace").is_null())
                 out.warnings.push_back(
@@ -142,8 +156,9 @@ GgufTokenizerMetadata build_metadata(const json& schema, const std::string& sour
 
 // The schema comes from a .qf header (validated there); a value of an unexpected JSON type is
 // an Error naming the file.
-GgufTokenizerMetadata gguf_tokenizer_metadata(const json& schema, const std::string& source) {
-    return with_json_errors(source, [&] { return build_metadata(schema, source); });
+GgufTokenizerMetadata gguf_tokenizer_metadata(const json& schema, const std::string& source,
+                                              uint64_t vocab_size) {
+    return with_json_errors(source, [&] { return build_metadata(schema, source, vocab_size); });
 }
 
 }  // namespace qforge

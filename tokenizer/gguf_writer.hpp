@@ -11,6 +11,7 @@
 // Special ids, add_bos/add_eos and the chat template go under their tokenizer.ggml.* keys.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,9 +30,13 @@ struct GgufTokenizerMetadata {
     std::vector<std::string> warnings;
 };
 
+// `vocab_size`: the model's embedding rows. llama.cpp requires one token per row, so a
+// vocabulary with fewer tokens (padding rows) is padded as its converter does: "[PAD<id>]"
+// tokens of type unused (score 0 is never a merge's). 0: no padding.
 // An Error naming `source` for what GGUF cannot express at all (a byte-level pre-tokenizer
 // llama.cpp has no name for).
 GgufTokenizerMetadata gguf_tokenizer_metadata(const nlohmann::json& schema,
-                                              const std::string& source);
+                                              const std::string& source,
+                                              uint64_t vocab_size = 0);
 
 }  // namespace qforge
