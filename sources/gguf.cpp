@@ -25,13 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-// GGUF architectures qforge runs. `adjacent_pair_rope`: llama.cpp rotates adjacent pairs for
-// this architecture (LLAMA_ROPE_TYPE_NORM), so its converter permuted q and k and we undo it.
-struct GgufArchitecture {
-    std::string_view name;  // general.architecture
-    Architecture arch;
-    bool adjacent_pair_rope;
-};
 constexpr GgufArchitecture kGgufArchitectures[] = {
     // Llama 1-3, Mistral 7B, TinyLlama, SmolLM/SmolLM2: llama.cpp converts all as "llama".
     {"llama", Architecture::llama, true},
@@ -108,6 +101,14 @@ class ArchKeys {
 };
 
 }  // namespace
+
+std::span<const GgufArchitecture> gguf_architectures() { return kGgufArchitectures; }
+
+const GgufArchitecture* gguf_architecture_of(Architecture arch) {
+    for (const auto& a : kGgufArchitectures)
+        if (a.arch == arch) return &a;
+    return nullptr;
+}
 
 bool is_gguf_file(const std::string& path) {
     std::error_code ec;
@@ -194,8 +195,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 
 namespace {
 
-// A GGUF file as a source: every tensor renamed to ours, dequantized to f32 (or kept as rows of
-// our q8_g32 / q4s_g32 with keep_quant) and, for adjacent-pair RoPE architectures, its q and k
+// A GGUF file as a source: every tensor renamed to ours, dequantized to f32 (or, with
+// keep_quant, kept as rows of our q8_g32 / q4s_g32 and as F16/BF16 bits) and, for adjacent-pair RoPE architectures, its q and k
 // rows reordered back to the Hugging Face layout.
 class GgufSource final : public ModelSource {
   public:
@@ -208,7 +209,9 @@ class GgufSource final : public ModelSource {
         match_tensors();
         read_tokenizer(options.tokenizer);
         // GGUF input is stored as f32 unless --dtype says otherwise: its weights are not floats.
-        default_dtype_ = QType::f32;
+        // --keep-quant keeps every tensor's stored type (F16/BF16 bits too), so a GGUF export
+        // converts back tensor for tensor.
+        if (!keep_quant_) default_dtype_ = QType::f32;
         std::map<std::string, uint64_t> source_types;
         for (const GgufTensorInfo& t : file_.tensors())
             ++source_types[std::string(ggml_type_traits(t.type).name)];
@@ -334,6 +337,17 @@ std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scrat
     const GgufTensorInfo& t = *parts_[i].info;
     const SourceTensor& s = tensors_[i];
     const uint64_t heads = rope_heads(i);
+    if (s.qtype == QType::f16 || s.qtype == QType::bf16) {
+        // Kept as stored (--keep-quant): the file's half-precision bits, rows reordered as below.
+        const std::span<const uint8_t> raw = file_.tensor_data(t);
+        scratch.resize(raw.size());
+        if (!heads) {
+            std::copy(raw.begin(), raw.end(), scratch.begin());
+            return scratch;
+        }
+        permute_rope_pairs_to_halves(raw, scratch, heads, config_.head_dim, raw.size() / s.shape[0]);
+        return scratch;
+    }
     if (s.qtype != QType::f32) {
         // The blocks become rows of the same codes and scales; the RoPE reordering moves
         // whole rows, so it applies to packed rows as to float ones.

@@ -13,16 +13,31 @@
 // Quantized GGUF weights are dequantized exactly (formats/gguf_dequant.hpp); the result is
 // stored as f32 by default, or as --dtype asks (matrices only: 1-D tensors stay f32). The .qf
 // is then the "float" model that the GGUF's quantized weights represent. With --keep-quant, Q8_0
-// and Q4_0 matrices instead keep their codes as q8_g32 / q4s_g32 rows, losslessly
-// (sources/gguf_keep_quant.hpp).
+// and Q4_0 matrices instead keep their codes as q8_g32 / q4s_g32 rows, losslessly, and F16/BF16
+// tensors their bits (sources/gguf_keep_quant.hpp); `qforge export --format gguf`
+// (convert/gguf_export.hpp) is its inverse.
 #pragma once
 
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "formats/gguf.hpp"
 #include "formats/model_config.hpp"
 
 namespace qforge {
+
+// GGUF architectures qforge reads and writes. `adjacent_pair_rope`: llama.cpp rotates adjacent
+// pairs for this architecture (LLAMA_ROPE_TYPE_NORM), so its converter permuted q and k: import
+// undoes it, export re-applies it.
+struct GgufArchitecture {
+    std::string_view name;  // general.architecture
+    Architecture arch;
+    bool adjacent_pair_rope;
+};
+std::span<const GgufArchitecture> gguf_architectures();
+// The row of one of our architectures; nullptr when GGUF has none qforge reads back.
+const GgufArchitecture* gguf_architecture_of(Architecture arch);
 
 // Whether `path` is a GGUF file: a regular file starting with the magic "GGUF". Never throws.
 bool is_gguf_file(const std::string& path);

@@ -18,9 +18,16 @@ struct KeptPair {
     QType qtype;
 };
 constexpr KeptPair kKeptPairs[] = {
+    {GgmlType::f32, QType::f32},
+    {GgmlType::f16, QType::f16},
+    {GgmlType::bf16, QType::bf16},
     {GgmlType::q8_0, QType::q8_g32},
     {GgmlType::q4_0, QType::q4s_g32},
 };
+
+uint64_t block_bytes_of(GgmlType type) {
+    return type == GgmlType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+}
 static_assert(qtype_traits(QType::q8_g32).group == kGgmlQk &&
                   qtype_traits(QType::q4s_g32).group == kGgmlQk &&
                   qtype_traits(QType::q4s_g32).implicit_zero == 8,
@@ -30,10 +37,26 @@ static_assert(sizeof(BlockQ4_0::qs) == kCodeChunk / 2, "one Q4_0 block is one 4-
 }  // namespace
 
 std::optional<QType> gguf_kept_qtype(GgmlType type, std::span<const uint64_t> shape) {
-    if (shape.size() != 2 || shape[1] == 0 || shape[1] % kGgmlQk != 0) return std::nullopt;
-    for (const auto& p : kKeptPairs)
-        if (p.ggml == type) return p.qtype;
+    for (const auto& p : kKeptPairs) {
+        if (p.ggml != type) continue;
+        if (qtype_traits(p.qtype).is_float) return p.qtype;
+        if (shape.size() != 2 || shape[1] == 0 || shape[1] % kGgmlQk != 0) return std::nullopt;
+        return p.qtype;
+    }
     return std::nullopt;
+}
+
+std::optional<GgmlType> gguf_export_type(QType qtype) {
+    for (const auto& p : kKeptPairs)
+        if (p.qtype == qtype) return p.ggml;
+    return std::nullopt;
+}
+
+QType gguf_nearest_exportable(QType qtype) {
+    const QTypeTraits& tr = qtype_traits(qtype);
+    if (tr.is_float) return QType::f32;
+    // 8-bit types keep their width in Q8_0; 4- and 3-bit ones fit Q4_0's 4 bits per weight.
+    return tr.bits == 8 ? QType::q8_g32 : QType::q4s_g32;
 }
 
 void repack_gguf_rows(GgmlType type, QType target, std::span<const uint8_t> src, uint64_t rows,
@@ -44,7 +67,9 @@ void repack_gguf_rows(GgmlType type, QType target, std::span<const uint8_t> src,
         throw std::logic_error("repack_gguf_rows: not a kept type");
     const QRowLayout l = *qtype_row_layout(target, k);
     const uint64_t blocks = k / kGgmlQk;
-    const uint64_t block_bytes = type == GgmlType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    if (qtype_traits(target).is_float)
+        throw std::logic_error("repack_gguf_rows: float tensors are copied, not repacked");
+    const uint64_t block_bytes = block_bytes_of(type);
     if (src.size() != rows * blocks * block_bytes || out.size() != rows * l.row_bytes)
         throw std::logic_error("repack_gguf_rows: inconsistent sizes");
     std::memset(out.data(), 0, out.size());
@@ -63,6 +88,28 @@ void repack_gguf_rows(GgmlType type, QType target, std::span<const uint8_t> src,
                 std::memcpy(row + b * kGgmlQk, blk + offsetof(BlockQ8_0, qs), kGgmlQk);
             else
                 std::memcpy(row + b * kGgmlQk / 2, blk + offsetof(BlockQ4_0, qs), kGgmlQk / 2);
+        }
+    }
+}
+
+void pack_gguf_rows(QType source, std::span<const uint8_t> src, uint64_t rows, uint64_t k,
+                    std::span<uint8_t> out) {
+    const std::optional<GgmlType> type = gguf_export_type(source);
+    if (!type || qtype_traits(source).is_float || k == 0 || k % kGgmlQk != 0)
+        throw std::logic_error("pack_gguf_rows: not a quantized kept type");
+    const QRowLayout l = *qtype_row_layout(source, k);
+    const uint64_t blocks = k / kGgmlQk, block_bytes = block_bytes_of(*type);
+    if (src.size() != rows * l.row_bytes || out.size() != rows * blocks * block_bytes)
+        throw std::logic_error("pack_gguf_rows: inconsistent sizes");
+    for (uint64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = src.data() + r * l.row_bytes;
+        for (uint64_t b = 0; b < blocks; ++b) {
+            uint8_t* blk = out.data() + (r * blocks + b) * block_bytes;
+            std::memcpy(blk, row + l.scales_offset + 2 * b, 2);  // the fp16 scale leads both
+            if (*type == GgmlType::q8_0)
+                std::memcpy(blk + offsetof(BlockQ8_0, qs), row + b * kGgmlQk, kGgmlQk);
+            else
+                std::memcpy(blk + offsetof(BlockQ4_0, qs), row + b * kGgmlQk / 2, kGgmlQk / 2);
         }
     }
 }

@@ -61,17 +61,34 @@ json resolve_tokenizer(const std::string& given, const std::optional<std::string
     return tokenizer;
 }
 
-void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
-                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes) {
+namespace {
+
+// Within each head, row 2i + j of the adjacent-pair layout is row j * (head_dim/2) + i of the
+// rotate-half layout; `to_halves` picks the direction.
+void permute_rope_rows(std::span<const uint8_t> in, std::span<uint8_t> out, uint64_t n_heads,
+                       uint64_t head_dim, uint64_t row_bytes, bool to_halves) {
     if (head_dim % 2 != 0 || in.size() != out.size() || in.size() != n_heads * head_dim * row_bytes)
-        throw std::logic_error("permute_rope_pairs_to_halves: inconsistent sizes");
+        throw std::logic_error("permute_rope_rows: inconsistent sizes");
     const uint64_t half = head_dim / 2;
     for (uint64_t h = 0; h < n_heads; ++h)
         for (uint64_t j = 0; j < 2; ++j)
             for (uint64_t i = 0; i < half; ++i) {
-                const uint64_t src = h * head_dim + 2 * i + j, dst = h * head_dim + j * half + i;
+                const uint64_t pairs = h * head_dim + 2 * i + j, halves = h * head_dim + j * half + i;
+                const uint64_t src = to_halves ? pairs : halves, dst = to_halves ? halves : pairs;
                 std::memcpy(out.data() + dst * row_bytes, in.data() + src * row_bytes, row_bytes);
             }
+}
+
+}  // namespace
+
+void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes) {
+    permute_rope_rows(in, out, n_heads, head_dim, row_bytes, true);
+}
+
+void permute_rope_halves_to_pairs(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes) {
+    permute_rope_rows(in, out, n_heads, head_dim, row_bytes, false);
 }
 
 void check_layers_fit(uint64_t num_layers, uint64_t tensor_count, const std::string& file,

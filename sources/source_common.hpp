@@ -41,5 +41,9 @@ nlohmann::json resolve_tokenizer(const std::string& given, const std::optional<s
 // w.view(n_heads, head_dim/2, 2, cols).transpose(1, 2).reshape(n_heads * head_dim, cols).
 void permute_rope_pairs_to_halves(std::span<const uint8_t> in, std::span<uint8_t> out,
                                   uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes);
+// The inverse (GGUF export writes llama.cpp's layout): output row 2i + j is input row
+// j * (head_dim/2) + i within each head, so the two functions undo each other exactly.
+void permute_rope_halves_to_pairs(std::span<const uint8_t> in, std::span<uint8_t> out,
+                                  uint64_t n_heads, uint64_t head_dim, uint64_t row_bytes);
 
 }  // namespace qforge

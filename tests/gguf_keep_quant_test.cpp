@@ -89,6 +89,14 @@ std::vector<float> dequantized(const QfFile& qf, const QfTensorInfo& t) {
         std::memcpy(out.data(), bytes.data(), out.size() * 4);
         return out;
     }
+    if (t.qtype == QType::f16 || t.qtype == QType::bf16) {
+        for (size_t i = 0; i < out.size(); ++i) {
+            uint16_t h;
+            std::memcpy(&h, bytes.data() + 2 * i, 2);
+            out[i] = t.qtype == QType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+        return out;
+    }
     const uint64_t row_bytes = *qtype_row_bytes(t.qtype, k);
     for (uint64_t r = 0; r < rows; ++r)
         dequantize_row_ref(t.qtype, bytes.data() + r * row_bytes, k, out.data() + r * k);
@@ -223,9 +231,12 @@ TEST_CASE(
         CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
     // The file's 4 Q8_0 and 2 Q4_0 tensors (the q projections among them, so the RoPE
-    // reordering ran on packed rows); everything else is f32.
+    // reordering ran on packed rows), its F16 and BF16 tensor as stored; everything else is f32.
     CHECK(kept_types[QType::q8_g32] == 4);
     CHECK(kept_types[QType::q4s_g32] == 2);
+    CHECK(kept_types[QType::f16] == 1);
+    CHECK(kept_types[QType::bf16] == 1);
+    CHECK(kept.at("layers.1.attn.v").qtype == QType::bf16);
     CHECK(kept.at("layers.0.attn.q").qtype == QType::q4s_g32);
 
     std::string text;
