@@ -12,8 +12,14 @@
 #                      measures perplexity throughput). Default: the pairs below, made in
 #                      models/bench/ when absent.
 #   env: REPS (5), THREADS (2), PP (128), TG (64), PPL_CHUNKS (4), PPL_CTX (512),
-#        TEXT (../shared/data/wikitext-2-raw/wiki.test.raw), BUILD_DIR (qforge's, default build)
+#        TEXT (../shared/data/wikitext-2-raw/wiki.test.raw), BUILD_DIR (qforge's, default build),
+#        OUT_DIR (raw results kept there), BANDWIDTH (GB/s; default: measured once),
+#        LLAMA_ENV (default OMP_WAIT_POLICY=passive; "" for llama.cpp's default)
 #
+# LLAMA_ENV: llama.cpp's OpenMP threads spin between graphs by default; on a host whose two cores
+# other processes share, that made its 2-thread runs up to 100x slower than 1 thread (SmolLM2-135M
+# pp32 2.3 tok/s against 476), while passive waiting gave 631. The default therefore measures
+# llama.cpp with passive waiting; on a quiet machine the two should agree.
 # Default pairs. Identical weights in both tools: llama-quantize --allow-requantize --pure makes
 # F16, Q8_0 and Q4_0 GGUFs; `qforge convert --dtype f16` reads the F16 one, `convert --keep-quant`
 # keeps Q8_0 blocks as q8_g32 and Q4_0 as q4s_g32 bit for bit. For reference, qforge's own q8
@@ -25,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '8,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || { echo "bench_vs_llamacpp: no llama.cpp build directory given" >&2; usage; }
 llama=$1
 shift
@@ -43,6 +49,7 @@ pp=${PP:-128}
 tg=${TG:-64}
 ppl_chunks=${PPL_CHUNKS:-4}
 ppl_ctx=${PPL_CTX:-512}
+llama_env=${LLAMA_ENV-OMP_WAIT_POLICY=passive}
 text=${TEXT:-../shared/data/wikitext-2-raw/wiki.test.raw}
 qforge=${BUILD_DIR:-build}/cli/qforge
 [ -x "$qforge" ] || { echo "bench_vs_llamacpp: $qforge is missing: build qforge first" >&2; exit 2; }
@@ -107,14 +114,22 @@ if [ ${#ppl_q[@]} -gt 0 ] && [ ! -f "$text" ]; then
   ppl_q=() ppl_g=()
 fi
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# OUT_DIR keeps the raw results (each run's JSON or log) for a later look; default: a temporary one.
+if [ -n "${OUT_DIR:-}" ]; then
+  out=$OUT_DIR
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 key() { echo "$1" | tr '/' '_'; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-# Read bandwidth once (qforge bench measures it when not given), quoted by every later run.
-bw=$($qforge -q bench "${qfs[0]}" -p 8 -n 8 -r 1 -t "$threads" --json |
-  python3 -c 'import json,sys; print(json.load(sys.stdin)["read_bandwidth_gb_s"])')
+# Read bandwidth once (qforge bench measures it when not given, over a buffer the size of the
+# model's weights: the largest model, so it is not a cache figure), quoted by every later run.
+largest=$(ls -S "${qfs[@]}" | head -1)  # shellcheck disable=SC2012
+bw=${BANDWIDTH:-$($qforge -q bench "$largest" -p 1 -n 1 -r 1 -t "$threads" --json |
+  python3 -c 'import json,sys; print(round(json.load(sys.stdin)["read_bandwidth_gb_s"], 2))')}
 log "read bandwidth ${bw} GB/s (${threads} threads); $reps repetitions of ${#qfs[@]} qforge and ${#ggs[@]} llama.cpp models"
 
 run_q() {  # qforge bench / ppl of model $1, repetition $2
@@ -130,9 +145,11 @@ run_g() {  # llama-bench / llama-perplexity of model $1, repetition $2
   local k
   k=$(key "$1")
   load1 >"$out/g-$k-$2.load"
-  "$llama/bin/llama-bench" -m "$1" -p "$pp" -n "$tg" -t "$threads" -r 1 -o json >"$out/g-$k-$2.json" 2>/dev/null
+  # shellcheck disable=SC2086
+  env $llama_env "$llama/bin/llama-bench" -m "$1" -p "$pp" -n "$tg" -t "$threads" -r 1 -o json >"$out/g-$k-$2.json" 2>/dev/null
   if [ -n "${ppl_g[$1]:-}" ]; then
-    "$llama/bin/llama-perplexity" -m "$1" -f "$text" -c "$ppl_ctx" --chunks "$ppl_chunks" -t "$threads" \
+    # shellcheck disable=SC2086
+    env $llama_env "$llama/bin/llama-perplexity" -m "$1" -f "$text" -c "$ppl_ctx" --chunks "$ppl_chunks" -t "$threads" \
       >"$out/gp-$k-$2.txt" 2>&1
   fi
 }
@@ -149,10 +166,10 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 isa=$($qforge --version | sed -n 's/^CPU kernels: //p')
-python3 - "$out" "$reps" "$threads" "$pp" "$tg" "$ppl_ctx" "$ppl_chunks" "$cpu" "$isa" "$bw" "${pairs[@]}" <<'EOF'
+python3 - "$out" "$reps" "$threads" "$pp" "$tg" "$ppl_ctx" "$ppl_chunks" "$cpu" "$isa" "$bw" "$llama_env" "${pairs[@]}" <<'EOF'
 import glob, json, os, re, statistics, sys
-out, reps, threads, pp, tg, ctx, chunks, cpu, isa, bw = sys.argv[1:11]
-pairs = sys.argv[11:]
+out, reps, threads, pp, tg, ctx, chunks, cpu, isa, bw, llama_env = sys.argv[1:12]
+pairs = sys.argv[12:]
 reps, pp, tg = int(reps), int(pp), int(tg)
 key = lambda p: p.replace("/", "_")
 med = lambda xs: statistics.median(xs) if xs else float("nan")
@@ -191,6 +208,7 @@ def cell(a, b):
     return f"{med(a):.1f} vs {med(b):.1f} | {med(a) / med(b):.2f}x" if a and b else "- | -"
 
 print(f"CPU: {cpu}; qforge CPU kernels: {isa}; {threads} threads; read bandwidth {float(bw):.1f} GB/s")
+print(f"llama.cpp run with environment: {llama_env or '(none)'}")
 print(f"medians of {reps} alternating runs; the host is shared with other agents building (load = 1-min load average, min-max over the pair's runs)")
 print()
 print(f"| qforge vs llama.cpp | pp{pp} tok/s | ratio | tg{tg} tok/s | ratio | qforge tg of read BW | ppl ctx {ctx} x {chunks} chunks tok/s | ratio | PPL qforge / llama.cpp | load |")
