@@ -25,9 +25,10 @@
 # keeps Q8_0 blocks as q8_g32 and Q4_0 as q4s_g32 bit for bit. For reference, qforge's own q8
 # (per-channel), q4_g32 and q4_g128 (`qforge quantize` of the f16 .qf) against Q8_0 / Q4_0.
 #   smol-*  SmolLM2-135M-Instruct (scripts/get_models.sh smollm2): its Q4_1 GGUF requantized
-#   tl-*    the TinyLlama-1.1B shape with random weights: needs models/bench/tl-F16.gguf, a GGUF
-#           of scripts/get_models.sh synthetic's models/synthetic-tinyllama (any HF-to-GGUF
-#           converter; without it these pairs are skipped with a message)
+#   tl-*    the TinyLlama-1.1B shape with random weights: needs models/bench/tl-F16.gguf, an F16
+#           GGUF of scripts/get_models.sh synthetic's models/synthetic-tinyllama (`qforge export
+#           --format gguf` of its f16 .qf, or any HF-to-GGUF converter; without it these pairs
+#           are skipped with a message)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -127,7 +128,8 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # Read bandwidth once (qforge bench measures it when not given, over a buffer the size of the
 # model's weights: the largest model, so it is not a cache figure), quoted by every later run.
-largest=$(ls -S "${qfs[@]}" | head -1)  # shellcheck disable=SC2012
+# shellcheck disable=SC2012
+largest=$(ls -S "${qfs[@]}" | head -1)
 bw=${BANDWIDTH:-$($qforge -q bench "$largest" -p 1 -n 1 -r 1 -t "$threads" --json |
   python3 -c 'import json,sys; print(round(json.load(sys.stdin)["read_bandwidth_gb_s"], 2))')}
 log "read bandwidth ${bw} GB/s (${threads} threads); $reps repetitions of ${#qfs[@]} qforge and ${#ggs[@]} llama.cpp models"
