@@ -219,8 +219,8 @@ void bm_float(benchmark::State& state, QType t, Shape s, uint64_t m, int threads
                 for (uint64_t r = r0; r < r1; ++r)
                     out[r] = dot_row(t, wc + r * w.stride, x.data(), s.in);
             else
-                float_matmul(t, wc, w.stride, r0, r1, x.data(), s.in, s.in, 0, m,
-                             out.data() + r0, s.out);
+                float_matmul(t, wc, w.stride, r0, r1, x.data(), s.in, s.in, 0, m, out.data() + r0,
+                             s.out);
         });
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
@@ -324,7 +324,9 @@ void register_all() {
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
     for (QType t : {QType::f16, QType::bf16, QType::f32})
         reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/threads:1",
-            [=](benchmark::State& st) { bm_float(st, t, {2048, 2048}, 128, 1); });
+            [=](benchmark::State& st) {
+                bm_float(st, t, {2048, 2048}, 128, 1);
+            });
     for (QType t : quant)
         reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/int8/threads:1",
             [=](benchmark::State& st) {

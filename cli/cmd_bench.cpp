@@ -33,8 +33,8 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
     // before the model is read.
     const uint64_t kMaxTokens = uint64_t{1} << 24;
     add_model_input(app, "model", a->model)->required();
-    add_int_option(app, "-p,--prompt,--prefill", a->bench.prefill_tokens,
-                   1, kMaxTokens, "tokens in the prefill batch");
+    add_int_option(app, "-p,--prompt,--prefill", a->bench.prefill_tokens, 1, kMaxTokens,
+                   "tokens in the prefill batch");
     add_int_option(app, "-n,--gen,--decode", a->bench.decode_tokens, 1, kMaxTokens,
                    "tokens decoded one at a time");
     add_int_option(app, "-r,--reps", a->bench.repetitions, 1, 1000,

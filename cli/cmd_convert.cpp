@@ -47,9 +47,9 @@ Runner register_convert(CLI::App& app, CommonOptions& common) {
         ConvertReport r = convert_checkpoint(a->opts);
         for (const auto& w : r.warnings) std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
         if (common.json) {
-            nlohmann::json j = {{"output", a->opts.output},     {"tensors", r.tensors},
-                                {"parameters", r.parameters},   {"bytes", r.bytes_written},
-                                {"tokenizer", r.tokenizer},     {"warnings", r.warnings}};
+            nlohmann::json j = {{"output", a->opts.output},   {"tensors", r.tensors},
+                                {"parameters", r.parameters}, {"bytes", r.bytes_written},
+                                {"tokenizer", r.tokenizer},   {"warnings", r.warnings}};
             std::printf("%s\n", j.dump(2).c_str());
         } else {
             std::printf("wrote %s: %llu tensors, %llu parameters, %s; tokenizer: %s\n",

@@ -25,19 +25,18 @@ int run_gguf_export(const std::string& input, const std::string& output, bool js
     // general.name: the model the user named, not a temporary conversion's file.
     fs::path named(input);
     if (named.filename().empty()) named = named.parent_path();
-    const GgufExportReport r = export_gguf(
-        {.input = converted->path(), .output = output, .name = named.stem().string()});
+    const GgufExportReport r =
+        export_gguf({.input = converted->path(), .output = output, .name = named.stem().string()});
     print_warnings(r.warnings);
     if (json) {
-        const nlohmann::json j = {{"output", output},       {"format", "gguf"},
+        const nlohmann::json j = {{"output", output},         {"format", "gguf"},
                                   {"file_type", r.file_type}, {"tensors", r.tensors},
-                                  {"bytes", r.bytes},       {"ggml_types", r.ggml_types},
+                                  {"bytes", r.bytes},         {"ggml_types", r.ggml_types},
                                   {"warnings", r.warnings}};
         std::printf("%s\n", j.dump(2).c_str());
     } else {
-        std::printf("wrote %s (gguf, %s): %llu tensors, %s\n", output.c_str(),
-                    r.file_type.c_str(), static_cast<unsigned long long>(r.tensors),
-                    human_bytes(r.bytes).c_str());
+        std::printf("wrote %s (gguf, %s): %llu tensors, %s\n", output.c_str(), r.file_type.c_str(),
+                    static_cast<unsigned long long>(r.tensors), human_bytes(r.bytes).c_str());
     }
     return 0;
 }
@@ -64,7 +63,8 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
     add_json_option(app, common);
 
     return [a, &common]() {
-        if (a->format == "gguf") return run_gguf_export(a->opts.input, a->opts.output_dir, common.json);
+        if (a->format == "gguf")
+            return run_gguf_export(a->opts.input, a->opts.output_dir, common.json);
         check_output_path(a->opts.output_dir, {a->opts.input}, OutputKind::directory);
         a->opts.format = a->format == "awq" ? HfQuantMethod::awq : HfQuantMethod::gptq;
         const auto input = open_qf_input(a->opts.input);

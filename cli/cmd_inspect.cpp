@@ -8,14 +8,14 @@
 
 #include "commands.hpp"
 #include "core/checked_math.hpp"
+#include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "core/progress.hpp"
 #include "formats/model_config.hpp"
-#include "core/error.hpp"
-#include "sources/detect.hpp"
 #include "formats/qf.hpp"
 #include "formats/qf_validate.hpp"
 #include "formats/safetensors.hpp"
+#include "sources/detect.hpp"
 
 namespace qforge::cli {
 
@@ -39,16 +39,17 @@ double bits_per_weight(uint64_t bytes, const std::vector<uint64_t>& shape) {
 
 std::string model_summary(const ModelConfig& c) {
     char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s, %llu layers, hidden %llu, heads %llu (kv %llu, head_dim %llu), intermediate %llu, "
-                  "vocab %llu, context %llu, rope_theta %g%s%s%s",
-                  std::string(architecture_name(c.arch)).c_str(), (unsigned long long)c.num_layers,
-                  (unsigned long long)c.hidden_size, (unsigned long long)c.num_heads,
-                  (unsigned long long)c.num_kv_heads, (unsigned long long)c.head_dim,
-                  (unsigned long long)c.intermediate_size, (unsigned long long)c.vocab_size,
-                  (unsigned long long)c.max_position_embeddings, c.rope_theta,
-                  c.rope_scaling.type == "none" ? "" : (", rope_scaling " + c.rope_scaling.type).c_str(),
-                  c.tie_word_embeddings ? ", tied embeddings" : "", c.attention_bias ? ", qkv bias" : "");
+    std::snprintf(
+        buf, sizeof buf,
+        "%s, %llu layers, hidden %llu, heads %llu (kv %llu, head_dim %llu), intermediate %llu, "
+        "vocab %llu, context %llu, rope_theta %g%s%s%s",
+        std::string(architecture_name(c.arch)).c_str(), (unsigned long long)c.num_layers,
+        (unsigned long long)c.hidden_size, (unsigned long long)c.num_heads,
+        (unsigned long long)c.num_kv_heads, (unsigned long long)c.head_dim,
+        (unsigned long long)c.intermediate_size, (unsigned long long)c.vocab_size,
+        (unsigned long long)c.max_position_embeddings, c.rope_theta,
+        c.rope_scaling.type == "none" ? "" : (", rope_scaling " + c.rope_scaling.type).c_str(),
+        c.tie_word_embeddings ? ", tied embeddings" : "", c.attention_bias ? ", qkv bias" : "");
     std::string s = buf;
     if (architecture_has_qk_norm(c.arch)) s += ", qk-norm";
     if (c.sliding_window) {
@@ -97,7 +98,8 @@ json totals(const std::vector<Row>& rows) {
     return {{"tensors", rows.size()},
             {"parameters", params},
             {"bytes", bytes},
-            {"bits_per_weight", params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0}};
+            {"bits_per_weight",
+             params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0}};
 }
 
 // Per stored type: tensors, parameters and bits per weight (decoded bytes), in table order.
@@ -155,7 +157,8 @@ void print_totals(const json& t) {
     std::printf("tensors: %llu, parameters %llu, %s, %.2f bits per weight\n",
                 (unsigned long long)t["tensors"].get<uint64_t>(),
                 (unsigned long long)t["parameters"].get<uint64_t>(),
-                human_bytes(t["bytes"].get<uint64_t>()).c_str(), t["bits_per_weight"].get<double>());
+                human_bytes(t["bytes"].get<uint64_t>()).c_str(),
+                t["bits_per_weight"].get<double>());
 }
 
 // A file whose model fails validation (formats/qf_validate.hpp) is still shown, since seeing
@@ -200,7 +203,7 @@ int inspect_qf(const std::string& path, bool as_json) {
                   {"error", invalid ? json(invalid->what()) : json(nullptr)}};
         std::printf("%s\n", j.dump(2).c_str());
         std::fflush(stdout);  // the table before the error line
-    if (invalid) throw *invalid;
+        if (invalid) throw *invalid;
         return 0;
     }
     std::printf("file: %s (qforge format version %u, %s)\n", path.c_str(), qf.version(),
@@ -243,10 +246,13 @@ int inspect_safetensors(const std::string& path, bool as_json) {
     if (as_json) {
         json tensors = json::array();
         for (const auto& r : rows)
-            tensors.push_back({{"name", r.name}, {"dtype", r.type}, {"shape", r.shape}, {"bytes", r.bytes},
+            tensors.push_back({{"name", r.name},
+                               {"dtype", r.type},
+                               {"shape", r.shape},
+                               {"bytes", r.bytes},
                                {"file", fs::path(ckpt.file_of(r.name)).filename().string()}});
-        json j = {{"file", path}, {"kind", "safetensors"}, {"files", ckpt.files()}, {"model", cfg_json},
-                  {"tensors", tensors}, {"totals", totals(rows)}};
+        json j = {{"file", path},      {"kind", "safetensors"}, {"files", ckpt.files()},
+                  {"model", cfg_json}, {"tensors", tensors},    {"totals", totals(rows)}};
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }

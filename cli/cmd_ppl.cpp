@@ -52,10 +52,10 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
         "gptq: non-overlapping windows, all but the first token scored");
     add_int_option(app, "--chunks", a->chunks, 0, std::numeric_limits<uint32_t>::max(),
                    "evaluate only the first N chunks (0: all)");
-    add_model_input(
-        app, "--kl-base", a->kl_base,
-        "base model (e.g. the FP16 .qf, or any input kind): also report KL divergence from it, top-1 agreement "
-        "and RMS of the probability difference, both run in the same pass");
+    add_model_input(app, "--kl-base", a->kl_base,
+                    "base model (e.g. the FP16 .qf, or any input kind): also report KL divergence "
+                    "from it, top-1 agreement "
+                    "and RMS of the probability difference, both run in the same pass");
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
     add_backend_option(app, common);
@@ -97,7 +97,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
 
         ThreadPool pool(resolved_threads(common));
         auto backend = make_selected_backend(common, model, pool);
-        std::unique_ptr<Backend> base_backend = base ? make_selected_backend(common, *base, pool) : nullptr;
+        std::unique_ptr<Backend> base_backend =
+            base ? make_selected_backend(common, *base, pool) : nullptr;
 
         const bool chatty = !common.quiet;
         if (chatty)

@@ -168,7 +168,8 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                    "REGEX=TYPE: store tensors whose name contains a match of REGEX (ECMAScript, "
                    "searched anywhere in the name as llama-quantize's --tensor-type; anchor with ^ "
                    "and $) as TYPE. Repeatable; the first matching override wins. Quantized types "
-                   "apply to matrices only. Names: " + tensor_names_help())
+                   "apply to matrices only. Names: " +
+                       tensor_names_help())
         ->take_all()
         ->check(parsed_by([](const std::string& s) { parse_tensor_type_override(s); }));
     add_input_option(app, "--tokenizer", a->opts.tokenizer,
@@ -183,7 +184,8 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         "unless its rows are too short for the packed form to be smaller than the source's float "
         "rows. The decision for each class is printed on stderr and recorded in the .qf header. "
         "The output is byte-identical whatever --threads is.\n\nTensor classes (the "
-        "architecture table, formats/architectures.hpp): " + tensor_classes_help());
+        "architecture table, formats/architectures.hpp): " +
+        tensor_classes_help());
 
     return [a, &common]() {
         // Every option is checked before the input is opened.
@@ -197,11 +199,11 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         if (calibrated && a->opts.calibrated.calibration.files.empty())
             throw UsageError("--method " + a->method + " needs calibration text: --calib FILE");
         if (!calibrated && !a->opts.calibrated.resume_dir.empty())
-            throw UsageError("--resume is for calibrated methods (gptq, awq); --method " + a->method +
-                        " runs in one pass");
+            throw UsageError("--resume is for calibrated methods (gptq, awq); --method " +
+                             a->method + " runs in one pass");
         if (!calibrated && !a->opts.calibrated.calibration.files.empty())
-            throw UsageError("--calib is for calibrated methods (gptq, awq); --method " + a->method +
-                        " uses no data");
+            throw UsageError("--calib is for calibrated methods (gptq, awq); --method " +
+                             a->method + " uses no data");
 
         // Nothing the run reads or keeps (inputs, calibration text, --resume state) is the output.
         std::vector<std::string> inputs = checkpoint_input_files(a->opts.input, a->opts.tokenizer);

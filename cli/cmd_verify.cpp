@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "core/progress.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "formats/qf.hpp"
 #include "formats/qf_validate.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -35,14 +35,18 @@ Runner register_verify(CLI::App& app, CommonOptions& common) {
         }
         progress.finish();
         if (common.json) {
-            nlohmann::json j = {{"file", *path}, {"ok", true}, {"format_version", qf.version()},
-                                {"tensors", qf.tensors().size()}, {"bytes", qf.file_size()}};
+            nlohmann::json j = {{"file", *path},
+                                {"ok", true},
+                                {"format_version", qf.version()},
+                                {"tensors", qf.tensors().size()},
+                                {"bytes", qf.file_size()}};
             std::printf("%s\n", j.dump(2).c_str());
         } else {
-            std::printf("%s: OK (format version %u, %zu tensors, %s, the model matches its config, "
-                        "all checksums match, all weights finite)\n",
-                        path->c_str(), qf.version(), qf.tensors().size(),
-                        human_bytes(qf.file_size()).c_str());
+            std::printf(
+                "%s: OK (format version %u, %zu tensors, %s, the model matches its config, "
+                "all checksums match, all weights finite)\n",
+                path->c_str(), qf.version(), qf.tensors().size(),
+                human_bytes(qf.file_size()).c_str());
         }
         return 0;
     };

@@ -21,8 +21,8 @@ std::string version_text() {
     if (qforge::built_with_cuda()) {
         std::string why;
         auto gpus = qforge::list_gpus(&why);
-        s += " (CUDA " + qforge::cuda_build_version() + "; " + std::to_string(gpus.size()) + " GPU" +
-             (gpus.size() == 1 ? "" : "s") + (gpus.empty() ? ": " + why : "") + ")";
+        s += " (CUDA " + qforge::cuda_build_version() + "; " + std::to_string(gpus.size()) +
+             " GPU" + (gpus.size() == 1 ? "" : "s") + (gpus.empty() ? ": " + why : "") + ")";
     } else {
         s += " (built without CUDA)";
     }
@@ -78,21 +78,29 @@ int main(int argc, char** argv) {
         CLI::App* sub = app.add_subcommand(name, help);
         runners[sub] = reg(*sub, common);
     };
-    add("convert", "convert a Hugging Face checkpoint (directory or .safetensors), a GGUF or a llama2.c checkpoint to .qf",
+    add("convert",
+        "convert a Hugging Face checkpoint (directory or .safetensors), a GGUF or a llama2.c "
+        "checkpoint to .qf",
         qforge::cli::register_convert);
     add("quantize",
         "quantize a .qf or Hugging Face checkpoint to a .qf (rtn; per-tensor types by regex)",
         qforge::cli::register_quantize);
-    add("inspect", "show the config, tensors, dtypes and sizes of a .qf, .safetensors or HF directory",
+    add("inspect",
+        "show the config, tensors, dtypes and sizes of a .qf, .safetensors or HF directory",
         qforge::cli::register_inspect);
     add("verify", "check a .qf file's structure and every tensor checksum",
         qforge::cli::register_verify);
-    add("tokenize", "text to token ids with the tokenizer of a .qf, tokenizer.json, GGUF or llama2.c .bin",
+    add("tokenize",
+        "text to token ids with the tokenizer of a .qf, tokenizer.json, GGUF or llama2.c .bin",
         qforge::cli::register_tokenize);
-    add("ppl", "perplexity of a .qf on a text file (llama.cpp or GPTQ protocol), optionally KL divergence from a base model",
+    add("ppl",
+        "perplexity of a .qf on a text file (llama.cpp or GPTQ protocol), optionally KL divergence "
+        "from a base model",
         qforge::cli::register_ppl);
-    add("generate", "generate text from a prompt with a .qf (greedy or sampled)", qforge::cli::register_generate);
-    add("bench", "prefill and decode tokens/s of a .qf, and decode's fraction of read bandwidth", qforge::cli::register_bench);
+    add("generate", "generate text from a prompt with a .qf (greedy or sampled)",
+        qforge::cli::register_generate);
+    add("bench", "prefill and decode tokens/s of a .qf, and decode's fraction of read bandwidth",
+        qforge::cli::register_bench);
     add("export", "write a quantized .qf as a Hugging Face GPTQ or AWQ checkpoint directory",
         qforge::cli::register_export);
 

@@ -67,8 +67,8 @@ ConvertReport convert_checkpoint(const ConvertOptions& options) {
                     "its qtypes, `qforge inspect` to read it)");
     return naming_file_on_bad_alloc(options.input, [&] {
         const auto src = open_model_source(
-            options.input, SourceOptions{.tokenizer = options.tokenizer,
-                                         .keep_quant = options.keep_quant});
+            options.input,
+            SourceOptions{.tokenizer = options.tokenizer, .keep_quant = options.keep_quant});
         return convert_source(*src, options);
     });
 }

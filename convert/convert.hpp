@@ -14,16 +14,16 @@
 namespace qforge {
 
 struct ConvertOptions {
-    std::string input;               // HF directory, .safetensors, llama2.c .bin or .gguf file
-    std::string output;              // .qf path
-    std::optional<QType> dtype;      // nullopt: keep each tensor's source precision (GGUF: f32)
-    std::string tokenizer;           // empty: look for one beside the checkpoint
-    bool compress = false;           // zstd tensor encoding
-    bool keep_quant = false;         // GGUF: Q8_0/Q4_0 stay quantized (sources/gguf_keep_quant.hpp)
+    std::string input;           // HF directory, .safetensors, llama2.c .bin or .gguf file
+    std::string output;          // .qf path
+    std::optional<QType> dtype;  // nullopt: keep each tensor's source precision (GGUF: f32)
+    std::string tokenizer;       // empty: look for one beside the checkpoint
+    bool compress = false;       // zstd tensor encoding
+    bool keep_quant = false;     // GGUF: Q8_0/Q4_0 stay quantized (sources/gguf_keep_quant.hpp)
 };
 
 struct ConvertReport {
-    std::string tokenizer;              // the tokenizer file used, empty when none
+    std::string tokenizer;  // the tokenizer file used, empty when none
     uint64_t tensors = 0;
     uint64_t parameters = 0;
     uint64_t bytes_written = 0;

@@ -27,8 +27,8 @@ struct FileType {
     const char* name;
 };
 constexpr FileType kFileTypes[] = {
-    {GgmlType::f32, 0, "ALL_F32"},     {GgmlType::f16, 1, "MOSTLY_F16"},
-    {GgmlType::q4_0, 2, "MOSTLY_Q4_0"}, {GgmlType::q8_0, 7, "MOSTLY_Q8_0"},
+    {GgmlType::f32, 0, "ALL_F32"},       {GgmlType::f16, 1, "MOSTLY_F16"},
+    {GgmlType::q4_0, 2, "MOSTLY_Q4_0"},  {GgmlType::q8_0, 7, "MOSTLY_Q8_0"},
     {GgmlType::bf16, 32, "MOSTLY_BF16"},
 };
 constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION, Q4_0/Q8_0 as today
@@ -49,8 +49,8 @@ GgmlType export_type(const QfFile& qf, const QfTensorInfo& t) {
     throw Error(qf.path(), t.name,
                 "type " + name +
                     " has no bit-exact GGUF form (GGUF export writes q4s_g32 as Q4_0, q8_g32 as "
-                    "Q8_0 and f32/f16/bf16 as such); quantize with --qtype " + nearest +
-                    " instead (with --method gptq or awq for their quality)");
+                    "Q8_0 and f32/f16/bf16 as such); quantize with --qtype " +
+                    nearest + " instead (with --method gptq or awq for their quality)");
 }
 
 void add_model_metadata(GgufWriter& w, const ModelConfig& c, const GgufArchitecture& a,
@@ -76,8 +76,7 @@ void add_model_metadata(GgufWriter& w, const ModelConfig& c, const GgufArchitect
     }
     u32("rope.dimension_count", c.head_dim);
     w.add(arch + ".rope.freq_base", gguf_f32(static_cast<float>(c.rope_theta)));
-    w.add(arch + ".attention.layer_norm_rms_epsilon",
-          gguf_f32(static_cast<float>(c.rms_norm_eps)));
+    w.add(arch + ".attention.layer_norm_rms_epsilon", gguf_f32(static_cast<float>(c.rms_norm_eps)));
 }
 
 // Special ids from the config when there is no tokenizer to carry them.
@@ -141,7 +140,7 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
         const GgmlType type = export_type(qf, t);
         const RopeRows rope = a->adjacent_pair_rope ? s.row->rope : RopeRows::none;
         plan.push_back({&t, type,
-                        rope == RopeRows::none       ? 0
+                        rope == RopeRows::none      ? 0
                         : rope == RopeRows::q_heads ? c.num_heads
                                                     : c.num_kv_heads});
         if (t.shape.size() == 2) matrix_elements[type] += t.shape[0] * t.shape[1];
@@ -160,7 +159,8 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
     add_model_metadata(w, c, *a, o.name.empty() ? fs::path(o.input).stem().string() : o.name,
                        file_type->id);
     if (qf.has_tokenizer()) {
-        GgufTokenizerMetadata tok = gguf_tokenizer_metadata(qf.tokenizer(), qf.path(), c.vocab_size);
+        GgufTokenizerMetadata tok =
+            gguf_tokenizer_metadata(qf.tokenizer(), qf.path(), c.vocab_size);
         for (GgufKeyValue& kv : tok.keys) w.add(std::move(kv.key), std::move(kv.value));
         for (std::string& warning : tok.warnings) report.warnings.push_back(std::move(warning));
     } else {

@@ -25,9 +25,9 @@ struct GgufExportOptions {
 
 struct GgufExportReport {
     uint64_t tensors = 0;
-    uint64_t bytes = 0;                         // the file's size
-    std::string file_type;                      // general.file_type's name: "MOSTLY_Q4_0", ...
-    std::map<std::string, uint64_t> ggml_types; // tensors per ggml type name
+    uint64_t bytes = 0;                          // the file's size
+    std::string file_type;                       // general.file_type's name: "MOSTLY_Q4_0", ...
+    std::map<std::string, uint64_t> ggml_types;  // tensors per ggml type name
     std::vector<std::string> warnings;
 };
 

@@ -360,8 +360,8 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     }
     if (sharded) {
         write_in_tmp("model.safetensors.index.json", [&](const std::string& path) {
-            write_json(path, {{"metadata", {{"total_size", report.bytes}}},
-                              {"weight_map", weight_map}});
+            write_json(path,
+                       {{"metadata", {{"total_size", report.bytes}}}, {"weight_map", weight_map}});
         });
         report.files.push_back("model.safetensors.index.json");
     }

@@ -13,7 +13,9 @@ namespace fs = std::filesystem;
 // Files the Hugging Face readers (formats/safetensors_reader, formats/model_config,
 // tokenizer/source_hf, sources/hf_quantized) open beside a checkpoint or a tokenizer.json.
 constexpr const char* kCheckpointCompanions[] = {
-    "config.json",          "quantize_config.json", "quant_config.json",
+    "config.json",
+    "quantize_config.json",
+    "quant_config.json",
     "model.safetensors.index.json",
 };
 constexpr const char* kTokenizerCompanions[] = {
@@ -38,7 +40,8 @@ void add_beside(const fs::path& dir, Beside what, std::vector<std::string>& out)
         const std::string name = p.filename().string();
         const bool shard = what == Beside::checkpoint && p.extension() == ".safetensors";
         // llama2.c vocabularies: tokenizer.bin, tok<N>.bin.
-        if (shard || (name.starts_with("tok") && p.extension() == ".bin")) out.push_back(p.string());
+        if (shard || (name.starts_with("tok") && p.extension() == ".bin"))
+            out.push_back(p.string());
     }
 }
 

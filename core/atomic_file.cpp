@@ -57,8 +57,8 @@ void remove_flat_dir_signal_safe(const char* path) {
                     unsigned short reclen;
                     std::memcpy(&reclen, buf + off + 16, sizeof reclen);
                     const char* name = buf + off + 19;
-                    const bool dot = name[0] == '.' &&
-                                     (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
+                    const bool dot =
+                        name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
                     if (!dot && ::unlinkat(fd, name, 0) == 0) removed = true;
                     off += reclen;
                 }
@@ -106,7 +106,7 @@ void install_handlers() {
 // Holds SIGINT/SIGTERM/SIGHUP while a temporary's existence and its registry slot change
 // together, so the handler never misses a temporary nor removes a name that is not ours.
 class CleanupSignalsBlocked {
-public:
+  public:
     CleanupSignalsBlocked() {
         sigset_t set;
         sigemptyset(&set);
@@ -124,7 +124,7 @@ public:
     CleanupSignalsBlocked(const CleanupSignalsBlocked&) = delete;
     CleanupSignalsBlocked& operator=(const CleanupSignalsBlocked&) = delete;
 
-private:
+  private:
     sigset_t old_;
 };
 
@@ -199,7 +199,8 @@ int fsync_dir(const std::string& dir) {
 }
 
 std::string cannot_create(const std::string& dir, int err) {
-    if (err == ENOENT) return "cannot create the output file: its directory '" + dir + "' does not exist";
+    if (err == ENOENT)
+        return "cannot create the output file: its directory '" + dir + "' does not exist";
     return "cannot create the output file: " + errno_text(err);
 }
 
@@ -305,8 +306,7 @@ bool AtomicFile::link_to(const std::string& path) {
     if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0)
         return true;
     const int err = errno;
-    if (err != EEXIST && ::linkat(fd_, "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH) == 0)
-        return true;
+    if (err != EEXIST && ::linkat(fd_, "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH) == 0) return true;
     errno = err;
     return false;
 }
@@ -342,8 +342,7 @@ void AtomicFile::commit() {
             for (int attempt = 0;; ++attempt) {
                 temp = temp_name_for(final_path_);
                 if (link_to(temp)) break;
-                if (errno != EEXIST || attempt > 100)
-                    fail("cannot create the output file", errno);
+                if (errno != EEXIST || attempt > 100) fail("cannot create the output file", errno);
             }
             slot_ = register_temp(temp, kTempFile);
             replace_target_with(temp);
@@ -376,9 +375,9 @@ AtomicDirectory::AtomicDirectory(std::string final_path) {
     if (::lstat(final_path_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
         throw Error(final_path_, {},
                     "exists and is " +
-                        (S_ISREG(st.st_mode) ? std::string("a regular file")
-                                             : S_ISLNK(st.st_mode) ? std::string("a symbolic link")
-                                                                   : kind_of(st.st_mode)) +
+                        (S_ISREG(st.st_mode)   ? std::string("a regular file")
+                         : S_ISLNK(st.st_mode) ? std::string("a symbolic link")
+                                               : kind_of(st.st_mode)) +
                         ", not a directory: refusing to replace it");
     CleanupSignalsBlocked blocked;
     for (int attempt = 0;; ++attempt) {
@@ -416,16 +415,15 @@ void AtomicDirectory::commit() {
             throw Error(final_path_, {},
                         err == ENOTEMPTY || err == EEXIST
                             ? std::string("exists and is not an empty directory")
-                            : "cannot move the finished directory into place: " +
-                                  errno_text(err));
+                            : "cannot move the finished directory into place: " + errno_text(err));
         }
         committed_ = true;
         unregister_temp(slot_);
     }
     if (const int err = fsync_dir(parent_dir(final_path_)); err != 0)
-        throw Error(final_path_, {},
-                    "fsync of its parent directory failed (the directory is in place): " +
-                        errno_text(err));
+        throw Error(
+            final_path_, {},
+            "fsync of its parent directory failed (the directory is in place): " + errno_text(err));
 }
 
 ScratchFile::ScratchFile(std::string path) : path_(std::move(path)) {

@@ -26,7 +26,7 @@
 namespace qforge {
 
 class AtomicFile {
-public:
+  public:
     // Throws qforge::Error naming final_path when it exists and is not a regular file, or when
     // its directory does not exist or is not writable.
     explicit AtomicFile(std::string final_path);
@@ -50,7 +50,7 @@ public:
     // True when the bytes go to an unnamed O_TMPFILE inode (nothing visible before commit).
     bool anonymous() const { return temp_path_.empty(); }
 
-private:
+  private:
     void flush();
     void write_fully(const uint8_t* data, size_t size);
     [[noreturn]] void fail(const char* what, int err);
@@ -73,7 +73,7 @@ private:
 // commit() and SIGINT/SIGTERM/SIGHUP remove the temporary directory and everything in it. Parent
 // directories are never created: a missing one is an error before anything is made.
 class AtomicDirectory {
-public:
+  public:
     explicit AtomicDirectory(std::string final_path);
     ~AtomicDirectory();
     AtomicDirectory(const AtomicDirectory&) = delete;
@@ -84,7 +84,7 @@ public:
     const std::string& final_path() const { return final_path_; }
     void commit();
 
-private:
+  private:
     std::string final_path_;
     std::string temp_path_;
     int slot_ = -1;
@@ -96,14 +96,14 @@ private:
 // every temporary above, on SIGINT/SIGTERM/SIGHUP. Only SIGKILL can leave it behind; the name
 // should carry the process id so that a later run can tell such leftovers (convert/qf_input).
 class ScratchFile {
-public:
+  public:
     explicit ScratchFile(std::string path);
     ~ScratchFile();
     ScratchFile(const ScratchFile&) = delete;
     ScratchFile& operator=(const ScratchFile&) = delete;
     const std::string& path() const { return path_; }
 
-private:
+  private:
     std::string path_;
     int slot_ = -1;
 };

@@ -8,7 +8,7 @@
 namespace qforge {
 
 class Error : public std::runtime_error {
-public:
+  public:
     // `file` and `tensor` may be empty when they do not apply. The message reads
     //   "<file>: tensor '<tensor>': <detail>"
     Error(std::string file, std::string tensor, std::string detail);
@@ -21,7 +21,7 @@ public:
     // The same error with a file name attached (used when a lower layer did not know it).
     Error with_file(const std::string& file) const { return Error(file, tensor_, detail_); }
 
-private:
+  private:
     std::string file_;
     std::string tensor_;
     std::string detail_;

@@ -56,11 +56,14 @@ inline uint16_t f32_to_f16(float f) {
     return static_cast<uint16_t>(sign | (r >> 13));
 }
 
-inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) {
+    return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
     uint32_t x = std::bit_cast<uint32_t>(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
     x += 0x7fffu + ((x >> 16) & 1u);
     return static_cast<uint16_t>(x >> 16);
 }

@@ -25,7 +25,9 @@ struct Xxh3Stream128::State {
     ~State() { XXH3_freeState(s); }
 };
 
-Xxh3Stream128::Xxh3Stream128() : state_(std::make_unique<State>()) { XXH3_128bits_reset(state_->s); }
+Xxh3Stream128::Xxh3Stream128() : state_(std::make_unique<State>()) {
+    XXH3_128bits_reset(state_->s);
+}
 Xxh3Stream128::~Xxh3Stream128() = default;
 void Xxh3Stream128::update(std::span<const uint8_t> bytes) {
     XXH3_128bits_update(state_->s, bytes.data(), bytes.size());
@@ -45,6 +47,8 @@ Xxh3Stream64::~Xxh3Stream64() = default;
 void Xxh3Stream64::update(std::span<const uint8_t> bytes) {
     XXH3_64bits_update(state_->s, bytes.data(), bytes.size());
 }
-std::string Xxh3Stream64::digest() const { return "xxh3-64:" + hex64(XXH3_64bits_digest(state_->s)); }
+std::string Xxh3Stream64::digest() const {
+    return "xxh3-64:" + hex64(XXH3_64bits_digest(state_->s));
+}
 
 }  // namespace qforge

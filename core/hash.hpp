@@ -14,26 +14,26 @@ std::string xxh3_64_tag(std::span<const uint8_t> bytes);
 
 // Streaming 128-bit hash for files larger than memory; digest() gives "xxh3-128:" + 32 hex digits.
 class Xxh3Stream128 {
-public:
+  public:
     Xxh3Stream128();
     ~Xxh3Stream128();
     void update(std::span<const uint8_t> bytes);
     std::string digest() const;
 
-private:
+  private:
     struct State;
     std::unique_ptr<State> state_;
 };
 
 // Streaming 64-bit hash; digest() gives the same tag as xxh3_64_tag over the concatenation.
 class Xxh3Stream64 {
-public:
+  public:
     Xxh3Stream64();
     ~Xxh3Stream64();
     void update(std::span<const uint8_t> bytes);
     std::string digest() const;
 
-private:
+  private:
     struct State;
     std::unique_ptr<State> state_;
 };

@@ -32,7 +32,8 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
         if (p == MAP_FAILED) {
             int err = errno;
             ::close(fd);
-            throw Error(path_, {}, "cannot mmap " + std::to_string(size_) + " bytes: " + errno_text(err));
+            throw Error(path_, {},
+                        "cannot mmap " + std::to_string(size_) + " bytes: " + errno_text(err));
         }
         data_ = static_cast<uint8_t*>(p);
     }

@@ -10,7 +10,7 @@
 namespace qforge {
 
 class MappedFile {
-public:
+  public:
     // Throws qforge::Error naming the path when the file cannot be opened or mapped.
     explicit MappedFile(std::string path);
     ~MappedFile();
@@ -28,7 +28,7 @@ public:
     // does not push other pages out. Harmless if it fails.
     void release(uint64_t offset, uint64_t length) const;
 
-private:
+  private:
     std::string path_;
     uint8_t* data_ = nullptr;
     uint64_t size_ = 0;

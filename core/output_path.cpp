@@ -152,14 +152,13 @@ void check_state_dir(const std::string& dir, const std::string& output,
     const std::optional<struct stat> existing = stat_following(path.string());
     if (existing && !S_ISDIR(existing->st_mode))
         throw Error(dir, {},
-                    "--resume: exists and is " + kind_of(existing->st_mode) +
-                        ", not a directory");
+                    "--resume: exists and is " + kind_of(existing->st_mode) + ", not a directory");
     // By inode when the directory exists; by resolved path when it is still to be made.
     const std::string dir_path = resolved(path), out_path = resolved(fs::path(output));
     const bool output_inside =
-        !output.empty() &&
-        (existing ? within(output, id_of(*existing))
-                  : !dir_path.empty() && (out_path == dir_path || out_path.starts_with(dir_path + "/")));
+        !output.empty() && (existing ? within(output, id_of(*existing))
+                                     : !dir_path.empty() && (out_path == dir_path ||
+                                                             out_path.starts_with(dir_path + "/")));
     if (output_inside)
         throw Error(dir, {},
                     "--resume: the output '" + output +
@@ -172,9 +171,9 @@ void check_state_dir(const std::string& dir, const std::string& output,
                         "--resume: is the input directory '" + input +
                             "' or inside it: keep the state apart from the inputs");
         if (existing && within(input, id_of(*existing)))
-            throw Error(dir, {},
-                        "--resume: holds the input '" + input +
-                            "': keep the state apart from the inputs");
+            throw Error(
+                dir, {},
+                "--resume: holds the input '" + input + "': keep the state apart from the inputs");
     }
 }
 

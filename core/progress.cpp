@@ -89,9 +89,8 @@ void Progress::draw(bool final_line) {
     std::string rate_text = format_amount(static_cast<uint64_t>(rate), unit_) + "/s";
     std::fprintf(stderr, "%s%s [%s] %5.1f%% %s/%s %s %s %s%s", tty_ ? "\r" : "", label_.c_str(),
                  bar.c_str(), 100.0 * frac, format_amount(done_, unit_).c_str(),
-                 format_amount(total_, unit_).c_str(), rate_text.c_str(),
-                 final_line ? "in" : "ETA", format_duration(final_line ? elapsed : eta).c_str(),
-                 tty_ ? "\x1b[K" : "\n");
+                 format_amount(total_, unit_).c_str(), rate_text.c_str(), final_line ? "in" : "ETA",
+                 format_duration(final_line ? elapsed : eta).c_str(), tty_ ? "\x1b[K" : "\n");
     if (tty_ && final_line) std::fputc('\n', stderr);
     std::fflush(stderr);
 }

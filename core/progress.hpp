@@ -10,7 +10,7 @@
 namespace qforge {
 
 class Progress {
-public:
+  public:
     enum class Unit { bytes, items, tokens };
 
     Progress(std::string label, uint64_t total, Unit unit = Unit::bytes);
@@ -23,7 +23,7 @@ public:
     // Process-wide switch (the CLI's --quiet); off also when QFORGE_NO_PROGRESS is set.
     static void set_enabled(bool on);
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
     void draw(bool final_line);
 

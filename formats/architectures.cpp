@@ -176,12 +176,9 @@ std::string substitute(std::string_view pattern, uint64_t layer) {
 }
 
 TensorSpec make_spec(const TensorRow& row, uint64_t layer, const ModelConfig& c) {
-    TensorSpec spec{substitute(row.hf_pattern, layer),
-                    substitute(row.name_pattern, layer),
-                    {},
-                    false,
-                    &row,
-                    is_per_layer(row) ? layer : 0};
+    TensorSpec spec{
+        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false, &row,
+        is_per_layer(row) ? layer : 0};
     spec.shape = tensor_row_shape(row, c);
     spec.is_matrix = spec.shape.size() == 2;
     return spec;

@@ -22,9 +22,9 @@ struct DTypeInfo {
 };
 
 inline constexpr DTypeInfo kDTypes[] = {
-    {DType::f32, "F32", "f32", 4, true},  {DType::f16, "F16", "f16", 2, true},
+    {DType::f32, "F32", "f32", 4, true},    {DType::f16, "F16", "f16", 2, true},
     {DType::bf16, "BF16", "bf16", 2, true}, {DType::i8, "I8", "i8", 1, false},
-    {DType::u8, "U8", "u8", 1, false},    {DType::i32, "I32", "i32", 4, false},
+    {DType::u8, "U8", "u8", 1, false},      {DType::i32, "I32", "i32", 4, false},
     {DType::i64, "I64", "i64", 8, false},
 };
 static_assert(std::size(kDTypes) == static_cast<size_t>(DType::i64) + 1, "every DType needs a row");

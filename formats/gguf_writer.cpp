@@ -33,19 +33,32 @@ class Bytes {
 
 void Bytes::put_element(GgufValueType t, const GgufValue& v, size_t i) {
     switch (t) {
-        case GgufValueType::uint8: return put(static_cast<uint8_t>(v.uints.at(i)));
-        case GgufValueType::uint16: return put(static_cast<uint16_t>(v.uints.at(i)));
-        case GgufValueType::uint32: return put(static_cast<uint32_t>(v.uints.at(i)));
-        case GgufValueType::uint64: return put(v.uints.at(i));
-        case GgufValueType::int8: return put(static_cast<int8_t>(v.ints.at(i)));
-        case GgufValueType::int16: return put(static_cast<int16_t>(v.ints.at(i)));
-        case GgufValueType::int32: return put(static_cast<int32_t>(v.ints.at(i)));
-        case GgufValueType::int64: return put(v.ints.at(i));
-        case GgufValueType::boolean: return put(static_cast<uint8_t>(v.ints.at(i) != 0));
-        case GgufValueType::float32: return put(static_cast<float>(v.floats.at(i)));
-        case GgufValueType::float64: return put(v.floats.at(i));
-        case GgufValueType::string: return put_string(v.strings.at(i));
-        case GgufValueType::array: break;
+        case GgufValueType::uint8:
+            return put(static_cast<uint8_t>(v.uints.at(i)));
+        case GgufValueType::uint16:
+            return put(static_cast<uint16_t>(v.uints.at(i)));
+        case GgufValueType::uint32:
+            return put(static_cast<uint32_t>(v.uints.at(i)));
+        case GgufValueType::uint64:
+            return put(v.uints.at(i));
+        case GgufValueType::int8:
+            return put(static_cast<int8_t>(v.ints.at(i)));
+        case GgufValueType::int16:
+            return put(static_cast<int16_t>(v.ints.at(i)));
+        case GgufValueType::int32:
+            return put(static_cast<int32_t>(v.ints.at(i)));
+        case GgufValueType::int64:
+            return put(v.ints.at(i));
+        case GgufValueType::boolean:
+            return put(static_cast<uint8_t>(v.ints.at(i) != 0));
+        case GgufValueType::float32:
+            return put(static_cast<float>(v.floats.at(i)));
+        case GgufValueType::float64:
+            return put(v.floats.at(i));
+        case GgufValueType::string:
+            return put_string(v.strings.at(i));
+        case GgufValueType::array:
+            break;
     }
     throw std::logic_error("GgufWriter: arrays of arrays are not written");
 }
@@ -136,8 +149,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type,
                     "rows of " + std::to_string(t.ne[0]) + " elements are not whole " +
                         std::string(tr.name) + " blocks of " + std::to_string(tr.block_elems));
     const auto elements = checked_product(shape);
-    const auto bytes = elements ? checked_mul(*elements / tr.block_elems, tr.block_bytes)
-                                : std::nullopt;
+    const auto bytes =
+        elements ? checked_mul(*elements / tr.block_elems, tr.block_bytes) : std::nullopt;
     if (!bytes) throw Error(path(), name, "tensor size overflows 64 bits");
     t.elements = *elements;
     t.bytes = *bytes;

@@ -49,8 +49,8 @@ class GgufWriter {
     uint32_t alignment_;
     std::vector<GgufKeyValue> metadata_;
     std::vector<GgufTensorInfo> tensors_;
-    uint64_t data_bytes_ = 0;   // the data section so far, as planned by add_tensor
-    uint64_t data_start_ = 0;   // absolute offset of the data section, once the header is out
+    uint64_t data_bytes_ = 0;  // the data section so far, as planned by add_tensor
+    uint64_t data_start_ = 0;  // absolute offset of the data section, once the header is out
     size_t next_tensor_ = 0;
     bool header_written_ = false;
 };

@@ -44,7 +44,7 @@ enum class WindowRule : uint8_t {
 struct ArchitectureTraits {
     Architecture arch;
     std::string_view model_type;
-    std::string_view hf_class;  // transformers' *ForCausalLM
+    std::string_view hf_class;                    // transformers' *ForCausalLM
     std::optional<uint64_t> absent_num_kv_heads;  // key absent; nullopt: num_attention_heads
     uint64_t default_max_position_embeddings;
     std::optional<int64_t> default_bos_token_id, default_eos_token_id;
@@ -258,8 +258,10 @@ uint64_t read_window_layers(const Keys& keys, uint64_t num_layers) {
         const json& t = (*types)[i];
         const bool sliding = t == "sliding_attention";
         if (!sliding && t != "full_attention")
-            keys.fail("'layer_types[" + std::to_string(i) + "]' must be \"full_attention\" or "
-                      "\"sliding_attention\", found " + describe(t));
+            keys.fail("'layer_types[" + std::to_string(i) +
+                      "]' must be \"full_attention\" or "
+                      "\"sliding_attention\", found " +
+                      describe(t));
         if (sliding && first_sliding == num_layers) first_sliding = i;
         if (!sliding && first_sliding < num_layers)
             keys.fail("'layer_types': a full-attention layer " + std::to_string(i) +

@@ -25,11 +25,12 @@ struct QfTensorInfo {
     uint64_t length;         // decoded bytes (what the shape and qtype require)
     uint64_t stored_length;  // bytes in the file (== length for raw)
     QfEncoding encoding;
-    std::string checksum;    // "xxh3-64:<hex>" of the decoded bytes
+    std::string checksum;  // "xxh3-64:<hex>" of the decoded bytes
 };
 
 struct QfOpenOptions {
-    bool verify_checksums = false;  // hash every tensor at open (qforge verify does it with progress)
+    bool verify_checksums =
+        false;  // hash every tensor at open (qforge verify does it with progress)
     // Validate the model the file holds (formats/qf_validate.hpp): its config, every tensor
     // against the architecture table, the embedded tokenizer against the vocabulary. Every
     // command opens with it; false reads the container alone (format tests, inspect).
@@ -37,7 +38,7 @@ struct QfOpenOptions {
 };
 
 class QfFile {
-public:
+  public:
     // Maps the file and validates the preamble, the header and every tensor entry, then (with
     // check_model) the model against its config; throws qforge::Error naming the file (and the
     // tensor) on the first problem.
@@ -69,7 +70,7 @@ public:
         file_.release(preamble_.data_offset + t.offset, t.stored_length);
     }
 
-private:
+  private:
     void parse_preamble();
     void parse_header();
     void parse_tensors();
@@ -78,7 +79,7 @@ private:
     QfPreamble preamble_{};
     nlohmann::json header_;
     std::vector<QfTensorInfo> tensors_;
-    std::optional<ModelConfig> config_;  // set by check_model
+    std::optional<ModelConfig> config_;              // set by check_model
     std::unordered_map<std::string, size_t> index_;  // name -> tensors_ position: find() per
                                                      // tensor must not scan a million entries
 };
@@ -91,7 +92,7 @@ struct QfWriteOptions {
 // Streams tensors into a new .qf. Nothing appears under `path` until finish() succeeds; an
 // exception or interrupt leaves no file behind (see AtomicFile).
 class QfWriter {
-public:
+  public:
     explicit QfWriter(std::string path, QfWriteOptions options = {});
 
     void set_model(nlohmann::json model) { model_ = std::move(model); }
@@ -105,7 +106,7 @@ public:
 
     uint64_t bytes_written() const { return out_.position(); }
 
-private:
+  private:
     AtomicFile out_;
     QfWriteOptions options_;
     nlohmann::json model_;

@@ -15,10 +15,10 @@
 namespace qforge {
 
 inline constexpr char kQfMagic[8] = {'Q', 'F', 'O', 'R', 'G', 'E', '\r', '\n'};
-inline constexpr uint32_t kQfVersion = 1;            // the newest version this code reads and writes
+inline constexpr uint32_t kQfVersion = 1;  // the newest version this code reads and writes
 inline constexpr uint32_t kQfEndianTag = 0x01020304;  // reads as 0x04030201 on a big-endian host
-inline constexpr uint64_t kQfDataAlignment = 4096;   // page: the data section can be mmap'd in place
-inline constexpr uint32_t kQfTensorAlignment = 64;   // cache line, AVX2 (32 B) and 16 B GPU loads
+inline constexpr uint64_t kQfDataAlignment = 4096;  // page: the data section can be mmap'd in place
+inline constexpr uint32_t kQfTensorAlignment = 64;  // cache line, AVX2 (32 B) and 16 B GPU loads
 inline constexpr uint64_t kQfMaxHeaderBytes = 256ull << 20;  // far above any real model's header
 
 // All fields little-endian.

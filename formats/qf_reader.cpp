@@ -40,41 +40,52 @@ QfFile::QfFile(const std::string& path, QfOpenOptions options) : file_(path) {
 void QfFile::parse_preamble() {
     const std::string& p = path();
     if (file_.size() < sizeof(QfPreamble))
-        throw Error(p, {}, "truncated: " + std::to_string(file_.size()) +
-                               " bytes, a .qf file starts with a 64-byte preamble");
+        throw Error(p, {},
+                    "truncated: " + std::to_string(file_.size()) +
+                        " bytes, a .qf file starts with a 64-byte preamble");
     std::memcpy(&preamble_, file_.data(), sizeof preamble_);
     if (std::memcmp(preamble_.magic, kQfMagic, sizeof kQfMagic) != 0)
         throw Error(p, {}, "not a .qf file (bad magic; expected \"QFORGE\\r\\n\")");
     if (preamble_.endian_tag != kQfEndianTag)
-        throw Error(p, {}, "byte-order tag is wrong: .qf files are little-endian and this file or host is not");
+        throw Error(
+            p, {},
+            "byte-order tag is wrong: .qf files are little-endian and this file or host is not");
     if (preamble_.version > kQfVersion)
-        throw Error(p, {}, ".qf format version " + std::to_string(preamble_.version) +
-                               " is newer than this qforge reads (up to " + std::to_string(kQfVersion) +
-                               "): upgrade qforge to read it");
+        throw Error(p, {},
+                    ".qf format version " + std::to_string(preamble_.version) +
+                        " is newer than this qforge reads (up to " + std::to_string(kQfVersion) +
+                        "): upgrade qforge to read it");
     if (preamble_.version == 0) throw Error(p, {}, ".qf format version 0 is not a valid version");
-    if (preamble_.tensor_alignment == 0 || (preamble_.tensor_alignment & (preamble_.tensor_alignment - 1)))
-        throw Error(p, {}, "tensor alignment " + std::to_string(preamble_.tensor_alignment) +
-                               " is not a power of two");
+    if (preamble_.tensor_alignment == 0 ||
+        (preamble_.tensor_alignment & (preamble_.tensor_alignment - 1)))
+        throw Error(p, {},
+                    "tensor alignment " + std::to_string(preamble_.tensor_alignment) +
+                        " is not a power of two");
     if (preamble_.data_offset < sizeof(QfPreamble) || preamble_.data_offset % kQfDataAlignment)
-        throw Error(p, {}, "data section offset " + std::to_string(preamble_.data_offset) +
-                               " is not a multiple of 4096 after the preamble");
+        throw Error(p, {},
+                    "data section offset " + std::to_string(preamble_.data_offset) +
+                        " is not a multiple of 4096 after the preamble");
     auto data_end = checked_add(preamble_.data_offset, preamble_.data_length);
     if (!data_end || *data_end != preamble_.header_offset)
-        throw Error(p, {}, "header offset " + std::to_string(preamble_.header_offset) +
-                               " does not follow the data section [" +
-                               std::to_string(preamble_.data_offset) + ", +" +
-                               std::to_string(preamble_.data_length) + ")");
+        throw Error(p, {},
+                    "header offset " + std::to_string(preamble_.header_offset) +
+                        " does not follow the data section [" +
+                        std::to_string(preamble_.data_offset) + ", +" +
+                        std::to_string(preamble_.data_length) + ")");
     if (preamble_.header_length > kQfMaxHeaderBytes)
-        throw Error(p, {}, "header length " + std::to_string(preamble_.header_length) +
-                               " exceeds the 256 MiB limit");
+        throw Error(p, {},
+                    "header length " + std::to_string(preamble_.header_length) +
+                        " exceeds the 256 MiB limit");
     auto header_end = checked_add(preamble_.header_offset, preamble_.header_length);
     if (!header_end || *header_end > file_.size())
-        throw Error(p, {}, "truncated: the header ends at byte " +
-                               (header_end ? std::to_string(*header_end) : std::string("(overflow)")) +
-                               " but the file has " + std::to_string(file_.size()) + " bytes");
+        throw Error(p, {},
+                    "truncated: the header ends at byte " +
+                        (header_end ? std::to_string(*header_end) : std::string("(overflow)")) +
+                        " but the file has " + std::to_string(file_.size()) + " bytes");
     if (*header_end != file_.size())
-        throw Error(p, {}, std::to_string(file_.size() - *header_end) +
-                               " unexpected bytes after the header (the header must end the file)");
+        throw Error(p, {},
+                    std::to_string(file_.size() - *header_end) +
+                        " unexpected bytes after the header (the header must end the file)");
 }
 
 void QfFile::parse_header() {
@@ -88,11 +99,13 @@ void QfFile::parse_header() {
     header_ = parse_json(std::string_view(begin, static_cast<size_t>(n)), p, options);
     const JsonView h(header_, p);
     if (!h.is_object()) h.expected("a header that is a JSON object");
-    for (const char* key : {"format", "format_version", "model", "tokenizer", "provenance", "tensors"})
+    for (const char* key :
+         {"format", "format_version", "model", "tokenizer", "provenance", "tensors"})
         if (h[key].absent()) throw Error(p, {}, std::string("header lacks \"") + key + "\"");
     if (h["format"].string() != "qforge") h["format"].fail("expected \"qforge\"");
     if (h["format_version"].unsigned_integer() != preamble_.version)
-        h["format_version"].fail(header_["format_version"].dump() + " disagrees with the preamble's " +
+        h["format_version"].fail(header_["format_version"].dump() +
+                                 " disagrees with the preamble's " +
                                  std::to_string(preamble_.version));
     h["model"].object();
     if (!h["tokenizer"].raw()->is_null()) h["tokenizer"].object();
@@ -113,51 +126,59 @@ void QfFile::parse_tensors() {
         auto qt = qtype_from_name(qname);
         if (!qt) throw Error(p, t.name, "unknown qtype '" + qname + "'");
         t.qtype = *qt;
-        e["shape"].for_each_element([&](const JsonView& d) { t.shape.push_back(d.unsigned_integer()); });
+        e["shape"].for_each_element(
+            [&](const JsonView& d) { t.shape.push_back(d.unsigned_integer()); });
         auto expected = qtype_tensor_bytes(t.qtype, t.shape);
         if (!expected && qtype_is_quantized(t.qtype) && (t.shape.size() != 2 || t.shape[1] == 0))
             throw Error(p, t.name,
                         "shape " + shape_to_string(t.shape) + ": " + qname +
                             " tensors must be matrices [rows, cols] with cols > 0");
         if (!expected)
-            throw Error(p, t.name, "shape " + shape_to_string(t.shape) + " overflows 64-bit byte counts");
+            throw Error(p, t.name,
+                        "shape " + shape_to_string(t.shape) + " overflows 64-bit byte counts");
         t.offset = e["offset"].unsigned_integer();
         t.length = e["length"].unsigned_integer();
         t.stored_length = e["stored_length"].unsigned_integer();
         if (t.length != *expected)
-            throw Error(p, t.name, "length " + std::to_string(t.length) + " but shape " +
-                                       shape_to_string(t.shape) + " of " + qname + " needs " +
-                                       std::to_string(*expected) + " bytes");
+            throw Error(p, t.name,
+                        "length " + std::to_string(t.length) + " but shape " +
+                            shape_to_string(t.shape) + " of " + qname + " needs " +
+                            std::to_string(*expected) + " bytes");
         const std::string enc = e["encoding"].string();
         if (enc == "raw") {
             t.encoding = QfEncoding::raw;
             if (t.stored_length != t.length)
-                throw Error(p, t.name, "raw tensor stores " + std::to_string(t.stored_length) +
-                                           " bytes but its length is " + std::to_string(t.length));
+                throw Error(p, t.name,
+                            "raw tensor stores " + std::to_string(t.stored_length) +
+                                " bytes but its length is " + std::to_string(t.length));
         } else if (enc == "zstd") {
             t.encoding = QfEncoding::zstd;
             // Refused at open, before any command sizes a buffer by the declared length.
             const auto most = checked_mul(t.stored_length, kZstdMaxRatio);
             if (most && t.length > *most)
-                throw Error(p, t.name, "declares " + size_with_bytes(t.length) + " uncompressed from " +
-                                           std::to_string(t.stored_length) +
-                                           " stored bytes; zstd cannot expand more than " +
-                                           std::to_string(kZstdMaxRatio) + ":1");
+                throw Error(p, t.name,
+                            "declares " + size_with_bytes(t.length) + " uncompressed from " +
+                                std::to_string(t.stored_length) +
+                                " stored bytes; zstd cannot expand more than " +
+                                std::to_string(kZstdMaxRatio) + ":1");
         } else {
             throw Error(p, t.name, "unknown encoding '" + enc + "' (expected raw or zstd)");
         }
         t.checksum = e["checksum"].string();
         if (t.checksum.rfind("xxh3-64:", 0) != 0 || t.checksum.size() != 8 + 16)
-            throw Error(p, t.name, "checksum '" + t.checksum + "' is not of the form xxh3-64:<16 hex digits>");
+            throw Error(p, t.name,
+                        "checksum '" + t.checksum + "' is not of the form xxh3-64:<16 hex digits>");
         if (t.offset % preamble_.tensor_alignment)
-            throw Error(p, t.name, "offset " + std::to_string(t.offset) + " is not a multiple of the " +
-                                       std::to_string(preamble_.tensor_alignment) + "-byte tensor alignment");
+            throw Error(p, t.name,
+                        "offset " + std::to_string(t.offset) + " is not a multiple of the " +
+                            std::to_string(preamble_.tensor_alignment) + "-byte tensor alignment");
         auto end = checked_add(t.offset, t.stored_length);
         if (!end || *end > preamble_.data_length)
-            throw Error(p, t.name, "data [" + std::to_string(t.offset) + ", +" +
-                                       std::to_string(t.stored_length) +
-                                       ") lies outside the data section of " +
-                                       std::to_string(preamble_.data_length) + " bytes");
+            throw Error(p, t.name,
+                        "data [" + std::to_string(t.offset) + ", +" +
+                            std::to_string(t.stored_length) +
+                            ") lies outside the data section of " +
+                            std::to_string(preamble_.data_length) + " bytes");
         tensors_.push_back(std::move(t));
     });
     // No two tensors may share bytes.
@@ -168,7 +189,8 @@ void QfFile::parse_tensors() {
     for (size_t i = 1; i < by_offset.size(); ++i) {
         const auto* prev = by_offset[i - 1];
         const auto* cur = by_offset[i];
-        if (prev->offset + prev->stored_length > cur->offset && prev->stored_length && cur->stored_length)
+        if (prev->offset + prev->stored_length > cur->offset && prev->stored_length &&
+            cur->stored_length)
             throw Error(p, cur->name, "data overlaps tensor '" + prev->name + "'");
     }
 }
@@ -209,8 +231,9 @@ std::span<const uint8_t> QfFile::tensor_bytes(const QfTensorInfo& t, std::vector
     if (verify) {
         std::string actual = xxh3_64_tag(bytes);
         if (actual != t.checksum)
-            throw Error(path(), t.name, "checksum mismatch: header says " + t.checksum + ", data hashes to " +
-                                            actual + " (the file is corrupt)");
+            throw Error(path(), t.name,
+                        "checksum mismatch: header says " + t.checksum + ", data hashes to " +
+                            actual + " (the file is corrupt)");
     }
     return bytes;
 }

@@ -110,9 +110,9 @@ uint64_t check_tokenizer_fits_model(const json& tok, const ModelConfig& c,
     auto check = [&](const json& v, const std::string& what) {
         const auto id = id_of(v);
         if (id && (*id < 0 || static_cast<uint64_t>(*id) >= c.vocab_size))
-            throw Error(tokenizer_file, {},
-                        tokenizer + "'s " + what + " " + std::to_string(*id) + " is not below " +
-                            vocab);
+            throw Error(
+                tokenizer_file, {},
+                tokenizer + "'s " + what + " " + std::to_string(*id) + " is not below " + vocab);
     };
     for (const char* key : {"bos_id", "eos_id", "unk_id"})
         if (auto it = tok.find(key); it != tok.end()) check(*it, key);

@@ -24,13 +24,13 @@ void QfWriter::add_tensor(const std::string& name, QType qtype, std::vector<uint
         if (t.name == name) throw Error(p, name, "internal error: tensor written twice");
     auto expected = qtype_tensor_bytes(qtype, shape);
     if (!expected || *expected != bytes.size())
-        throw Error(p, name, "internal error: " + std::to_string(bytes.size()) + " bytes for shape " +
-                                 shape_to_string(shape) + " of " +
-                                 std::string(qtype_traits(qtype).name));
+        throw Error(p, name,
+                    "internal error: " + std::to_string(bytes.size()) + " bytes for shape " +
+                        shape_to_string(shape) + " of " + std::string(qtype_traits(qtype).name));
     out_.pad_to(align_up(out_.position(), kQfTensorAlignment));
 
-    QfTensorInfo t{name, qtype, std::move(shape), out_.position() - kQfDataAlignment, bytes.size(),
-                   bytes.size(), QfEncoding::raw, xxh3_64_tag(bytes)};
+    QfTensorInfo t{name,         qtype,        std::move(shape), out_.position() - kQfDataAlignment,
+                   bytes.size(), bytes.size(), QfEncoding::raw,  xxh3_64_tag(bytes)};
     std::span<const uint8_t> stored = bytes;
     if (options_.compress && !bytes.empty()) {
         compressed_.resize(ZSTD_compressBound(bytes.size()));
@@ -58,12 +58,8 @@ void QfWriter::finish() {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : tensors_) tensors.push_back(qf_tensor_to_json(t));
     nlohmann::json header = {
-        {"format", "qforge"},
-        {"format_version", kQfVersion},
-        {"model", model_},
-        {"tokenizer", tokenizer_},
-        {"provenance", provenance_},
-        {"tensors", std::move(tensors)},
+        {"format", "qforge"},      {"format_version", kQfVersion}, {"model", model_},
+        {"tokenizer", tokenizer_}, {"provenance", provenance_},    {"tensors", std::move(tensors)},
     };
     const std::string text = header.dump(1);
     const uint64_t header_offset = out_.position();

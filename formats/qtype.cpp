@@ -133,9 +133,8 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
             auto h = f16_round_up((hi - lo) / static_cast<float>(qtype_max_code(t)));
             if (!h) return std::nullopt;
             p.scale_bits = *h;
-            p.zero = static_cast<int32_t>(
-                std::clamp(std::nearbyint(-lo / f16_to_f32(p.scale_bits)), 0.0f,
-                           static_cast<float>(qtype_max_code(t))));
+            p.zero = static_cast<int32_t>(std::clamp(std::nearbyint(-lo / f16_to_f32(p.scale_bits)),
+                                                     0.0f, static_cast<float>(qtype_max_code(t))));
         }
     }
     p.scale = f16_to_f32(p.scale_bits);
@@ -149,8 +148,7 @@ int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
                                            static_cast<float>(qtype_max_code(t))));
 }
 
-void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k,
-              uint8_t* row) {
+void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k, uint8_t* row) {
     const QTypeTraits& tr = qtype_traits(t);
     const QRowLayout l = *qtype_row_layout(t, k);
     std::memset(row, 0, l.row_bytes);

@@ -286,8 +286,7 @@ constexpr int32_t qtype_min_code(QType t) { return qtype_traits(t).bits == 8 ? -
 
 // Packs codes (k of them) and group grids (ceil(k / group)) into one row of qtype t, padding and
 // codes past k as the layout says.
-void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k,
-              uint8_t* row);
+void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_t k, uint8_t* row);
 
 // Dequantizes one stored row of k weights into out (exact: see the layout comment).
 void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out);

@@ -14,11 +14,11 @@ namespace {
 const std::vector<Tokenizer>& tokenizers() {
     static const std::vector<Tokenizer> all = [] {
         std::vector<Tokenizer> t;
-        for (const char* f : {"tokenizers/gpt2/tokenizer.json", "tokenizers/llama2/tokenizer.json",
-                              "tokenizers/llama3/tokenizer.json", "tokenizers/qwen2/tokenizer.json",
-                              "tokenizers/smollm2/tokenizer.json",
-                              "tokenizers/llama2-metaspace/tokenizer.json",
-                              "quant_checkpoints/tok512.bin"})
+        for (const char* f :
+             {"tokenizers/gpt2/tokenizer.json", "tokenizers/llama2/tokenizer.json",
+              "tokenizers/llama3/tokenizer.json", "tokenizers/qwen2/tokenizer.json",
+              "tokenizers/smollm2/tokenizer.json", "tokenizers/llama2-metaspace/tokenizer.json",
+              "quant_checkpoints/tok512.bin"})
             t.push_back(Tokenizer::load(fuzz::fixture(f)));
         return t;
     }();

@@ -2,9 +2,9 @@
 // (read_hf_quant_config, with quantize_config.json / quant_config.json beside it). Parts:
 // config.json, then quantize_config.json, then quant_config.json (written only when not empty).
 // An accepted config must round-trip through the .qf header's normalized form unchanged.
-#include "sources/hf_quantized.hpp"
 #include "formats/model_config.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "sources/hf_quantized.hpp"
 
 using namespace qforge;
 
@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         try {
             same = model_config_from_json(normalized, "normalized") == cfg;
         } catch (const Error& e) {
-            std::fprintf(stderr, "\n==qforge-fuzz== an accepted config is refused in its .qf form: %s\n",
+            std::fprintf(stderr,
+                         "\n==qforge-fuzz== an accepted config is refused in its .qf form: %s\n",
                          e.what());
         }
         if (!same) {

@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "convert/convert.hpp"
-#include "sources/gguf.hpp"
 #include "formats/gguf.hpp"
 #include "formats/gguf_dequant.hpp"
 #include "fuzz/fuzz_exercise.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "sources/gguf.hpp"
 #include "tokenizer/source.hpp"
 #include "tokenizer/source_gguf.hpp"
 
@@ -26,7 +26,8 @@ void read_all(const GgufFile& f) {
         if (f.find(kv.key) != &kv.value) std::abort();
         sink = sink + kv.value.size() + gguf_value_type_name(kv.value.type).size();
         fuzz::run_reader([&] { sink = sink + f.get_uint(kv.key).value_or(0); });
-        fuzz::run_reader([&] { sink = sink + static_cast<uint64_t>(f.get_float(kv.key).value_or(0) != 0); });
+        fuzz::run_reader(
+            [&] { sink = sink + static_cast<uint64_t>(f.get_float(kv.key).value_or(0) != 0); });
         fuzz::run_reader([&] { sink = sink + f.get_bool(kv.key).value_or(false); });
         fuzz::run_reader([&] { sink = sink + (f.get_string(kv.key) ? 1 : 0); });
         fuzz::run_reader([&] { sink = sink + (f.get_string_array(kv.key) ? 1 : 0); });
@@ -52,7 +53,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::run_reader([&] {
         GgufFile f(path);
         read_all(f);
-        fuzz::run_reader([&] { volatile auto cfg = gguf_model_config(f).vocab_size; (void)cfg; });
+        fuzz::run_reader([&] {
+            volatile auto cfg = gguf_model_config(f).vocab_size;
+            (void)cfg;
+        });
         fuzz::run_reader([&] {
             nlohmann::json schema = tokenizer_schema_from_gguf(f);
             validate_tokenizer_schema(schema, path);

@@ -2,9 +2,9 @@
 // Parts: the checkpoint, then optionally a vocabulary written beside it as tokenizer.bin (the
 // converter finds it there). The .qf it writes must load again.
 #include "convert/convert.hpp"
-#include "sources/llama2c.hpp"
 #include "fuzz/fuzz_exercise.hpp"
 #include "fuzz/fuzz_support.hpp"
+#include "sources/llama2c.hpp"
 
 using namespace qforge;
 

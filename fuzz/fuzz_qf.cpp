@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::run_reader([&] {
         QfFile qf(path, QfOpenOptions{.check_model = false});
         volatile uint64_t sink = qf.version() + qf.file_size() + qf.header().size();
-        fuzz::run_reader([&] { sink = sink + model_config_from_json(qf.model(), path).vocab_size; });
+        fuzz::run_reader(
+            [&] { sink = sink + model_config_from_json(qf.model(), path).vocab_size; });
         std::vector<uint8_t> scratch;
         for (const QfTensorInfo& t : qf.tensors()) {
             if (qf.find(t.name) != &t || &qf.at(t.name) != &t) std::abort();
@@ -44,9 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         volatile uint64_t sink = qf.config().vocab_size;
         std::vector<uint8_t> scratch;
         for (const QfTensorInfo& t : qf.tensors())
-            fuzz::run_reader([&] {
-                sink = sink + find_non_finite(t, qf.tensor_bytes(t, scratch)).has_value();
-            });
+            fuzz::run_reader(
+                [&] { sink = sink + find_non_finite(t, qf.tensor_bytes(t, scratch)).has_value(); });
     });
     fuzz::run_reader([&] { fuzz::exercise_tokenizer(Tokenizer::load(path)); });
     return 0;

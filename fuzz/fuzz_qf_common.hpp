@@ -23,8 +23,8 @@ inline std::string assemble_qf(std::string_view header_json, std::string_view da
     p.data_length = data_section.size();
     p.header_offset = p.data_offset + p.data_length;
     p.header_length = header_json.size();
-    const std::string tag = xxh3_64_tag(
-        {reinterpret_cast<const uint8_t*>(header_json.data()), header_json.size()});
+    const std::string tag =
+        xxh3_64_tag({reinterpret_cast<const uint8_t*>(header_json.data()), header_json.size()});
     p.header_checksum = std::strtoull(tag.c_str() + std::strlen("xxh3-64:"), nullptr, 16);
     p.tensor_alignment = kQfTensorAlignment;
     std::string file(kQfDataAlignment, '\0');

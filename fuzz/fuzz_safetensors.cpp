@@ -47,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::write_file("dir/model.safetensors.index.json", parts[0]);
     fuzz::write_file("dir/model-00001-of-00002.safetensors", parts[1]);
     fuzz::write_file("dir/model-00002-of-00002.safetensors", parts[2]);
-    fuzz::run_reader([&] { read_checkpoint(SafetensorsCheckpoint((fuzz::scratch_dir() / "dir").string())); });
+    fuzz::run_reader(
+        [&] { read_checkpoint(SafetensorsCheckpoint((fuzz::scratch_dir() / "dir").string())); });
     return 0;
 }

@@ -71,7 +71,8 @@ std::string write_file(const std::string& name, std::string_view bytes) {
 
 void clear_scratch() {
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(scratch_dir(), ec)) fs::remove_all(entry.path(), ec);
+    for (const auto& entry : fs::directory_iterator(scratch_dir(), ec))
+        fs::remove_all(entry.path(), ec);
 }
 
 bool verbose() {

@@ -58,7 +58,8 @@ void run_reader(Fn&& fn) {
         // the reader refused the input with a proper error: fine
         if (verbose()) std::fprintf(stderr, "qforge-fuzz: refused: %s\n", e.what());
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "\n==qforge-fuzz== a reader let a non-qforge exception escape: %s: %s\n",
+        std::fprintf(stderr,
+                     "\n==qforge-fuzz== a reader let a non-qforge exception escape: %s: %s\n",
                      typeid(e).name(), e.what());
         std::abort();
     } catch (...) {

@@ -14,21 +14,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::InputCursor in{{data, size}};
     const uint64_t elements = in.u32();
     const std::string_view stored = in.rest();
-    const nlohmann::json header = {
-        {"format", "qforge"},
-        {"format_version", kQfVersion},
-        {"model", nlohmann::json::object()},
-        {"tokenizer", nullptr},
-        {"provenance", nlohmann::json::object()},
-        {"tensors",
-         {{{"name", "t"},
-           {"qtype", "f32"},
-           {"shape", {elements}},
-           {"offset", 0},
-           {"length", elements * 4},
-           {"stored_length", stored.size()},
-           {"encoding", "zstd"},
-           {"checksum", "xxh3-64:0000000000000000"}}}}};
+    const nlohmann::json header = {{"format", "qforge"},
+                                   {"format_version", kQfVersion},
+                                   {"model", nlohmann::json::object()},
+                                   {"tokenizer", nullptr},
+                                   {"provenance", nlohmann::json::object()},
+                                   {"tensors",
+                                    {{{"name", "t"},
+                                      {"qtype", "f32"},
+                                      {"shape", {elements}},
+                                      {"offset", 0},
+                                      {"length", elements * 4},
+                                      {"stored_length", stored.size()},
+                                      {"encoding", "zstd"},
+                                      {"checksum", "xxh3-64:0000000000000000"}}}}};
     const std::string path = fuzz::write_file("zstd.qf", fuzz::assemble_qf(header.dump(), stored));
     fuzz::run_reader([&] {
         QfFile qf(path, QfOpenOptions{.check_model = false});  // a container with no model

@@ -30,7 +30,8 @@ void require_dense(Rows r, uint64_t width, const char* what) {
 
 BlockView layer_view(const Model& model, uint64_t layer) {
     BlockView v;
-    for (int w = 0; w <= kBlockLinears; ++w) v.linear[static_cast<size_t>(w)] = model.weight(layer, Weight(w));
+    for (int w = 0; w <= kBlockLinears; ++w)
+        v.linear[static_cast<size_t>(w)] = model.weight(layer, Weight(w));
     for (int n = 0; n < kNorms; ++n) v.norm[static_cast<size_t>(n)] = &model.norm(layer, Norm(n));
     for (int b = 0; b < 3; ++b) v.qkv_bias[static_cast<size_t>(b)] = &model.bias(layer, Weight(b));
     return v;
@@ -38,8 +39,9 @@ BlockView layer_view(const Model& model, uint64_t layer) {
 
 Matrix f32_matrix(std::string name, const std::vector<float>& w, uint64_t rows, uint64_t cols) {
     if (w.size() != rows * cols)
-        throw Error(name, {}, "float copy holds " + std::to_string(w.size()) + " values, expected " +
-                                  std::to_string(rows) + " x " + std::to_string(cols));
+        throw Error(name, {},
+                    "float copy holds " + std::to_string(w.size()) + " values, expected " +
+                        std::to_string(rows) + " x " + std::to_string(cols));
     return Matrix{std::move(name), QType::f32, reinterpret_cast<const uint8_t*>(w.data()), rows,
                   cols};
 }
@@ -62,13 +64,8 @@ BlockActivations BlockForward::activations(float* x, Buffers& b) const {
     b.h.resize(n * d);
     b.qkv_mlp.resize(n * std::max(qd + 2 * kvd, inter));
     float* qkv = b.qkv_mlp.data();
-    return {{x, d},
-            {b.h.data(), d},
-            {qkv, qd},
-            {qkv + n * qd, kvd},
-            {qkv + n * (qd + kvd), kvd},
-            {qkv, qd},
-            {qkv, inter}};
+    return {{x, d},    {b.h.data(), d}, {qkv, qd}, {qkv + n * qd, kvd}, {qkv + n * (qd + kvd), kvd},
+            {qkv, qd}, {qkv, inter}};
 }
 
 const Matrix& BlockForward::weight(Weight w) const {
@@ -115,7 +112,8 @@ void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, cons
     pool_.parallel_for(row_panels * token_panels, [&](size_t b, size_t e) {
         for (size_t p = b; p < e; ++p) {
             const uint64_t r0 = (p % row_panels) * kPanelRows, t0 = (p / row_panels) * kPanelTokens;
-            const uint64_t nr = std::min(kPanelRows, rows - r0), nt = std::min(kPanelTokens, n - t0);
+            const uint64_t nr = std::min(kPanelRows, rows - r0),
+                           nt = std::min(kPanelTokens, n - t0);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt),
                         static_cast<int>(nr), static_cast<int>(cols), 1.0f, x + t0 * cols,
                         static_cast<int>(cols), w + r0 * cols, static_cast<int>(cols), 0.0f,
@@ -131,7 +129,8 @@ void BlockForward::linear(const Matrix& w, const float* x, uint64_t n, float* y)
     }
     std::vector<float> wf(w.rows * w.cols);
     pool_.parallel_for(w.rows, [&](size_t b, size_t e) {
-        for (size_t r = b; r < e; ++r) row_to_f32(w.qtype, w.row(r), wf.data() + r * w.cols, w.cols);
+        for (size_t r = b; r < e; ++r)
+            row_to_f32(w.qtype, w.row(r), wf.data() + r * w.cols, w.cols);
     });
     linear_f32(wf.data(), w.rows, w.cols, x, n, y);
 }
@@ -179,7 +178,8 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
             const uint64_t pos = t % seq_len_;
             const float* cs = rope_.cos.data() + pos * half;
             const float* sn = rope_.sin.data() + pos * half;
-            for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(q + t * qd + h * hd, cs, sn, half);
+            for (uint64_t h = 0; h < c_.num_heads; ++h)
+                rope_rotate(q + t * qd + h * hd, cs, sn, half);
             for (uint64_t h = 0; h < c_.num_kv_heads; ++h)
                 rope_rotate(k + t * kvd + h * hd, cs, sn, half);
         }
@@ -206,7 +206,8 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
             const float inv = 1.0f / sum;
             float* o = out + t * qd + h * hd;
             std::fill(o, o + hd, 0.0f);
-            for (uint64_t j = 0; j < len; ++j) axpy(s[j] * inv, v + (first + j) * kvd + kvh * hd, o, hd);
+            for (uint64_t j = 0; j < len; ++j)
+                axpy(s[j] * inv, v + (first + j) * kvd + kvh * hd, o, hd);
         }
     });
 }
@@ -237,8 +238,9 @@ std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& 
     std::vector<float> x(tokens.size() * d);
     for (size_t t = 0; t < tokens.size(); ++t) {
         if (tokens[t] < 0 || static_cast<uint64_t>(tokens[t]) >= model.config().vocab_size)
-            throw Error(model.path(), {}, "calibration token id " + std::to_string(tokens[t]) +
-                                              " is outside the vocabulary");
+            throw Error(
+                model.path(), {},
+                "calibration token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
         row_to_f32(model.embed().qtype, model.embed().row(static_cast<uint64_t>(tokens[t])),
                    x.data() + t * d, d);
     }

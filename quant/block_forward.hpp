@@ -58,8 +58,7 @@ class BlockForward final : public BlockOps {
     // Tokens per step of the gated products (bounds the gate and up outputs to this many rows).
     static constexpr uint64_t kGateChunk = 4096;
 
-    BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len,
-                 ThreadPool& pool);
+    BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len, ThreadPool& pool);
 
     uint64_t tokens() const { return sequences_ * seq_len_; }
     const ModelConfig& config() const { return c_; }
@@ -78,8 +77,7 @@ class BlockForward final : public BlockOps {
     // BlockOps (runtime/transformer.hpp); the view is the block, the layer index only chooses
     // the attention window.
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
-    void products(uint64_t layer, Rows in, std::span<const Product> products,
-                  uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     // n must be the whole batch: attention follows the sequences.
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;

@@ -117,8 +117,8 @@ void BlockQuantizer::set_view() {
     for (int i = 0; i < kBlockLinears; ++i) {
         const SourceTensor& t = ctx_.src.tensors()[at(Weight(i))];
         const std::vector<float>& q = quantized_[static_cast<size_t>(i)];
-        v.linear[static_cast<size_t>(i)] = f32_matrix(t.name, q.empty() ? float_weights(b_, Weight(i)) : q,
-                                                     t.shape.at(0), t.shape.at(1));
+        v.linear[static_cast<size_t>(i)] = f32_matrix(
+            t.name, q.empty() ? float_weights(b_, Weight(i)) : q, t.shape.at(0), t.shape.at(1));
     }
     v.norm = {&b_.attn_norm, &b_.mlp_norm, nullptr, &q_norm_, &k_norm_};
     v.qkv_bias = {&q_bias_, &k_bias_, &b_.v_bias};
@@ -164,8 +164,8 @@ void BlockQuantizer::quantize(Weight w, const std::vector<double>& h,
         quantize_awq(w, wf, h, s_in, clip);
         return;
     }
-    GptqResult r = gptq_quantize(wf.data(), rows, k, h, gptq_options(ctx_.options, target),
-                                 &ctx_.pool);
+    GptqResult r =
+        gptq_quantize(wf.data(), rows, k, h, gptq_options(ctx_.options, target), &ctx_.pool);
     const double norm = std::max(r.weight_output_norm, 1e-300);
     ctx_.linears.push_back({t.name, std::string(qtype_traits(target).name),
                             std::sqrt(r.output_error / norm), std::sqrt(r.rtn_output_error / norm),
@@ -306,15 +306,16 @@ void BlockQuantizer::search_attention(Rows x, uint64_t n) {
     HessianStats hs = hessian(a_.h, d, n);
     auto target = [&](Weight w) { return ctx_.qtypes[at(w)]; };
     if (all_float({Weight::q, Weight::k, Weight::v}))
-        scales_.qkv = search("qkv", hs.mean_abs,
-                             {{b_.q.data(), qd, target(Weight::q)},
-                              {b_.k.data(), kvd, target(Weight::k)},
-                              {b_.v.data(), kvd, target(Weight::v)}},
-                             d, [&](const std::vector<std::vector<float>>& cand) {
-                                 return awq_hessian_error(b_.q.data(), cand[0].data(), qd, d, hs.h) +
-                                        awq_hessian_error(b_.k.data(), cand[1].data(), kvd, d, hs.h) +
-                                        awq_hessian_error(b_.v.data(), cand[2].data(), kvd, d, hs.h);
-                             });
+        scales_.qkv =
+            search("qkv", hs.mean_abs,
+                   {{b_.q.data(), qd, target(Weight::q)},
+                    {b_.k.data(), kvd, target(Weight::k)},
+                    {b_.v.data(), kvd, target(Weight::v)}},
+                   d, [&](const std::vector<std::vector<float>>& cand) {
+                       return awq_hessian_error(b_.q.data(), cand[0].data(), qd, d, hs.h) +
+                              awq_hessian_error(b_.k.data(), cand[1].data(), kvd, d, hs.h) +
+                              awq_hessian_error(b_.v.data(), cand[2].data(), kvd, d, hs.h);
+                   });
     else
         groups_["qkv"] = {{"skipped", "a source matrix is already quantized"}};
     if (!awq_scales_v_to_o(c_)) {
@@ -373,7 +374,8 @@ void BlockQuantizer::search_mlp(Rows x, uint64_t n) {
         const BlockView float_view = f_.view;
         mlp.gate_up = search(
             "gate_up", hs.mean_abs,
-            {{b_.gate.data(), inter, target(Weight::gate)}, {b_.up.data(), inter, target(Weight::up)}},
+            {{b_.gate.data(), inter, target(Weight::gate)},
+             {b_.up.data(), inter, target(Weight::up)}},
             d, [&](const std::vector<std::vector<float>>& cand) {
                 f_.view[Weight::gate] = f32_matrix("gate candidate", cand[0], inter, d);
                 f_.view[Weight::up] = f32_matrix("up candidate", cand[1], inter, d);
@@ -388,11 +390,11 @@ void BlockQuantizer::search_mlp(Rows x, uint64_t n) {
             });
         f_.gated_products(layer_, a_.h, f_.desc().activation, a_.mlp, n);
         const HessianStats hm = hessian(a_.mlp, inter, n);
-        mlp.down = search("down", hm.mean_abs, {{b_.down.data(), d, target(Weight::down)}}, inter,
-                          [&](const std::vector<std::vector<float>>& cand) {
-                              return awq_hessian_error(b_.down.data(), cand[0].data(), d, inter,
-                                                       hm.h);
-                          });
+        mlp.down =
+            search("down", hm.mean_abs, {{b_.down.data(), d, target(Weight::down)}}, inter,
+                   [&](const std::vector<std::vector<float>>& cand) {
+                       return awq_hessian_error(b_.down.data(), cand[0].data(), d, inter, hm.h);
+                   });
     }
     awq_fold(c_, b_, mlp);
     scales_.gate_up = mlp.gate_up;

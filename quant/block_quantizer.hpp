@@ -32,13 +32,13 @@ inline constexpr uint64_t kAwqSearchTokens = 4096;
 // What the pipeline lends one block: its inputs, and where the results go.
 struct BlockQuantContext {
     const ModelSource& src;
-    const std::vector<QType>& qtypes;                // planned type per source tensor
+    const std::vector<QType>& qtypes;  // planned type per source tensor
     const CalibratedOptions& options;
     ThreadPool& pool;
-    const std::map<std::string, size_t>& index;      // source tensor by name
-    std::map<size_t, std::vector<uint8_t>>& ready;   // out: the block's quantized tensors
-    std::vector<LinearReport>& linears;              // out: one report per quantized linear
-    nlohmann::json& awq_clips;                       // out (AWQ): per linear, groups clipped
+    const std::map<std::string, size_t>& index;     // source tensor by name
+    std::map<size_t, std::vector<uint8_t>>& ready;  // out: the block's quantized tensors
+    std::vector<LinearReport>& linears;             // out: one report per quantized linear
+    nlohmann::json& awq_clips;                      // out (AWQ): per linear, groups clipped
 };
 
 class BlockQuantizer final : public ProductHook {
@@ -80,7 +80,7 @@ class BlockQuantizer final : public ProductHook {
     std::string prefix_;  // "layers.N."
     bool awq_, use_gptq_;
 
-    AwqBlock b_;                                    // float weights (AWQ folds into them)
+    AwqBlock b_;  // float weights (AWQ folds into them)
     std::vector<float> q_bias_, k_bias_;
     std::vector<float> q_norm_, k_norm_;  // QK-norm weights, unchanged by AWQ (after q/k)
     std::array<std::vector<float>, kBlockLinears> quantized_;  // dequantized; empty: use b_

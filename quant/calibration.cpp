@@ -56,9 +56,9 @@ CalibrationSet make_calibration_set(const Tokenizer& tokenizer, const Calibratio
         }
         throw Error(names, {},
                     "calibration text too short: " + std::to_string(ids.size()) + " tokens (" +
-                        counts + (o.files.size() > 1 ? ", joined by blank lines" : "") + "), one window of --seqlen " + std::to_string(o.seqlen) +
-                        " needs " + std::to_string(body) +
-                        " (give more text, or a smaller --seqlen)");
+                        counts + (o.files.size() > 1 ? ", joined by blank lines" : "") +
+                        "), one window of --seqlen " + std::to_string(o.seqlen) + " needs " +
+                        std::to_string(body) + " (give more text, or a smaller --seqlen)");
     }
 
     CalibrationSet set;
@@ -76,12 +76,15 @@ CalibrationSet make_calibration_set(const Tokenizer& tokenizer, const Calibratio
         set.tokens.insert(set.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(start),
                           ids.begin() + static_cast<std::ptrdiff_t>(start + body));
     }
-    set.tokens_hash = xxh3_64_tag({reinterpret_cast<const uint8_t*>(set.tokens.data()),
-                                   set.tokens.size() * sizeof(int32_t)});
+    set.tokens_hash = xxh3_64_tag(
+        {reinterpret_cast<const uint8_t*>(set.tokens.data()), set.tokens.size() * sizeof(int32_t)});
     nlohmann::json files = nlohmann::json::array();
     for (const auto& f : o.files) files.push_back(std::filesystem::path(f).filename().string());
-    set.recipe = {{"files", files},  {"nsamples", o.nsamples}, {"seqlen", o.seqlen},
-                  {"seed", o.seed},  {"bos", with_bos}};
+    set.recipe = {{"files", files},
+                  {"nsamples", o.nsamples},
+                  {"seqlen", o.seqlen},
+                  {"seed", o.seed},
+                  {"bos", with_bos}};
     return set;
 }
 

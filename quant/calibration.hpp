@@ -23,9 +23,9 @@ struct CalibrationOptions {
 
 struct CalibrationSet {
     uint64_t nsamples = 0, seqlen = 0;
-    std::vector<int32_t> tokens;  // [nsamples][seqlen]
-    uint64_t text_tokens = 0;     // tokens in the whole text
-    std::string tokens_hash;      // "xxh3-64:..." of the ids as little-endian int32
+    std::vector<int32_t> tokens;     // [nsamples][seqlen]
+    uint64_t text_tokens = 0;        // tokens in the whole text
+    std::string tokens_hash;         // "xxh3-64:..." of the ids as little-endian int32
     nlohmann::json to_json() const;  // for the header: files, counts, seed, hash
     nlohmann::json recipe;           // options as given (file names without directories)
 };

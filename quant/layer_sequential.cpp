@@ -189,9 +189,11 @@ void LayerSequential::restore_layer(uint64_t layer) {
                                 static_cast<int>(l["damp_raises"].integer(0, INT32_MAX))});
         });
         if (meta["awq_group"].is_set()) s.awq_groups.push_back(meta["awq_group"].object());
-        meta["awq_clips"].for_each_element([&](const JsonView& c) { s.awq_clips.push_back(c.value()); });
+        meta["awq_clips"].for_each_element(
+            [&](const JsonView& c) { s.awq_clips.push_back(c.value()); });
     } catch (const Error& e) {
-        throw Error(path, {}, "damaged block state: " + e.detail() + " (delete it to recompute the block)");
+        throw Error(path, {},
+                    "damaged block state: " + e.detail() + " (delete it to recompute the block)");
     }
     for (auto& [i, bytes] : st.tensors) {
         const std::string* name = i < s.src.tensors().size() ? &s.src.tensors()[i].name : nullptr;
@@ -214,8 +216,8 @@ void LayerSequential::run_layer(uint64_t layer) {
     const QuantMethod method = s.options.method;
     const bool awq = method == QuantMethod::awq || method == QuantMethod::awq_gptq;
     const size_t first_report = linears_.size();
-    const BlockQuantContext ctx{s.src,   s.qtypes, s.options,  s.pool,
-                                s.index, s.ready,  linears_, s.awq_clips};
+    const BlockQuantContext ctx{s.src,   s.qtypes, s.options, s.pool,
+                                s.index, s.ready,  linears_,  s.awq_clips};
     const nlohmann::json groups = BlockQuantizer(ctx, s.f, layer).run(s.x);
     if (awq) s.awq_groups.push_back({{"layer", layer}, {"groups", groups}});
 

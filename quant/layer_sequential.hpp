@@ -34,9 +34,9 @@
 
 #include "quant/calibration.hpp"
 #include "quant/gptq.hpp"
-#include "sources/model_source.hpp"
 #include "quant/recipe.hpp"
 #include "quant/resume_state.hpp"
+#include "sources/model_source.hpp"
 
 namespace qforge {
 

@@ -9,9 +9,9 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
-#include "sources/model_source.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/thread_pool.hpp"
+#include "sources/model_source.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace qforge {
@@ -92,16 +92,15 @@ CalibratedEngine make_engine(const QuantizeOptions& options, const ModelSource& 
     std::unique_ptr<ResumeDir> resume;
     if (!options.calibrated.resume_dir.empty()) {
         // What makes the blocks' results what they are; the thread count does not.
-        const json fingerprint = {
-            {"qforge_version", QFORGE_VERSION},
-            {"sources", source.sources()},
-            {"recipe", recipe_to_json(options.recipe)},
-            {"options",
-             {{"damp", engine_options.damp},
-              {"act_order", engine_options.act_order},
-              {"mse", engine_options.mse}}},
-            {"calibration", e.calibration->to_json()},
-            {"calibration_tokens", e.calibration->tokens_hash}};
+        const json fingerprint = {{"qforge_version", QFORGE_VERSION},
+                                  {"sources", source.sources()},
+                                  {"recipe", recipe_to_json(options.recipe)},
+                                  {"options",
+                                   {{"damp", engine_options.damp},
+                                    {"act_order", engine_options.act_order},
+                                    {"mse", engine_options.mse}}},
+                                  {"calibration", e.calibration->to_json()},
+                                  {"calibration_tokens", e.calibration->tokens_hash}};
         resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,
                                              source.config().num_layers);
     }

@@ -43,9 +43,9 @@ struct QuantMethodInfo {
 };
 
 inline constexpr QuantMethodInfo kQuantMethods[] = {
-    {QuantMethod::rtn, "rtn", true, false},    // round to nearest, per group: no calibration data
-    {QuantMethod::gptq, "gptq", true, true},   // layer-sequential GPTQ (quant/layer_sequential)
-    {QuantMethod::awq, "awq", true, true},     // activation-aware scales, clipping, RTN (quant/awq)
+    {QuantMethod::rtn, "rtn", true, false},   // round to nearest, per group: no calibration data
+    {QuantMethod::gptq, "gptq", true, true},  // layer-sequential GPTQ (quant/layer_sequential)
+    {QuantMethod::awq, "awq", true, true},    // activation-aware scales, clipping, RTN (quant/awq)
     {QuantMethod::awq_gptq, "awq+gptq", true, true},  // AWQ's scales and clipping, then GPTQ
 };
 static_assert(std::size(kQuantMethods) == static_cast<size_t>(QuantMethod::awq_gptq) + 1,

@@ -66,8 +66,10 @@ const json* at_path(const json& j, const std::string& path) {
             // '.' or '[', so an index that does not parse just means "not found".
             size_t i = 0;
             const char* first = path.data() + end + 1;
-            const char* last = close == std::string::npos ? path.data() + path.size() : path.data() + close;
-            if (close == std::string::npos || std::from_chars(first, last, i).ptr != last) return nullptr;
+            const char* last =
+                close == std::string::npos ? path.data() + path.size() : path.data() + close;
+            if (close == std::string::npos || std::from_chars(first, last, i).ptr != last)
+                return nullptr;
             if (!cur->is_array() || i >= cur->size()) return nullptr;
             cur = &cur->at(i);
             pos = close + 1;

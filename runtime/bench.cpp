@@ -134,9 +134,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, logits);
         prefill_rates.push_back(static_cast<double>(o.prefill_tokens) / seconds_since(t0));
         if (!all_finite(logits))
-            throw_non_finite_logits(logits, model.path(),
-                                    "position " + std::to_string(o.prefill_tokens - 1) +
-                                        " of the prefill");
+            throw_non_finite_logits(
+                logits, model.path(),
+                "position " + std::to_string(o.prefill_tokens - 1) + " of the prefill");
         done += o.prefill_tokens;
         if (progress) progress(done);
 

@@ -22,7 +22,8 @@ float silu(float v) { return v / (1.0f + std::exp(-v)); }
 // Chosen before a parallel region (whose workers must not throw).
 float (*activation_fn(Activation act))(float) {
     switch (act) {
-        case Activation::silu: return silu;
+        case Activation::silu:
+            return silu;
     }
     throw Error("cpu backend: unknown activation " + std::to_string(static_cast<int>(act)));
 }
@@ -130,9 +131,12 @@ BlockActivations CpuBackend::prepare_step(uint64_t capacity, uint64_t batch) {
         up_.resize(batch * c_.intermediate_size);
     }
     const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim(), qkv_ld = qd + 2 * kvd;
-    return {{x_.data(), c_.hidden_size},     {h_.data(), c_.hidden_size},
-            {qkv_.data(), qkv_ld},            {qkv_.data() + qd, qkv_ld},
-            {qkv_.data() + qd + kvd, qkv_ld}, {att_.data(), qd},
+    return {{x_.data(), c_.hidden_size},
+            {h_.data(), c_.hidden_size},
+            {qkv_.data(), qkv_ld},
+            {qkv_.data() + qd, qkv_ld},
+            {qkv_.data() + qd + kvd, qkv_ld},
+            {att_.data(), qd},
             {gate_.data(), c_.intermediate_size}};
 }
 
@@ -173,7 +177,8 @@ void CpuBackend::run_ops(std::span<const int32_t> tokens, KvCache& cache,
                     " tokens that fits the cache");
     for (int32_t id : tokens)
         if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
-            throw Error("cpu backend: token id " + std::to_string(id) + " is outside the vocabulary");
+            throw Error("cpu backend: token id " + std::to_string(id) +
+                        " is outside the vocabulary");
     const BlockActivations a = prepare_step(cache.capacity(), n);
     std::vector<float> logits(n * c_.vocab_size);
     CpuOpsStep step(*this, a, {logits.data(), c_.vocab_size}, tokens.data());
@@ -228,9 +233,9 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
                                      uint64_t n) {
     for (const Matrix* m : matrices)
         if (qtype_is_quantized(m->qtype)) {
-            acts_.prepare(options_.int8_activations ? QActivations::Mode::int8
-                                                    : QActivations::Mode::f32,
-                          x, n, m->cols);
+            acts_.prepare(
+                options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32, x,
+                n, m->cols);
             return;
         }
 }
@@ -250,7 +255,8 @@ void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> part
         uint64_t base = 0;
         for (const auto& p : parts) {
             const Matrix& w = model_.weight(layer, p.weight);
-            const uint64_t lo = std::max<uint64_t>(b, base), hi = std::min<uint64_t>(e, base + w.rows);
+            const uint64_t lo = std::max<uint64_t>(b, base),
+                           hi = std::min<uint64_t>(e, base + w.rows);
             const float* bias = p.bias ? model_.bias(layer, p.weight).data() : nullptr;
             if (lo < hi)
                 rows_times_tokens(w, lo - base, hi - base, in.data, n, p.out.data, p.out.ld, bias,

@@ -14,8 +14,8 @@
 // Prefill tiles over tokens: each block of float weight rows is widened to f32 once per block of
 // tokens and reused for all of them; quantized matrices go through the dequant-fused kernels
 // (kernels/cpu/qdot.hpp), which tile over tokens themselves, with the input prepared once per
-// projection (int8 blocks by default). Regions below CpuBackendOptions::min_parallel_work run on the
-// calling thread. See runtime/README.md.
+// projection (int8 blocks by default). Regions below CpuBackendOptions::min_parallel_work run on
+// the calling thread. See runtime/README.md.
 #pragma once
 
 #include <memory>
@@ -48,8 +48,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     // ForwardOps (runtime/transformer.hpp), on the current step's cache_ and pos0_.
     void embed(const int32_t* tokens, uint64_t n, Rows out) override;
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
-    void products(uint64_t layer, Rows in, std::span<const Product> products,
-                  uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
 
@@ -76,7 +75,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     const BlockDesc desc_;
     ThreadPool& pool_;
     CpuBackendOptions options_;
-    Isa isa_;  // the kernels' level: options_.isa or cpu_isa()
+    Isa isa_;         // the kernels' level: options_.isa or cpu_isa()
     RopeTable rope_;  // grown to the largest cache made
     uint64_t rope_positions_ = 0;
     CpuKvCache* cache_ = nullptr;  // the cache of the step being run

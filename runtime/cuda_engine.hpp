@@ -106,8 +106,7 @@ class CudaEngine final : private ForwardOps {
     // and the first position are read on the device (step_), so a graph replays for any step.
     void embed(const int32_t* tokens, uint64_t n, Rows out) override;
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
-    void products(uint64_t layer, Rows in, std::span<const Product> products,
-                  uint64_t n) override;
+    void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
     const DeviceMatrix& weight(uint64_t layer, Weight w) const;

@@ -26,7 +26,7 @@ void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n)
         w = final_norm_;
     } else {
         const Layer& l = layers_.at(layer);
-        w = which == Norm::attn ? l.attn_norm
+        w = which == Norm::attn  ? l.attn_norm
             : which == Norm::mlp ? l.mlp_norm
             : which == Norm::q   ? l.q_norm
                                  : l.k_norm;
@@ -97,9 +97,8 @@ void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
 BlockActivations CudaEngine::step_rows() const {
     const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim();
     float* qkv = qkv_.get();
-    return {{x_.get(), ld_d_},        {h_.get(), ld_d_},
-            {qkv, ld_qkv_},            {qkv + qd, ld_qkv_},
-            {qkv + qd + kvd, ld_qkv_}, {att_.get(), ld_q_},
+    return {{x_.get(), ld_d_},   {h_.get(), ld_d_},         {qkv, ld_qkv_},
+            {qkv + qd, ld_qkv_}, {qkv + qd + kvd, ld_qkv_}, {att_.get(), ld_q_},
             {gate_.get(), ld_i_}};
 }
 

@@ -12,26 +12,40 @@ namespace {
 
 // Where each kind of tensor goes: a matrix or a float vector of one layer, or of the model.
 struct Slot {
-    Matrix LayerWeights::* layer_matrix = nullptr;
-    std::vector<float> LayerWeights::* layer_vector = nullptr;
+    Matrix LayerWeights::*layer_matrix = nullptr;
+    std::vector<float> LayerWeights::*layer_vector = nullptr;
 };
 
 Slot layer_slot(TensorKind kind) {
     switch (kind) {
-        case TensorKind::attn_norm: return {nullptr, &LayerWeights::attn_norm};
-        case TensorKind::attn_q: return {&LayerWeights::q, nullptr};
-        case TensorKind::attn_k: return {&LayerWeights::k, nullptr};
-        case TensorKind::attn_v: return {&LayerWeights::v, nullptr};
-        case TensorKind::attn_o: return {&LayerWeights::o, nullptr};
-        case TensorKind::attn_q_bias: return {nullptr, &LayerWeights::q_bias};
-        case TensorKind::attn_k_bias: return {nullptr, &LayerWeights::k_bias};
-        case TensorKind::attn_v_bias: return {nullptr, &LayerWeights::v_bias};
-        case TensorKind::attn_q_norm: return {nullptr, &LayerWeights::q_norm};
-        case TensorKind::attn_k_norm: return {nullptr, &LayerWeights::k_norm};
-        case TensorKind::mlp_norm: return {nullptr, &LayerWeights::mlp_norm};
-        case TensorKind::mlp_gate: return {&LayerWeights::gate, nullptr};
-        case TensorKind::mlp_up: return {&LayerWeights::up, nullptr};
-        case TensorKind::mlp_down: return {&LayerWeights::down, nullptr};
+        case TensorKind::attn_norm:
+            return {nullptr, &LayerWeights::attn_norm};
+        case TensorKind::attn_q:
+            return {&LayerWeights::q, nullptr};
+        case TensorKind::attn_k:
+            return {&LayerWeights::k, nullptr};
+        case TensorKind::attn_v:
+            return {&LayerWeights::v, nullptr};
+        case TensorKind::attn_o:
+            return {&LayerWeights::o, nullptr};
+        case TensorKind::attn_q_bias:
+            return {nullptr, &LayerWeights::q_bias};
+        case TensorKind::attn_k_bias:
+            return {nullptr, &LayerWeights::k_bias};
+        case TensorKind::attn_v_bias:
+            return {nullptr, &LayerWeights::v_bias};
+        case TensorKind::attn_q_norm:
+            return {nullptr, &LayerWeights::q_norm};
+        case TensorKind::attn_k_norm:
+            return {nullptr, &LayerWeights::k_norm};
+        case TensorKind::mlp_norm:
+            return {nullptr, &LayerWeights::mlp_norm};
+        case TensorKind::mlp_gate:
+            return {&LayerWeights::gate, nullptr};
+        case TensorKind::mlp_up:
+            return {&LayerWeights::up, nullptr};
+        case TensorKind::mlp_down:
+            return {&LayerWeights::down, nullptr};
         case TensorKind::embed:
         case TensorKind::final_norm:
         case TensorKind::lm_head:
@@ -102,10 +116,14 @@ const std::vector<float>& Model::norm(uint64_t layer, Norm which) const {
     if (which == Norm::final) return final_norm_;
     const LayerWeights& l = layers_.at(layer);
     switch (which) {
-        case Norm::q: return l.q_norm;
-        case Norm::k: return l.k_norm;
-        case Norm::mlp: return l.mlp_norm;
-        default: return l.attn_norm;
+        case Norm::q:
+            return l.q_norm;
+        case Norm::k:
+            return l.k_norm;
+        case Norm::mlp:
+            return l.mlp_norm;
+        default:
+            return l.attn_norm;
     }
 }
 

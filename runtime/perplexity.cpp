@@ -195,9 +195,9 @@ PplResult run_perplexity(Backend& model, Backend* base, std::span<const int32_t>
     // Whatever the plan, a result scored on no token is no result (PPL would print as 0).
     if (result.nll.count == 0)
         throw Error(model.model().path(), {},
-                    "perplexity scored no token (" + std::to_string(plan.n_chunks) +
-                        " chunks of " + std::to_string(plan.ctx) + ", " +
-                        std::to_string(plan.scored_per_chunk()) + " scored per chunk)");
+                    "perplexity scored no token (" + std::to_string(plan.n_chunks) + " chunks of " +
+                        std::to_string(plan.ctx) + ", " + std::to_string(plan.scored_per_chunk()) +
+                        " scored per chunk)");
     result.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
     return result;

@@ -76,7 +76,7 @@ void add_kl(std::span<const float> base_logits, std::span<const float> logits, i
 
 struct PplResult {
     NllStats nll;
-    std::optional<KlStats> kl;        // with a base model
+    std::optional<KlStats> kl;         // with a base model
     std::optional<NllStats> base_nll;  // with a base model: its own perplexity, the same tokens
     uint64_t n_chunks = 0;
     uint64_t tokens_evaluated = 0;  // forward-pass tokens of the model (not counting the base)

@@ -69,8 +69,8 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
             throw Error("reference_forward: token id " + std::to_string(tokens[t]) +
                         " out of range");
         std::vector<float> row(d);
-        dequantize_row_ref(model.embed().qtype,
-                           model.embed().row(static_cast<uint64_t>(tokens[t])), d, row.data());
+        dequantize_row_ref(model.embed().qtype, model.embed().row(static_cast<uint64_t>(tokens[t])),
+                           d, row.data());
         for (uint64_t i = 0; i < d; ++i) x[t][i] = row[i];
     }
 

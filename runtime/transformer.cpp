@@ -12,9 +12,12 @@ BlockDesc block_desc(const ModelConfig& config) {
 
 NormShape norm_shape(const ModelConfig& config, Norm which) {
     switch (which) {
-        case Norm::q: return {config.head_dim, config.num_heads};
-        case Norm::k: return {config.head_dim, config.num_kv_heads};
-        default: return {config.hidden_size, 1};
+        case Norm::q:
+            return {config.head_dim, config.num_heads};
+        case Norm::k:
+            return {config.head_dim, config.num_kv_heads};
+        default:
+            return {config.hidden_size, 1};
     }
 }
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds and runs every test: a release build (CUDA code compiled for one
-# architecture when nvcc is present, to keep CI short) and an AddressSanitizer+UBSan build of
-# the CPU code, then a 20 s libFuzzer smoke of every reader (scripts/fuzz.sh). Tests that need
-# ../shared or a GPU print "SKIPPED: <reason>" when it is absent.
+# Installs dependencies, checks the formatting (scripts/check_format.sh), builds and runs every
+# test: a release build (CUDA code compiled for one architecture when nvcc is present, to keep
+# CI short) and an AddressSanitizer+UBSan build of the CPU code, then a 20 s libFuzzer smoke of
+# every reader (scripts/fuzz.sh). Tests that need ../shared or a GPU print "SKIPPED: <reason>"
+# when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+
+echo "== format check (clang-format, .clang-format)"
+bash scripts/check_format.sh
 
 jobs=$(nproc)
 arch=${QFORGE_TEST_CUDA_ARCH:-90}

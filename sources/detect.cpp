@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sources/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/gguf.hpp"
 #include "formats/qf_format.hpp"
+#include "sources/llama2c.hpp"
 
 namespace qforge {
 

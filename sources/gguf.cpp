@@ -8,8 +8,8 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/checked_math.hpp"
 #include "core/alloc.hpp"
+#include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/gguf_dequant.hpp"
@@ -178,9 +178,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.vocab_size = embed->ne[1];
     if (const auto v = keys.opt_dim("vocab_size"); v && *v != c.vocab_size)
         throw Error(file, {},
-                    keys.key("vocab_size") + " (" + std::to_string(*v) +
-                        ") differs from " + embed_name + "'s " + std::to_string(c.vocab_size) +
-                        " rows");
+                    keys.key("vocab_size") + " (" + std::to_string(*v) + ") differs from " +
+                        embed_name + "'s " + std::to_string(c.vocab_size) + " rows");
     c.tie_word_embeddings = f.find_tensor(gguf_name(a.arch, TensorKind::lm_head)) == nullptr;
     c.attention_bias = a.arch == Architecture::qwen2 ||
                        f.find_tensor(gguf_name(a.arch, TensorKind::attn_q_bias)) != nullptr;
@@ -196,8 +195,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 namespace {
 
 // A GGUF file as a source: every tensor renamed to ours, dequantized to f32 (or, with
-// keep_quant, kept as rows of our q8_g32 / q4s_g32 and as F16/BF16 bits) and, for adjacent-pair RoPE architectures, its q and k
-// rows reordered back to the Hugging Face layout.
+// keep_quant, kept as rows of our q8_g32 / q4s_g32 and as F16/BF16 bits) and, for adjacent-pair
+// RoPE architectures, its q and k rows reordered back to the Hugging Face layout.
 class GgufSource final : public ModelSource {
   public:
     GgufSource(const std::string& path, const SourceOptions& options)
@@ -313,8 +312,8 @@ void GgufSource::match_tensors() {
 void GgufSource::read_tokenizer(const std::string& given) {
     const std::string& path = path_;
     if (!given.empty()) {
-        tokenizer_ = resolve_tokenizer(given, std::nullopt, path, config_, tokenizer_file_,
-                                       warnings_);
+        tokenizer_ =
+            resolve_tokenizer(given, std::nullopt, path, config_, tokenizer_file_, warnings_);
     } else if (file_.find("tokenizer.ggml.model")) {
         tokenizer_ = tokenizer_schema_from_gguf(file_);
         tokenizer_file_ = path;
@@ -345,7 +344,8 @@ std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scrat
             std::copy(raw.begin(), raw.end(), scratch.begin());
             return scratch;
         }
-        permute_rope_pairs_to_halves(raw, scratch, heads, config_.head_dim, raw.size() / s.shape[0]);
+        permute_rope_pairs_to_halves(raw, scratch, heads, config_.head_dim,
+                                     raw.size() / s.shape[0]);
         return scratch;
     }
     if (s.qtype != QType::f32) {

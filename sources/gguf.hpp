@@ -6,9 +6,9 @@
 // architecture table (formats/architectures.hpp), which also says whose rows RoPE reorders. For
 // the "llama" architecture llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.permute)
 // reorders the rows of q and k from Hugging Face's rotate-half RoPE to adjacent-pair RoPE
-// (llama.cpp's LLAMA_ROPE_TYPE_NORM); the source reorders them back (permute_rope_pairs_to_halves, the same reordering as llama2.c checkpoints
-// need), so the stored model is the Hugging Face one. "qwen2" files keep Hugging Face's order
-// (LLAMA_ROPE_TYPE_NEOX) and are not reordered.
+// (llama.cpp's LLAMA_ROPE_TYPE_NORM); the source reorders them back (permute_rope_pairs_to_halves,
+// the same reordering as llama2.c checkpoints need), so the stored model is the Hugging Face one.
+// "qwen2" files keep Hugging Face's order (LLAMA_ROPE_TYPE_NEOX) and are not reordered.
 //
 // Quantized GGUF weights are dequantized exactly (formats/gguf_dequant.hpp); the result is
 // stored as f32 by default, or as --dtype asks (matrices only: 1-D tensors stay f32). The .qf

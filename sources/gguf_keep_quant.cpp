@@ -18,10 +18,8 @@ struct KeptPair {
     QType qtype;
 };
 constexpr KeptPair kKeptPairs[] = {
-    {GgmlType::f32, QType::f32},
-    {GgmlType::f16, QType::f16},
-    {GgmlType::bf16, QType::bf16},
-    {GgmlType::q8_0, QType::q8_g32},
+    {GgmlType::f32, QType::f32},      {GgmlType::f16, QType::f16},
+    {GgmlType::bf16, QType::bf16},    {GgmlType::q8_0, QType::q8_g32},
     {GgmlType::q4_0, QType::q4s_g32},
 };
 

@@ -87,7 +87,8 @@ class HfSource final : public ModelSource {
         for (const auto& s : specs_) by_hf_name[s.hf_name] = &s;
         for (const std::string& name : ckpt_.tensor_names()) {
             if (by_hf_name.count(name) || is_ignorable_hf_tensor(name)) continue;
-            if (const auto weight = hf_quantized_part_of(name); weight && by_hf_name.count(*weight)) {
+            if (const auto weight = hf_quantized_part_of(name);
+                weight && by_hf_name.count(*weight)) {
                 if (!quant_)
                     throw Error(ckpt_.file_of(name), name,
                                 "a GPTQ/AWQ tensor, but " + cfg_path +
@@ -96,7 +97,8 @@ class HfSource final : public ModelSource {
                 continue;
             }
             if (name == "lm_head.weight" && config_.tie_word_embeddings) {
-                warnings_.push_back("lm_head.weight ignored: config.json ties it to the embeddings");
+                warnings_.push_back(
+                    "lm_head.weight ignored: config.json ties it to the embeddings");
                 continue;
             }
             throw Error(ckpt_.file_of(name), name,

@@ -8,8 +8,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include "core/checked_math.hpp"
 #include "core/alloc.hpp"
+#include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/architectures.hpp"
@@ -37,8 +37,20 @@ constexpr int64_t kBosId = 1, kEosId = 2;
 // reordering) except the two RoPE tables, which the runtime computes from rope_theta. Per-layer
 // arrays hold n_layers consecutive blocks, every layer of one kind stored together.
 constexpr std::string_view kFileOrder[] = {
-    "token_embedding_table", "rms_att_weight", "wq", "wk", "wv", "wo", "rms_ffn_weight",
-    "w1", "w2", "w3", "rms_final_weight", "freq_cis_real", "freq_cis_imag", "wcls",
+    "token_embedding_table",
+    "rms_att_weight",
+    "wq",
+    "wk",
+    "wv",
+    "wo",
+    "rms_ffn_weight",
+    "w1",
+    "w2",
+    "w3",
+    "rms_final_weight",
+    "freq_cis_real",
+    "freq_cis_imag",
+    "wcls",
 };
 
 constexpr uint64_t kHeaderBytes = sizeof(Llama2cHeader);
@@ -46,8 +58,8 @@ constexpr uint64_t kFloatBytes = 4;
 
 // Where one array of the file starts and how big each of its layers is.
 struct ArrayPlacement {
-    std::string_view field;       // run.c's name
-    const TensorRow* row;         // our tensor kind; nullptr for the unused RoPE tables
+    std::string_view field;  // run.c's name
+    const TensorRow* row;    // our tensor kind; nullptr for the unused RoPE tables
     bool per_layer;
     uint64_t offset;              // absolute, in bytes
     uint64_t layer_bytes;         // one layer's bytes (the whole array's when not per layer)
@@ -244,7 +256,8 @@ class Llama2cSource final : public ModelSource {
         // Our tensors, in canonical order, each found in the plan with the shape the table
         // expects.
         const std::vector<TensorSpec> specs = expected_tensors(config_);
-        const std::map<std::string, Llama2cTensor> by_name = source_tensors(plan_, config_.num_layers);
+        const std::map<std::string, Llama2cTensor> by_name =
+            source_tensors(plan_, config_.num_layers);
         if (specs.size() != by_name.size())
             throw std::logic_error(
                 "llama2.c layout and architecture table disagree on the tensor count");
@@ -256,11 +269,11 @@ class Llama2cSource final : public ModelSource {
             tensors_.push_back({s.name, QType::f32, s.shape});
             parts_.push_back(it->second);
         }
-        tokenizer_ = resolve_tokenizer(
-            options.tokenizer,
-            options.tokenizer.empty() ? find_llama2c_tokenizer(path, config_.vocab_size)
-                                      : std::nullopt,
-            path, config_, tokenizer_file_, warnings_);
+        tokenizer_ = resolve_tokenizer(options.tokenizer,
+                                       options.tokenizer.empty()
+                                           ? find_llama2c_tokenizer(path, config_.vocab_size)
+                                           : std::nullopt,
+                                       path, config_, tokenizer_file_, warnings_);
         if (tokenizer_.is_object() && tokenizer_.value("source", "") == "llama2c" &&
             tokenizer_.contains("pieces") && tokenizer_["pieces"].size() != config_.vocab_size)
             throw Error(tokenizer_file_, {},

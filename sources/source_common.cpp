@@ -54,10 +54,10 @@ json resolve_tokenizer(const std::string& given, const std::optional<std::string
     tokenizer_file = path;
     json tokenizer = load_tokenizer_source(path);
     if (const uint64_t without = check_tokenizer_fits_model(tokenizer, config, path, input))
-        warnings.push_back(
-            path + " has " + std::to_string(config.vocab_size - without) + " tokens for " +
-            std::to_string(config.vocab_size) + " embedding rows: " + std::to_string(without) +
-            " ids have no token (padding rows) and are never generated");
+        warnings.push_back(path + " has " + std::to_string(config.vocab_size - without) +
+                           " tokens for " + std::to_string(config.vocab_size) +
+                           " embedding rows: " + std::to_string(without) +
+                           " ids have no token (padding rows) and are never generated");
     return tokenizer;
 }
 
@@ -73,7 +73,8 @@ void permute_rope_rows(std::span<const uint8_t> in, std::span<uint8_t> out, uint
     for (uint64_t h = 0; h < n_heads; ++h)
         for (uint64_t j = 0; j < 2; ++j)
             for (uint64_t i = 0; i < half; ++i) {
-                const uint64_t pairs = h * head_dim + 2 * i + j, halves = h * head_dim + j * half + i;
+                const uint64_t pairs = h * head_dim + 2 * i + j,
+                               halves = h * head_dim + j * half + i;
                 const uint64_t src = to_halves ? pairs : halves, dst = to_halves ? halves : pairs;
                 std::memcpy(out.data() + dst * row_bytes, in.data() + src * row_bytes, row_bytes);
             }

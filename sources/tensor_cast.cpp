@@ -65,13 +65,15 @@ std::span<const uint8_t> cast_tensor(const TensorView& v, QType source, QType ta
     const uint64_t n = v.data.size() / dtype_info(v.dtype).size;
     const auto misfit = [&](uint64_t i, float f) {
         if (!std::isfinite(f))
-            return Error(file, v.name, "element " + std::to_string(i) + " is " + value_text(f) +
-                                           " (weights must be finite)");
+            return Error(file, v.name,
+                         "element " + std::to_string(i) + " is " + value_text(f) +
+                             " (weights must be finite)");
         if (target == QType::f16)
-            return Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
-                                           " overflows f16 (max 65504); convert with --dtype f32 or bf16");
-        return Error(file, v.name, "element " + std::to_string(i) + " = " + value_text(f) +
-                                       " overflows bf16");
+            return Error(file, v.name,
+                         "element " + std::to_string(i) + " = " + value_text(f) +
+                             " overflows f16 (max 65504); convert with --dtype f32 or bf16");
+        return Error(file, v.name,
+                     "element " + std::to_string(i) + " = " + value_text(f) + " overflows bf16");
     };
     if (source == target) {
         if (!all_finite(v.data, source))

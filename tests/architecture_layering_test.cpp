@@ -90,8 +90,8 @@ TEST_CASE("layering: every module includes only what docs/ARCHITECTURE.md allows
                 ++checked;
                 if (dep != m && !may.count(dep))
                     violations.push_back(fs::relative(entry.path(), root).string() + ":" +
-                                         std::to_string(n) + " includes " + dep + "/, which " +
-                                         m + " may not include");
+                                         std::to_string(n) + " includes " + dep + "/, which " + m +
+                                         " may not include");
             }
         }
     INFO(checked << " project includes checked");

@@ -78,8 +78,8 @@ TEST_CASE("architecture table: every name round-trips to its row, in every namin
             REQUIRE((row.gguf_pattern.find("{i}") != std::string_view::npos) == layered);
             for (uint64_t layer : {uint64_t{0}, uint64_t{7}, uint64_t{123}}) {
                 if (!layered && layer != 0) continue;
-                for (auto pattern : {&TensorRow::name_pattern, &TensorRow::hf_pattern,
-                                     &TensorRow::gguf_pattern}) {
+                for (auto pattern :
+                     {&TensorRow::name_pattern, &TensorRow::hf_pattern, &TensorRow::gguf_pattern}) {
                     uint64_t back = 999;
                     const TensorRow& r = unique_match(
                         rows, pattern, tensor_name_for_layer(row.*pattern, layer), back);

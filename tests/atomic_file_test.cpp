@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 size_t entries(const fs::path& dir) {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
 // Sets or clears QFORGE_NO_O_TMPFILE for one scope.
@@ -124,7 +125,10 @@ TEST_CASE("atomic file without commit leaves nothing", "[core][atomic]") {
     const bool named = GENERATE(false, true);
     TempMode mode(named);
     test::ScratchDir dir("atomic-abort");
-    { AtomicFile f((dir / "out.bin").string()); f.write("abc", 3); }
+    {
+        AtomicFile f((dir / "out.bin").string());
+        f.write("abc", 3);
+    }
     REQUIRE(entries(dir.path()) == 0);
 }
 
@@ -157,8 +161,8 @@ TEST_CASE("atomic file never writes over a device, FIFO, socket or directory",
         f.write("abc", 3);
         REQUIRE(::mkfifo(late.c_str(), 0644) == 0);
         const Stat before = lstat_of(late);
-        REQUIRE_THROWS_WITH(f.commit(), Contains(late.string()) && Contains("a FIFO") &&
-                                            !Contains("qforge-tmp"));
+        REQUIRE_THROWS_WITH(
+            f.commit(), Contains(late.string()) && Contains("a FIFO") && !Contains("qforge-tmp"));
         REQUIRE(lstat_of(late) == before);
     }
     REQUIRE(entries(dir.path()) == 4);
@@ -170,9 +174,9 @@ TEST_CASE("atomic file: a missing directory is an error up front, naming it",
     TempMode mode(named);
     test::ScratchDir dir("atomic-nodir");
     const fs::path p = dir / "missing" / "out.bin";
-    REQUIRE_THROWS_WITH(AtomicFile(p.string()),
-                        Contains(p.string()) && Contains("does not exist") &&
-                            !Contains("qforge-tmp"));
+    REQUIRE_THROWS_WITH(AtomicFile(p.string()), Contains(p.string()) &&
+                                                    Contains("does not exist") &&
+                                                    !Contains("qforge-tmp"));
     REQUIRE(entries(dir.path()) == 0);
 }
 

@@ -43,7 +43,8 @@ RefMatrix ref_matrix(QType qtype, const uint8_t* data, uint64_t rows, uint64_t c
         dequantize_row_ref(qtype, bytes, cols, row.data());
         const uint64_t group = tr.group ? tr.group : cols;
         for (uint64_t j = 0; j < cols; ++j) {
-            const double s = std::fabs(static_cast<double>(row_group_scale(qtype, bytes, cols, j / group)));
+            const double s =
+                std::fabs(static_cast<double>(row_group_scale(qtype, bytes, cols, j / group)));
             const double z = std::abs(row_group_zero(qtype, bytes, cols, j / group));
             m.w[r * cols + j] = row[j];
             m.magnitude[r * cols + j] = s * (std::abs(row_code(qtype, bytes, j)) + z);
@@ -52,8 +53,7 @@ RefMatrix ref_matrix(QType qtype, const uint8_t* data, uint64_t rows, uint64_t c
     return m;
 }
 
-ProductRef ref_product(const RefMatrix& m, uint64_t r, const float* x, double bias,
-                       double prior) {
+ProductRef ref_product(const RefMatrix& m, uint64_t r, const float* x, double bias, double prior) {
     const uint64_t k = m.cols;
     const double* w = m.w.data() + r * k;
     const double* mag = m.magnitude.data() + r * k;

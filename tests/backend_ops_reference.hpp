@@ -52,12 +52,12 @@ inline constexpr double kUnitRoundoff = 0x1p-24;
 
 // How a backend computes, as far as the bounds care.
 struct Numerics {
-    bool cpu_kernels = true;     // the CPU's summation orders (kernels/cpu); false: any order
-    bool scalar = false;         // the CPU's scalar level
+    bool cpu_kernels = true;        // the CPU's summation orders (kernels/cpu); false: any order
+    bool scalar = false;            // the CPU's scalar level
     bool int8_activations = false;  // quantized products take int8 activation blocks
-    bool fp16_products = false;  // products may round activations and weights to fp16
-    bool fp16_kv = false;        // keys and values stored in fp16
-    bool online_softmax = false;  // attention rescales a running sum per key
+    bool fp16_products = false;     // products may round activations and weights to fp16
+    bool fp16_kv = false;           // keys and values stored in fp16
+    bool online_softmax = false;    // attention rescales a running sum per key
 };
 
 // A stored matrix, dequantized, with the per-weight magnitude of the int8 path's sums.

@@ -33,12 +33,12 @@
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cuda/gpu_format.hpp"
 #include "kernels/device_info.hpp"
+#include "qf_support.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/cuda_backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/thread_pool.hpp"
-#include "qf_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -100,7 +100,8 @@ void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32
         const float unit = 1.0f / std::sqrt(static_cast<float>(cols));
         for (uint64_t r = 0; r < rows; ++r)
             for (uint64_t j = 0; j < cols; j += 32) {
-                const float scale = unit * std::pow(10.0f, exponent(rng)), offset = scale * normal(rng);
+                const float scale = unit * std::pow(10.0f, exponent(rng)),
+                            offset = scale * normal(rng);
                 const bool zero = (r * 131 + j / 32) % 7 == 3;
                 for (uint64_t i = j; i < std::min(cols, j + 32); ++i)
                     v[r * cols + i] = zero ? 0.0f : offset + scale * normal(rng);
@@ -134,7 +135,8 @@ struct Fixture {
     // The products' references of each (step size, weight): the inputs depend only on the shape
     // and the step, so every backend case reuses them (the float64 sums are the sweep's cost).
     std::map<std::pair<uint64_t, Weight>, std::vector<ProductRef>> products;
-    explicit Fixture(const Model& m) : model(m), c(m.config()), inv_freq(rope_inv_freq(m.config())) {
+    explicit Fixture(const Model& m)
+        : model(m), c(m.config()), inv_freq(rope_inv_freq(m.config())) {
         for (Weight role : {Weight::q, Weight::k, Weight::v, Weight::o, Weight::gate, Weight::up,
                             Weight::down, Weight::lm_head}) {
             const Matrix& mat = m.weight(0, role);
@@ -207,9 +209,8 @@ void check_products(Tally& tally, Op op, Fixture& f, Weight role, const std::vec
 }
 
 // Every operation but attention on one step of n tokens (inputs from rng).
-void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens,
-                     std::mt19937& rng, const Numerics& num, Tally& tally,
-                     const std::string& where) {
+void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens, std::mt19937& rng,
+                     const Numerics& num, Tally& tally, const std::string& where) {
     const ModelConfig& c = f.c;
     const uint64_t n = tokens.size(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(),
                    inter = c.intermediate_size;
@@ -266,7 +267,8 @@ void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens,
                    num, where);
 
     // The residual adds: x += att Wo^T and x += mlp Wdown^T.
-    for (auto [role, in, width] : {std::tuple{Weight::o, a.att, qd}, {Weight::down, a.mlp, inter}}) {
+    for (auto [role, in, width] :
+         {std::tuple{Weight::o, a.att, qd}, {Weight::down, a.mlp, inter}}) {
         const auto x = activations(n, width, rng), prior = activations(n, d, rng);
         put(s, in, x, n, width);
         put(s, a.x, prior, n, d);
@@ -283,7 +285,8 @@ void check_attention(OpsStep& s, const Fixture& f, uint64_t n, std::mt19937& rng
     const uint64_t hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
     const uint64_t group = c.num_heads / c.num_kv_heads, pos0 = hist.keys[0].size();
     const BlockActivations& a = s.rows();
-    const auto q = activations(n, qd, rng), k = activations(n, kvd, rng), v = activations(n, kvd, rng);
+    const auto q = activations(n, qd, rng), k = activations(n, kvd, rng),
+               v = activations(n, kvd, rng);
     put(s, a.q, q, n, qd);
     put(s, a.k, k, n, kvd);
     put(s, a.v, v, n, kvd);
@@ -306,7 +309,8 @@ void check_attention(OpsStep& s, const Fixture& f, uint64_t n, std::mt19937& rng
             ref_rope(q.data() + t * qd + head * hd, hd, f.inv_freq, pos, rotated, bound);
             for (uint64_t i = 0; i < hd; ++i)
                 tally.add(rope, q_rot[t * qd + head * hd + i], {rotated[i], bound[i]}, where);
-            ref_attention(rotated, hist.keys[head / group], hist.values[head / group], hd, num, out);
+            ref_attention(rotated, hist.keys[head / group], hist.values[head / group], hd, num,
+                          out);
             for (uint64_t i = 0; i < hd; ++i)
                 tally.add(attention, att[t * qd + head * hd + i], out[i], where);
         }
@@ -383,8 +387,8 @@ void run_sweep(const std::vector<BackendCase>& cases, const std::string& scratch
                 for (double r : tally.ratio) std::printf(" %9.3g", r);
             if (!complete) std::printf(" unsupported: %s", skipped.c_str());
             std::printf("\n");
-            INFO(tally.failures << " of " << tally.checked << " outputs outside their bound; first: "
-                                << tally.first);
+            INFO(tally.failures << " of " << tally.checked
+                                << " outputs outside their bound; first: " << tally.first);
             CHECK(tally.failures == 0);
         }
     }
@@ -402,8 +406,8 @@ TEST_CASE("backend ops: the CPU at every ISA level matches the float64 reference
     for (Isa isa : kIsaLevels) {
         if (isa > cpu_isa()) {  // not on this CPU, or capped by QFORGE_ISA: said in the table
             std::printf("cpu/%s: not run (this process runs at most %s: %s)\n",
-                        std::string(isa_name(isa)).c_str(), std::string(isa_name(cpu_isa())).c_str(),
-                        cpu_isa_description().c_str());
+                        std::string(isa_name(isa)).c_str(),
+                        std::string(isa_name(cpu_isa())).c_str(), cpu_isa_description().c_str());
             continue;
         }
         for (bool int8 : {true, false}) {
@@ -414,7 +418,8 @@ TEST_CASE("backend ops: the CPU at every ISA level matches the float64 reference
             num.scalar = isa == Isa::scalar;
             num.int8_activations = int8;
             cases.push_back({"cpu/" + std::string(isa_name(isa)) + (int8 ? "/int8" : "/f32"), num,
-                             int8, [&pool, o](const Model& m) { return make_cpu_backend(m, pool, o); }});
+                             int8,
+                             [&pool, o](const Model& m) { return make_cpu_backend(m, pool, o); }});
         }
     }
     run_sweep(cases, "backend_ops_cpu");

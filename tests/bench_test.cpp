@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "formats/qf.hpp"
 #include "cli_support.hpp"
+#include "formats/qf.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 

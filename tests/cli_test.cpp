@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -32,7 +32,8 @@ size_t count_lines(const std::string& s) {
     return n;
 }
 
-void require_clean_failure(const test::CommandResult& r, const fs::path& dir, const std::string& what) {
+void require_clean_failure(const test::CommandResult& r, const fs::path& dir,
+                           const std::string& what) {
     INFO(r.output);
     REQUIRE(r.exit_code != 0);
     REQUIRE(count_lines(r.output) == 1);
@@ -96,7 +97,8 @@ TEST_CASE("convert --dtype f16 of the f32 checkpoint equals the independently ma
     test::ScratchDir dir("cli-f16");
     const fs::path st = data / "stories260K";
     const fs::path out = dir / "s16.qf";
-    auto r = test::run_qforge("convert " + q(st / "hf") + " -o " + q(out) + " --dtype f16 --compress");
+    auto r =
+        test::run_qforge("convert " + q(st / "hf") + " -o " + q(out) + " --dtype f16 --compress");
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     SafetensorsCheckpoint ref((st / "hf-fp16").string());
@@ -105,8 +107,10 @@ TEST_CASE("convert --dtype f16 of the f32 checkpoint equals the independently ma
     std::vector<uint8_t> scratch;
     for (const auto& t : qf.tensors()) {
         INFO(t.name);
-        const auto specs = expected_tensors(read_model_config((st / "hf" / "config.json").string()));
-        const auto it = std::find_if(specs.begin(), specs.end(), [&](auto& s) { return s.name == t.name; });
+        const auto specs =
+            expected_tensors(read_model_config((st / "hf" / "config.json").string()));
+        const auto it =
+            std::find_if(specs.begin(), specs.end(), [&](auto& s) { return s.name == t.name; });
         REQUIRE(it != specs.end());
         const TensorView want = ref.tensor(it->hf_name);
         const auto got = qf.tensor_bytes(t, scratch);
@@ -134,8 +138,8 @@ TEST_CASE("convert into a full disk fails cleanly and leaves no file", "[cli][sh
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("cli-diskfull");
     // ulimit -f counts 1024-byte blocks: 256 KiB is far less than the 1 MB model.
-    auto r = test::run_qforge("convert " + q(data / "stories260K" / "hf") + " -o " + q(dir / "s.qf"),
-                              "ulimit -f 256;");
+    auto r = test::run_qforge(
+        "convert " + q(data / "stories260K" / "hf") + " -o " + q(dir / "s.qf"), "ulimit -f 256;");
     require_clean_failure(r, dir.path(), "write failed");
 }
 
@@ -168,7 +172,8 @@ TEST_CASE("broken inputs: one-line error, non-zero exit, no output file", "[cli]
         require_clean_failure(convert(), dir.path(), "gpt_neox");
     }
     SECTION("missing tensors") {
-        const std::string hdr = R"({"model.norm.weight":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})";
+        const std::string hdr =
+            R"({"model.norm.weight":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})";
         std::vector<uint8_t> b(8 + hdr.size() + 32, 0);
         const uint64_t n = hdr.size();
         std::memcpy(b.data(), &n, 8);
@@ -199,13 +204,20 @@ TEST_CASE("broken inputs: one-line error, non-zero exit, no output file", "[cli]
         }
         data.back()[3] = std::nanf("");
         for (size_t i = 0; i < t.size(); ++i)
-            views.push_back({t[i].first, DType::f32, t[i].second,
-                             {reinterpret_cast<const uint8_t*>(data[i].data()), data[i].size() * 4}});
+            views.push_back(
+                {t[i].first,
+                 DType::f32,
+                 t[i].second,
+                 {reinterpret_cast<const uint8_t*>(data[i].data()), data[i].size() * 4}});
         write_safetensors((ckpt / "model.safetensors").string(), views);
-        require_clean_failure(convert(), dir.path(), "tensor 'model.norm.weight': element 3 is nan");
+        require_clean_failure(convert(), dir.path(),
+                              "tensor 'model.norm.weight': element 3 is nan");
     }
     SECTION("a broken .qf given to verify and inspect") {
-        test::write_file(dir / "bad.qf", std::string("QFORGE\r\n but not really a qf file........................................"));
+        test::write_file(
+            dir / "bad.qf",
+            std::string(
+                "QFORGE\r\n but not really a qf file........................................"));
         auto r = test::run_qforge("verify " + q(dir / "bad.qf"));
         INFO(r.output);
         REQUIRE(r.exit_code != 0);

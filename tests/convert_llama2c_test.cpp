@@ -8,12 +8,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
-#include "sources/source_common.hpp"
-#include "sources/llama2c.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"
-#include "cli_support.hpp"
+#include "sources/llama2c.hpp"
+#include "sources/source_common.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -194,8 +194,8 @@ struct Variant {
 constexpr Variant kVariants[] = {
     // Windows shorter than the 40 tokens; qwen3: QK-norm, head_dim not hidden / heads.
     {"mistral window 5 f16", Architecture::mistral, false, false, false, QType::f16, 5, 0},
-    {"qwen3 window 7 from layer 1, q8_g32", Architecture::qwen3, false, false, false,
-     QType::q8_g32, 7, 1, 12},
+    {"qwen3 window 7 from layer 1, q8_g32", Architecture::qwen3, false, false, false, QType::q8_g32,
+     7, 1, 12},
     {"llama untied f32", Architecture::llama, false, false, false, QType::f32},
     {"llama untied f16 + llama3 rope", Architecture::llama, false, false, true, QType::f16},
     {"qwen2 tied bias bf16", Architecture::qwen2, true, true, false, QType::bf16},

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <map>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
-#include "sources/gguf.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -22,7 +22,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
+#include "sources/gguf.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/pretokenizer.hpp"
@@ -39,7 +39,8 @@ namespace {
 const fs::path kGgufFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf";
 const fs::path kTiny = kGgufFixtures / "tiny_llama.gguf";
 
-// Our tensor names against llama.cpp's, written out independently of the architecture table's GGUF names.
+// Our tensor names against llama.cpp's, written out independently of the architecture table's GGUF
+// names.
 std::string gguf_name_of(const std::string& ours) {
     static const std::map<std::string, std::string> global = {{"embed", "token_embd.weight"},
                                                               {"final_norm", "output_norm.weight"},
@@ -267,9 +268,9 @@ TEST_CASE("GGUF convert: models qforge cannot run are refused by name", "[gguf]"
     };
     TestGguf g = base();
     g.kvs[0] = kv_str("general.architecture", "gemma3");
-    CHECK_THAT(
-        convert_error(g),
-        Catch::Contains("GGUF architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3)"));
+    CHECK_THAT(convert_error(g),
+               Catch::Contains(
+                   "GGUF architecture 'gemma3' is not supported (supported: llama, qwen2, qwen3)"));
     g = base();
     g.kvs.erase(g.kvs.begin() + 6);
     CHECK_THAT(convert_error(g),

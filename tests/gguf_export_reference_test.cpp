@@ -16,8 +16,8 @@
 #include "core/hash.hpp"
 #include "formats/architectures.hpp"
 #include "formats/gguf.hpp"
-#include "formats/qf.hpp"
 #include "formats/gguf_writer.hpp"
+#include "formats/qf.hpp"
 #include "test_support.hpp"
 #include "tokenizer/gguf_writer.hpp"
 #include "tokenizer/source.hpp"
@@ -31,8 +31,7 @@ namespace {
 const fs::path kGgufFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf";
 
 // The command lines that made export_tiny.gguf (tests/data/gguf/README.md repeats them).
-const std::string kRecipe =
-    "--qtype q4s_g32 --tensor-type mlp.down=f16 --tensor-type attn.v=bf16";
+const std::string kRecipe = "--qtype q4s_g32 --tensor-type mlp.down=f16 --tensor-type attn.v=bf16";
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
@@ -122,7 +121,8 @@ TEST_CASE("GGUF export: the gguf package reads the file and dequantizes it to qf
     ScratchDir dir("gguf-export-reference");
 
     // The committed file is what the exporter writes now.
-    const fs::path flt = dir / "m.qf", quant = dir / "export_tiny.qf", out = dir / "export_tiny.gguf";
+    const fs::path flt = dir / "m.qf", quant = dir / "export_tiny.qf",
+                   out = dir / "export_tiny.gguf";
     run_ok("convert " + q(fixture("hf_models/llama_gqa_untied")) + " -o " + q(flt));
     run_ok("quantize " + q(flt) + " -o " + q(quant) + " " + kRecipe);
     run_ok("export " + q(quant) + " --format gguf -o " + q(out));
@@ -144,8 +144,8 @@ TEST_CASE("GGUF export: the gguf package reads the file and dequantizes it to qf
         CHECK(t.ne == e.at("ne").get<std::vector<uint64_t>>());
         CHECK(t.bytes == e.at("bytes").get<uint64_t>());
         const std::vector<float> v = values_of(qf, qf.at(our_name(qf.config().arch, t.name)));
-        const std::string hash = xxh3_64_tag(
-            {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+        const std::string hash =
+            xxh3_64_tag({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
         CHECK(hash == "xxh3-64:" + e.at("values_xxh3_64").get<std::string>());
         for (size_t j = 0; j < e.at("first").size(); ++j)
             CHECK(double(v[j]) == e.at("first")[j].get<double>());

@@ -92,8 +92,7 @@ TEST_CASE("GGUF export: a kept GGUF conversion exports to the same model and tok
     CHECK(b.model() == a.model());
 }
 
-TEST_CASE("GGUF export: llama q/k rows are in llama.cpp's adjacent-pair order",
-          "[gguf][export]") {
+TEST_CASE("GGUF export: llama q/k rows are in llama.cpp's adjacent-pair order", "[gguf][export]") {
     ScratchDir dir("gguf-export-rope");
     const fs::path flt = dir / "m.qf", gguf = dir / "m.gguf";
     run_ok("convert " + q(fixture("hf_models/llama_gqa_untied")) + " -o " + q(flt));
@@ -132,8 +131,10 @@ TEST_CASE("GGUF export: types without a bit-exact GGUF form are refused by name"
     ScratchDir dir("gguf-export-refused");
     const fs::path flt = dir / "m.qf";
     run_ok("convert " + q(fixture("hf_models/llama_gqa_untied")) + " -o " + q(flt));
-    for (const auto& [qtype, nearest] : {std::pair{"q4_g32", "q4s_g32"}, {"q4_g128", "q4s_g32"},
-                                         {"q3_g32", "q4s_g32"}, {"q8", "q8_g32"},
+    for (const auto& [qtype, nearest] : {std::pair{"q4_g32", "q4s_g32"},
+                                         {"q4_g128", "q4s_g32"},
+                                         {"q3_g32", "q4s_g32"},
+                                         {"q8", "q8_g32"},
                                          {"q4s_g128", "q4s_g32"}}) {
         INFO(qtype);
         const fs::path quant = dir / (std::string(qtype) + ".qf"),
@@ -154,9 +155,10 @@ TEST_CASE("GGUF export: types without a bit-exact GGUF form are refused by name"
     CHECK(r.exit_code != 0);
     CHECK_THAT(r.output, Catch::Contains("mlp.down") && Catch::Contains("blocks of 32"));
     // The output checks of every writing command, before any work.
-    for (const auto& [output, message] :
-         {std::pair{q(flt), "is the input"}, {std::string("/dev/null"), "a character device"},
-          {q(dir / "no" / "m.gguf"), "does not exist"}, {std::string("''"), "output path is empty"}}) {
+    for (const auto& [output, message] : {std::pair{q(flt), "is the input"},
+                                          {std::string("/dev/null"), "a character device"},
+                                          {q(dir / "no" / "m.gguf"), "does not exist"},
+                                          {std::string("''"), "output path is empty"}}) {
         const auto refused = run_qforge("export " + q(flt) + " --format gguf -o " + output);
         INFO(refused.output);
         CHECK(refused.exit_code == 1);

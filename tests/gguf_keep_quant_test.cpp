@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
@@ -19,7 +20,6 @@
 #include "formats/qf.hpp"
 #include "gguf_builder.hpp"
 #include "kernels/cpu/qdot.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

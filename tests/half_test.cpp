@@ -47,9 +47,10 @@ TEST_CASE("f32 -> f16 rounds like F16C (nearest even) on edge and random values"
         std::printf("SKIPPED: this CPU has no F16C\n");
         return;
     }
-    std::vector<float> values = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e-8f,
-                                 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 6.1035156e-5f,
-                                 6.1035152e-5f, INFINITY, -INFINITY, 1.0f / 3.0f};
+    std::vector<float> values = {0.0f,          -0.0f,         65504.0f,      65519.99f,
+                                 65520.0f,      -65520.0f,     1e-8f,         5.9604645e-8f,
+                                 2.9802322e-8f, 2.9802326e-8f, 6.1035156e-5f, 6.1035152e-5f,
+                                 INFINITY,      -INFINITY,     1.0f / 3.0f};
     // Every half value and the midpoints between neighbours (ties), plus random bit patterns.
     for (uint32_t h = 0; h < 0x7c00; ++h) {
         const float v = f16_to_f32(static_cast<uint16_t>(h));
@@ -59,7 +60,8 @@ TEST_CASE("f32 -> f16 rounds like F16C (nearest even) on edge and random values"
         values.push_back(static_cast<float>((static_cast<double>(v) + next) / 2));
     }
     std::mt19937 rng(1234);
-    for (int i = 0; i < 200000; ++i) values.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+    for (int i = 0; i < 200000; ++i)
+        values.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
     for (float f : values) {
         if (std::isnan(f)) {
             REQUIRE(std::isnan(f16_to_f32(f32_to_f16(f))));

@@ -12,13 +12,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/hf_writer.hpp"
 #include "tokenizer/source.hpp"

@@ -11,15 +11,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
-#include "sources/hf_quantized.hpp"
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
-#include "cli_support.hpp"
+#include "sources/hf_quantized.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

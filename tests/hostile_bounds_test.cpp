@@ -10,15 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
-#include "sources/detect.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/zstd_frame.hpp"
-#include "cli_support.hpp"
 #include "qf_support.hpp"
+#include "sources/detect.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
 #include "tokenizer/source.hpp"
@@ -204,7 +204,8 @@ TEST_CASE("a zstd bomb .qf fails before anything of its declared size is allocat
         const ModelConfig c = test::tiny_llama_config(393216, 1024);
         write_bomb_qf(p, zstd_frame(uint64_t{1610612736}, blocks), {393216, 1024}, &c);
         const auto r = test::run_qforge("verify " + q(p), kLimit1GiB);
-        require_one_line_error(r, {p.string(), "tensor 'embed'", "regenerate at most 180272 bytes"});
+        require_one_line_error(r,
+                               {p.string(), "tensor 'embed'", "regenerate at most 180272 bytes"});
     }
 }
 
@@ -301,7 +302,9 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
     SECTION("config.json declaring 2^31 - 1 layers beside a one-tensor checkpoint") {
         const fs::path ckpt = dir / "deep";
         fs::create_directories(ckpt);
-        test::write_file(ckpt / "config.json", std::string(R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+        test::write_file(
+            ckpt / "config.json",
+            std::string(R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
             "hidden_act": "silu", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2147483647, "num_attention_heads": 2,
             "num_key_value_heads": 1, "vocab_size": 4, "max_position_embeddings": 16,
             "rms_norm_eps": 1e-5, "tie_word_embeddings": true})"));
@@ -314,7 +317,8 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
         test::write_file(ckpt / "model.safetensors", b);
         for (const std::string cmd : {"convert ", "quantize --qtype q8 "}) {
             const auto r = test::run_qforge(cmd + q(ckpt) + " -o " + q(out), kLimit1GiB);
-            require_one_line_error(r, {"num_hidden_layers is 2147483647 but the checkpoint holds only 1 tensors"});
+            require_one_line_error(
+                r, {"num_hidden_layers is 2147483647 but the checkpoint holds only 1 tensors"});
         }
     }
     SECTION("a GGUF array count no file can hold") {
@@ -324,13 +328,15 @@ TEST_CASE("safetensors and llama2.c declared sizes are bounded by the file", "[h
         put_le(g, 1, 8);  // kv_count
         put_le(g, 3, 8);
         g.insert(g.end(), {'a', '.', 'b'});
-        put_le(g, 9, 4);                   // array
-        put_le(g, 8, 4);                   // of strings
+        put_le(g, 9, 4);                  // array
+        put_le(g, 8, 4);                  // of strings
         put_le(g, uint64_t{1} << 61, 8);  // elements
         g.resize(g.size() + 64, 0);
         test::write_file(dir / "huge.gguf", g);
-        const auto r = test::run_qforge("convert " + q(dir / "huge.gguf") + " -o " + q(out), kLimit1GiB);
-        require_one_line_error(r, {"huge.gguf", "metadata key 'a.b' claims 2305843009213693952 elements"});
+        const auto r =
+            test::run_qforge("convert " + q(dir / "huge.gguf") + " -o " + q(out), kLimit1GiB);
+        require_one_line_error(
+            r, {"huge.gguf", "metadata key 'a.b' claims 2305843009213693952 elements"});
     }
     SECTION("a llama2.c header with huge dims") {
         std::vector<uint8_t> b;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/gguf.hpp"
@@ -16,9 +17,8 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "gguf_builder.hpp"
-#include "quant/resume_state.hpp"
-#include "cli_support.hpp"
 #include "qf_support.hpp"
+#include "quant/resume_state.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/jinja_subset.hpp"

@@ -105,9 +105,10 @@ constexpr uint64_t kShapes[][2] = {{1, 1}, {3, 7}, {17, 13}, {5, 2}};  // rows, 
 
 }  // namespace
 
-TEST_CASE("float_matmul at every level: each output is its level's dot_row, bit for bit, and "
-          "within a derived bound of a float64 product",
-          "[float_gemm]") {
+TEST_CASE(
+    "float_matmul at every level: each output is its level's dot_row, bit for bit, and "
+    "within a derived bound of a float64 product",
+    "[float_gemm]") {
     uint32_t seed = 1;
     for (QType t : kFloatTypes)
         for (uint64_t k : kLengths)
@@ -127,8 +128,8 @@ TEST_CASE("float_matmul at every level: each output is its level's dot_row, bit 
                             REQUIRE(std::memcmp(&got, &dot, 4) == 0);
                             double exact = 0.0, magnitude = 0.0;
                             for (uint64_t j = 0; j < k; ++j) {
-                                const double p = static_cast<double>(rows.w[r * k + j]) *
-                                                 x[tok * ldx + j];
+                                const double p =
+                                    static_cast<double>(rows.w[r * k + j]) * x[tok * ldx + j];
                                 exact += p;
                                 magnitude += std::fabs(p);
                             }
@@ -139,9 +140,10 @@ TEST_CASE("float_matmul at every level: each output is its level's dot_row, bit 
             }
 }
 
-TEST_CASE("float_matmul: any row and token sub-range, unaligned rows and tokens read in place "
-          "give the same bits",
-          "[float_gemm]") {
+TEST_CASE(
+    "float_matmul: any row and token sub-range, unaligned rows and tokens read in place "
+    "give the same bits",
+    "[float_gemm]") {
     const uint64_t n = 37, m = 15, k = 1100, ldx = k;  // 37 rows: three panels, ragged tiles
     for (QType t : kFloatTypes) {
         const Rows rows = make_rows(t, n, k, 0, 7);
@@ -159,8 +161,7 @@ TEST_CASE("float_matmul: any row and token sub-range, unaligned rows and tokens 
         for (Isa isa : levels()) {
             INFO(qtype_traits(t).name << " level " << isa_name(isa));
             const std::vector<float> whole = run(isa, rows, rows.data(), x, ldx, 0, n, 0, m);
-            const std::vector<float> moved =
-                run(isa, rows, shifted.data() + 1, x, ldx, 0, n, 0, m);
+            const std::vector<float> moved = run(isa, rows, shifted.data() + 1, x, ldx, 0, n, 0, m);
             REQUIRE(std::memcmp(moved.data(), whole.data(), 4 * whole.size()) == 0);
             std::vector<float> in_place(whole.size(), std::nanf(""));
             float_matmul_isa(isa, t, rows.data(), rows.stride, 0, n, aligned_x.data() + skip,
@@ -194,11 +195,11 @@ TEST_CASE("float_matmul: non-finite activations as dot_row, and typed errors", "
         }
     }
     float out = 0.0f;
-    REQUIRE_THROWS_AS(float_matmul(QType::q8, rows.data(), rows.stride, 0, 1, x.data(), k, k, 0,
-                                   1, &out, 1),
-                      Error);
+    REQUIRE_THROWS_AS(
+        float_matmul(QType::q8, rows.data(), rows.stride, 0, 1, x.data(), k, k, 0, 1, &out, 1),
+        Error);
     if (cpu_isa() < Isa::avx512)
-        REQUIRE_THROWS_AS(float_matmul_isa(Isa::avx512, QType::f16, rows.data(), rows.stride, 0,
-                                           1, x.data(), k, k, 0, 1, &out, 1),
+        REQUIRE_THROWS_AS(float_matmul_isa(Isa::avx512, QType::f16, rows.data(), rows.stride, 0, 1,
+                                           x.data(), k, k, 0, 1, &out, 1),
                           Error);
 }

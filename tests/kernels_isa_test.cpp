@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "kernels/cpu/isa.hpp"
 #include "cli_support.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -29,8 +29,8 @@
 #include <random>
 #include <vector>
 
-#include "formats/qtype.hpp"
 #include "core/error.hpp"
+#include "formats/qtype.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
@@ -157,8 +157,7 @@ std::vector<float> run(Isa isa, const Matrix& m, const QActivations& a) {
 
 }  // namespace
 
-TEST_CASE("qmatmul at every level agrees with a float64 product within derived bounds",
-          "[qdot]") {
+TEST_CASE("qmatmul at every level agrees with a float64 product within derived bounds", "[qdot]") {
     uint32_t seed = 100;
     for (QType t : quantized_types())
         for (uint64_t k : kLengths) {
@@ -177,8 +176,7 @@ TEST_CASE("qmatmul at every level agrees with a float64 product within derived b
                             for (uint64_t r = 0; r < n; ++r) {
                                 INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens "
                                               << tokens << " mode " << mode_name(mode) << " isa "
-                                              << isa_name(isa) << " row " << r << " token "
-                                              << tok);
+                                              << isa_name(isa) << " row " << r << " token " << tok);
                                 const Reference ref = reference(m, r, a, tok);
                                 REQUIRE(std::fabs(out[tok * (n + 2) + r] - ref.value) <=
                                         1.01 * roundings(mode, scalar, k) * kU * ref.magnitude);
@@ -400,6 +398,6 @@ TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws",
     REQUIRE_THROWS_AS(dot_row_scalar(unknown, w.data(), xs.data(), k), Error);
     for (Isa isa : kIsaLevels)
         if (isa > cpu_isa())
-            REQUIRE_THROWS_AS(
-                qmatmul_isa(isa, QType::q8, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
+            REQUIRE_THROWS_AS(qmatmul_isa(isa, QType::q8, w.data(), 64, 0, 1, a, 0, 1, &out, 1),
+                              Error);
 }

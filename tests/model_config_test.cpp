@@ -320,8 +320,8 @@ TEST_CASE("config: the normalized form is read strictly", "[config]") {
 }
 
 TEST_CASE("config: every architecture has a model_type", "[config]") {
-    for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2,
-                      Architecture::qwen3})
+    for (auto arch :
+         {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3})
         CHECK(architecture_from_model_type(architecture_name(arch)) == arch);
     CHECK(architecture_name(Architecture::qwen2) == "qwen2");
     CHECK_FALSE(architecture_from_model_type("LlamaForCausalLM"));

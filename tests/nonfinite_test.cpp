@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli_support.hpp"
 #include "formats/qf.hpp"
 #include "formats/qf_validate.hpp"
 #include "formats/qtype.hpp"
@@ -17,7 +18,6 @@
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -86,8 +86,9 @@ TEST_CASE("nonfinite: NaN or Inf weights are an error naming the model and the p
     const fs::path good = test::convert_stories(data, "hf", dir);
     const fs::path text = dir / "story.txt";
     test::write_file(text, story());
-    REQUIRE(test::run_qforge("ppl " + quoted(good) + " -f " + quoted(text) + " --ctx 32")
-                .exit_code == 0);
+    REQUIRE(
+        test::run_qforge("ppl " + quoted(good) + " -f " + quoted(text) + " --ctx 32").exit_code ==
+        0);
 
     struct Case {
         const char* label;
@@ -166,9 +167,9 @@ TEST_CASE("nonfinite: a perplexity that scores no token is an error naming the t
         // llamacpp scores positions ctx/2+1 .. ctx-1: none for ctx 2, whatever the text.
         {"-f " + quoted(text) + " --ctx 2",
          text.string() + ": the llamacpp protocol with --ctx 2 scores no token"},
-        {"-f " + quoted(text) + " --ctx 2",
-         "the text has " + n + " tokens: --ctx 3 to " + std::to_string(std::stoul(n) / 2) +
-             " would score tokens of this text"},
+        {"-f " + quoted(text) + " --ctx 2", "the text has " + n + " tokens: --ctx 3 to " +
+                                                std::to_string(std::stoul(n) / 2) +
+                                                " would score tokens of this text"},
         {"-f " + quoted(tiny) + " --ctx 64",
          tiny.string() + ": the text has " + m +
              " tokens; the llamacpp protocol with --ctx 64 needs at least 128: the text is too "
@@ -190,8 +191,9 @@ TEST_CASE("nonfinite: a perplexity that scores no token is an error naming the t
         REQUIRE_THAT(r.output, !Contains("PPL ="));
     }
     // The smallest ctx each protocol scores with does run.
-    REQUIRE(test::run_qforge("-q ppl " + quoted(qf) + " -f " + quoted(text) + " --ctx 3")
-                .exit_code == 0);
+    REQUIRE(
+        test::run_qforge("-q ppl " + quoted(qf) + " -f " + quoted(text) + " --ctx 3").exit_code ==
+        0);
     REQUIRE(test::run_qforge("-q ppl " + quoted(qf) + " -f " + quoted(tiny) +
                              " --ctx 2 --protocol gptq")
                 .exit_code == 0);

@@ -11,18 +11,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli_support.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/safetensors.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -73,11 +73,10 @@ void require_refused(const test::CommandResult& r, const std::vector<std::string
 
 // A Llama checkpoint (config.json + one f16 model.safetensors) with deterministic pseudo-random
 // weights in `dir`; vocab 512 so the fixtures' tok512.bin serves as its tokenizer.
-void make_checkpoint(const fs::path& dir, uint64_t hidden, uint64_t intermediate,
-                     uint64_t layers) {
+void make_checkpoint(const fs::path& dir, uint64_t hidden, uint64_t intermediate, uint64_t layers) {
     fs::create_directories(dir);
-    nlohmann::json cfg =
-        nlohmann::json::parse(test::read_file(kData / "hf_models" / "llama_gqa_untied" / "config.json"));
+    nlohmann::json cfg = nlohmann::json::parse(
+        test::read_file(kData / "hf_models" / "llama_gqa_untied" / "config.json"));
     cfg["hidden_size"] = hidden;
     cfg["head_dim"] = hidden / 4;
     cfg["intermediate_size"] = intermediate;
@@ -111,8 +110,14 @@ struct Fixture {
     test::ScratchDir dir;
     fs::path in, out, hf, tok, qf, calib, q4;
     explicit Fixture(const std::string& name, bool quantized = false)
-        : dir(name), in(dir / "in"), out(dir / "out"), hf(in / "hf"), tok(in / "tok512.bin"),
-          qf(in / "small.qf"), calib(in / "calib.txt"), q4(in / "q4.qf") {
+        : dir(name),
+          in(dir / "in"),
+          out(dir / "out"),
+          hf(in / "hf"),
+          tok(in / "tok512.bin"),
+          qf(in / "small.qf"),
+          calib(in / "calib.txt"),
+          q4(in / "q4.qf") {
         fs::create_directories(out);
         make_checkpoint(hf, 128, 256, 1);
         fs::copy_file(kData / "quant_checkpoints" / "tok512.bin", tok);
@@ -132,11 +137,13 @@ struct Fixture {
 };
 
 // Runs each refused command and checks the inputs and the output directory did not change.
-void check_refusals(const Fixture& fx, const std::vector<std::pair<std::string, std::vector<std::string>>>& cases) {
+void check_refusals(const Fixture& fx,
+                    const std::vector<std::pair<std::string, std::vector<std::string>>>& cases) {
     for (const auto& [args, fragments] : cases) {
         INFO(args);
         const Snapshot in_before = snapshot(fx.in), out_before = snapshot(fx.out);
-        const DeviceState null_before = device_state("/dev/null"), full_before = device_state("/dev/full");
+        const DeviceState null_before = device_state("/dev/null"),
+                          full_before = device_state("/dev/full");
         require_refused(test::run_qforge(args), fragments);
         REQUIRE(snapshot(fx.in) == in_before);
         REQUIRE(snapshot(fx.out) == out_before);
@@ -160,26 +167,31 @@ TEST_CASE("convert refuses an output that is an input, a device, a FIFO or in a 
     const int fifo_reader = ::open((fx.out / "fifo").c_str(), O_RDONLY | O_NONBLOCK);
     REQUIRE(fifo_reader >= 0);
     const std::string c = "convert ";
-    check_refusals(fx, {
-        {c + q(st) + " -o " + q(st), {"is the input", st.string()}},
-        {c + q(st) + " -o " + q(fx.out / "link.qf"), {"is the input"}},
-        {c + q(st) + " -o " + q(fx.out / "hard.qf"), {"is the input"}},
-        {c + q(fx.hf) + " -o " + q(fx.hf), {"is the input"}},
-        {c + q(fx.hf) + " -o " + q(fx.out / "hard-config.qf"), {"is the input", "config.json"}},
-        {c + q(fx.hf) + " -o " + q(fx.hf / "out.qf"), {"inside the input directory", fx.hf.string()}},
-        {c + q(fx.hf) + " -o " + q(fx.out / "hf-link" / "out.qf"), {"inside the input directory"}},
-        {c + q(fx.hf) + " -o " + q(fx.in / "hf" / ".." / "hf" / "config.json"), {"is the input", "config.json"}},
-        {c + q(st) + " -o " + q(fx.hf / "config.json"), {"is the input", "config.json"}},
-        {c + q(fx.hf) + " -o " + q(fx.tok), {"is the input", "tok512.bin"}},
-        {c + q(fx.hf) + " --tokenizer " + q(fx.tok) + " -o " + q(fx.tok), {"is the input"}},
-        {c + q(fx.hf) + " -o ''", {"output path is empty"}},
-        {c + q(fx.hf) + " -o /dev/null", {"/dev/null", "a character device"}},
-        {c + q(fx.hf) + " -o /dev/full", {"/dev/full", "a character device"}},
-        {c + q(fx.hf) + " -o " + q(fx.out / "fifo"), {"a FIFO"}},
-        {c + q(fx.hf) + " -o " + q(fx.out), {"a directory"}},
-        {c + q(fx.hf) + " -o " + q(fx.out.string() + "/"), {"names a directory"}},
-        {c + q(fx.hf) + " -o " + q(fx.out / "missing" / "deeper" / "x.qf"), {"does not exist"}},
-    });
+    check_refusals(
+        fx,
+        {
+            {c + q(st) + " -o " + q(st), {"is the input", st.string()}},
+            {c + q(st) + " -o " + q(fx.out / "link.qf"), {"is the input"}},
+            {c + q(st) + " -o " + q(fx.out / "hard.qf"), {"is the input"}},
+            {c + q(fx.hf) + " -o " + q(fx.hf), {"is the input"}},
+            {c + q(fx.hf) + " -o " + q(fx.out / "hard-config.qf"), {"is the input", "config.json"}},
+            {c + q(fx.hf) + " -o " + q(fx.hf / "out.qf"),
+             {"inside the input directory", fx.hf.string()}},
+            {c + q(fx.hf) + " -o " + q(fx.out / "hf-link" / "out.qf"),
+             {"inside the input directory"}},
+            {c + q(fx.hf) + " -o " + q(fx.in / "hf" / ".." / "hf" / "config.json"),
+             {"is the input", "config.json"}},
+            {c + q(st) + " -o " + q(fx.hf / "config.json"), {"is the input", "config.json"}},
+            {c + q(fx.hf) + " -o " + q(fx.tok), {"is the input", "tok512.bin"}},
+            {c + q(fx.hf) + " --tokenizer " + q(fx.tok) + " -o " + q(fx.tok), {"is the input"}},
+            {c + q(fx.hf) + " -o ''", {"output path is empty"}},
+            {c + q(fx.hf) + " -o /dev/null", {"/dev/null", "a character device"}},
+            {c + q(fx.hf) + " -o /dev/full", {"/dev/full", "a character device"}},
+            {c + q(fx.hf) + " -o " + q(fx.out / "fifo"), {"a FIFO"}},
+            {c + q(fx.hf) + " -o " + q(fx.out), {"a directory"}},
+            {c + q(fx.hf) + " -o " + q(fx.out.string() + "/"), {"names a directory"}},
+            {c + q(fx.hf) + " -o " + q(fx.out / "missing" / "deeper" / "x.qf"), {"does not exist"}},
+        });
     char byte;
     REQUIRE(::read(fifo_reader, &byte, 1) <= 0);  // nothing was written into the FIFO
     ::close(fifo_reader);
@@ -211,11 +223,12 @@ TEST_CASE("convert of a llama2.c checkpoint refuses its own file and the vocabul
     const fs::path bin = fx.in / "stories260K.bin";
     fs::copy_file(data / "stories260K" / "stories260K.bin", bin);
     fs::create_symlink(bin, fx.out / "link.bin");
-    check_refusals(fx, {
-        {"convert " + q(bin) + " -o " + q(bin), {"is the input"}},
-        {"convert " + q(bin) + " -o " + q(fx.out / "link.bin"), {"is the input"}},
-        {"convert " + q(bin) + " -o " + q(fx.tok), {"is the input", "tok512.bin"}},
-    });
+    check_refusals(fx,
+                   {
+                       {"convert " + q(bin) + " -o " + q(bin), {"is the input"}},
+                       {"convert " + q(bin) + " -o " + q(fx.out / "link.bin"), {"is the input"}},
+                       {"convert " + q(bin) + " -o " + q(fx.tok), {"is the input", "tok512.bin"}},
+                   });
 }
 
 TEST_CASE("quantize (RTN and GPTQ) refuses an output or --resume that is an input",
@@ -227,8 +240,8 @@ TEST_CASE("quantize (RTN and GPTQ) refuses an output or --resume that is an inpu
     const int fifo_reader = ::open((fx.out / "fifo").c_str(), O_RDONLY | O_NONBLOCK);
     REQUIRE(fifo_reader >= 0);
     const std::string rtn = " --qtype q4_g32";
-    const std::string gptq = " --qtype q4_g32 --method gptq --calib " + q(fx.calib) +
-                             " --nsamples 2 --seqlen 16";
+    const std::string gptq =
+        " --qtype q4_g32 --method gptq --calib " + q(fx.calib) + " --nsamples 2 --seqlen 16";
     std::vector<std::pair<std::string, std::vector<std::string>>> cases;
     for (const std::string& method : {rtn, gptq}) {
         const std::string qz = "quantize " + q(fx.qf) + method;
@@ -275,14 +288,14 @@ TEST_CASE("export refuses an output that is its input, a device or in a missing 
     test::write_file(fx.out / "file", std::string("x"));
     const std::string e = "export --format gptq " + q(fx.q4);
     check_refusals(fx, {
-        {e + " -o " + q(fx.q4), {"is the input"}},
-        {e + " -o " + q(fx.out / "link.qf"), {"is the input"}},
-        {e + " -o " + q(fx.in), {"contains the input"}},
-        {e + " -o " + q(fx.out / "file"), {"a regular file, not a directory"}},
-        {e + " -o ''", {"output path is empty"}},
-        {e + " -o /dev/null", {"a character device"}},
-        {e + " -o " + q(fx.out / "missing" / "gptq"), {"does not exist"}},
-    });
+                           {e + " -o " + q(fx.q4), {"is the input"}},
+                           {e + " -o " + q(fx.out / "link.qf"), {"is the input"}},
+                           {e + " -o " + q(fx.in), {"contains the input"}},
+                           {e + " -o " + q(fx.out / "file"), {"a regular file, not a directory"}},
+                           {e + " -o ''", {"output path is empty"}},
+                           {e + " -o /dev/null", {"a character device"}},
+                           {e + " -o " + q(fx.out / "missing" / "gptq"), {"does not exist"}},
+                       });
     // A full disk while writing (ulimit -f: 8 KiB files): the error names the file under the
     // output directory with the errno text, and the temporary directory is gone.
     const Snapshot out_before = snapshot(fx.out);
@@ -351,7 +364,8 @@ Interrupted interrupt_repeatedly(const std::vector<std::string>& args, const fs:
         counts.finished += done;
         counts.killed += WIFSIGNALED(status);
         std::vector<std::string> names;
-        for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+        for (const auto& e : fs::directory_iterator(dir))
+            names.push_back(e.path().filename().string());
         INFO("left: " << names.size() << (names.empty() ? "" : " first " + names.front()));
         if (done) {
             REQUIRE(names.size() == 1);
@@ -393,8 +407,8 @@ TEST_CASE("SIGKILL during convert or quantize leaves no file, the old output sta
         REQUIRE(WEXITSTATUS(status) == 0);
     };
     run_to_end(with(convert, ref / "c.qf"));
-    const std::vector<std::string> quantize = {"quantize", (ref / "c.qf").string(), "--qtype",
-                                               "q4_g32", "-t", "1", "-o"};
+    const std::vector<std::string> quantize = {
+        "quantize", (ref / "c.qf").string(), "--qtype", "q4_g32", "-t", "1", "-o"};
     run_to_end(with(quantize, ref / "q.qf"));
     const auto converted = test::read_file(ref / "c.qf"), quantized = test::read_file(ref / "q.qf");
 
@@ -434,7 +448,7 @@ TEST_CASE("SIGINT during export leaves no temporary directory", "[hostile][outpu
         REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
     }
     const std::vector<std::string> args = {"export", (ref / "q.qf").string(), "--format", "gptq",
-                                           "-o", (work / "gptq").string()};
+                                           "-o",     (work / "gptq").string()};
     for (const bool named : {false, true}) {
         if (named) ::setenv("QFORGE_NO_O_TMPFILE", "1", 1);
         for (const int delay_ms : {0, 5, 10, 20, 40, 60, 90, 130, 200, 300}) {
@@ -479,8 +493,10 @@ struct TmpdirOverride {
         ::setenv("TMPDIR", dir.c_str(), 1);
     }
     ~TmpdirOverride() {
-        if (saved.empty()) ::unsetenv("TMPDIR");
-        else ::setenv("TMPDIR", saved.c_str(), 1);
+        if (saved.empty())
+            ::unsetenv("TMPDIR");
+        else
+            ::setenv("TMPDIR", saved.c_str(), 1);
     }
     std::string saved;
 };
@@ -499,8 +515,8 @@ TEST_CASE("SIGINT/SIGTERM during a command on a checkpoint removes its temporary
     TmpdirOverride tmpdir(tmp);
     // Converting takes some milliseconds, the benchmark that follows some hundreds: the signals
     // land before, during and after the conversion.
-    const std::vector<std::string> args = {"bench", hf.string(), "-p", "64", "-n", "64",
-                                           "-r", "40", "-t", "1", "--bandwidth", "10"};
+    const std::vector<std::string> args = {"bench", hf.string(), "-p", "64", "-n",          "64",
+                                           "-r",    "40",        "-t", "1",  "--bandwidth", "10"};
     int finished = 0;
     for (const int sig : {SIGINT, SIGTERM}) {
         for (const int delay_ms : {0, 5, 15, 30, 60, 100, 200, 400}) {
@@ -519,7 +535,8 @@ TEST_CASE("SIGINT/SIGTERM during a command on a checkpoint removes its temporary
 
 // SIGKILL runs no handler: what it leaves, a later conversion removes once the process that made
 // it is gone, and only then (a live process's file and a fresh one stay).
-TEST_CASE("a conversion left by a killed process is removed by the next one", "[hostile][output][cli]") {
+TEST_CASE("a conversion left by a killed process is removed by the next one",
+          "[hostile][output][cli]") {
     test::ScratchDir dir("out-qfinput-stale");
     const fs::path hf = dir / "hf", tmp = dir / "tmp";
     make_checkpoint(hf, 128, 256, 1);

@@ -8,11 +8,11 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/perplexity.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 

@@ -23,7 +23,8 @@ std::string read_doc() {
 }
 
 // Rows of the markdown table that follows `heading`, as cells.
-std::vector<std::vector<std::string>> table_after(const std::string& doc, const std::string& heading) {
+std::vector<std::vector<std::string>> table_after(const std::string& doc,
+                                                  const std::string& heading) {
     std::vector<std::vector<std::string>> rows;
     size_t at = doc.find(heading);
     REQUIRE(at != std::string::npos);
@@ -64,8 +65,10 @@ TEST_CASE("FORMAT.md preamble table matches QfPreamble", "[formats][spec]") {
         {"header_length", {offsetof(QfPreamble, header_length), sizeof(QfPreamble::header_length)}},
         {"data_offset", {offsetof(QfPreamble, data_offset), sizeof(QfPreamble::data_offset)}},
         {"data_length", {offsetof(QfPreamble, data_length), sizeof(QfPreamble::data_length)}},
-        {"header_checksum", {offsetof(QfPreamble, header_checksum), sizeof(QfPreamble::header_checksum)}},
-        {"tensor_alignment", {offsetof(QfPreamble, tensor_alignment), sizeof(QfPreamble::tensor_alignment)}},
+        {"header_checksum",
+         {offsetof(QfPreamble, header_checksum), sizeof(QfPreamble::header_checksum)}},
+        {"tensor_alignment",
+         {offsetof(QfPreamble, tensor_alignment), sizeof(QfPreamble::tensor_alignment)}},
         {"reserved", {offsetof(QfPreamble, reserved), sizeof(QfPreamble::reserved)}},
     };
     REQUIRE(rows.size() == code.size());
@@ -79,7 +82,8 @@ TEST_CASE("FORMAT.md preamble table matches QfPreamble", "[formats][spec]") {
     }
     REQUIRE(total == sizeof(QfPreamble));
     const std::string doc = read_doc();
-    REQUIRE(doc.find("# The .qf format, version " + std::to_string(kQfVersion)) != std::string::npos);
+    REQUIRE(doc.find("# The .qf format, version " + std::to_string(kQfVersion)) !=
+            std::string::npos);
     REQUIRE(doc.find("`0x01020304`") != std::string::npos);
     REQUIRE(kQfEndianTag == 0x01020304);
     REQUIRE(doc.find("multiple of 4096") != std::string::npos);
@@ -101,9 +105,10 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
             REQUIRE(rows[i].at(4) == "exact");
         } else {
             REQUIRE(rows[i].at(2) == (t.group ? std::to_string(t.group) : std::string("row")));
-            const std::string zero = !t.symmetric     ? "stored"
-                                     : t.signed_codes ? std::to_string(t.implicit_zero) + " (int8 codes)"
-                                                      : std::to_string(t.implicit_zero);
+            const std::string zero = !t.symmetric ? "stored"
+                                     : t.signed_codes
+                                         ? std::to_string(t.implicit_zero) + " (int8 codes)"
+                                         : std::to_string(t.implicit_zero);
             REQUIRE(rows[i].at(3) == zero);
             // The documented bound is the table's without its 2^-10 float-rounding allowance.
             const double bound = t.error_bound - 1.0 / 1024;

@@ -15,8 +15,8 @@
 #include "test_support.hpp"
 
 using namespace qforge;
-using nlohmann::json;
 using Catch::Contains;
+using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -83,7 +83,9 @@ void edit_preamble(const fs::path& path, const std::function<void(QfPreamble&)>&
     test::write_file(path, bytes);
 }
 
-bool no_temp_files(const fs::path& dir) { return test::files_containing(dir, "qforge-tmp").empty(); }
+bool no_temp_files(const fs::path& dir) {
+    return test::files_containing(dir, "qforge-tmp").empty();
+}
 
 }  // namespace
 
@@ -269,7 +271,8 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
     SECTION("overlapping tensors") {
         fresh();
         edit_header(p, [&](json& h) {
-            tensor_at(h, "layers.0.attn_norm")["offset"] = tensor_at(h, "layers.0.attn.q")["offset"];
+            tensor_at(h, "layers.0.attn_norm")["offset"] =
+                tensor_at(h, "layers.0.attn.q")["offset"];
         });
         expect("data overlaps tensor");
     }
@@ -314,9 +317,11 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
         std::memcpy(&pre, bytes.data(), sizeof pre);
         json hdr = json::parse(bytes.begin() + static_cast<long>(pre.header_offset), bytes.end());
         const uint64_t off = tensor_at(hdr, "zeros")["offset"].get<uint64_t>();
-        for (int i = 0; i < 4; ++i) bytes[kQfDataAlignment + off + static_cast<uint64_t>(i)] = 0;  // frame magic
+        for (int i = 0; i < 4; ++i)
+            bytes[kQfDataAlignment + off + static_cast<uint64_t>(i)] = 0;  // frame magic
         test::write_file(p, bytes);
-        expect("tensor 'zeros': zstd data from " + std::to_string(tensor_at(hdr, "zeros")["stored_length"].get<uint64_t>()) +
+        expect("tensor 'zeros': zstd data from " +
+               std::to_string(tensor_at(hdr, "zeros")["stored_length"].get<uint64_t>()) +
                " stored bytes: does not start with a zstd frame");
     }
     REQUIRE(no_temp_files(dir.path()));

@@ -10,15 +10,15 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"
-#include "cli_support.hpp"
 #include "qf_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
-using nlohmann::json;
 using Catch::Contains;
+using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -157,7 +157,8 @@ fs::path make_broken(const fs::path& good, const Defect& d, const fs::path& out)
     QfParts parts = read_parts(good);
     if (d.edit) d.edit(parts);
     write_parts(out, parts);
-    if (!d.header_text.first.empty()) edit_header_text(out, d.header_text.first, d.header_text.second);
+    if (!d.header_text.first.empty())
+        edit_header_text(out, d.header_text.first, d.header_text.second);
     if (d.header) edit_header(out, d.header);
     return out;
 }
@@ -238,7 +239,7 @@ TEST_CASE("validate: a tokenizer with more tokens than vocab_size is refused, na
           "[hostile][validate]") {
     test::ScratchDir dir("validate-tokenizer-more");
     const fs::path src = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data";
-    const fs::path model = src / "hf_models" / "llama_gqa_untied";  // vocab_size 256
+    const fs::path model = src / "hf_models" / "llama_gqa_untied";              // vocab_size 256
     const fs::path tokenizer = src / "tokenizers" / "gpt2" / "tokenizer.json";  // 3001 tokens
     const fs::path out = dir / "out.qf";
     const std::string why = tokenizer.string() +
@@ -264,8 +265,9 @@ TEST_CASE("validate: a tokenizer with more tokens than vocab_size is refused, na
     const auto r = test::run_qforge("convert " + quoted(copy) + " -o " + quoted(out));
     INFO(r.output);
     REQUIRE(r.exit_code == 1);
-    REQUIRE_THAT(r.output, Contains("the tokenizer has 3001 tokens, more than the vocab_size 256 of " +
-                                    copy.string()));
+    REQUIRE_THAT(r.output,
+                 Contains("the tokenizer has 3001 tokens, more than the vocab_size 256 of " +
+                          copy.string()));
     REQUIRE_FALSE(fs::exists(out));
 }
 
@@ -288,8 +290,9 @@ TEST_CASE("validate: a tokenizer with fewer tokens than vocab_size converts, war
                                     " --tokenizer " + quoted(tok) + " -o " + quoted(qf));
     INFO(c.output);
     REQUIRE(c.exit_code == 0);
-    REQUIRE_THAT(c.output, Contains("warning: " + tok.string() +
-                                    " has 400 tokens for 512 embedding rows: 112 ids have no token"));
+    REQUIRE_THAT(c.output,
+                 Contains("warning: " + tok.string() +
+                          " has 400 tokens for 512 embedding rows: 112 ids have no token"));
     REQUIRE(test::run_qforge("verify " + quoted(qf)).exit_code == 0);
     // Near-uniform sampling over all 512 ids would pick one of the 112 within a few tokens; the
     // masked logits never do, so the whole run decodes.

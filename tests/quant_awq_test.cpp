@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "formats/qf.hpp"
 #include "formats/qtype.hpp"
 #include "quant/awq.hpp"
 #include "quant/block_forward.hpp"
 #include "quant/hessian.hpp"
-#include "sources/model_source.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
+#include "sources/model_source.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <random>
 
+#include "cli_support.hpp"
 #include "quant/block_forward.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

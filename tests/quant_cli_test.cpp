@@ -10,12 +10,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

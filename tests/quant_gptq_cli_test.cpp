@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "formats/qf.hpp"
 #include "cli_support.hpp"
+#include "formats/qf.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -53,7 +53,8 @@ TEST_CASE("gptq on stories260K beats RTN, records its recipe, is deterministic",
     const fs::path calib = dir / "calib.txt", eval = dir / "eval.txt";
     split_text(test::tinystories_head(data), calib, eval);
 
-    const std::string common = " --qtype q4_g32 --calib " + q(calib) + " --nsamples 16 --seqlen 128";
+    const std::string common =
+        " --qtype q4_g32 --calib " + q(calib) + " --nsamples 16 --seqlen 128";
     auto g1 = test::run_qforge("quantize " + q(f32) + " -o " + q(dir / "g1.qf") +
                                " --method gptq -t 1 --json -q" + common);
     INFO(g1.output);
@@ -91,7 +92,8 @@ TEST_CASE("gptq on stories260K beats RTN, records its recipe, is deterministic",
     REQUIRE(k_gptq < k_rtn);
 }
 
-TEST_CASE("gptq refuses missing or too short calibration text with one line", "[quant][gptq][cli][shared]") {
+TEST_CASE("gptq refuses missing or too short calibration text with one line",
+          "[quant][gptq][cli][shared]") {
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("gptq-refuse");
     const fs::path f32 = test::convert_stories(data, "hf", dir);

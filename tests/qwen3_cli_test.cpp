@@ -12,8 +12,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "formats/qf.hpp"
 #include "cli_support.hpp"
+#include "formats/qf.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

@@ -9,10 +9,10 @@
 
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
-#include "test_support.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
+#include "test_support.hpp"
 
 using namespace qforge;
 

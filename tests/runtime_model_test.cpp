@@ -318,10 +318,9 @@ TEST_CASE("cpu backend and model loader refuse bad input with a clear error", "[
         for (const auto& t : src.tensors())
             w.add_tensor(t.name, t.qtype, t.shape, src.tensor_bytes(t, scratch));
         w.finish();
-        REQUIRE_THROWS_WITH(
-            Model(mixed.string()),
-            Contains("tensor 'layers.0.mlp.gate': shape [72, 48] but the config's "
-                     "intermediate_size 70 and hidden_size 48 require [70, 48]"));
+        REQUIRE_THROWS_WITH(Model(mixed.string()),
+                            Contains("tensor 'layers.0.mlp.gate': shape [72, 48] but the config's "
+                                     "intermediate_size 70 and hidden_size 48 require [70, 48]"));
     }
 }
 

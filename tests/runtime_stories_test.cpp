@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "convert/convert.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/reference_forward.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;

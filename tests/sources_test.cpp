@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli_support.hpp"
 #include "core/error.hpp"
 #include "formats/qf.hpp"
 #include "sources/model_source.hpp"
-#include "cli_support.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -89,9 +89,10 @@ TEST_CASE("ppl reads a GGUF directly, as the .qf convert makes of it, and leaves
     REQUIRE_THAT(r.output, Contains("absent.gguf"));
 }
 
-TEST_CASE("quantize reads a Hugging Face directory and a GGUF directly, as convert then "
-          "quantize does",
-          "[sources][cli]") {
+TEST_CASE(
+    "quantize reads a Hugging Face directory and a GGUF directly, as convert then "
+    "quantize does",
+    "[sources][cli]") {
     test::ScratchDir dir("sources-quantize");
     for (const fs::path& input : {kHf, kGguf}) {
         INFO(input);
@@ -101,8 +102,7 @@ TEST_CASE("quantize reads a Hugging Face directory and a GGUF directly, as conve
         run_ok("quantize " + q(input) + " -o " + q(direct) + " --qtype q4_g32 -q");
         require_same_tensors(direct, two_step);
         const QfFile out(direct.string());
-        const std::string format =
-            out.header().at("provenance").at("recipe").at("source_format");
+        const std::string format = out.header().at("provenance").at("recipe").at("source_format");
         REQUIRE(format == (input == kGguf ? "gguf" : "safetensors"));
         for (const fs::path& p : {converted, two_step, direct}) fs::remove(p);
     }
@@ -119,8 +119,9 @@ TEST_CASE("open_model_source: every kind by content, options that do not apply a
     REQUIRE(hf->format() == "safetensors");
     REQUIRE(hf->sources().front().at("file") == "config.json");
     REQUIRE(hf->tensors().back().name == "lm_head");  // untied: its own output head
-    REQUIRE_THROWS_WITH(open_model_source(kHf.string(), SourceOptions{.tokenizer = {}, .keep_quant = true}),
-                        Contains("--keep-quant applies to GGUF input only"));
+    REQUIRE_THROWS_WITH(
+        open_model_source(kHf.string(), SourceOptions{.tokenizer = {}, .keep_quant = true}),
+        Contains("--keep-quant applies to GGUF input only"));
     test::ScratchDir dir("sources-open");
     test::write_file(dir / "x.gguf", std::string("not a model at all"));
     REQUIRE_THROWS_WITH(open_model_source((dir / "x.gguf").string(), SourceOptions{}),
@@ -139,7 +140,8 @@ TEST_CASE("bench, ppl and generate take a Hugging Face directory as the model", 
     const auto r = run_ok("bench " + q(kHf) + " -p 4 -n 2 -r 1 -t 1 --bandwidth 10 --json", env);
     REQUIRE_THAT(r.output, Contains("warning: no tokenizer found"));  // stderr, merged
     REQUIRE_THAT(r.output, Contains("\"prefill"));
-    for (const std::string& cmd : std::vector<std::string>{"ppl " + q(kHf) + " -f " + q(text) + " --ctx 4",
+    for (const std::string& cmd :
+         std::vector<std::string>{"ppl " + q(kHf) + " -f " + q(text) + " --ctx 4",
                                   "generate " + q(kHf) + " -p 'Once' -n 2 --greedy"}) {
         const auto bad = test::run_qforge(cmd, env);
         INFO(cmd << "\n" << bad.output);

@@ -48,8 +48,7 @@ std::string tinystories_head(const fs::path& data) {
 }
 
 ScratchDir::ScratchDir(const std::string& name) {
-    path_ = fs::temp_directory_path() /
-            ("qforge-test-" + name + "-" + std::to_string(::getpid()));
+    path_ = fs::temp_directory_path() / ("qforge-test-" + name + "-" + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
 }
@@ -61,7 +60,8 @@ ScratchDir::~ScratchDir() {
 
 void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
     std::ofstream f(p, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     if (!f) throw std::runtime_error("cannot write " + p.string());
 }
 
@@ -84,13 +84,16 @@ std::vector<std::string> files_containing(const fs::path& dir, const std::string
     return found;
 }
 
-std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols,
+                                  const std::vector<float>& v) {
     if (!qtype_is_quantized(t)) return float_bytes(t, v);
     const uint64_t stride = *qtype_row_bytes(t, cols);
     std::vector<uint8_t> out(rows * stride);
     for (uint64_t r = 0; r < rows; ++r)
-        if (quantize_row_ref(t, v.data() + r * cols, cols, out.data() + r * stride) != QuantStatus::ok)
-            throw std::runtime_error("matrix_bytes: row " + std::to_string(r) + " does not quantize");
+        if (quantize_row_ref(t, v.data() + r * cols, cols, out.data() + r * stride) !=
+            QuantStatus::ok)
+            throw std::runtime_error("matrix_bytes: row " + std::to_string(r) +
+                                     " does not quantize");
     return out;
 }
 

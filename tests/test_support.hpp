@@ -29,28 +29,28 @@ std::optional<std::filesystem::path> shared_data_dir();
 std::string tinystories_head(const std::filesystem::path& data);
 
 // Prints "SKIPPED: <reason>" (ctest's skip marker) and returns from the test case.
-#define QF_SKIP(reason)                                      \
-    do {                                                     \
+#define QF_SKIP(reason)                                            \
+    do {                                                           \
         std::printf("SKIPPED: %s\n", std::string(reason).c_str()); \
-        std::fflush(stdout);                                 \
-        return;                                              \
+        std::fflush(stdout);                                       \
+        return;                                                    \
     } while (0)
 
 // The shared data folder, or skip the current test with a printed reason.
-#define QF_REQUIRE_SHARED_DATA(var)                                                   \
-    auto var##_opt = ::qforge::test::shared_data_dir();                               \
-    if (!var##_opt) QF_SKIP("../shared/data is absent (set QFORGE_SHARED_DATA)");    \
+#define QF_REQUIRE_SHARED_DATA(var)                                               \
+    auto var##_opt = ::qforge::test::shared_data_dir();                           \
+    if (!var##_opt) QF_SKIP("../shared/data is absent (set QFORGE_SHARED_DATA)"); \
     const std::filesystem::path var = *var##_opt
 
 // A fresh empty directory under the build tree, removed when the object dies.
 class ScratchDir {
-public:
+  public:
     explicit ScratchDir(const std::string& name);
     ~ScratchDir();
     const std::filesystem::path& path() const { return path_; }
     std::filesystem::path operator/(const std::string& child) const { return path_ / child; }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 
@@ -60,14 +60,16 @@ std::vector<uint8_t> read_file(const std::filesystem::path& p);
 
 // Names of the files in `dir` that contain `fragment` (".qf" finds outputs and their temporaries):
 // tests of failed writes require it to be empty.
-std::vector<std::string> files_containing(const std::filesystem::path& dir, const std::string& fragment);
+std::vector<std::string> files_containing(const std::filesystem::path& dir,
+                                          const std::string& fragment);
 
 // Values stored as f32, f16 or bf16 bytes (little-endian), as a tensor of that qtype holds them.
 std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 
 // A matrix [rows][cols] of values as a tensor of type t holds it: float bytes, or each row through
 // the reference quantizer (throws std::runtime_error if a row does not quantize).
-std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols, const std::vector<float>& v);
+std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols,
+                                  const std::vector<float>& v);
 
 // Every quantized type of formats/qtype.hpp's table, in table order.
 inline std::vector<QType> quantized_types() {

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "tokenizer/source.hpp"
 #include "cli_support.hpp"
 #include "test_support.hpp"
+#include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace qforge;
@@ -30,8 +30,8 @@ std::string first_difference(const std::vector<int32_t>& got, const std::vector<
     while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
     if (i == got.size() && i == want.size()) return "";
     std::ostringstream ss;
-    ss << "first difference at position " << i << " (got " << got.size() << " ids, want " << want.size()
-       << "):";
+    ss << "first difference at position " << i << " (got " << got.size() << " ids, want "
+       << want.size() << "):";
     auto show = [&](const char* name, const std::vector<int32_t>& v) {
         ss << "\n  " << name << ":";
         for (size_t k = i >= 3 ? i - 3 : 0; k < std::min(v.size(), i + 4); ++k)
@@ -69,30 +69,41 @@ TEST_CASE("llama2c tokenizer reproduces run.c's encode ids for every golden inpu
     }
 }
 
-TEST_CASE("llama2c decode(encode(x)) == x on valid UTF-8, and run.c's decode rules", "[tokenizer]") {
+TEST_CASE("llama2c decode(encode(x)) == x on valid UTF-8, and run.c's decode rules",
+          "[tokenizer]") {
     QF_REQUIRE_SHARED_DATA(shared);
     const Tokenizer tok = Tokenizer::load((shared / "stories260K" / "tok512.bin").string());
     const std::vector<std::string> texts = {
-        "Once upon a time", " leading space", "Hello  world!\n\nIt\u2019s 3.14 \u00e9t\u00e9 \u4e2d\u6587",
-        "tabs\there   end ", "emoji \U0001F600 and \u20ac", "x", "  two", "\n"};
+        "Once upon a time",
+        " leading space",
+        "Hello  world!\n\nIt\u2019s 3.14 \u00e9t\u00e9 \u4e2d\u6587",
+        "tabs\there   end ",
+        "emoji \U0001F600 and \u20ac",
+        "x",
+        "  two",
+        "\n"};
     for (const std::string& t : texts) {
         const auto ids = tok.encode(t);
         CHECK(tok.decode(ids, /*skip_special=*/true) == t);
     }
-    CHECK(tok.decode(tok.encode(slurp(shared / "tinystories-val-sample" / "tinystories_val_sample.txt", 50000)), true) ==
+    CHECK(tok.decode(tok.encode(slurp(
+                         shared / "tinystories-val-sample" / "tinystories_val_sample.txt", 50000)),
+                     true) ==
           slurp(shared / "tinystories-val-sample" / "tinystories_val_sample.txt", 50000));
     CHECK(tok.encode("").size() == 1);  // BOS only: no dummy prefix for empty text
     CHECK(tok.encode("", false).empty());
     CHECK(tok.bos_id() == 1);
     CHECK(tok.eos_id() == 2);
     CHECK(tok.stop_ids() == std::vector<int32_t>{1});  // run.c stops when the model emits BOS
-    CHECK(tok.decode_piece(1, 403) == "Once");          // leading space stripped after BOS
+    CHECK(tok.decode_piece(1, 403) == "Once");         // leading space stripped after BOS
     CHECK(tok.decode_piece(403, 407) == " upon");
     CHECK(tok.decode_piece(403, 3 + 0xe4) == "\xe4");  // <0xE4> is the raw byte
     CHECK(tok.is_special(1));
     CHECK_FALSE(tok.is_special(403));
     // Invalid UTF-8 is replaced by U+FFFD (one per maximal subpart) before encoding.
-    CHECK(tok.encode("a\xff" "b") == tok.encode("a\xef\xbf\xbd" "b"));
+    CHECK(tok.encode("a\xff"
+                     "b") == tok.encode("a\xef\xbf\xbd"
+                                        "b"));
     CHECK(tok.encode("a\xe4\xb8") == tok.encode("a\xef\xbf\xbd"));
 }
 
@@ -118,11 +129,14 @@ TEST_CASE("llama2c vocabulary maps into the normalized schema", "[tokenizer]") {
 
 TEST_CASE("llama2c vocabulary: hostile files fail with one line naming the file", "[tokenizer]") {
     test::ScratchDir dir("tok-llama2c-bad");
-    auto write = [&](const std::string& name, const std::vector<std::pair<float, std::string>>& recs, int32_t max_len = 8) {
+    auto write = [&](const std::string& name,
+                     const std::vector<std::pair<float, std::string>>& recs, int32_t max_len = 8) {
         std::string bytes(reinterpret_cast<const char*>(&max_len), 4);
         for (const auto& [score, piece] : recs) {
             const auto len = static_cast<int32_t>(piece.size());
-            bytes.append(reinterpret_cast<const char*>(&score), 4).append(reinterpret_cast<const char*>(&len), 4).append(piece);
+            bytes.append(reinterpret_cast<const char*>(&score), 4)
+                .append(reinterpret_cast<const char*>(&len), 4)
+                .append(piece);
         }
         test::write_file(dir / name, bytes);
         return (dir / name).string();
@@ -137,15 +151,19 @@ TEST_CASE("llama2c vocabulary: hostile files fail with one line naming the file"
     CHECK_NOTHROW(Tokenizer::load(write("ok.bin", ok)));
     auto dup = ok;
     dup.push_back({-2, " "});
-    CHECK_THROWS_WITH(Tokenizer::load(write("dup.bin", dup)), Catch::Contains("dup.bin") && Catch::Contains("duplicate piece"));
-    CHECK_THROWS_WITH(Tokenizer::load(write("few.bin", {{0, "a"}})), Catch::Contains("at least 259"));
+    CHECK_THROWS_WITH(Tokenizer::load(write("dup.bin", dup)),
+                      Catch::Contains("dup.bin") && Catch::Contains("duplicate piece"));
+    CHECK_THROWS_WITH(Tokenizer::load(write("few.bin", {{0, "a"}})),
+                      Catch::Contains("at least 259"));
     auto bad = ok;
     bad.push_back({0, "\xff"});
     CHECK_THROWS_WITH(Tokenizer::load(write("utf8.bin", bad)), Catch::Contains("not valid UTF-8"));
-    CHECK_THROWS_WITH(Tokenizer::load(write("long.bin", ok, 0)), Catch::Contains("max_token_length"));
+    CHECK_THROWS_WITH(Tokenizer::load(write("long.bin", ok, 0)),
+                      Catch::Contains("max_token_length"));
 }
 
-TEST_CASE("qforge tokenize prints tokens, ids and counts for a llama2.c vocabulary", "[tokenizer][cli]") {
+TEST_CASE("qforge tokenize prints tokens, ids and counts for a llama2.c vocabulary",
+          "[tokenizer][cli]") {
     QF_REQUIRE_SHARED_DATA(shared);
     const std::string tok = (shared / "stories260K" / "tok512.bin").string();
     auto r = test::run_qforge("tokenize '" + tok + "' -p 'Once upon a time' --ids");

@@ -6,33 +6,36 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "tokenizer/source.hpp"
 #include "test_support.hpp"
 #include "tokenizer/added_tokens.hpp"
 #include "tokenizer/bpe_merge.hpp"
+#include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
 
 using namespace qforge;
 using nlohmann::json;
 
-TEST_CASE("sanitize_utf8 replaces each maximal subpart by one U+FFFD, as Python's errors=replace", "[tokenizer]") {
+TEST_CASE("sanitize_utf8 replaces each maximal subpart by one U+FFFD, as Python's errors=replace",
+          "[tokenizer]") {
     const std::string r = "\xef\xbf\xbd";
     // Expected values are Python's b"...".decode("utf-8", errors="replace").
     CHECK(sanitize_utf8("plain ascii") == "plain ascii");
     CHECK(sanitize_utf8("caf\xc3\xa9") == "caf\xc3\xa9");
     CHECK(sanitize_utf8("\xff\xfe") == r + r);
-    CHECK(sanitize_utf8("\xe2\x82") == r);                 // truncated 3-byte sequence: one
-    CHECK(sanitize_utf8("\xe2\x82" "a") == r + "a");
-    CHECK(sanitize_utf8("\xf0\x9f\x98") == r);             // truncated 4-byte sequence: one
-    CHECK(sanitize_utf8("\xed\xa0\x80") == r + r + r);     // surrogate: ED then two continuations
-    CHECK(sanitize_utf8("\xc0\xaf") == r + r);             // overlong
+    CHECK(sanitize_utf8("\xe2\x82") == r);  // truncated 3-byte sequence: one
+    CHECK(sanitize_utf8("\xe2\x82"
+                        "a") == r + "a");
+    CHECK(sanitize_utf8("\xf0\x9f\x98") == r);          // truncated 4-byte sequence: one
+    CHECK(sanitize_utf8("\xed\xa0\x80") == r + r + r);  // surrogate: ED then two continuations
+    CHECK(sanitize_utf8("\xc0\xaf") == r + r);          // overlong
     CHECK(sanitize_utf8("\xf4\x90\x80\x80") == r + r + r + r);  // past U+10FFFF
     CHECK(sanitize_utf8("\x80") == r);
     CHECK(sanitize_utf8(std::string("a\0b", 3)) == std::string("a\0b", 3));
 }
 
-TEST_CASE("bpe_merge (heap) equals the O(n^2) reference on random words and tables", "[tokenizer]") {
+TEST_CASE("bpe_merge (heap) equals the O(n^2) reference on random words and tables",
+          "[tokenizer]") {
     std::mt19937 rng(42);
     for (int trial = 0; trial < 200; ++trial) {
         MergeTable table;
@@ -70,14 +73,17 @@ TEST_CASE("bpe_merge is O(n log n) on a one-word text of 256 Ki symbols", "[toke
 }
 
 TEST_CASE("added tokens: leftmost-longest match, lstrip and rstrip", "[tokenizer]") {
-    AddedTokenMatcher m({{10, "<s>", true}, {11, "<s>x", true}, {12, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true}});
+    AddedTokenMatcher m({{10, "<s>", true},
+                         {11, "<s>x", true},
+                         {12, "<mask>", true, /*lstrip=*/true, /*rstrip=*/true}});
     std::vector<AddedTokenMatcher::Segment> segs;
     const std::string text = "a<s>xb <s> c  <mask>  d";
     m.split(text, segs);
     std::vector<std::pair<std::string, int32_t>> got;
     for (const auto& s : segs) got.push_back({text.substr(s.begin, s.end - s.begin), s.id});
     const std::vector<std::pair<std::string, int32_t>> want = {
-        {"a", -1}, {"<s>x", 11}, {"b ", -1}, {"<s>", 10}, {" c", -1}, {"  <mask>  ", 12}, {"d", -1}};
+        {"a", -1},  {"<s>x", 11},       {"b ", -1}, {"<s>", 10},
+        {" c", -1}, {"  <mask>  ", 12}, {"d", -1}};
     CHECK(got == want);
     segs.clear();
     m.split("", segs);
@@ -95,36 +101,60 @@ json tiny_sp() {
         vocab[hex] = 3 + b;
     }
     int id = 259;
-    for (const char* p : {"\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab"}) vocab[p] = id++;
-    return {{"model",
-             {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"\xe2\x96\x81 a", "a b", "\xe2\x96\x81" "a b"}},
-              {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true}}},
-            {"normalizer",
-             {{"type", "Sequence"},
-              {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}},
-                               {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}}}}}},
-            {"pre_tokenizer", nullptr},
-            {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
-                              {{"id", 2}, {"content", "</s>"}, {"special", true}, {"normalized", false}}}},
-            {"decoder", {{"type", "Sequence"},
-                         {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
-                                       {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-            {"post_processor", {{"type", "TemplateProcessing"},
-                                {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                                {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}}};
+    for (const char* p : {"\xe2\x96\x81", "a", "b",
+                          "\xe2\x96\x81"
+                          "a",
+                          "ab",
+                          "\xe2\x96\x81"
+                          "ab"})
+        vocab[p] = id++;
+    return {
+        {"model",
+         {{"type", "BPE"},
+          {"vocab", vocab},
+          {"merges",
+           {"\xe2\x96\x81 a", "a b",
+            "\xe2\x96\x81"
+            "a b"}},
+          {"unk_token", "<unk>"},
+          {"byte_fallback", true},
+          {"fuse_unk", true}}},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers",
+           {{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}},
+            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}}}}}},
+        {"pre_tokenizer", nullptr},
+        {"added_tokens",
+         {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+          {{"id", 2}, {"content", "</s>"}, {"special", true}, {"normalized", false}}}},
+        {"decoder",
+         {{"type", "Sequence"},
+          {"decoders",
+           {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
+            {{"type", "ByteFallback"}},
+            {{"type", "Fuse"}},
+            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+        {"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}}};
 }
 
 }  // namespace
 
-TEST_CASE("a hand-made SentencePiece tokenizer.json: merges, byte fallback, decode", "[tokenizer]") {
+TEST_CASE("a hand-made SentencePiece tokenizer.json: merges, byte fallback, decode",
+          "[tokenizer]") {
     test::ScratchDir dir("tok-sp-tiny");
     test::write_file(dir / "tokenizer.json", tiny_sp().dump());
     const Tokenizer tok = Tokenizer::load((dir / "tokenizer.json").string());
     CHECK(tok.encode("ab ab") == std::vector<int32_t>{1, 264, 264});
     CHECK(tok.encode("ab", false) == std::vector<int32_t>{264});
-    CHECK(tok.encode("ba", false) == std::vector<int32_t>{259, 261, 260});       // ▁ b a: no merge
-    CHECK(tok.encode("\xc3\xa9", false) == std::vector<int32_t>{259, 3 + 0xc3, 3 + 0xa9});  // é: bytes
+    CHECK(tok.encode("ba", false) == std::vector<int32_t>{259, 261, 260});  // ▁ b a: no merge
+    CHECK(tok.encode("\xc3\xa9", false) ==
+          std::vector<int32_t>{259, 3 + 0xc3, 3 + 0xa9});  // é: bytes
     CHECK(tok.encode("a</s>", false) == std::vector<int32_t>{262, 2});
     CHECK(tok.decode(tok.encode("ab \xc3\xa9 a"), true) == "ab \xc3\xa9 a");
     CHECK(tok.decode(std::vector<int32_t>{3 + 0xc3}) == "\xef\xbf\xbd");  // lone byte: U+FFFD
@@ -140,7 +170,8 @@ TEST_CASE("malformed tokenizer.json files fail with one Error naming the file", 
         const auto path = dir / (name + ".json");
         test::write_file(path, j.dump());
         INFO(name);
-        CHECK_THROWS_WITH(load_tokenizer_source(path.string()), Catch::Contains(path.string()) && Catch::Contains(what));
+        CHECK_THROWS_WITH(load_tokenizer_source(path.string()),
+                          Catch::Contains(path.string()) && Catch::Contains(what));
     };
     json j = tiny_sp();
     j.erase("model");
@@ -172,12 +203,14 @@ TEST_CASE("malformed tokenizer.json files fail with one Error naming the file", 
     expect_error("normalizer", j, "unsupported normalizer");
     j = tiny_sp();
     j["normalizer"] = "NFC";
-    expect_error("normalizer_type", j, "key 'normalizer': expected an object, found string \"NFC\"");
+    expect_error("normalizer_type", j,
+                 "key 'normalizer': expected an object, found string \"NFC\"");
     const auto bad = dir / "bad.json";
     test::write_file(bad, std::string("{\"model\": "));
     CHECK_THROWS_WITH(load_tokenizer_source(bad.string()), Catch::Contains("not valid JSON"));
     j = tiny_sp();
-    json schema = load_tokenizer_source((test::write_file(dir / "ok.json", j.dump()), (dir / "ok.json").string()));
+    json schema = load_tokenizer_source(
+        (test::write_file(dir / "ok.json", j.dump()), (dir / "ok.json").string()));
     schema["schema_version"] = 1;
     CHECK_THROWS_WITH(Tokenizer::from_schema(schema, "x.qf"), Catch::Contains("reconvert"));
     // A 100 KB piece in a message is cut to its first 60 bytes and its size: one short line.

@@ -26,7 +26,8 @@ uint32_t code_point_at(std::string_view text, size_t pos) {
 // single_word's notion of a word character. ASCII letters, digits and '_' only: non-ASCII letters
 // count as separators here, a simplification for a flag none of the supported families sets.
 bool is_word_char(uint32_t cp) {
-    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
+    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
+           cp == '_';
 }
 
 }  // namespace
@@ -64,7 +65,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
             }
             node = it->second;
         }
-        reversed_best_[node] = static_cast<int32_t>(k);  // a later equal token wins, as in terminal_
+        reversed_best_[node] =
+            static_cast<int32_t>(k);  // a later equal token wins, as in terminal_
     }
     reversed_fail_.assign(reversed_best_.size(), 0);
     std::vector<uint32_t> queue;
@@ -76,7 +78,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
         for (const auto& [byte, child] : children[node]) {
             uint32_t f = reversed_fail_[node];
             for (;;) {
-                if (auto it = reversed_edges_.find(edge_key(f, byte)); it != reversed_edges_.end()) {
+                if (auto it = reversed_edges_.find(edge_key(f, byte));
+                    it != reversed_edges_.end()) {
                     reversed_fail_[child] = it->second;
                     break;
                 }
@@ -88,7 +91,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
     }
 }
 
-void AddedTokenMatcher::longest_everywhere(std::string_view text, std::vector<int32_t>& index) const {
+void AddedTokenMatcher::longest_everywhere(std::string_view text,
+                                           std::vector<int32_t>& index) const {
     index.assign(text.size(), -1);
     uint32_t node = 0;
     for (size_t pos = text.size(); pos-- > 0;) {
@@ -112,7 +116,8 @@ int AddedTokenMatcher::longest_at(std::string_view text, size_t pos, size_t* len
         auto it = edges_.find(edge_key(node, static_cast<uint8_t>(text[i])));
         if (it == edges_.end()) break;
         node = it->second;
-        if (auto t = terminal_.find(node); t != terminal_.end()) found = t->second, *length = i + 1 - pos;
+        if (auto t = terminal_.find(node); t != terminal_.end())
+            found = t->second, *length = i + 1 - pos;
     }
     return found;
 }

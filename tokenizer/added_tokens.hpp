@@ -23,7 +23,7 @@ struct AddedToken {
 };
 
 class AddedTokenMatcher {
-public:
+  public:
     AddedTokenMatcher() = default;
     explicit AddedTokenMatcher(const std::vector<AddedToken>& tokens);
     bool empty() const { return tokens_.empty(); }
@@ -36,7 +36,7 @@ public:
     // one empty text segment, as in `tokenizers`).
     void split(std::string_view text, std::vector<Segment>& out) const;
 
-private:
+  private:
     // Longest token starting at `pos`: its index in tokens_ and its length, or -1.
     int longest_at(std::string_view text, size_t pos, size_t* length) const;
 

@@ -44,7 +44,8 @@ void bpe_merge(std::vector<int32_t>& symbols, const MergeTable& table) {
     std::priority_queue<Candidate> heap(std::less<Candidate>(), std::move(initial));
     auto push = [&](uint32_t l) {
         if (l == kNone || next[l] == kNone) return;
-        if (const auto* m = table.find(id[l], id[next[l]])) heap.push({m->priority, l, id[l], id[next[l]]});
+        if (const auto* m = table.find(id[l], id[next[l]]))
+            heap.push({m->priority, l, id[l], id[next[l]]});
     };
     while (!heap.empty()) {
         const Candidate c = heap.top();

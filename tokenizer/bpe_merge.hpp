@@ -14,7 +14,7 @@
 namespace qforge {
 
 class MergeTable {
-public:
+  public:
     struct Merge {
         double priority;  // lower merges first
         int32_t merged;   // id of the merged token
@@ -28,7 +28,7 @@ public:
     }
     size_t size() const { return pairs_.size(); }
 
-private:
+  private:
     static uint64_t key(int32_t l, int32_t r) {
         return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r);
     }

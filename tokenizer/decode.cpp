@@ -13,8 +13,9 @@ constexpr const char* kReplacement = "\xef\xbf\xbd";  // U+FFFD
 
 void check_id(const TokenizerData& t, int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= t.pieces.size())
-        throw Error(t.source, {}, "token id " + std::to_string(id) + " is out of range (vocabulary " +
-                                      std::to_string(t.pieces.size()) + ")");
+        throw Error(t.source, {},
+                    "token id " + std::to_string(id) + " is out of range (vocabulary " +
+                        std::to_string(t.pieces.size()) + ")");
 }
 
 // `tokenizers`' ByteFallback: a run of <0xXX> pieces becomes its bytes when they are valid
@@ -68,7 +69,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     flush_bytes(bytes, out);
     if (t.decode_byte_level) out = sanitize_utf8(out);  // String::from_utf8_lossy
     size_t strip = 0;
-    while (strip < static_cast<size_t>(t.strip_leading_spaces) && strip < out.size() && out[strip] == ' ') ++strip;
+    while (strip < static_cast<size_t>(t.strip_leading_spaces) && strip < out.size() &&
+           out[strip] == ' ')
+        ++strip;
     out.erase(0, strip);
     return out;
 }

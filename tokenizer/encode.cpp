@@ -39,17 +39,20 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
                 out.push_back(seg.id);
                 continue;
             }
-            // `first`: the segment starts at the input's offset 0 (Metaspace prepend_scheme "first").
+            // `first`: the segment starts at the input's offset 0 (Metaspace prepend_scheme
+            // "first").
             const bool first = seg.begin == 0;
-            const std::string text_norm = t.normalizer.apply(clean.substr(seg.begin, seg.end - seg.begin));
+            const std::string text_norm =
+                t.normalizer.apply(clean.substr(seg.begin, seg.end - seg.begin));
             normalized.clear();
             t.normalized_added.split(text_norm, normalized);
             for (const auto& sub : normalized) {
                 if (sub.id >= 0)
                     out.push_back(sub.id);
                 else
-                    t.encode_segment(std::string_view(text_norm).substr(sub.begin, sub.end - sub.begin),
-                                     first && sub.begin == 0, out, cache);
+                    t.encode_segment(
+                        std::string_view(text_norm).substr(sub.begin, sub.end - sub.begin),
+                        first && sub.begin == 0, out, cache);
             }
         }
     }
@@ -58,7 +61,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
 }
 
 void TokenizerData::encode_segment(std::string_view text, bool first, std::vector<int32_t>& out,
-                                     WordCache& cache) const {
+                                   WordCache& cache) const {
     if (text.empty()) return;
     if (model == TokenizerModel::bpe_byte_level) {
         std::vector<std::string> words;
@@ -80,21 +83,25 @@ void TokenizerData::encode_segment(std::string_view text, bool first, std::vecto
         else
             s.push_back(c);
     }
-    const bool prepend = metaspace_prepend == Prepend::always || (metaspace_prepend == Prepend::first && first);
-    if (prepend && s.compare(0, metaspace_char.size(), metaspace_char) != 0) s.insert(0, metaspace_char);
+    const bool prepend =
+        metaspace_prepend == Prepend::always || (metaspace_prepend == Prepend::first && first);
+    if (prepend && s.compare(0, metaspace_char.size(), metaspace_char) != 0)
+        s.insert(0, metaspace_char);
     if (!metaspace_split) {
         encode_word(s, out, cache);
         return;
     }
     size_t start = 0;
-    for (size_t at = s.find(metaspace_char, 1); at != std::string::npos; at = s.find(metaspace_char, at + 1)) {
+    for (size_t at = s.find(metaspace_char, 1); at != std::string::npos;
+         at = s.find(metaspace_char, at + 1)) {
         encode_word(std::string_view(s).substr(start, at - start), out, cache);
         start = at;
     }
     encode_word(std::string_view(s).substr(start), out, cache);
 }
 
-void TokenizerData::encode_word(std::string_view word, std::vector<int32_t>& out, WordCache& cache) const {
+void TokenizerData::encode_word(std::string_view word, std::vector<int32_t>& out,
+                                WordCache& cache) const {
     auto cached = [&](std::string_view w) {
         if (w.size() > kMaxCachedWord) return bpe_word(w, out);
         if (auto it = cache.find(w); it != cache.end()) {
@@ -110,7 +117,8 @@ void TokenizerData::encode_word(std::string_view word, std::vector<int32_t>& out
     // Cut before each marker that follows a non-marker character (see TokenizerData::chunk_marker).
     const std::string& m = chunk_marker;
     size_t start = 0;
-    for (size_t at = word.find(m, 1); at != std::string_view::npos; at = word.find(m, at + m.size())) {
+    for (size_t at = word.find(m, 1); at != std::string_view::npos;
+         at = word.find(m, at + m.size())) {
         if (at >= m.size() && word.compare(at - m.size(), m.size(), m) == 0) continue;
         cached(word.substr(start, at - start));
         start = at;

@@ -105,8 +105,8 @@ GgufTokenizerMetadata build_metadata(const json& schema, const std::string& sour
     GgufTokenizerMetadata out;
     std::vector<GgufKeyValue>& kv = out.keys;
     if (pieces.size() > tokens)
-        out.warnings.push_back("the vocabulary has " + std::to_string(tokens) +
-                               " tokens for " + std::to_string(vocab_size) +
+        out.warnings.push_back("the vocabulary has " + std::to_string(tokens) + " tokens for " +
+                               std::to_string(vocab_size) +
                                " embedding rows: padded with [PAD<id>] tokens, as llama.cpp's "
                                "converter does");
     if (model == "bpe_byte_level") {

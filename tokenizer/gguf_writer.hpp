@@ -36,7 +36,6 @@ struct GgufTokenizerMetadata {
 // An Error naming `source` for what GGUF cannot express at all (a byte-level pre-tokenizer
 // llama.cpp has no name for).
 GgufTokenizerMetadata gguf_tokenizer_metadata(const nlohmann::json& schema,
-                                              const std::string& source,
-                                              uint64_t vocab_size = 0);
+                                              const std::string& source, uint64_t vocab_size = 0);
 
 }  // namespace qforge

@@ -63,7 +63,7 @@ class Value {
     const List& list() const { return *list_; }
     const Dict& dict() const { return *dict_; }
     const Value* find(std::string_view key) const;  // dict entry, nullptr when absent
-    int depth() const { return depth_; }              // list/dict nesting levels, 0 for scalars
+    int depth() const { return depth_; }            // list/dict nesting levels, 0 for scalars
 
   private:
     Kind kind_ = Kind::undefined;

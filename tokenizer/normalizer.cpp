@@ -10,7 +10,8 @@ namespace qforge {
 
 Normalizer::Normalizer(const nlohmann::json& steps, const std::string& source) {
     const JsonView list(steps, source, "tokenizer.normalizer");
-    if (!list.is_array()) throw Error(source, {}, "tokenizer schema: \"normalizer\" must be an array");
+    if (!list.is_array())
+        throw Error(source, {}, "tokenizer schema: \"normalizer\" must be an array");
     list.for_each_element([&](const JsonView& s) {
         const std::string type = s["type"].string_or("");
         if (type == "nfc")
@@ -18,7 +19,8 @@ Normalizer::Normalizer(const nlohmann::json& steps, const std::string& source) {
         else if (type == "prepend")
             steps_.push_back({Step::Kind::prepend, s["prepend"].string_or(""), {}});
         else if (type == "replace" && !s["pattern"].string_or("").empty())
-            steps_.push_back({Step::Kind::replace, s["pattern"].string(), s["content"].string_or("")});
+            steps_.push_back(
+                {Step::Kind::replace, s["pattern"].string(), s["content"].string_or("")});
         else
             s.fail("tokenizer schema: unknown normalizer step " + s.value().dump());
     });
@@ -39,7 +41,8 @@ std::string Normalizer::apply(std::string text) const {
                 std::string out;
                 out.reserve(text.size() + text.size() / 2);
                 size_t at = 0;
-                for (size_t hit; (hit = text.find(s.a, at)) != std::string::npos; at = hit + s.a.size())
+                for (size_t hit; (hit = text.find(s.a, at)) != std::string::npos;
+                     at = hit + s.a.size())
                     out.append(text, at, hit - at).append(s.b);
                 out.append(text, at, std::string::npos);
                 text = std::move(out);
@@ -56,11 +59,14 @@ std::string nfc(const std::string& text) {
     if (ascii) return text;
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(status);
-    if (U_FAILURE(status)) throw Error(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
+    if (U_FAILURE(status))
+        throw Error(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
     std::string out;
     icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text.size()));
-    n->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink, nullptr, status);
-    if (U_FAILURE(status)) throw Error(std::string("NFC normalization failed: ") + u_errorName(status));
+    n->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink,
+                     nullptr, status);
+    if (U_FAILURE(status))
+        throw Error(std::string("NFC normalization failed: ") + u_errorName(status));
     return out;
 }
 

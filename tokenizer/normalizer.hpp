@@ -9,14 +9,14 @@
 namespace qforge {
 
 class Normalizer {
-public:
+  public:
     Normalizer() = default;
     // From the schema's "normalizer" array; unknown steps are an Error naming `source`.
     Normalizer(const nlohmann::json& steps, const std::string& source);
     bool empty() const { return steps_.empty(); }
     std::string apply(std::string text) const;
 
-private:
+  private:
     struct Step {
         enum class Kind { nfc, prepend, replace } kind;
         std::string a, b;  // prepend: a; replace: pattern a -> content b

@@ -24,20 +24,22 @@ struct PretokenizerSpec {
 
 // From tokenizer.json's "pre_tokenizer" object (null allowed: no splitting). Unsupported
 // pre-tokenizer types are an Error naming `file` and the type.
-PretokenizerSpec pretokenizer_spec_from_hf(const nlohmann::json& pre_tokenizer, const std::string& file);
+PretokenizerSpec pretokenizer_spec_from_hf(const nlohmann::json& pre_tokenizer,
+                                           const std::string& file);
 nlohmann::json pretokenizer_spec_to_json(const PretokenizerSpec& spec);
 PretokenizerSpec pretokenizer_spec_from_json(const nlohmann::json& j, const std::string& source);
 
 class Pretokenizer {
-public:
+  public:
     explicit Pretokenizer(const PretokenizerSpec& spec);  // compiles the regexes
     Pretokenizer(Pretokenizer&&) noexcept;
     Pretokenizer& operator=(Pretokenizer&&) noexcept;
     ~Pretokenizer();
-    // Appends the words of `text` (valid UTF-8) to `words`, byte-level mapped when the spec says so.
+    // Appends the words of `text` (valid UTF-8) to `words`, byte-level mapped when the spec says
+    // so.
     void split(std::string_view text, std::vector<std::string>& words) const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -41,20 +41,24 @@ json load_llama2c(const std::string& path) {
         return v;
     };
     if (size < 4)
-        throw Error(path, {}, "truncated llama2.c vocabulary: " + std::to_string(size) +
-                                  " bytes, it starts with a 4-byte max_token_length");
+        throw Error(path, {},
+                    "truncated llama2.c vocabulary: " + std::to_string(size) +
+                        " bytes, it starts with a 4-byte max_token_length");
     const int32_t max_len = read_i32(0);
     if (max_len <= 0 || max_len > kLlama2cMaxTokenLength)
-        throw Error(path, {}, "llama2.c vocabulary: max_token_length " + std::to_string(max_len) +
-                                  " at byte 0 is not in 1..1024");
+        throw Error(path, {},
+                    "llama2.c vocabulary: max_token_length " + std::to_string(max_len) +
+                        " at byte 0 is not in 1..1024");
     json pieces = json::array(), scores = json::array();
     std::unordered_set<std::string> seen;
     uint64_t at = 4;
     while (at < size) {
         // Records are named by index and byte offset: they are vocabulary entries, not tensors.
-        const std::string where =
-            "llama2.c vocabulary record " + std::to_string(pieces.size()) + " at byte " + std::to_string(at);
-        const auto bad = [&](const std::string& what) { return Error(path, {}, where + ": " + what); };
+        const std::string where = "llama2.c vocabulary record " + std::to_string(pieces.size()) +
+                                  " at byte " + std::to_string(at);
+        const auto bad = [&](const std::string& what) {
+            return Error(path, {}, where + ": " + what);
+        };
         if (size - at < 8)
             throw bad("truncated: " + std::to_string(size - at) +
                       " bytes left, a record needs 8 (a float32 score and an int32 length)");
@@ -63,10 +67,11 @@ json load_llama2c(const std::string& path) {
         const int32_t len = read_i32(at + 4);
         at += 8;
         if (len < 0 || len > max_len)
-            throw bad("length " + std::to_string(len) + " outside 0..max_token_length " + std::to_string(max_len));
+            throw bad("length " + std::to_string(len) + " outside 0..max_token_length " +
+                      std::to_string(max_len));
         if (size - at < static_cast<uint64_t>(len))
-            throw bad("truncated: the piece needs " + std::to_string(len) + " bytes, the file has " +
-                      std::to_string(size - at) + " left");
+            throw bad("truncated: the piece needs " + std::to_string(len) +
+                      " bytes, the file has " + std::to_string(size - at) + " left");
         std::string piece(reinterpret_cast<const char*>(p + at), static_cast<size_t>(len));
         at += static_cast<uint64_t>(len);
         if (!is_valid_utf8(piece)) throw bad("piece is not valid UTF-8");
@@ -77,14 +82,15 @@ json load_llama2c(const std::string& path) {
         scores.push_back(score);
     }
     if (pieces.size() < kLlama2cFirstByte + 256)
-        throw Error(path, {}, "llama2.c tokenizer has " + std::to_string(pieces.size()) +
-                                  " tokens; it needs at least 259 (<unk>, BOS, EOS, 256 bytes)");
+        throw Error(path, {},
+                    "llama2.c tokenizer has " + std::to_string(pieces.size()) +
+                        " tokens; it needs at least 259 (<unk>, BOS, EOS, 256 bytes)");
     json types = json::array();
     for (size_t id = 0; id < pieces.size(); ++id) {
-        const char* t = id == 0                                            ? "unknown"
-                        : id < kLlama2cFirstByte                           ? "special"
+        const char* t = id == 0                                             ? "unknown"
+                        : id < kLlama2cFirstByte                            ? "special"
                         : id < static_cast<size_t>(kLlama2cFirstByte + 256) ? "byte"
-                                                                           : "normal";
+                                                                            : "normal";
         types.push_back(t);
     }
     return {{"schema_version", kTokenizerSchemaVersion},
@@ -117,7 +123,11 @@ bool is_valid_utf8(std::string_view s) {
     size_t i = 0;
     while (i < s.size()) {
         const auto c = static_cast<unsigned char>(s[i]);
-        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        const size_t n = c < 0x80           ? 1
+                         : (c >> 5) == 0x6  ? 2
+                         : (c >> 4) == 0xe  ? 3
+                         : (c >> 3) == 0x1e ? 4
+                                            : 0;
         if (n == 0 || i + n > s.size()) return false;
         uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1fu : n == 3 ? c & 0x0fu : c & 0x07u;
         for (size_t k = 1; k < n; ++k) {
@@ -134,7 +144,8 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 json load_tokenizer_source(const std::string& path) {
-    if (fs::is_directory(path)) throw Error(path, {}, "expected a tokenizer file, found a directory");
+    if (fs::is_directory(path))
+        throw Error(path, {}, "expected a tokenizer file, found a directory");
     const std::string ext = fs::path(path).extension().string();
     json schema;
     if (ext == ".json")
@@ -144,9 +155,12 @@ json load_tokenizer_source(const std::string& path) {
     else if (ext == ".gguf")
         schema = tokenizer_schema_from_gguf(GgufFile(path));
     else if (ext == ".model")
-        throw Error(path, {}, "SentencePiece .model files are not supported; use the model's tokenizer.json");
+        throw Error(path, {},
+                    "SentencePiece .model files are not supported; use the model's tokenizer.json");
     else
-        throw Error(path, {}, "unrecognised tokenizer file (expected tokenizer.json, a llama2.c .bin or a .gguf model)");
+        throw Error(path, {},
+                    "unrecognised tokenizer file (expected tokenizer.json, a llama2.c .bin or a "
+                    ".gguf model)");
     validate_tokenizer_schema(schema, path);
     return schema;
 }
@@ -155,33 +169,39 @@ void validate_tokenizer_schema(const json& s, const std::string& source) {
     require(s.is_object(), source, "not an object");
     const json& version = s.value("schema_version", json());
     if (version != kTokenizerSchemaVersion)
-        throw Error(source, {}, "tokenizer schema_version " + version.dump() + " is not " +
-                                    std::to_string(kTokenizerSchemaVersion) +
-                                    " (the version this qforge reads): reconvert the model with this qforge");
+        throw Error(source, {},
+                    "tokenizer schema_version " + version.dump() + " is not " +
+                        std::to_string(kTokenizerSchemaVersion) +
+                        " (the version this qforge reads): reconvert the model with this qforge");
     const std::string model = JsonView(s, source, "tokenizer")["model"].string_or("");
     require(model == "llama2c" || model == "bpe_sentencepiece" || model == "bpe_byte_level", source,
             "unknown model " + s.value("model", json()).dump());
     require(s.contains("pieces") && s["pieces"].is_array() && !s["pieces"].empty(), source,
             "\"pieces\" must be a non-empty array");
     const size_t n = s["pieces"].size();
-    for (const json& p : s["pieces"]) require(p.is_string(), source, "every piece must be a string");
-    require(s.contains("token_types") && s["token_types"].is_array() && s["token_types"].size() == n,
-            source, "\"token_types\" must have one entry per piece");
+    for (const json& p : s["pieces"])
+        require(p.is_string(), source, "every piece must be a string");
+    require(
+        s.contains("token_types") && s["token_types"].is_array() && s["token_types"].size() == n,
+        source, "\"token_types\" must have one entry per piece");
     if (model == "llama2c")
         require(s.contains("scores") && s["scores"].is_array() && s["scores"].size() == n, source,
                 "\"scores\" must have one number per piece");
     else
-        require(s.contains("merges") && s["merges"].is_array(), source, "\"merges\" must be an array");
+        require(s.contains("merges") && s["merges"].is_array(), source,
+                "\"merges\" must be an array");
     auto check_id = [&](const json& id, const char* key) {
-        require(id.is_null() || (id.is_number_integer() && id.get<int64_t>() >= 0 &&
-                                 id.get<uint64_t>() < n),
-                source, std::string(key) + " " + id.dump() + " is not a token id (vocabulary " +
-                            std::to_string(n) + ")");
+        require(id.is_null() ||
+                    (id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<uint64_t>() < n),
+                source,
+                std::string(key) + " " + id.dump() + " is not a token id (vocabulary " +
+                    std::to_string(n) + ")");
     };
     for (const char* key : {"bos_id", "eos_id", "unk_id"}) check_id(s.value(key, json()), key);
     require(s.value("stop_ids", json()).is_array(), source, "\"stop_ids\" must be an array");
     for (const json& id : s["stop_ids"]) check_id(id, "stop id");
-    require(s.value("added_tokens", json()).is_array(), source, "\"added_tokens\" must be an array");
+    require(s.value("added_tokens", json()).is_array(), source,
+            "\"added_tokens\" must be an array");
     for (const json& t : s["added_tokens"]) {
         require(t.is_object() && t.value("content", json()).is_string(), source,
                 "added token without content");

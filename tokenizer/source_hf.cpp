@@ -92,7 +92,10 @@ std::string metaspace_prepend_scheme(const JsonView& m) {
 constexpr int64_t kMaxStrip = 1 << 20;
 
 json map_decoder(const JsonView& decoder) {
-    json out = {{"byte_level", false}, {"byte_fallback", false}, {"metaspace", ""}, {"strip_leading_spaces", 0}};
+    json out = {{"byte_level", false},
+                {"byte_fallback", false},
+                {"metaspace", ""},
+                {"strip_leading_spaces", 0}};
     for (const JsonView& d : flatten_sequence(decoder, "decoders")) {
         const std::string type = d["type"].string_or("");
         const bool space_content = d["content"].is_string() && d["content"].string() == " ";
@@ -111,8 +114,9 @@ json map_decoder(const JsonView& decoder) {
             out["metaspace"] = d["replacement"].string_or(kMetaSpace);
             if (metaspace_prepend_scheme(d) != "never") out["strip_leading_spaces"] = 1;
         } else {
-            d.fail("unsupported decoder " + excerpt(d) +
-                   " (supported: ByteLevel, ByteFallback, Fuse, Replace(▁, ' '), Strip, Metaspace)");
+            d.fail(
+                "unsupported decoder " + excerpt(d) +
+                " (supported: ByteLevel, ByteFallback, Fuse, Replace(▁, ' '), Strip, Metaspace)");
         }
     }
     return out;
@@ -125,7 +129,8 @@ json collect_pieces(const JsonView& vocab, const JsonView& added, const std::str
     std::map<std::string, int64_t> id_of;
     auto put = [&](const std::string& piece, const JsonView& id_json, bool from_added) {
         const json* raw = id_json.raw();
-        if (!raw || !raw->is_number_integer() || (!raw->is_number_unsigned() && raw->get<int64_t>() < 0) ||
+        if (!raw || !raw->is_number_integer() ||
+            (!raw->is_number_unsigned() && raw->get<int64_t>() < 0) ||
             raw->get<uint64_t>() >= limit)
             id_json.fail("token " + quoted_excerpt(piece) + " has id " + excerpt(id_json) +
                          ", out of range 0.." + std::to_string(limit - 1));
@@ -133,19 +138,23 @@ json collect_pieces(const JsonView& vocab, const JsonView& added, const std::str
         const auto id = raw->get<size_t>();
         if (pieces.size() <= id) pieces.resize(id + 1);
         if (pieces[id] && (*pieces[id] != piece || !from_added))
-            throw Error(file, {}, "id " + std::to_string(id) + " is used by both " + quoted_excerpt(*pieces[id]) +
-                                      " and " + quoted_excerpt(piece));
+            throw Error(file, {},
+                        "id " + std::to_string(id) + " is used by both " +
+                            quoted_excerpt(*pieces[id]) + " and " + quoted_excerpt(piece));
         auto [it, fresh] = id_of.emplace(piece, static_cast<int64_t>(id));
         if (!fresh && it->second != static_cast<int64_t>(id))
-            throw Error(file, {}, "duplicate piece " + quoted_excerpt(piece) + " (ids " +
-                                      std::to_string(it->second) + " and " + std::to_string(id) + ")");
+            throw Error(file, {},
+                        "duplicate piece " + quoted_excerpt(piece) + " (ids " +
+                            std::to_string(it->second) + " and " + std::to_string(id) + ")");
         pieces[id] = piece;
     };
-    vocab.for_each_member([&](const std::string& piece, const JsonView& id) { put(piece, id, false); });
+    vocab.for_each_member(
+        [&](const std::string& piece, const JsonView& id) { put(piece, id, false); });
     added.for_each_element([&](const JsonView& t) { put(t["content"].string(), t["id"], true); });
     json out = json::array();
     for (size_t id = 0; id < pieces.size(); ++id) {
-        if (!pieces[id]) throw Error(file, {}, "no token has id " + std::to_string(id) + " (ids must be dense)");
+        if (!pieces[id])
+            throw Error(file, {}, "no token has id " + std::to_string(id) + " (ids must be dense)");
         out.push_back(*pieces[id]);
     }
     return out;
@@ -169,10 +178,12 @@ json map_merges(const JsonView& merges, const json& vocab) {
         }
         for (const std::string& name : {a, b, a + b}) {
             if (!vocab.contains(name))
-                m.fail("merge " + excerpt(m) + " names " + quoted_excerpt(name) + ", absent from the vocabulary");
+                m.fail("merge " + excerpt(m) + " names " + quoted_excerpt(name) +
+                       ", absent from the vocabulary");
         }
         if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
-            m.fail("merge " + excerpt(m) + " has a token with a space, which the schema's \"a b\" form cannot hold");
+            m.fail("merge " + excerpt(m) +
+                   " has a token with a space, which the schema's \"a b\" form cannot hold");
         out.push_back(a + " " + b);
     });
     return out;
@@ -205,11 +216,13 @@ std::optional<Template> template_of(const JsonView& post) {
                 const std::string name = piece["SpecialToken"]["id"].string();
                 const JsonView ids = p["special_tokens"][name]["ids"];
                 if (!ids.is_array() || ids.array_size() != 1)
-                    ids.fail("post_processor special token \"" + name + "\" must have exactly one id");
+                    ids.fail("post_processor special token \"" + name +
+                             "\" must have exactly one id");
                 (seen_sequence ? t.after : t.before).push_back(ids[0].integer(0, kMaxTokenId));
             });
         if (t.before.size() > 1 || t.after.size() > 1)
-            p.fail("post_processor adds more than one token before or after the text (unsupported)");
+            p.fail(
+                "post_processor adds more than one token before or after the text (unsupported)");
         return t;
     }
     return std::nullopt;
@@ -239,7 +252,8 @@ json map_hf_tokenizer(const std::string& path) {
         if (model[key].string_or("") != "") model[key].fail("not supported");
     const json& vocab = model["vocab"].value();
     static const json kNone = json::array();
-    const JsonView added = tok["added_tokens"].is_set() ? tok["added_tokens"] : JsonView(kNone, path, "added_tokens");
+    const JsonView added =
+        tok["added_tokens"].is_set() ? tok["added_tokens"] : JsonView(kNone, path, "added_tokens");
     added.array();
 
     json s;
@@ -259,7 +273,8 @@ json map_hf_tokenizer(const std::string& path) {
     if (contains_type(pre, "ByteLevel", "pretokenizers")) {
         s["model"] = "bpe_byte_level";
         // Normalized: known split patterns by name, Digits and ByteLevel as flags.
-        s["pre_tokenizer"] = pretokenizer_spec_to_json(pretokenizer_spec_from_hf(pre.value(), path));
+        s["pre_tokenizer"] =
+            pretokenizer_spec_to_json(pretokenizer_spec_from_hf(pre.value(), path));
     } else if (pre.is_object() && pre["type"].string_or("") == "Metaspace") {
         sentencepiece = true;
         s["metaspace"] = {{"replacement", pre["replacement"].string_or(kMetaSpace)},
@@ -270,12 +285,14 @@ json map_hf_tokenizer(const std::string& path) {
                  " (supported: ByteLevel with Split/Digits, Metaspace, none)");
     } else {
         for (const json& n : s["normalizer"])
-            if (n.value("content", "") == kMetaSpace || n.value("prepend", "") == kMetaSpace) sentencepiece = true;
+            if (n.value("content", "") == kMetaSpace || n.value("prepend", "") == kMetaSpace)
+                sentencepiece = true;
     }
     if (sentencepiece) s["model"] = "bpe_sentencepiece";
     if (!s.contains("model"))
-        throw Error(path, {}, "BPE tokenizer is neither byte-level (ByteLevel pre-tokenizer) nor "
-                              "SentencePiece-style (▁ normalizer or Metaspace); not supported");
+        throw Error(path, {},
+                    "BPE tokenizer is neither byte-level (ByteLevel pre-tokenizer) nor "
+                    "SentencePiece-style (▁ normalizer or Metaspace); not supported");
 
     // collect_pieces checked every added token (an object with a string content and an id in
     // range) and every vocabulary id, so the raw reads below cannot meet another type.
@@ -298,7 +315,8 @@ json map_hf_tokenizer(const std::string& path) {
     json types = json::array();
     for (size_t id = 0; id < pieces.size(); ++id) {
         const std::string& p = pieces[id].get_ref<const std::string&>();
-        const bool byte = s["bpe"]["byte_fallback"] && p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>';
+        const bool byte =
+            s["bpe"]["byte_fallback"] && p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>';
         types.push_back(s["unk_id"] == id ? "unknown" : byte ? "byte" : "normal");
     }
     added.for_each_element([&](const JsonView& t) {
@@ -353,7 +371,8 @@ json map_hf_tokenizer(const std::string& path) {
     // the end-of-turn tokens the chat template emits.
     std::vector<int64_t> stops;
     auto add_stop = [&](const json& id) {
-        if (id.is_number_integer() && std::find(stops.begin(), stops.end(), id.get<int64_t>()) == stops.end())
+        if (id.is_number_integer() &&
+            std::find(stops.begin(), stops.end(), id.get<int64_t>()) == stops.end())
             stops.push_back(id.get<int64_t>());
     };
     add_stop(s["eos_id"]);

@@ -38,7 +38,9 @@ std::optional<int32_t> optional_id(const json& j) {
 // "<0xAB>" -> 0xAB, or -1.
 int byte_piece_value(const std::string& p) {
     if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
-    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    auto hex = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    };
     const int hi = hex(p[3]), lo = hex(p[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
@@ -49,7 +51,7 @@ int byte_piece_value(const std::string& p) {
 // one open-addressing table (node, byte) -> child sized for the vocabulary's bytes: a node-based
 // map would spend more time allocating than the walks take.
 class PieceTrie {
-public:
+  public:
     PieceTrie(const std::vector<std::string>& pieces, bool reversed) {
         size_t bytes = 0;
         for (const std::string& p : pieces) bytes += p.size();
@@ -79,7 +81,7 @@ public:
         }
     }
 
-private:
+  private:
     static constexpr uint64_t kEmpty = ~uint64_t{0};
     static uint64_t key(uint32_t node, uint8_t byte) { return uint64_t{node} << 8 | byte; }
     size_t find(uint64_t k) const {  // the slot holding k, or the empty slot where it would go
@@ -127,25 +129,29 @@ void build_rank_merges(TokenizerData& t, const JsonView& merges) {
         const json& m = mv.value();
         const std::string s = mv.string();
         const size_t space = s.find(' ');
-        if (space == std::string::npos) throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " has no space");
+        if (space == std::string::npos)
+            throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " has no space");
         const std::string a = s.substr(0, space), b = s.substr(space + 1);
         auto ia = t.id_of.find(a), ib = t.id_of.find(b), im = t.id_of.find(a + b);
         if (ia == t.id_of.end() || ib == t.id_of.end() || im == t.id_of.end())
-            throw Error(t.source, {}, "tokenizer schema: merge " + m.dump() + " names a token absent from the pieces");
+            throw Error(
+                t.source, {},
+                "tokenizer schema: merge " + m.dump() + " names a token absent from the pieces");
         t.merges.add(ia->second, ib->second, rank, im->second);
         rank += 1;
     });
 }
 
-// See TokenizerData::chunk_marker: the cut is exact when no merged token holds the marker right after
-// another character and the marker itself is a token.
+// See TokenizerData::chunk_marker: the cut is exact when no merged token holds the marker right
+// after another character and the marker itself is a token.
 bool marker_is_cut_point(const TokenizerData& t, const std::string& marker) {
     if (!t.id_of.count(marker)) return false;
     for (size_t id = 0; id < t.pieces.size(); ++id) {
         if (t.types[id] == TokenType::special || t.types[id] == TokenType::user_defined) continue;
         const std::string& p = t.pieces[id];
         for (size_t at = p.find(marker, 1); at != std::string::npos; at = p.find(marker, at + 1))
-            if (at < marker.size() || p.compare(at - marker.size(), marker.size(), marker) != 0) return false;
+            if (at < marker.size() || p.compare(at - marker.size(), marker.size(), marker) != 0)
+                return false;
     }
     return true;
 }
@@ -154,7 +160,8 @@ bool marker_is_cut_point(const TokenizerData& t, const std::string& marker) {
 constexpr int64_t kMaxStrip = 1 << 20;
 
 void load_decoder(TokenizerData& t, const JsonView& d) {
-    t.decode_byte_fallback = t.model == TokenizerModel::llama2c || d["byte_fallback"].boolean_or(false);
+    t.decode_byte_fallback =
+        t.model == TokenizerModel::llama2c || d["byte_fallback"].boolean_or(false);
     t.decode_byte_level = d["byte_level"].boolean_or(false);
     t.strip_leading_spaces = static_cast<decltype(t.strip_leading_spaces)>(
         d["strip_leading_spaces"].integer_or(0, 0, kMaxStrip));
@@ -173,7 +180,8 @@ void load_decoder(TokenizerData& t, const JsonView& d) {
             } catch (const Error&) {
             }
         } else if (!meta.empty()) {
-            // Rebuilt rather than replaced in place: a piece of many meta spaces would be quadratic.
+            // Rebuilt rather than replaced in place: a piece of many meta spaces would be
+            // quadratic.
             std::string spaced;
             size_t from = 0;
             for (size_t at = s.find(meta); at != std::string::npos; at = s.find(meta, from)) {
@@ -208,7 +216,8 @@ Tokenizer Tokenizer::from_checked_schema(const json& schema, const std::string& 
         [&](const JsonView& ty) { t->types.push_back(token_type(ty.string(), source)); });
     for (size_t id = 0; id < t->pieces.size(); ++id)
         if (!t->id_of.emplace(t->pieces[id], static_cast<int32_t>(id)).second)
-            throw Error(source, {}, "tokenizer schema: duplicate piece " + quoted_excerpt(t->pieces[id]));
+            throw Error(source, {},
+                        "tokenizer schema: duplicate piece " + quoted_excerpt(t->pieces[id]));
     t->bos = optional_id(schema.value("bos_id", json()));
     t->eos = optional_id(schema.value("eos_id", json()));
     t->add_bos = sv["add_bos"].boolean_or(false);
@@ -230,12 +239,16 @@ Tokenizer Tokenizer::from_checked_schema(const json& schema, const std::string& 
         t->fuse_unk = bpe["fuse_unk"].boolean_or(false);
         t->byte_piece_ids.fill(-1);
         for (size_t id = 0; id < t->pieces.size(); ++id)
-            if (const int b = byte_piece_value(t->pieces[id]); b >= 0) t->byte_piece_ids[static_cast<size_t>(b)] = static_cast<int32_t>(id);
+            if (const int b = byte_piece_value(t->pieces[id]); b >= 0)
+                t->byte_piece_ids[static_cast<size_t>(b)] = static_cast<int32_t>(id);
         std::vector<AddedToken> raw, normalized;
         sv["added_tokens"].for_each_element([&](const JsonView& a) {
-            AddedToken at{static_cast<int32_t>(a["id"].integer(0, INT32_MAX)), a["content"].string(),
-                          a["special"].boolean_or(false), a["lstrip"].boolean_or(false),
-                          a["rstrip"].boolean_or(false), a["single_word"].boolean_or(false),
+            AddedToken at{static_cast<int32_t>(a["id"].integer(0, INT32_MAX)),
+                          a["content"].string(),
+                          a["special"].boolean_or(false),
+                          a["lstrip"].boolean_or(false),
+                          a["rstrip"].boolean_or(false),
+                          a["single_word"].boolean_or(false),
                           a["normalized"].boolean_or(false)};
             (at.normalized ? normalized : raw).push_back(std::move(at));
         });
@@ -263,7 +276,8 @@ Tokenizer Tokenizer::from_checked_schema(const json& schema, const std::string& 
         load_decoder(*t, sv["decoder"].is_set() ? sv["decoder"] : JsonView(kNoDecoder, source));
     }
     // ignore_merges looks at a whole word, so a word must not be cut into chunks then.
-    t->chunkable = !t->chunk_marker.empty() && !t->ignore_merges && marker_is_cut_point(*t, t->chunk_marker);
+    t->chunkable =
+        !t->chunk_marker.empty() && !t->ignore_merges && marker_is_cut_point(*t, t->chunk_marker);
     return Tokenizer(std::move(t));
 }
 

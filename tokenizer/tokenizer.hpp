@@ -17,7 +17,7 @@
 namespace qforge {
 
 class Tokenizer {
-public:
+  public:
     // From the normalized schema (the "tokenizer" object of a .qf header).
     static Tokenizer from_schema(const nlohmann::json& schema, const std::string& source);
     // From a file: a .qf, a tokenizer.json (tokenizer_config.json beside it is read too) or a
@@ -41,13 +41,13 @@ public:
     std::optional<int32_t> bos_id() const;
     std::optional<int32_t> eos_id() const;
     bool add_bos() const;
-    std::vector<int32_t> stop_ids() const;      // generation stops on any of them
-    std::string_view piece(int32_t id) const;   // the vocabulary string of a token
+    std::vector<int32_t> stop_ids() const;     // generation stops on any of them
+    std::string_view piece(int32_t id) const;  // the vocabulary string of a token
     bool is_special(int32_t id) const;
-    const std::string& chat_template() const;   // empty when none
-    const std::string& source() const;          // the file it was loaded from, for errors
+    const std::string& chat_template() const;  // empty when none
+    const std::string& source() const;         // the file it was loaded from, for errors
 
-private:
+  private:
     struct Impl;
     static Tokenizer from_checked_schema(const nlohmann::json& schema, const std::string& source);
     explicit Tokenizer(std::unique_ptr<Impl> impl);

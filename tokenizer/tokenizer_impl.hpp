@@ -26,7 +26,8 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 // Words already tokenized during one encode call (text repeats words all the time).
-using WordCache = std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
+using WordCache =
+    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
 
 enum class TokenizerModel { llama2c, bpe_sentencepiece, bpe_byte_level };
 enum class TokenType : uint8_t { normal, unknown, special, user_defined, byte, unused };
@@ -79,7 +80,8 @@ struct TokenizerData {
     std::string chat_template;
 
     // Encoders (encode.cpp). `first` says whether the text segment starts the input.
-    void encode_segment(std::string_view text, bool first, std::vector<int32_t>& out, WordCache& cache) const;
+    void encode_segment(std::string_view text, bool first, std::vector<int32_t>& out,
+                        WordCache& cache) const;
     // A word (a whole text for SentencePiece and llama2.c), cut into chunks when chunkable.
     void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache& cache) const;
     // One word through the model: initial symbols, then the merges.

@@ -115,7 +115,6 @@ float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n) {
 }
 }  // namespace detail
 
-
 float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
     switch (qtype) {
         case QType::f32:

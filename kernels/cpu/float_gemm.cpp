@@ -8,9 +8,9 @@
 
 namespace qforge {
 
-void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0,
-                      uint64_t r1, const float* x, uint64_t ldx, uint64_t k, uint64_t t0,
-                      uint64_t t1, float* out, uint64_t ldo) {
+void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                      const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
+                      float* out, uint64_t ldo) {
     if (static_cast<size_t>(t) >= kQTypeCount || !qtype_traits(t).is_float)
         throw Error("float_matmul: quant type code " + std::to_string(static_cast<unsigned>(t)) +
                     " is not a float row type (f32, f16, bf16)");

@@ -30,15 +30,15 @@ void float_matmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint6
                   uint64_t ldo);
 // float_matmul at a given level (scalar: dot_row_scalar per output; avx2 and avx512: dot_row's
 // AVX2 bits). Throws qforge::Error for a level above cpu_isa().
-void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0,
-                      uint64_t r1, const float* x, uint64_t ldx, uint64_t k, uint64_t t0,
-                      uint64_t t1, float* out, uint64_t ldo);
+void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                      const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
+                      float* out, uint64_t ldo);
 
 namespace detail {
 // The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1.
 void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
-                     float* out, uint64_t ldo);
+                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                     uint64_t ldo);
 void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                        const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
                        float* out, uint64_t ldo);

@@ -27,8 +27,8 @@ struct Avx2Vector {
 #endif
 
 void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
-                     float* out, uint64_t ldo) {
+                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                     uint64_t ldo) {
 #if defined(__x86_64__)
     gemm<Avx2Vector>(t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
 #else

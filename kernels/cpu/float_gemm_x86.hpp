@@ -95,8 +95,7 @@ QF_GEMM_TARGET void tile_product(const Tile& t) {
 #pragma GCC unroll 8
                     for (int j = 0; j < TN; ++j)
                         acc[i][j] = V::fma8(t.w + static_cast<uint64_t>(i) * t.wld + at,
-                                            t.x + static_cast<uint64_t>(j) * t.xld + at,
-                                            acc[i][j]);
+                                            t.x + static_cast<uint64_t>(j) * t.xld + at, acc[i][j]);
             }
 #pragma GCC unroll 8
         for (int i = 0; i < RM; ++i)
@@ -137,12 +136,13 @@ QF_GEMM_TARGET inline void widen_row(QType t, const uint8_t* w, float* out, uint
     uint64_t i = 0;
     if (t == QType::f16) {
         for (; i + 8 <= k; i += 8)
-            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                          reinterpret_cast<const __m128i*>(w + 2 * i))));
+            _mm256_storeu_ps(
+                out + i,
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
     } else if (t == QType::bf16) {
         for (; i + 8 <= k; i += 8) {
-            const __m256i wide = _mm256_cvtepu16_epi32(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+            const __m256i wide =
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
             _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
         }
     } else {
@@ -198,9 +198,9 @@ QF_GEMM_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0
                 const uint64_t s1 = std::min(steps, s0 + kBlockSteps);
                 for (uint64_t ib = pb; ib < pe; ib += rows) {
                     const uint64_t ie = std::min(pe, ib + rows);
-                    const Tile tile{panel + (ib - pb) * wld, wld, xt, xld, s0, s1,
-                                    s1 == steps ? eights : 0, part + (ib - pb) * pld,
-                                    pld, s0 == 0};
+                    const Tile tile{
+                        panel + (ib - pb) * wld, wld, xt,     xld, s0, s1, s1 == steps ? eights : 0,
+                        part + (ib - pb) * pld,  pld, s0 == 0};
                     table[(ie - ib - 1) * tokens + (te - tb - 1)](tile);
                 }
                 s0 = s1;
@@ -208,8 +208,8 @@ QF_GEMM_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0
             for (uint64_t tok = tb; tok < te; ++tok)
                 for (uint64_t r = pb; r < pe; ++r)
                     out[(tok - t0) * ldo + (r - r0)] =
-                        finish(part + (r - pb) * pld + (tok - tb) * kStep,
-                               panel + (r - pb) * wld, xt + (tok - tb) * xld, k);
+                        finish(part + (r - pb) * pld + (tok - tb) * kStep, panel + (r - pb) * wld,
+                               xt + (tok - tb) * xld, k);
         }
     }
 }

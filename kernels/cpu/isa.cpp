@@ -13,10 +13,10 @@ namespace qforge {
 namespace {
 
 struct CpuFeatures {
-    bool avx2 = false;        // AVX2 + FMA + F16C, with the OS saving the ymm state
-    bool avx512 = false;      // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
+    bool avx2 = false;    // AVX2 + FMA + F16C, with the OS saving the ymm state
+    bool avx512 = false;  // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
     bool avx512_bf16 = false;
-    bool avx_vnni = false;    // VEX-encoded vpdpbusd (no level uses it yet)
+    bool avx_vnni = false;  // VEX-encoded vpdpbusd (no level uses it yet)
 };
 
 #ifdef QF_X86
@@ -30,8 +30,8 @@ CpuFeatures detect_features() {
     if (!osxsave) return f;
     unsigned xcr0_lo = 0, xcr0_hi = 0;
     __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    const bool os_ymm = (xcr0_lo & 0x6) == 0x6;     // SSE and AVX state
-    const bool os_zmm = (xcr0_lo & 0xe6) == 0xe6;   // plus opmask, ZMM0-15 high, ZMM16-31
+    const bool os_ymm = (xcr0_lo & 0x6) == 0x6;    // SSE and AVX state
+    const bool os_zmm = (xcr0_lo & 0xe6) == 0xe6;  // plus opmask, ZMM0-15 high, ZMM16-31
     unsigned b7 = 0, c7 = 0, d7 = 0, a7 = 0;
     if (!__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) return f;
     unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;

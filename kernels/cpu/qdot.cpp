@@ -177,8 +177,8 @@ void float_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                 const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     if (a.mode() != QActivations::Mode::f32)
         return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
-    float_matmul_isa(L, t, w, stride, r0, r1, a.floats(0), a.blocks() * kBlock, a.k(), t0, t1,
-                     out, ldo);
+    float_matmul_isa(L, t, w, stride, r0, r1, a.floats(0), a.blocks() * kBlock, a.k(), t0, t1, out,
+                     ldo);
 }
 
 void dequantize_rows_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,
@@ -206,7 +206,7 @@ KernelTable build_kernel_table() {
             detail::QKernels cell = (*own[level])[i];
             if (row.is_float)
                 cell.qmatmul = static_cast<Isa>(level) == Isa::avx2 ? float_rows<Isa::avx2>
-                                                                     : float_rows<Isa::avx512>;
+                                                                    : float_rows<Isa::avx512>;
             if (!cell.qmatmul) cell.qmatmul = table[level - 1][i].qmatmul;
             if (!cell.dequantize) cell.dequantize = table[level - 1][i].dequantize;
             table[level][i] = cell;

@@ -142,8 +142,7 @@ QF_AVX2 void tile(const Row& row, const QActivations& a, uint64_t tok, float* ou
 template <QType T>
 struct Avx2Tile {
     template <int NT>
-    static void run(const Row& row, const QActivations& a, uint64_t tok, float* out,
-                    uint64_t ldo) {
+    static void run(const Row& row, const QActivations& a, uint64_t tok, float* out, uint64_t ldo) {
         tile<T, NT>(row, a, tok, out, ldo);
     }
 };

@@ -12,9 +12,9 @@ namespace qforge::detail {
 // One (qtype, ISA) cell of kernels/cpu/qdot.cpp's table: the qmatmul and dequantize_rows of one
 // level for one type, with their public contracts (the QType argument is the cell's own type).
 // Null: this level has no kernel of its own for the type, the level below serves it.
-using QMatmulKernel = void (*)(QType t, const uint8_t* w, uint64_t stride, uint64_t r0,
-                               uint64_t r1, const QActivations& a, uint64_t t0, uint64_t t1,
-                               float* out, uint64_t ldo);
+using QMatmulKernel = void (*)(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                               const QActivations& a, uint64_t t0, uint64_t t1, float* out,
+                               uint64_t ldo);
 using DequantizeKernel = void (*)(QType t, const uint8_t* w, uint64_t stride, uint64_t n,
                                   uint64_t k, float* out);
 struct QKernels {

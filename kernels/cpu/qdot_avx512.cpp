@@ -62,8 +62,8 @@ QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, co
             const int8_t* x = quad[t] + 256 * s + 128 * u;
             __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
             isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512(x + 64));
-            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]),
-                                     _mm512_cvtepi32_ps(isum), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]), _mm512_cvtepi32_ps(isum),
+                                     acc[t]);
         }
     } else {
         // Codes of 4 blocks in order: 128-bit lanes c0 c16 c32 c48 | c64 c80 c96 c112; the pair
@@ -82,8 +82,8 @@ QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, co
             const __m512i alo = _mm512_loadu_si512(x), ahi = _mm512_loadu_si512(x + 64);
             __m512i isum = _mm512_dpbusd_epi32(zero, ua, _mm512_mask_sub_epi8(alo, na, zero, alo));
             isum = _mm512_dpbusd_epi32(isum, ub, _mm512_mask_sub_epi8(ahi, nb, zero, ahi));
-            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]),
-                                     _mm512_cvtepi32_ps(isum), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]), _mm512_cvtepi32_ps(isum),
+                                     acc[t]);
         }
     }
 }
@@ -115,8 +115,8 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
                     0x00ff);
         }
         for (int t = 0; t < NT; ++t)
-            cs[t] = _mm512_zextps256_ps512(
-                _mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s)));
+            cs[t] =
+                _mm512_zextps256_ps512(_mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s)));
         int8_quad<T, NT>(row.codes, s, 0, cs, quad, acc);
         int8_quad<T, NT>(row.codes, s, 1, cs, quad, acc);
     }
@@ -133,8 +133,7 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
 template <QType T>
 struct Avx512Tile {
     template <int NT>
-    static void run(const Row& row, const QActivations& a, uint64_t tok, float* out,
-                    uint64_t ldo) {
+    static void run(const Row& row, const QActivations& a, uint64_t tok, float* out, uint64_t ldo) {
         int8_tile<T, NT>(row, a, tok, out, ldo);
     }
 };
@@ -143,8 +142,8 @@ template <QType T>
 void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     if (a.mode() != QActivations::Mode::int8)  // f32 mode: AVX2's kernel (header comment)
-        return avx2_kernels()[static_cast<size_t>(T)].qmatmul(t, w, stride, r0, r1, a, t0, t1,
-                                                              out, ldo);
+        return avx2_kernels()[static_cast<size_t>(T)].qmatmul(t, w, stride, r0, r1, a, t0, t1, out,
+                                                              ldo);
     qmatmul_rows<T, Avx512Tile<T>>(w, stride, r0, r1, a, t0, t1, out, ldo);
 }
 

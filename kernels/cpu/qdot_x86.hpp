@@ -328,8 +328,7 @@ QF_AVX2 inline void int8_rest(const Row& row, const Int8Tokens<NT>& x, uint64_t 
     if constexpr (Kind<T>::unsigned_codes) {
         const __m256 wz = _mm256_load_ps(sz);
         for (int t = 0; t < NT; ++t)
-            acc[0][t] =
-                _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * full), acc[0][t]);
+            acc[0][t] = _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * full), acc[0][t]);
     }
     for (int t = 0; t < NT; ++t) cs[t] = _mm256_load_ps(cst[t]);
     for (uint64_t j = 0; j < rest / 2; ++j)

@@ -12,11 +12,11 @@ namespace qforge::cuda {
 
 }  // namespace qforge::cuda
 
-#define QF_CUDA_CHECK(expr)                                                          \
-    do {                                                                             \
-        cudaError_t qf_err_ = (expr);                                                \
-        if (qf_err_ != cudaSuccess)                                                  \
-            ::qforge::cuda::throw_cuda_error(qf_err_, #expr, __FILE__, __LINE__);    \
+#define QF_CUDA_CHECK(expr)                                                       \
+    do {                                                                          \
+        cudaError_t qf_err_ = (expr);                                             \
+        if (qf_err_ != cudaSuccess)                                               \
+            ::qforge::cuda::throw_cuda_error(qf_err_, #expr, __FILE__, __LINE__); \
     } while (0)
 
 // After a <<<...>>> launch: catches bad launch configurations at once.

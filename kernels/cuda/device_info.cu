@@ -6,7 +6,8 @@
 namespace qforge {
 
 std::string cuda_build_version() {
-    return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
+    return std::to_string(CUDART_VERSION / 1000) + "." +
+           std::to_string((CUDART_VERSION % 1000) / 10);
 }
 
 std::vector<GpuDevice> list_gpus(std::string* why_none) {
