@@ -18,8 +18,8 @@ namespace qforge::fuzz {
 // special-token strings and invalid UTF-8.
 inline constexpr const char* kSampleTexts[] = {
     "Hello world! It's 2024, isn't it?  Tabs\tand\nnewlines.",
-    "  leading spaces, 12345678 digits, caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 "
-    "\xf0\x9f\x98\x80",
+    ("  leading spaces, 12345678 digits, caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 "
+     "\xf0\x9f\x98\x80"),
     "<s></s><|endoftext|><|im_start|>user<|im_end|><unk>",
     "bad utf-8: \xff\xfe\xc0\x80 \xed\xa0\x80 end",
     "",
