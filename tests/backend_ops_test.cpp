@@ -77,40 +77,6 @@ ModelConfig shape_config(const Shape& s) {
     return c;
 }
 
-// Matrices in `qtype` whose 32-blocks have their own magnitude (10^-2 .. 1 times 1/sqrt(cols))
-// and offset, so groups have varied scales and zero points, and one block in seven is all zero;
-// norm weights near 1, biases near 0, in f32.
-void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::uniform_real_distribution<float> exponent(-2.0f, 0.0f);
-    QfWriter w(path.string());
-    w.set_model(model_config_to_json(c));
-    for (const auto& spec : expected_tensors(c)) {
-        uint64_t n = 1;
-        for (uint64_t d : spec.shape) n *= d;
-        std::vector<float> v(n);
-        if (!spec.is_matrix) {
-            const bool bias = spec.name.find("bias") != std::string::npos;
-            for (auto& x : v) x = bias ? 0.5f * normal(rng) : 1.0f + 0.1f * normal(rng);
-            w.add_tensor(spec.name, QType::f32, spec.shape, float_bytes(QType::f32, v));
-            continue;
-        }
-        const uint64_t rows = spec.shape[0], cols = spec.shape[1];
-        const float unit = 1.0f / std::sqrt(static_cast<float>(cols));
-        for (uint64_t r = 0; r < rows; ++r)
-            for (uint64_t j = 0; j < cols; j += 32) {
-                const float scale = unit * std::pow(10.0f, exponent(rng)),
-                            offset = scale * normal(rng);
-                const bool zero = (r * 131 + j / 32) % 7 == 3;
-                for (uint64_t i = j; i < std::min(cols, j + 32); ++i)
-                    v[r * cols + i] = zero ? 0.0f : offset + scale * normal(rng);
-            }
-        w.add_tensor(spec.name, qtype, spec.shape, matrix_bytes(qtype, rows, cols, v));
-    }
-    w.finish();
-}
-
 // Activations with the spread of real ones: normal, one element in 97 an outlier 20x, and each
 // token's row its own scale 10^-1 .. 10.
 std::vector<float> activations(uint64_t n, uint64_t width, std::mt19937& rng) {
@@ -372,7 +338,8 @@ void run_sweep(const std::vector<BackendCase>& cases, const std::string& scratch
         std::vector<Fixture> fixtures;
         for (size_t si = 0; si < std::size(kShapes); ++si) {
             const fs::path path = dir / (std::string(tr.name) + "_" + kShapes[si].name + ".qf");
-            write_model(path, shape_config(kShapes[si]), tr.type, static_cast<uint32_t>(si + 7));
+            write_random_model(path, shape_config(kShapes[si]), tr.type,
+                               static_cast<uint32_t>(si + 7), WeightSpread::blocky);
             models.push_back(std::make_unique<Model>(path.string()));
             fixtures.emplace_back(*models.back());
         }

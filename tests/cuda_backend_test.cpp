@@ -27,6 +27,7 @@
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
 #include "kernels/device_info.hpp"
+#include "qf_support.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/reference_forward.hpp"
@@ -34,6 +35,8 @@
 #include "test_support.hpp"
 
 using namespace qforge;
+using qforge::test::WeightSpread;
+using qforge::test::write_random_model;
 namespace fs = std::filesystem;
 
 #ifndef QFORGE_HAVE_CUDA
@@ -69,38 +72,6 @@ ModelConfig tiny_config(Architecture arch) {
     c.eos_token_ids = {2};
     c.torch_dtype = "float32";
     return c;
-}
-
-// Random weights with the scale of a trained model; matrices in `qtype`, vectors in f32.
-void write_model(const fs::path& path, const ModelConfig& c, QType qtype, uint32_t seed) {
-    std::mt19937 rng(seed);
-    QfWriter w(path.string());
-    w.set_model(model_config_to_json(c));
-    for (const auto& spec : expected_tensors(c)) {
-        uint64_t n = 1;
-        for (uint64_t d : spec.shape) n *= d;
-        std::vector<float> v(n);
-        // Matrices in `qtype` row by row; vectors as one f32 row.
-        const QType t = spec.is_matrix ? qtype : QType::f32;
-        const uint64_t rows = spec.is_matrix ? spec.shape[0] : 1, k = n / rows;
-        if (spec.is_matrix) {
-            std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
-            for (auto& x : v) x = dist(rng);
-            if (spec.name == "embed")
-                for (auto& x : v) x *= 4.0f;
-        } else {
-            const bool is_bias = spec.name.find("bias") != std::string::npos;
-            std::normal_distribution<float> dist(is_bias ? 0.0f : 1.0f, is_bias ? 0.5f : 0.1f);
-            for (auto& x : v) x = dist(rng);
-        }
-        const uint64_t stride = *qtype_row_bytes(t, k);
-        std::vector<uint8_t> bytes(rows * stride);
-        for (uint64_t r = 0; r < rows; ++r)
-            REQUIRE(quantize_row_ref(t, v.data() + r * k, k, bytes.data() + r * stride) ==
-                    QuantStatus::ok);
-        w.add_tensor(spec.name, t, spec.shape, bytes);
-    }
-    w.finish();
 }
 
 std::vector<int32_t> some_tokens(size_t n, uint64_t vocab, uint32_t seed) {
@@ -223,7 +194,7 @@ TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]
         c.max_window_layers = v.window_from;
         c.head_dim = v.head_dim;
         const fs::path p = dir / (std::to_string(seed) + ".qf");
-        write_model(p, c, v.qtype, seed);
+        write_random_model(p, c, v.qtype, seed, WeightSpread::trained);
         // 40 tokens: prefill batches above the GEMV limit take the tensor-core paths.
         check_model_against_reference(p, 40, seed++);
     }
@@ -240,7 +211,7 @@ TEST_CASE("CUDA backend on SmolLM2 and TinyLlama shapes", "[cuda]") {
         for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
             INFO(file << " " << qtype_traits(t).name);
             const fs::path p = dir / (std::string(qtype_traits(t).name) + ".qf");
-            write_model(p, c, t, 7);
+            write_random_model(p, c, t, 7, WeightSpread::trained);
             check_model_against_reference(p, 12, 3);
             fs::remove(p);
         }
@@ -255,7 +226,7 @@ TEST_CASE(
     test::ScratchDir dir("cuda-graph");
     ModelConfig c = tiny_config(Architecture::llama);
     const fs::path p = dir / "m.qf";
-    write_model(p, c, QType::q4_g32, 9);
+    write_random_model(p, c, QType::q4_g32, 9, WeightSpread::trained);
     Model model(p.string());
     const auto tokens = some_tokens(20, c.vocab_size, 4);
     CudaBackendOptions eager_options;
@@ -290,7 +261,7 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     ModelConfig c = tiny_config(Architecture::llama);
     c.max_position_embeddings = 16;
     const fs::path p = dir / "m.qf";
-    write_model(p, c, QType::f16, 2);
+    write_random_model(p, c, QType::f16, 2, WeightSpread::trained);
     Model model(p.string());
     CudaBackend gpu(model);
     ThreadPool pool(1);
@@ -315,7 +286,7 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     // A qtype without CUDA kernels (3-bit) is refused at load, naming the file, the first tensor
     // in it and the qtype; the CPU backend runs the same model.
     const fs::path q3 = dir / "q3.qf";
-    write_model(q3, c, QType::q3_g32, 3);
+    write_random_model(q3, c, QType::q3_g32, 3, WeightSpread::trained);
     Model q3_model(q3.string());
     REQUIRE_THROWS_AS(CudaBackend{q3_model}, cuda::UnsupportedOnCuda);
     REQUIRE_THROWS_WITH(

@@ -342,6 +342,24 @@ struct Interrupted {
     int finished = 0, killed = 0;
 };
 
+// Starts qforge with `args`, sends it `sig` after `delay_ms` and waits for it: its exit status.
+int run_and_signal(const std::vector<std::string>& args, int sig, int delay_ms) {
+    const pid_t pid = spawn_qforge(args);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ::kill(pid, sig);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    return status;
+}
+
+// The names in `dir`, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
 // Runs `args` (writing `target`) again and again, sending `sig` after a growing delay; after each
 // run the directory of `target` must hold exactly what it held before plus, at most, the
 // complete output `reference` under the target's name.
@@ -355,17 +373,11 @@ Interrupted interrupt_repeatedly(const std::vector<std::string>& args, const fs:
         fs::remove_all(dir);
         fs::create_directories(dir);
         if (!old_bytes.empty()) test::write_file(target, old_bytes);
-        const pid_t pid = spawn_qforge(args);
-        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        ::kill(pid, sig);
-        int status = 0;
-        REQUIRE(::waitpid(pid, &status, 0) == pid);
+        const int status = run_and_signal(args, sig, delay_ms);
         const bool done = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         counts.finished += done;
         counts.killed += WIFSIGNALED(status);
-        std::vector<std::string> names;
-        for (const auto& e : fs::directory_iterator(dir))
-            names.push_back(e.path().filename().string());
+        const auto names = names_in(dir);
         INFO("left: " << names.size() << (names.empty() ? "" : " first " + names.front()));
         if (done) {
             REQUIRE(names.size() == 1);
@@ -455,15 +467,9 @@ TEST_CASE("SIGINT during export leaves no temporary directory", "[hostile][outpu
             INFO("SIGINT after " << delay_ms << " ms, named temporaries " << named);
             fs::remove_all(work);
             fs::create_directories(work);
-            const pid_t pid = spawn_qforge(args);
-            std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-            ::kill(pid, SIGINT);
-            int status = 0;
-            REQUIRE(::waitpid(pid, &status, 0) == pid);
+            const int status = run_and_signal(args, SIGINT, delay_ms);
             const bool done = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-            std::vector<std::string> names;
-            for (const auto& e : fs::directory_iterator(work))
-                names.push_back(e.path().filename().string());
+            const auto names = names_in(work);
             INFO("left: " << names.size());
             // A signal that lands after the final rename (while the process tears down) finds
             // the directory already complete: the one outcome besides nothing at all.
@@ -478,13 +484,6 @@ TEST_CASE("SIGINT during export leaves no temporary directory", "[hostile][outpu
 }
 
 namespace {
-
-std::vector<std::string> names_in(const fs::path& dir) {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-}
 
 // Sets TMPDIR for this process and the commands it starts; restores it when it goes.
 struct TmpdirOverride {
@@ -521,11 +520,7 @@ TEST_CASE("SIGINT/SIGTERM during a command on a checkpoint removes its temporary
     for (const int sig : {SIGINT, SIGTERM}) {
         for (const int delay_ms : {0, 5, 15, 30, 60, 100, 200, 400}) {
             INFO("signal " << sig << " after " << delay_ms << " ms");
-            const pid_t pid = spawn_qforge(args);
-            std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-            ::kill(pid, sig);
-            int status = 0;
-            REQUIRE(::waitpid(pid, &status, 0) == pid);
+            const int status = run_and_signal(args, sig, delay_ms);
             finished += WIFEXITED(status) && WEXITSTATUS(status) == 0;
             REQUIRE(names_in(tmp).empty());
         }

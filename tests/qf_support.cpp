@@ -2,7 +2,9 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -62,6 +64,55 @@ void add_zero_tensors(QfWriter& writer, const ModelConfig& config, const std::st
         for (uint64_t d : spec.shape) bytes *= d;
         writer.add_tensor(spec.name, QType::f32, spec.shape, std::vector<uint8_t>(bytes, 0));
     }
+}
+
+namespace {
+
+void fill_matrix(std::vector<float>& v, const TensorSpec& spec, WeightSpread spread,
+                 std::mt19937& rng) {
+    const uint64_t rows = spec.shape[0], cols = spec.shape[1];
+    const float unit = 1.0f / std::sqrt(static_cast<float>(cols));
+    if (spread == WeightSpread::trained) {
+        std::normal_distribution<float> dist(0.0f, unit);
+        for (auto& x : v) x = dist(rng);
+        if (spec.name == "embed")
+            for (auto& x : v) x *= 4.0f;
+        return;
+    }
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> exponent(-2.0f, 0.0f);
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t j = 0; j < cols; j += 32) {
+            const float scale = unit * std::pow(10.0f, exponent(rng)), offset = scale * normal(rng);
+            const bool zero = (r * 131 + j / 32) % 7 == 3;
+            for (uint64_t i = j; i < std::min(cols, j + 32); ++i)
+                v[r * cols + i] = zero ? 0.0f : offset + scale * normal(rng);
+        }
+}
+
+}  // namespace
+
+void write_random_model(const fs::path& path, const ModelConfig& config, QType qtype, uint32_t seed,
+                        WeightSpread spread) {
+    std::mt19937 rng(seed);
+    QfWriter w(path.string());
+    w.set_model(model_config_to_json(config));
+    for (const TensorSpec& spec : expected_tensors(config)) {
+        uint64_t n = 1;
+        for (uint64_t d : spec.shape) n *= d;
+        std::vector<float> v(n);
+        if (spec.is_matrix) {
+            fill_matrix(v, spec, spread, rng);
+            w.add_tensor(spec.name, qtype, spec.shape,
+                         matrix_bytes(qtype, spec.shape[0], spec.shape[1], v));
+            continue;
+        }
+        const bool bias = spec.name.find("bias") != std::string::npos;
+        std::normal_distribution<float> dist(bias ? 0.0f : 1.0f, bias ? 0.5f : 0.1f);
+        for (auto& x : v) x = dist(rng);
+        w.add_tensor(spec.name, QType::f32, spec.shape, float_bytes(QType::f32, v));
+    }
+    w.finish();
 }
 
 }  // namespace qforge::test

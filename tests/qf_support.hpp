@@ -1,6 +1,7 @@
 // Test helpers that write .qf files with exactly one defect: the header text and a header
 // replaced with the preamble kept consistent, the smallest valid llama config, and zero tensors
-// for every tensor that config expects. Part of qforge_test_support (formats and core only).
+// for every tensor that config expects; models with random weights. Part of qforge_test_support
+// (formats and core only).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,19 @@ void replace_qf_header(const std::filesystem::path& qf, const std::string& text)
 // the one defect a test puts in.
 ModelConfig tiny_llama_config(uint64_t vocab_size, uint64_t hidden_size);
 void add_zero_tensors(QfWriter& writer, const ModelConfig& config, const std::string& skip = {});
+
+// How write_random_model spreads a matrix's values.
+enum class WeightSpread {
+    // As a trained model's: normal with sd 1/sqrt(cols), the embedding 4x that.
+    trained,
+    // Each 32-block its own magnitude (10^-2 .. 1 times 1/sqrt(cols)) and offset, one block in
+    // seven all zero: groups get varied scales and zero points, and all-zero groups occur.
+    blocky,
+};
+
+// A .qf of `config` with random weights from `seed`: every matrix in `qtype` (through the
+// reference quantizer), every vector (norms near 1, biases near 0) in f32.
+void write_random_model(const std::filesystem::path& path, const ModelConfig& config, QType qtype,
+                        uint32_t seed, WeightSpread spread);
 
 }  // namespace qforge::test
