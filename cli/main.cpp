@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.fallthrough();  // top-level flags (--quiet) also work after the subcommand
     app.set_version_flag("--version", version_text);
+    // A flag takes no value: "--greedy=2" or "--json=false" is a usage error, not a silent true.
+    // Set before the subcommands are added, which copy the defaults.
+    app.option_defaults()->disable_flag_override();
     qforge::cli::CommonOptions common;
     app.add_flag("-q,--quiet", common.quiet, "no progress bars on stderr");
 

@@ -232,17 +232,16 @@ std::string usage_error_message(const CLI::App& app, const CLI::ParseError& e) {
     const std::string name = what.substr(0, what.find(':'));
     if (const size_t x = what.find(" excludes "); x != std::string::npos) {
         what.replace(x, 10, " cannot be used with ");
+    } else if (const size_t f = what.find(" was given a disallowed flag override");
+               f != std::string::npos) {
+        // "greedy was given a disallowed flag override": --greedy=2 (main.cpp disables them).
+        return where + ": --" + what.substr(0, f) + ": a flag takes no value (use --" +
+               what.substr(0, f) + " alone)";
     } else if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
         if (what.find(" missing") != std::string::npos)
             what = name + ": a value is required";
         else if (what.find("At Most") != std::string::npos)
             what = name + ": given more than once";
-    } else if (const std::string tag = "Could not convert: "; what.rfind(tag, 0) == 0) {
-        // "Could not convert: --compress = maybe": a flag given a value it does not take.
-        const size_t eq = what.find(" = ");
-        if (eq != std::string::npos)
-            what = what.substr(tag.size(), eq - tag.size()) + ": " + shown(what.substr(eq + 3)) +
-                   " is not a value this flag takes (it takes none)";
     }
     return where + ": " + what;
 }

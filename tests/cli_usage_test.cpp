@@ -156,6 +156,8 @@ const BadLine kBadLines[] = {
     {"generate M --temp 1e99", "--temp: 1e99 is out of range"},
     {"generate M --temp ''", "--temp: '' is not a number"},
     {"generate X", "model: '"},
+    {"generate M --greedy=2", "--greedy"},  // a flag takes no value
+    {"ppl M -f T --json=false", "--json"},
     // bench
     {"bench M -p 0", "-p/--prompt: 0 is out of range; expected an integer from 1 to 16777216"},
     {"bench M --prefill -5", "-p/--prompt: -5 is out of range"},
