@@ -37,12 +37,15 @@ CudaEngine::CudaEngine(const ModelConfig& config, std::string path, CudaBackendO
                  "cublasSetWorkspace");
     QF_CUDA_CHECK(
         cudaMallocHost(reinterpret_cast<void**>(&staging_), (1 + o_.max_batch) * sizeof(int32_t)));
+    QF_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&fault_host_), sizeof(int32_t)));
+    *fault_host_ = 0;
 }
 
 CudaEngine::~CudaEngine() {
     if (stream_) cudaStreamSynchronize(stream_);
     clear_graphs();
     if (staging_) cudaFreeHost(staging_);
+    if (fault_host_) cudaFreeHost(fault_host_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
 }
@@ -188,6 +191,8 @@ void CudaEngine::allocate_activations() {
     step_ = DeviceBuffer<int32_t>(1 + batch_);
     step_.fill_bytes(0);
     history_ = DeviceBuffer<int32_t>(c_.max_position_embeddings + 1);
+    fault_ = DeviceBuffer<int32_t>(1);
+    fault_.fill_bytes(0);
 
     // Matmul scratch, sized for the largest matrix, so nothing is allocated during a capture.
     std::vector<const DeviceMatrix*> all = {&embed_, &lm_head_};

@@ -117,6 +117,11 @@ class CudaEngine final : private ForwardOps {
     void allocate_activations();
     void ensure_rope(uint64_t positions);
     void check_tokens(std::span<const int32_t> tokens) const;
+    // The device-side position bound (kernels/cuda/launchers.hpp, kFaultPosition): the fault
+    // word's copy to the host is enqueued before a step's synchronize, and check_fault, after
+    // it, throws (clearing the word) if a kernel met a position outside `cache`.
+    void enqueue_fault_copy();
+    void check_fault(const CudaKvCache& cache);
     // The activation rows of a step ([q | k | v] in one buffer, as attention needs).
     BlockActivations step_rows() const;
     // Copies tokens (at most batch_) and their first position into step_ for the kernels.
@@ -155,6 +160,8 @@ class CudaEngine final : private ForwardOps {
     DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids
     DeviceBuffer<int32_t> history_;  // greedy: the token chosen after each position
     int32_t* staging_ = nullptr;     // pinned host copy of step_
+    DeviceBuffer<int32_t> fault_;    // kFaultPosition when a kernel met a position out of range
+    int32_t* fault_host_ = nullptr;  // pinned host copy of fault_
     DeviceBuffer<float> cos_, sin_;
     uint64_t rope_positions_ = 0;
     cuda::MatmulContext mctx_;

@@ -68,6 +68,8 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     rp.pos0 = step_.get();
     rp.k_cache = cache_->keys(layer);
     rp.v_cache = cache_->values(layer);
+    rp.capacity = u32(cache_->capacity());
+    rp.fault = fault_.get();
     cuda::rope_store_kv_launch(rp, stream_);
     cuda::AttentionParams ap;
     ap.qkv = q.data;
@@ -82,6 +84,8 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     ap.out = out.data;
     ap.ldo = out.ld;
     ap.window = u32(c_.attention_window(layer));
+    ap.capacity = rp.capacity;
+    ap.fault = rp.fault;
     cuda::attention_launch(ap, dims_per_lane_, stream_);
 }
 
@@ -122,7 +126,8 @@ void CudaEngine::enqueue_greedy_step(const CudaKvCache& cache) {
     enqueue(1, cache, 0);
     int32_t* next = step_.get() + 1;
     cuda::argmax_rows_launch(logits_.get(), c_.vocab_size, 1, u32(c_.vocab_size), next, stream_);
-    cuda::record_token_launch(next, step_.get(), history_.get(), stream_);
+    cuda::record_token_launch(next, step_.get(), history_.get(), u32(history_.size()), fault_.get(),
+                              stream_);
 }
 
 void CudaEngine::launch_graph(const CudaKvCache& cache, Graph kind) {
@@ -151,6 +156,21 @@ void CudaEngine::launch_graph(const CudaKvCache& cache, Graph kind) {
         it = graphs_.emplace(key, exec).first;
     }
     QF_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+void CudaEngine::enqueue_fault_copy() {
+    QF_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_.get(), sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaEngine::check_fault(const CudaKvCache& cache) {
+    if (*fault_host_ == 0) return;
+    *fault_host_ = 0;
+    fault_.fill_bytes(0);  // the engine stays usable for a correct step
+    throw Error(path_, {},
+                "cuda backend: a kernel was given a position outside the KV cache's " +
+                    std::to_string(cache.capacity()) +
+                    " positions (the device-side bound); the step's results are invalid");
 }
 
 void CudaEngine::check_tokens(std::span<const int32_t> tokens) const {
@@ -189,8 +209,10 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
             QF_CUDA_CHECK(cudaMemcpyAsync(logits.data() + (first - logits_from) * v, logits_.get(),
                                           (m - lf) * v * sizeof(float), cudaMemcpyDeviceToHost,
                                           stream_));
+        enqueue_fault_copy();
         // Also keeps staging_ untouched until its copy has run.
         QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        check_fault(cache);
         cache.set_size(pos0 + m);
     }
 }
@@ -243,7 +265,9 @@ void CudaEngine::run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
     cache_ = &cache;
     try {
         fn(step);
+        enqueue_fault_copy();
         QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        check_fault(cache);
     } catch (...) {
         cache_ = nullptr;
         throw;
@@ -276,7 +300,9 @@ std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint6
             enqueue_greedy_step(cache);
     }
     stop.record(stream_);
+    enqueue_fault_copy();
     QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_fault(cache);
     if (seconds) *seconds = warmup < steps ? stop.ms_since(start) / 1000.0 : 0.0;
     cache.set_size(pos0 + steps);
     return history_.download(steps, pos0);

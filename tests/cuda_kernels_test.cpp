@@ -489,7 +489,8 @@ void check_attention(const AttnCase& c) {
     }
     DeviceBuffer<float> dqkv(qkv.size()), dcs(cs.size()), dsn(sn.size()), dout(c.n * ldo);
     DeviceBuffer<uint16_t> dk(kc.size()), dv(vc.size());
-    DeviceBuffer<int32_t> dpos(1);
+    DeviceBuffer<int32_t> dpos(1), fault(1);
+    fault.fill_bytes(0);
     dqkv.upload(qkv);
     dcs.upload(cs);
     dsn.upload(sn);
@@ -511,6 +512,8 @@ void check_attention(const AttnCase& c) {
     rp.pos0 = dpos.get();
     rp.k_cache = dk.get();
     rp.v_cache = dv.get();
+    rp.capacity = static_cast<uint32_t>(capacity);
+    rp.fault = fault.get();
     rope_store_kv_launch(rp, s.get());
     AttentionParams ap;
     ap.qkv = dqkv.get();
@@ -524,8 +527,11 @@ void check_attention(const AttnCase& c) {
     ap.pos0 = dpos.get();
     ap.out = dout.get();
     ap.ldo = ldo;
+    ap.capacity = rp.capacity;
+    ap.fault = rp.fault;
     attention_launch(ap, attention_dims_per_lane(c.hd), s.get());
     s.sync();
+    REQUIRE(fault.download() == std::vector<int32_t>{0});
 
     // CPU: rotate exactly as runtime/rope.hpp (float products, no fused multiply-add).
     std::vector<float> rq = qkv;
@@ -606,6 +612,87 @@ TEST_CASE("CUDA RoPE, fp16 cache writes and attention match the CPU", "[cuda]") 
         {128, 32, 8, 1, 300}, {128, 8, 2, 17, 0}, {256, 4, 1, 2, 65}, {66, 2, 2, 4, 3},
     };
     for (const auto& c : cases) check_attention(c);
+}
+
+// The device-side bound: positions come from device memory (a graph replays every step), so a
+// wrong one must touch nothing outside the cache and raise the fault word the engine checks.
+TEST_CASE("CUDA RoPE, attention and record_token refuse a position outside the cache", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    const uint32_t hd = 8, heads = 2, kv_heads = 1, kvd = kv_heads * hd, capacity = 4;
+    const uint64_t ld = (heads + 2 * kv_heads) * hd;
+    DeviceBuffer<float> qkv(2 * ld), cs(capacity * hd / 2), sn(capacity * hd / 2),
+        out(2 * heads * hd);
+    DeviceBuffer<uint16_t> kc(capacity * kvd), vc(capacity * kvd);
+    DeviceBuffer<int32_t> pos(1), fault(1), history(capacity), next(1);
+    for (auto* b : {&qkv, &cs, &sn}) b->fill_bytes(0);  // rotated k and v are +0
+    vc.fill_bytes(0x22);
+    history.fill_bytes(0x33);
+    next.fill_bytes(0);
+    // Token 0 at the last position and token 1 one past it; then token 0 at -1, token 1 at 0.
+    for (const int32_t p0 : {static_cast<int32_t>(capacity - 1), -1}) {
+        INFO("pos0 " << p0);
+        kc.fill_bytes(0x11);
+        out.fill_bytes(0xff);
+        fault.fill_bytes(0);
+        pos.upload(std::vector<int32_t>{p0});
+        RopeParams rp;
+        rp.qkv = qkv.get();
+        rp.ld = ld;
+        rp.n = 2;
+        rp.heads = heads;
+        rp.kv_heads = kv_heads;
+        rp.head_dim = hd;
+        rp.cos = cs.get();
+        rp.sin = sn.get();
+        rp.pos0 = pos.get();
+        rp.k_cache = kc.get();
+        rp.v_cache = vc.get();
+        rp.capacity = capacity;
+        rp.fault = fault.get();
+        rope_store_kv_launch(rp, s.get());
+        s.sync();
+        REQUIRE(fault.download() == std::vector<int32_t>{kFaultPosition});
+        // Exactly the positions inside the cache were written (an outside one would have hit
+        // another allocation: the buffers hold exactly `capacity` positions).
+        const auto k = kc.download();
+        for (int32_t p = 0; p < static_cast<int32_t>(capacity); ++p)
+            REQUIRE((k[static_cast<uint32_t>(p) * kvd] == 0x1111) == (p != p0 && p != p0 + 1));
+
+        fault.fill_bytes(0);
+        AttentionParams ap;
+        ap.qkv = qkv.get();
+        ap.ld = ld;
+        ap.n = 2;
+        ap.heads = heads;
+        ap.kv_heads = kv_heads;
+        ap.head_dim = hd;
+        ap.k_cache = kc.get();
+        ap.v_cache = vc.get();
+        ap.pos0 = pos.get();
+        ap.out = out.get();
+        ap.ldo = heads * hd;
+        ap.capacity = capacity;
+        ap.fault = fault.get();
+        attention_launch(ap, attention_dims_per_lane(hd), s.get());
+        s.sync();
+        REQUIRE(fault.download() == std::vector<int32_t>{kFaultPosition});
+        // The token outside left its output row as it was; the one inside wrote its row.
+        const auto o = out.download();
+        const uint32_t outside = p0 < 0 ? 0 : 1;
+        for (uint32_t i = 0; i < heads * hd; ++i) {
+            REQUIRE(poison_bits(o[outside * heads * hd + i]) == 0xffffffffu);
+            REQUIRE(poison_bits(o[(1 - outside) * heads * hd + i]) != 0xffffffffu);
+        }
+    }
+    // record_token at the end of the history: refused, the position stays.
+    fault.fill_bytes(0);
+    pos.upload(std::vector<int32_t>{static_cast<int32_t>(capacity)});
+    record_token_launch(next.get(), pos.get(), history.get(), capacity, fault.get(), s.get());
+    s.sync();
+    REQUIRE(fault.download() == std::vector<int32_t>{kFaultPosition});
+    REQUIRE(pos.download() == std::vector<int32_t>{static_cast<int32_t>(capacity)});
+    for (const int32_t h : history.download()) REQUIRE(h == 0x33333333);
 }
 
 #endif  // QFORGE_HAVE_CUDA

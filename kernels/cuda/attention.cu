@@ -8,7 +8,8 @@
 //   context   any length: an online softmax streams the cache once, no scores buffer;
 //             a sliding window (AttentionParams::window) starts the keys at pos - window + 1
 //   cache     fp16 keys and values, [position][kv_heads * head_dim] per layer; positions come
-//             from a device integer (pos0), so a captured CUDA graph serves every decode step
+//             from a device integer (pos0), so a captured CUDA graph serves every decode step;
+//             a position outside [0, capacity) touches nothing and raises the fault word
 //
 // RoPE computes exactly the CPU's products and differences (rounded separately, no fused
 // multiply-add), so rotated q and k equal the CPU's before the fp16 rounding of the cache.
@@ -30,7 +31,12 @@ constexpr int kAttnWarps = 4;
 
 __global__ void rope_store_kv_kernel(RopeParams p) {
     const uint32_t t = blockIdx.x;
-    const uint64_t pos = static_cast<uint64_t>(*p.pos0) + t;
+    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
+    if (at < 0 || at >= p.capacity) {
+        if (threadIdx.x == 0) atomicOr(p.fault, kFaultPosition);
+        return;
+    }
+    const uint64_t pos = static_cast<uint64_t>(at);
     const uint32_t half = p.head_dim / 2;
     const uint32_t kvd = p.kv_heads * p.head_dim;
     float* row = p.qkv + t * p.ld;
@@ -70,7 +76,12 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
     const uint32_t kvh = h / (p.heads / p.kv_heads);
-    const uint64_t len = static_cast<uint64_t>(*p.pos0) + t + 1;  // causal: keys 0 .. pos
+    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
+    if (at < 0 || at >= p.capacity) {  // out is left as it was: the step is reported invalid
+        if (threadIdx.x == 0) atomicOr(p.fault, kFaultPosition);
+        return;
+    }
+    const uint64_t len = static_cast<uint64_t>(at) + 1;  // causal: keys 0 .. pos
     const uint64_t first = p.window && len > p.window ? len - p.window : 0;  // sliding window
     const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
 
@@ -137,11 +148,17 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
 }  // namespace
 
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
+    if (p.capacity == 0 || !p.fault)
+        throw_cuda_error(cudaErrorInvalidValue, "rope_store_kv_launch: no capacity or fault word",
+                         __FILE__, __LINE__);
     rope_store_kv_kernel<<<p.n, 128, 0, stream>>>(p);
     QF_CUDA_CHECK_LAUNCH();
 }
 
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream) {
+    if (p.capacity == 0 || !p.fault)
+        throw_cuda_error(cudaErrorInvalidValue, "attention_launch: no capacity or fault word",
+                         __FILE__, __LINE__);
     const dim3 grid(p.n, p.heads), block(32 * kAttnWarps);
     switch (dims_per_lane) {
         case 1:

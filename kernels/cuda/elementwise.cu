@@ -136,7 +136,12 @@ __global__ void argmax_rows_kernel(const float* logits, uint64_t ld, uint32_t vo
     if (threadIdx.x == 0) out[blockIdx.x] = bi[0] == 0x7fffffff ? 0 : bi[0];
 }
 
-__global__ void record_token_kernel(const int32_t* next, int32_t* pos, int32_t* history) {
+__global__ void record_token_kernel(const int32_t* next, int32_t* pos, int32_t* history,
+                                    uint32_t capacity, int32_t* fault) {
+    if (*pos < 0 || static_cast<uint32_t>(*pos) >= capacity) {
+        atomicOr(fault, kFaultPosition);
+        return;
+    }
     history[*pos] = *next;
     *pos += 1;
 }
@@ -187,8 +192,9 @@ void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t v
     QF_CUDA_CHECK_LAUNCH();
 }
 
-void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, cudaStream_t stream) {
-    record_token_kernel<<<1, 1, 0, stream>>>(next, pos, history);
+void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, uint32_t capacity,
+                         int32_t* fault, cudaStream_t stream) {
+    record_token_kernel<<<1, 1, 0, stream>>>(next, pos, history, capacity, fault);
     QF_CUDA_CHECK_LAUNCH();
 }
 

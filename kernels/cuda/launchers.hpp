@@ -94,9 +94,16 @@ void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t s
 void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t vocab, int32_t* out,
                         cudaStream_t stream);
 // Greedy decode bookkeeping after argmax: history[*pos] = *next; *pos += 1 (one thread).
-void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, cudaStream_t stream);
+void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, uint32_t capacity,
+                         int32_t* fault, cudaStream_t stream);
 
 // ---- RoPE and the KV cache (attention.cu) ---------------------------------------------------
+// Positions are read on the device (a captured graph replays every decode step), so the host's
+// checks cannot see the value a kernel uses. A kernel given a position at or past its buffer's
+// capacity writes and reads nothing there: it or-s this bit into the engine's fault word, which
+// the host reads after each step and turns into an error (runtime/cuda_forward.cpp).
+constexpr int32_t kFaultPosition = 1;
+
 struct RopeParams {
     float* qkv = nullptr;  // n rows: q heads, then k heads, then v heads
     uint64_t ld = 0;
@@ -106,6 +113,8 @@ struct RopeParams {
     const int32_t* pos0 = nullptr;  // device: position of token 0
     uint16_t* k_cache = nullptr;    // this layer: [capacity][kv_heads * head_dim] fp16
     uint16_t* v_cache = nullptr;
+    uint32_t capacity = 0;     // positions the cache holds
+    int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
 };
 // Rotates q and k in place (rotate-half layout) and stores k, v as fp16 at positions pos0 + t.
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream);
@@ -119,7 +128,9 @@ struct AttentionParams {
     const int32_t* pos0 = nullptr;  // device: token t attends to positions 0 .. pos0 + t
     float* out = nullptr;           // [t][heads * head_dim], stride ldo
     uint64_t ldo = 0;
-    uint32_t window = 0;  // > 0: only the last `window` positions up to pos (sliding window)
+    uint32_t window = 0;       // > 0: only the last `window` positions up to pos (sliding window)
+    uint32_t capacity = 0;     // positions the cache holds
+    int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
 };
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream);
