@@ -82,7 +82,8 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                                 {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
                                 {"bandwidth_fraction", *r.bandwidth_fraction},
                                 {"int8_activations", !common.float_activations},
-                                {"cpu_isa", std::string(isa_name(cpu_isa()))}};
+                                {"cpu_isa", std::string(isa_name(cpu_isa()))},
+                                {"fp16_saturations", backend->fp16_saturations()}};
             std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }
@@ -104,6 +105,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
             std::printf(", %.1f%% of %.1f GB/s read bandwidth", 100.0 * *r.bandwidth_fraction,
                         *o.bandwidth_gb_per_s);
         std::printf("\n");
+        print_fp16_saturations(*backend);
         return 0;
     };
 }

@@ -136,7 +136,9 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                                 {"protocol", a->protocol},
                                 {"n_tokens", tokens.size()},
                                 {"seconds", r.seconds},
-                                {"tokens_per_second", tok_per_s}};
+                                {"tokens_per_second", tok_per_s},
+                                {"fp16_saturations", backend->fp16_saturations()}};
+            if (base_backend) j["base_fp16_saturations"] = base_backend->fp16_saturations();
             if (r.kl) {
                 j["kld"] = r.kl->mean_kl();
                 j["kld_stderr"] = r.kl->kl_stderr();
@@ -160,6 +162,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
                         static_cast<unsigned long long>(r.n_chunks),
                         static_cast<unsigned long long>(plan.ctx), a->protocol.c_str(), tok_per_s,
                         base ? " per model" : "");
+            print_fp16_saturations(*backend);
+            if (base_backend) print_fp16_saturations(*base_backend);
         }
         return 0;
     };

@@ -293,6 +293,15 @@ std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Mod
     return make_backend(*backend_kind_from_name(o.backend), model, pool, b);
 }
 
+void print_fp16_saturations(const Backend& backend) {
+    if (const uint64_t n = backend.fp16_saturations())
+        std::fprintf(stderr,
+                     "qforge: warning: the %s backend clamped %llu values beyond fp16's range "
+                     "(+-65504) in its fp16 activations or KV cache; results that depend on "
+                     "them are approximate\n",
+                     std::string(backend.name()).c_str(), static_cast<unsigned long long>(n));
+}
+
 int resolved_threads(const CommonOptions& o) {
     if (o.threads > 0) return o.threads;
     const unsigned n = std::thread::hardware_concurrency();

@@ -123,6 +123,9 @@ CpuBackendOptions cpu_backend_options(const CommonOptions& o);
 void add_backend_option(CLI::App& app, CommonOptions& o);
 std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Model& model,
                                                ThreadPool& pool);
+// A warning on stderr when the backend clamped values to fp16's range (Backend::
+// fp16_saturations); nothing when it did not.
+void print_fp16_saturations(const Backend& backend);
 
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);

@@ -64,6 +64,11 @@ class Backend {
     // offers no op-level access (a test double) says so.
     virtual void run_ops(std::span<const int32_t> tokens, KvCache& cache,
                          const std::function<void(OpsStep&)>& fn);
+
+    // Values that exceeded fp16's range where the backend rounds to fp16 (the CUDA backend's
+    // tensor-core activations and KV cache) and were clamped to +-65504, since it was made; a
+    // backend that keeps float32 (the CPU) has none. bench and ppl report it.
+    virtual uint64_t fp16_saturations() const { return 0; }
 };
 
 struct CpuBackendOptions {

@@ -33,6 +33,8 @@ std::vector<int32_t> CudaBackend::greedy_decode(KvCache& cache, int32_t first, u
     return engine_->greedy(cuda_cache(cache), first, steps);
 }
 
+uint64_t CudaBackend::fp16_saturations() const { return engine_->fp16_saturations(); }
+
 std::string CudaBackend::device_description() const { return engine_->description(); }
 
 CudaSyntheticModel::CudaSyntheticModel(const ModelConfig& config, QType qtype, uint64_t seed,
@@ -78,6 +80,7 @@ void CudaBackend::run_ops(std::span<const int32_t>, KvCache&,
     no_cuda();
 }
 std::vector<int32_t> CudaBackend::greedy_decode(KvCache&, int32_t, uint64_t) { no_cuda(); }
+uint64_t CudaBackend::fp16_saturations() const { no_cuda(); }
 std::string CudaBackend::device_description() const { no_cuda(); }
 CudaSyntheticModel::CudaSyntheticModel(const ModelConfig&, QType, uint64_t, CudaBackendOptions) {
     no_cuda();

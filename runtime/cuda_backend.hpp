@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
                  std::span<float> logits) override;
     void run_ops(std::span<const int32_t> tokens, KvCache& cache,
                  const std::function<void(OpsStep&)>& fn) override;
+    uint64_t fp16_saturations() const override;
 
     // Greedy decoding without a host round trip per token: runs `first` at cache.size(), then
     // feeds each argmax (lowest index on ties) back, `steps` tokens in all; returns the chosen

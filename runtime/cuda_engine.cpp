@@ -193,6 +193,8 @@ void CudaEngine::allocate_activations() {
     history_ = DeviceBuffer<int32_t>(c_.max_position_embeddings + 1);
     fault_ = DeviceBuffer<int32_t>(1);
     fault_.fill_bytes(0);
+    saturated_ = DeviceBuffer<unsigned long long>(1);
+    saturated_.fill_bytes(0);
 
     // Matmul scratch, sized for the largest matrix, so nothing is allocated during a capture.
     std::vector<const DeviceMatrix*> all = {&embed_, &lm_head_};
@@ -231,6 +233,7 @@ void CudaEngine::allocate_activations() {
     mctx_.w16_halves = w16_.size();
     mctx_.workspace = workspace_.get();
     mctx_.workspace_floats = workspace_.size();
+    mctx_.saturated = saturated_.get();
     mctx_.forced = o_.forced_path;
 }
 
@@ -245,6 +248,11 @@ void CudaEngine::ensure_rope(uint64_t positions) {
     cos_ = std::move(cs);
     sin_ = std::move(sn);
     rope_positions_ = positions;
+}
+
+uint64_t CudaEngine::fp16_saturations() const {
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return saturated_.download().at(0);
 }
 
 std::unique_ptr<KvCache> CudaEngine::new_cache(uint64_t capacity) {

@@ -86,6 +86,8 @@ class CudaEngine final : private ForwardOps {
                                 uint64_t warmup = 0, double* seconds = nullptr);
 
     uint64_t decode_weight_bytes() const;
+    // Values clamped to +-65504 when rounded to fp16 (f16_saturate.cuh), since construction.
+    uint64_t fp16_saturations() const;
     uint64_t weight_bytes() const { return weight_bytes_; }
     std::string description() const { return description_; }
 
@@ -162,6 +164,7 @@ class CudaEngine final : private ForwardOps {
     int32_t* staging_ = nullptr;     // pinned host copy of step_
     DeviceBuffer<int32_t> fault_;    // kFaultPosition when a kernel met a position out of range
     int32_t* fault_host_ = nullptr;  // pinned host copy of fault_
+    DeviceBuffer<unsigned long long> saturated_;  // fp16 saturations (f16_saturate.cuh)
     DeviceBuffer<float> cos_, sin_;
     uint64_t rope_positions_ = 0;
     cuda::MatmulContext mctx_;

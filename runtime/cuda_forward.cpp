@@ -70,6 +70,7 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     rp.v_cache = cache_->values(layer);
     rp.capacity = u32(cache_->capacity());
     rp.fault = fault_.get();
+    rp.saturated = saturated_.get();
     cuda::rope_store_kv_launch(rp, stream_);
     cuda::AttentionParams ap;
     ap.qkv = q.data;

@@ -695,4 +695,35 @@ TEST_CASE("CUDA RoPE, attention and record_token refuse a position outside the c
     for (const int32_t h : history.download()) REQUIRE(h == 0x33333333);
 }
 
+// fp16 activations saturate instead of overflowing to infinity, and count what they clamp.
+TEST_CASE("CUDA fp32 -> fp16 rows saturate beyond +-65504 and count it", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    const std::vector<float> x = {1.0f,  65504.0f, 65519.0f,      65520.0f, -1e6f,
+                                  1e38f, -0.0f,    std::nanf(""), 3.0e-8f,  -70000.0f};
+    const uint32_t k = static_cast<uint32_t>(x.size()), ld16 = 16, m_pad = 2;
+    DeviceBuffer<float> dx(x.size());
+    dx.upload(x);
+    DeviceBuffer<uint16_t> d16(m_pad * ld16);
+    DeviceBuffer<unsigned long long> count(1);
+    count.fill_bytes(0);
+    d16.fill_bytes(0xff);
+    f32_to_f16_rows_launch(dx.get(), k, 1, m_pad, k, d16.get(), ld16, count.get(), s.get());
+    s.sync();
+    const auto h = d16.download();
+    for (uint32_t j = 0; j < k; ++j) {
+        INFO("x = " << x[j]);
+        const float v = x[j];
+        const uint16_t want = std::isfinite(v) && std::fabs(v) >= 65520.0f
+                                  ? (v > 0 ? uint16_t{0x7bff} : uint16_t{0xfbff})
+                                  : f32_to_f16(v);
+        if (std::isnan(v))
+            REQUIRE(std::isnan(f16_to_f32(h[j])));
+        else
+            REQUIRE(h[j] == want);
+    }
+    for (uint32_t j = k; j < m_pad * ld16; ++j) REQUIRE(h[j] == 0);   // padding is zero
+    REQUIRE(count.download() == std::vector<unsigned long long>{4});  // 65520, -1e6, 1e38, -7e4
+}
+
 #endif  // QFORGE_HAVE_CUDA

@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/f16_saturate.cuh"
 #include "kernels/cuda/launchers.hpp"
 
 namespace qforge::cuda {
@@ -55,13 +56,13 @@ __global__ void rope_store_kv_kernel(RopeParams p) {
         x[i + half] = rb;
         if (h >= p.heads) {
             const uint32_t base = (h - p.heads) * p.head_dim;
-            kc[base + i] = __half_as_ushort(__float2half_rn(ra));
-            kc[base + i + half] = __half_as_ushort(__float2half_rn(rb));
+            kc[base + i] = f16_saturate(ra, p.saturated);
+            kc[base + i + half] = f16_saturate(rb, p.saturated);
         }
     }
     const float* v = row + static_cast<uint64_t>(p.heads + p.kv_heads) * p.head_dim;
     for (uint32_t j = threadIdx.x; j < kvd; j += blockDim.x)
-        vc[j] = __half_as_ushort(__float2half_rn(v[j]));
+        vc[j] = f16_saturate(v[j], p.saturated);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,6 +1,7 @@
 // The small kernels of the forward pass: embedding lookup, RMSNorm, SwiGLU, residual and bias
-// adds, fp32 -> fp16 activation rows, greedy argmax. Each matches the CPU backend's formula
-// (runtime/cpu_backend.cpp) operation for operation where that matters for the tests.
+// adds, fp32 -> fp16 activation rows (saturating, f16_saturate.cuh), greedy argmax. Each matches
+// the CPU backend's formula (runtime/cpu_backend.cpp) operation for operation where that matters
+// for the tests.
 //
 // Supported configurations: any n, d, width below 2^31 (grid-stride loops; one block per token
 // row for the row reductions); every weight kind of gpu_format.hpp for the embedding.
@@ -12,6 +13,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/dequant.hpp"
+#include "kernels/cuda/f16_saturate.cuh"
 #include "kernels/cuda/launchers.hpp"
 
 namespace qforge::cuda {
@@ -25,13 +27,14 @@ unsigned grid_for(uint64_t count) {
 }
 
 __global__ void f32_to_f16_rows_kernel(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad,
-                                       uint32_t k, uint16_t* x16, uint64_t ldx16) {
+                                       uint32_t k, uint16_t* x16, uint64_t ldx16,
+                                       unsigned long long* saturated) {
     const uint64_t total = static_cast<uint64_t>(m_pad) * ldx16;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
         const uint64_t t = i / ldx16, j = i % ldx16;
         const float v = t < m && j < k ? x[t * ldx + j] : 0.0f;
-        x16[i] = __half_as_ushort(__float2half_rn(v));
+        x16[i] = f16_saturate(v, saturated);
     }
 }
 
@@ -149,9 +152,10 @@ __global__ void record_token_kernel(const int32_t* next, int32_t* pos, int32_t* 
 }  // namespace
 
 void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad, uint32_t k,
-                            uint16_t* x16, uint64_t ldx16, cudaStream_t stream) {
+                            uint16_t* x16, uint64_t ldx16, unsigned long long* saturated,
+                            cudaStream_t stream) {
     f32_to_f16_rows_kernel<<<grid_for(static_cast<uint64_t>(m_pad) * ldx16), kThreads, 0, stream>>>(
-        x, ldx, m, m_pad, k, x16, ldx16);
+        x, ldx, m, m_pad, k, x16, ldx16, saturated);
     QF_CUDA_CHECK_LAUNCH();
 }
 

@@ -69,9 +69,11 @@ void dequantize_f16_launch(const RowsParams& w, uint32_t r0, uint32_t n, uint16_
                            cudaStream_t stream);
 
 // ---- Elementwise (elementwise.cu) -----------------------------------------------------------
-// x[t][0 .. k) (stride ldx) to fp16 rows of ldx16; zero past k and for rows m .. m_pad.
+// x[t][0 .. k) (stride ldx) to fp16 rows of ldx16; zero past k and for rows m .. m_pad. Values
+// beyond fp16's range saturate and are added to *saturated (f16_saturate.cuh; null: not counted).
 void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad, uint32_t k,
-                            uint16_t* x16, uint64_t ldx16, cudaStream_t stream);
+                            uint16_t* x16, uint64_t ldx16, unsigned long long* saturated,
+                            cudaStream_t stream);
 // y[t][r] (+)= bias[r] for t < m, r < rows (the cuBLAS path's bias).
 void add_bias_launch(float* y, uint64_t ldy, uint32_t m, uint32_t rows, const float* bias,
                      cudaStream_t stream);
@@ -115,6 +117,7 @@ struct RopeParams {
     uint16_t* v_cache = nullptr;
     uint32_t capacity = 0;     // positions the cache holds
     int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
+    unsigned long long* saturated = nullptr;  // device: k, v values clamped to fp16 (or null)
 };
 // Rotates q and k in place (rotate-half layout) and stores k, v as fp16 at positions pos0 + t.
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream);

@@ -104,9 +104,9 @@ void launch_mma_gemm(const DeviceMatrix& w, const uint16_t* x16, uint64_t ldx16,
 }
 
 void convert_rows_to_f16(const float* x, uint64_t ldx, uint64_t m, uint64_t k, uint16_t* x16,
-                         uint64_t ldx16, cudaStream_t stream) {
+                         uint64_t ldx16, unsigned long long* saturated, cudaStream_t stream) {
     f32_to_f16_rows_launch(x, ldx, u32(m), u32(round_up(m, kMmaTileTokens)), u32(k), x16, ldx16,
-                           stream);
+                           saturated, stream);
 }
 
 void dequantize_rows_to_f16(const DeviceMatrix& w, uint64_t r0, uint64_t n, uint16_t* out,
@@ -169,7 +169,7 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
     if (round_up(m, kMmaTileTokens) * kpad > ctx.x16_halves)
         throw UnsupportedOnCuda("a batch of " + std::to_string(m) + " tokens of " +
                                 std::to_string(kpad) + " beyond the fp16 activation scratch");
-    convert_rows_to_f16(x, ldx, m, w.fmt.k, ctx.x16, kpad, ctx.stream);
+    convert_rows_to_f16(x, ldx, m, w.fmt.k, ctx.x16, kpad, ctx.saturated, ctx.stream);
     if (path == MatmulPath::mma) {
         const MmaPlan plan = plan_mma(w.fmt, w.rows, m, ctx.sm_count);
         if (plan.workspace_floats > ctx.workspace_floats)

@@ -54,9 +54,10 @@ void launch_mma_gemm(const DeviceMatrix& w, const uint16_t* x16, uint64_t ldx16,
                      cudaStream_t stream);
 
 // x (fp32, m rows of k, stride ldx) to fp16 rows of ldx16 halves; columns k .. ldx16 and rows
-// m .. round_up(m, 32) are written as zero (elementwise.cu).
+// m .. round_up(m, 32) are written as zero; values beyond fp16's range saturate, counted in
+// *saturated unless it is null (elementwise.cu).
 void convert_rows_to_f16(const float* x, uint64_t ldx, uint64_t m, uint64_t k, uint16_t* x16,
-                         uint64_t ldx16, cudaStream_t stream);
+                         uint64_t ldx16, unsigned long long* saturated, cudaStream_t stream);
 
 // Rows [r0, r0 + n) of a quantized matrix dequantized to fp16, n rows of fmt.kpad halves
 // (scale * (code - zero) rounded to nearest; dequant_f16.cu).
@@ -76,7 +77,8 @@ struct MatmulContext {
     uint64_t w16_halves = 0;
     float* workspace = nullptr;  // split-K partial tiles
     uint64_t workspace_floats = 0;
-    std::optional<MatmulPath> forced;  // tests and benchmarks: this path for every product
+    unsigned long long* saturated = nullptr;  // device: fp16 activations clamped (or null)
+    std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights
