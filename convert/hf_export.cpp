@@ -235,6 +235,11 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     check_output_path(o.output_dir, {o.input}, OutputKind::directory);
     const QfFile qf(o.input);
     const ModelConfig& config = qf.config();
+    if (architecture_has_fused_tensors(config.arch))
+        throw Error(qf.path(), {},
+                    "export of a " + std::string(architecture_name(config.arch)) +
+                        " model is not supported: its checkpoints fuse q/k/v and gate/up "
+                        "(qkv_proj, gate_up_proj), which the GPTQ/AWQ writers do not pack yet");
     if (qf.has_tokenizer()) validate_tokenizer_schema(qf.tokenizer(), qf.path());
     const QType qtype = common_linear_type(qf, o.format);
     ExportReport report;

@@ -58,7 +58,30 @@ constexpr LayoutRow kLayouts[] = {
     {Architecture::qwen2, kLlamaLayout},
     // Same tensors plus the per-head q_norm and k_norm; no biases unless attention_bias.
     {Architecture::qwen3, kLlamaLayout},
+    // Same tensors, stored fused in its checkpoints (kFusedParts); no biases.
+    {Architecture::phi3, kLlamaLayout},
 };
+
+// Tensors stored inside fused ones. Phi3Attention splits qkv_proj's output at q_dim and
+// q_dim + kv_dim; Phi3MLP chunks gate_up_proj's in two halves, gate first (modeling_phi3.py).
+namespace fused_rows {
+using enum Dim;
+using K = TensorKind;
+constexpr std::string_view kQkv = "model.layers.{i}.self_attn.qkv_proj.weight";
+constexpr std::string_view kGateUp = "model.layers.{i}.mlp.gate_up_proj.weight";
+constexpr FusedPart kFusedParts[] = {
+    {Architecture::phi3, K::attn_q, kQkv, {none, none}, {q, kv, kv}},
+    {Architecture::phi3, K::attn_k, kQkv, {q, none}, {q, kv, kv}},
+    {Architecture::phi3, K::attn_v, kQkv, {q, kv}, {q, kv, kv}},
+    {Architecture::phi3, K::mlp_gate, kGateUp, {none, none}, {intermediate, intermediate, none}},
+    {Architecture::phi3,
+     K::mlp_up,
+     kGateUp,
+     {intermediate, none},
+     {intermediate, intermediate, none}},
+};
+}  // namespace fused_rows
+using fused_rows::kFusedParts;
 
 // HF tensors without a counterpart in the model. Older transformers saved each layer's RoPE
 // inverse frequencies; we compute them from rope_theta.
@@ -130,7 +153,7 @@ constexpr bool layouts_in_enum_order() {
         if (static_cast<size_t>(kLayouts[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::qwen3) + 1,
+static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::phi3) + 1,
               "every Architecture needs a layout row");
 static_assert(layouts_in_enum_order(), "kLayouts rows must follow the enum");
 
@@ -175,16 +198,42 @@ std::string substitute(std::string_view pattern, uint64_t layer) {
     return s;
 }
 
+uint64_t sum_dims(std::span<const Dim> dims, const ModelConfig& c) {
+    uint64_t n = 0;
+    for (Dim d : dims)
+        if (d != Dim::none) n += resolve(d, c);
+    return n;
+}
+
 TensorSpec make_spec(const TensorRow& row, uint64_t layer, const ModelConfig& c) {
-    TensorSpec spec{
-        substitute(row.hf_pattern, layer), substitute(row.name_pattern, layer), {}, false, &row,
-        is_per_layer(row) ? layer : 0};
+    TensorSpec spec;
+    spec.hf_name = substitute(row.hf_pattern, layer);
+    spec.name = substitute(row.name_pattern, layer);
     spec.shape = tensor_row_shape(row, c);
     spec.is_matrix = spec.shape.size() == 2;
+    spec.row = &row;
+    spec.layer = is_per_layer(row) ? layer : 0;
+    if (const FusedPart* f = fused_part(c.arch, row.kind)) {
+        spec.hf_name = substitute(f->hf_pattern, layer);
+        spec.fused_row0 = sum_dims(f->offset, c);
+        spec.fused_rows = sum_dims(f->total, c);
+    }
     return spec;
 }
 
 }  // namespace
+
+const FusedPart* fused_part(Architecture arch, TensorKind kind) {
+    for (const FusedPart& f : kFusedParts)
+        if (f.arch == arch && f.kind == kind) return &f;
+    return nullptr;
+}
+
+bool architecture_has_fused_tensors(Architecture arch) {
+    for (const FusedPart& f : kFusedParts)
+        if (f.arch == arch) return true;
+    return false;
+}
 
 const WeightClassInfo& weight_class_info(WeightClass c) {
     return kWeightClasses[static_cast<size_t>(c)];

@@ -111,7 +111,26 @@ struct TensorSpec {
     bool is_matrix;               // a 2-D weight a quantizer may pack (embed and lm_head too)
     const TensorRow* row;         // the table row it comes from: symbolic dims, presence
     uint64_t layer = 0;           // its layer (0 for the global rows)
+    // Stored inside a fused checkpoint tensor (fused_part below): hf_name names that tensor,
+    // and this one is its rows [fused_row0, fused_row0 + shape[0]) of fused_rows in all.
+    uint64_t fused_row0 = 0, fused_rows = 0;  // fused_rows 0: stored on its own
 };
+
+// A tensor a Hugging Face checkpoint of the architecture stores inside a fused one, its rows
+// concatenated with its siblings' (Phi-3's self_attn.qkv_proj: q, k, v; mlp.gate_up_proj: gate,
+// up). Conversion splits it by rows (sources/hf_source.cpp), so the model and every .qf hold
+// the separate tensors of the table above.
+struct FusedPart {
+    Architecture arch;
+    TensorKind kind;
+    std::string_view hf_pattern;  // the fused tensor: "model.layers.{i}.self_attn.qkv_proj.weight"
+    std::array<Dim, 2> offset;    // summed: the fused rows before this part
+    std::array<Dim, 3> total;     // summed: the fused tensor's rows
+};
+// The part `kind` of `arch` is stored as; nullptr when it is stored on its own.
+const FusedPart* fused_part(Architecture arch, TensorKind kind);
+// Whether any tensor of `arch` is stored fused (an exporter writing separate tensors refuses it).
+bool architecture_has_fused_tensors(Architecture arch);
 
 // The rows of an architecture, in canonical order: leading global rows, then the per-layer run,
 // then trailing global rows.

@@ -37,6 +37,7 @@ enum class WindowRule : uint8_t {
     declared,            // MistralConfig: sliding_window (absent: 4096, null: off)
     use_sliding_window,  // Qwen2/3Config: sliding_window only when use_sliding_window is true,
                          // in layers from max_window_layers on
+    optional,            // Phi3Config: sliding_window (absent or null: off), every layer
 };
 
 // How transformers reads a config.json for each architecture: the one place that maps
@@ -67,6 +68,10 @@ constexpr ArchitectureTraits kArchitectureTraits[] = {
     // follow attention_bias (Qwen3Attention), and q_norm / k_norm normalize each head.
     {Architecture::qwen3, "qwen3", "Qwen3ForCausalLM", 32, 32768, std::nullopt, std::nullopt,
      BiasRule::config_key, WindowRule::use_sliding_window, 128, true},
+    // Phi3Config (Phi-3, Phi-3.5 mini): the Llama block with q/k/v and gate/up fused in the
+    // checkpoint (split at conversion, formats/architectures.cpp), no biases, EOS 32000.
+    {Architecture::phi3, "phi3", "Phi3ForCausalLM", std::nullopt, 4096, 1, 32000, BiasRule::never,
+     WindowRule::optional, std::nullopt, false},
 };
 
 constexpr bool traits_rows_in_enum_order() {
@@ -74,7 +79,7 @@ constexpr bool traits_rows_in_enum_order() {
         if (static_cast<size_t>(kArchitectureTraits[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::qwen3) + 1,
+static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::phi3) + 1,
               "every Architecture needs a row");
 static_assert(traits_rows_in_enum_order(), "kArchitectureTraits rows must follow the enum");
 
@@ -199,8 +204,20 @@ std::string unsupported_rope(const std::string& type, const std::string& key) {
 // transformers 4.x writes `rope_theta` and `rope_scaling` ({"rope_type" or older "type": ...});
 // 5.x writes one `rope_parameters` object holding rope_theta too. Like transformers, prefer a
 // non-empty rope_scaling, take rope_theta from inside the object, else the top-level key.
+// Phi-4-mini, StableLM and GPT-NeoX rotate only part of each head (partial_rotary_factor < 1):
+// refused by name rather than run with every dimension rotated.
+void refuse_partial_rotary(const Keys& keys) {
+    const json* v = keys.find_set("partial_rotary_factor");
+    if (!v) return;
+    const double f = keys.number(*v, "partial_rotary_factor");
+    if (f != 1.0)
+        keys.fail("'" + keys.name("partial_rotary_factor") + "' is " + describe(*v) +
+                  ": partial rotary embeddings are not supported (only 1.0)");
+}
+
 void read_rope(const Keys& keys, const std::string& source, uint64_t max_positions,
                ModelConfig& c) {
+    refuse_partial_rotary(keys);
     const json* rope = nullptr;
     std::string rope_key;
     for (std::string_view key : {"rope_scaling", "rope_parameters"}) {
@@ -226,6 +243,7 @@ void read_rope(const Keys& keys, const std::string& source, uint64_t max_positio
                       "': RoPE parameters per layer type are not "
                       "supported");
     const Keys r(*rope, source, rope_key + ".");
+    refuse_partial_rotary(r);
     c.rope_theta = r.number_or("rope_theta", c.rope_theta);
     const char* type_key = r.find_set("rope_type") ? "rope_type" : "type";
     const std::string type = r.string_or(type_key, "default");
@@ -348,6 +366,7 @@ json hf_architecture_keys(const ModelConfig& c) {
         case WindowRule::none:
             break;
         case WindowRule::declared:
+        case WindowRule::optional:
             j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
             break;
         case WindowRule::use_sliding_window:
@@ -449,6 +468,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     if (has_window)
         c.sliding_window = keys.find("sliding_window") ? keys.opt_dim("sliding_window")
                                                        : std::optional(kDefaultSlidingWindow);
+    if (t.sliding_window == WindowRule::optional) c.sliding_window = keys.opt_dim("sliding_window");
     if (c.sliding_window && t.sliding_window == WindowRule::use_sliding_window)
         c.max_window_layers = read_window_layers(keys, c.num_layers);
 

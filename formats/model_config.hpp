@@ -15,13 +15,13 @@ namespace qforge {
 
 // The model families we run. All share the Llama tensor layout (formats/architectures.hpp); they
 // differ in config defaults, in which biases exist and in qwen3's per-head q/k norms.
-enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3 };
+enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3, phi3 };
 
-// The Hugging Face model_type: "llama", "mistral", "qwen2", "qwen3".
+// The Hugging Face model_type: "llama", "mistral", "qwen2", "qwen3", "phi3".
 std::string_view architecture_name(Architecture arch);
 // The inverse; nullopt for a model_type we do not support.
 std::optional<Architecture> architecture_from_model_type(std::string_view model_type);
-// "llama, mistral, qwen2, qwen3", for error messages.
+// "llama, mistral, qwen2, qwen3, phi3", for error messages.
 std::string supported_architectures();
 // transformers' model class of the architecture ("LlamaForCausalLM", ...).
 std::string_view architecture_hf_class(Architecture arch);

@@ -45,7 +45,8 @@ import safetensors
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 # A fixed sequence: BOS first, the edge ids 0 and vocab-1, a repeated token.
 INPUT_IDS = [1, 17, 203, 5, 88, 255, 0, 42, 42, 130, 7, 99]
@@ -97,12 +98,20 @@ MODELS = {
                                  max_window_layers=1), 6,
                             {"qk_norm": "identity_qk_norm",
                              "sliding_window": dict(use_sliding_window=False)}),
+    # Phi-3: q/k/v in one qkv_proj and gate/up in one gate_up_proj (qforge splits them by rows at
+    # conversion), untied, a sliding window of 6 on every layer; no pad id (Phi3Config's 32000 is
+    # past this vocabulary).
+    "phi3_fused_window": (Phi3ForCausalLM, Phi3Config,
+                          dict(COMMON, tie_word_embeddings=False, rope_theta=10000.0,
+                               sliding_window=6, pad_token_id=None), 7,
+                          {"sliding_window": dict(sliding_window=None),
+                           "gate_up_order": "swap_gate_up"}),
 }
 
 # Models that get a tokenizer.json (so the CLI can calibrate, score and generate on them): a
 # byte-level BPE of the 256 byte symbols and no merges, id = byte value, written by PyPI
 # tokenizers.
-WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window"}
+WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window", "phi3_fused_window"}
 
 # Tiny GGUF files of the same weights, as llama.cpp's convert_hf_to_gguf.py names and describes
 # them (gguf-py's constants), for models whose GGUF architecture keeps every feature: name ->
@@ -124,7 +133,7 @@ def init_weights(model, seed):
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=g))
             else:
-                gain = 2.0 if ("q_proj" in name or "k_proj" in name) else 1.0
+                gain = 2.0 if ("q_proj" in name or "k_proj" in name or "qkv_proj" in name) else 1.0
                 p.copy_(gain * torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
 
 
@@ -157,6 +166,14 @@ def sensitivity(model_cls, config_cls, kwargs, seed, model, variant, ref64):
         for layer in other.model.layers:
             layer.self_attn.q_norm = torch.nn.Identity()
             layer.self_attn.k_norm = torch.nn.Identity()
+    elif variant == "swap_gate_up":
+        # A runtime that split gate_up_proj the wrong way round (up first).
+        other = build(model_cls, config_cls, kwargs, seed)
+        other.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            for layer in other.model.layers:
+                w = layer.mlp.gate_up_proj.weight
+                w.copy_(torch.cat(w.chunk(2, dim=0)[::-1]))
     elif variant == "zero_biases":
         other = build(model_cls, config_cls, kwargs, seed)
         with torch.no_grad():

@@ -58,7 +58,7 @@ class HfSource final : public ModelSource {
     }
 
     std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override {
-        if (!imported_[i]) return ckpt_.tensor(hf_names_[i]).data;
+        if (!imported_[i]) return slice_of(i, ckpt_.tensor(hf_names_[i]).data);
         const SourceTensor& t = tensors_[i];
         import_hf_quantized_linear(*quant_, quant_target_, ckpt_, hf_names_[i], t.shape[0],
                                    t.shape[1], scratch);
@@ -68,12 +68,14 @@ class HfSource final : public ModelSource {
         return ckpt_.file_of(imported_[i] ? hf_qweight_name(hf_names_[i]) : hf_names_[i]);
     }
     void release(size_t i) const override {
-        if (!imported_[i]) ckpt_.release(hf_names_[i]);
+        // A fused tensor is released with its last part (the others read it before).
+        const Slice& s = slices_[i];
+        if (!imported_[i] && s.row0 + tensors_[i].shape[0] == s.of) ckpt_.release(hf_names_[i]);
     }
     std::string label(size_t i) const override { return hf_names_[i]; }
     uint64_t source_bytes(size_t i) const override {
         const auto* t = ckpt_.find(imported_[i] ? hf_qweight_name(hf_names_[i]) : hf_names_[i]);
-        return t->end - t->begin;
+        return (t->end - t->begin) / slices_[i].of * tensors_[i].shape[0];
     }
 
   private:
@@ -112,6 +114,10 @@ class HfSource final : public ModelSource {
     // as the parts of a quantized linear, which the import checks).
     void check_tensors() {
         for (const auto& s : specs_) {
+            if (s.fused_rows) {
+                add_part(s);
+                continue;
+            }
             const std::string qweight = hf_qweight_name(s.hf_name);
             if (quant_ && s.shape.size() == 2 && !qweight.empty() && ckpt_.contains(qweight)) {
                 if (ckpt_.contains(s.hf_name))
@@ -138,10 +144,47 @@ class HfSource final : public ModelSource {
         }
     }
 
+    // A tensor stored as rows of a fused one (Phi-3's qkv_proj, gate_up_proj): the fused
+    // tensor must have the rows of all its parts, config.json's width and a float dtype; the
+    // part is a slice of its bytes, so nothing is copied or re-rounded.
+    void add_part(const TensorSpec& s) {
+        if (quant_)
+            throw Error(path_, s.hf_name,
+                        "GPTQ/AWQ checkpoints of " + std::string(architecture_name(config_.arch)) +
+                            " (fused q/k/v and gate/up projections) are not supported; convert "
+                            "the float checkpoint and quantize it with qforge");
+        const std::vector<uint64_t> fused = {s.fused_rows, s.shape[1]};
+        if (!ckpt_.contains(s.hf_name))
+            throw Error(
+                path_, s.hf_name,
+                "missing from the checkpoint (expected shape " + shape_to_string(fused) + ")");
+        const TensorView v = ckpt_.tensor(s.hf_name);
+        if (v.shape != fused)
+            throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
+                        "shape " + shape_to_string(v.shape) + " but config.json implies " +
+                            shape_to_string(fused) + " (the fused rows of " + s.name + " and " +
+                            "its siblings)");
+        const auto qt = qtype_from_dtype(v.dtype);
+        if (!qt)
+            throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
+                        "dtype " + std::string(dtype_info(v.dtype).safetensors_name) +
+                            " is not a float type (expected F32, F16 or BF16)");
+        add(s, *qt, false);
+        slices_.back() = {s.fused_row0, s.fused_rows};
+    }
+
     void add(const TensorSpec& s, QType qtype, bool imported) {
         tensors_.push_back({s.name, qtype, s.shape});
         hf_names_.push_back(s.hf_name);
         imported_.push_back(imported);
+        slices_.push_back({0, s.shape[0]});
+    }
+
+    // Tensor i's bytes within its stored tensor's (all of them unless it is a fused part).
+    std::span<const uint8_t> slice_of(size_t i, std::span<const uint8_t> stored) const {
+        const Slice& s = slices_[i];
+        const uint64_t row_bytes = stored.size() / s.of;
+        return stored.subspan(s.row0 * row_bytes, tensors_[i].shape[0] * row_bytes);
     }
 
     SafetensorsCheckpoint ckpt_;
@@ -150,6 +193,12 @@ class HfSource final : public ModelSource {
     std::vector<TensorSpec> specs_;
     std::vector<std::string> hf_names_;  // parallel to tensors_
     std::vector<bool> imported_;         // parallel to tensors_: a GPTQ/AWQ linear
+    // Parallel to tensors_: the rows [row0, row0 + shape[0]) of `of` that the stored tensor holds
+    // (row0 0 and `of` shape[0] unless it is a fused part).
+    struct Slice {
+        uint64_t row0, of;
+    };
+    std::vector<Slice> slices_;
 };
 
 }  // namespace

@@ -131,6 +131,18 @@ TEST_CASE("config: defaults that differ from the plain reading", "[config]") {
         j.erase("sliding_window");
         CHECK(parse_model_config(j, "c").sliding_window == 4096u);
     }
+    SECTION("phi3 has a sliding window only when it says so (Phi3Config's default is none)") {
+        json j = base_config();
+        j["model_type"] = "phi3";
+        CHECK_FALSE(parse_model_config(j, "c").sliding_window);
+        j["sliding_window"] = nullptr;
+        CHECK_FALSE(parse_model_config(j, "c").sliding_window);
+        j["sliding_window"] = 2047;
+        CHECK(parse_model_config(j, "c").sliding_window == 2047u);
+        CHECK(parse_model_config(j, "c").attention_window(4) == 2047u);
+        j["attention_bias"] = true;  // Phi3Attention has no biases whatever the config says
+        CHECK_FALSE(parse_model_config(j, "c").attention_bias);
+    }
     SECTION("qwen2 has q/k/v biases whatever attention_bias says; mistral never") {
         json j = base_config();
         j["attention_bias"] = false;
@@ -221,6 +233,19 @@ TEST_CASE("config: broken configs name the key and what was expected", "[config]
              j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
          },
          "unsupported RoPE scaling type 'yarn' (rope_scaling.rope_type); supported: none, llama3"},
+        {"partial rotary embeddings", [](json& j) { j["partial_rotary_factor"] = 0.75; },
+         "'partial_rotary_factor' is number 0.75: partial rotary embeddings are not supported"},
+        {"partial rotary embeddings in rope_parameters",
+         [](json& j) {
+             j["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+         },
+         "'rope_parameters.partial_rotary_factor' is number 0.5"},
+        {"Phi-3 longrope",
+         [](json& j) {
+             j["model_type"] = "phi3";
+             j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}};
+         },
+         "unsupported RoPE scaling type 'longrope' (rope_scaling.type)"},
         {"linear RoPE, older key",
          [](json& j) {
              j["rope_scaling"] = {{"type", "linear"}};
@@ -320,10 +345,10 @@ TEST_CASE("config: the normalized form is read strictly", "[config]") {
 }
 
 TEST_CASE("config: every architecture has a model_type", "[config]") {
-    for (auto arch :
-         {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3})
+    for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2,
+                      Architecture::qwen3, Architecture::phi3})
         CHECK(architecture_from_model_type(architecture_name(arch)) == arch);
     CHECK(architecture_name(Architecture::qwen2) == "qwen2");
     CHECK_FALSE(architecture_from_model_type("LlamaForCausalLM"));
-    CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3");
+    CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3, phi3");
 }
