@@ -39,6 +39,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         int port = 8080;
         uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
         int read_timeout = 10;
+        uint64_t max_body = 1 << 20;
     };
     auto a = std::make_shared<Args>();
     add_model_input(app, "model", a->model)->required();
@@ -57,6 +58,8 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                    "prompt tokens per step, so running sequences keep decoding during a prefill");
     add_int_option(app, "--read-timeout", a->read_timeout, 1, 3600,
                    "seconds a client may stall while sending its request");
+    add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
+                   "request body bytes at most (larger: 413)");
     app.add_option("--api-key", a->api_key,
                    "require 'Authorization: Bearer KEY' on every /v1 request");
     add_threads_option(app, common);
@@ -75,9 +78,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
         const uint64_t max_pos = model.config().max_position_embeddings;
         if (a->ctx > max_pos) {
-            std::fprintf(stderr, "qforge: note: --ctx %llu is past the model's context; using %llu\n",
-                         static_cast<unsigned long long>(a->ctx),
-                         static_cast<unsigned long long>(max_pos));
+            std::fprintf(
+                stderr, "qforge: note: --ctx %llu is past the model's context; using %llu\n",
+                static_cast<unsigned long long>(a->ctx), static_cast<unsigned long long>(max_pos));
             a->ctx = max_pos;
         }
         const uint64_t per_seq = CpuKvCache::blocks_for(a->ctx);
@@ -99,6 +102,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         so.model_name = std::filesystem::path(a->model).stem().string();
         so.ctx = a->ctx;
         so.read_timeout_s = a->read_timeout;
+        so.max_body = a->max_body;
         so.threads = static_cast<int>(a->max_seqs + a->max_queue + 8);
         so.log = [](std::string_view line) {
             std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
