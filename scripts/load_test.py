@@ -4,7 +4,7 @@
 N concurrent streams send a fixed number of streaming /v1/completions (or chat) requests in all;
 reported: errors, aggregate generated tokens per second, time to first token (TTFT) and
 inter-token latency (ITL: the gaps between streamed chunks) at p50 / p99, and with --pid the
-server's resident memory before and after the run.
+server's resident memory before and after the run and its CPU time per generated token.
 
   scripts/load_test.py --port 8080 --streams 16 --requests 200 --max-tokens 64 --pid PID
 
@@ -14,6 +14,7 @@ of its own beyond parsing the event stream.
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import threading
@@ -26,6 +27,13 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of the process, all threads (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values, p):
@@ -98,6 +106,7 @@ def main():
     args = ap.parse_args()
 
     rss_before = rss_kib(args.pid) if args.pid else 0
+    cpu_before = cpu_seconds(args.pid) if args.pid else 0.0
     lock = threading.Lock()
     next_index = [0]
     ttfts, gaps, tokens, errors = [], [], [0], []
@@ -127,6 +136,7 @@ def main():
         t.join()
     wall = time.perf_counter() - t0
     rss_after = rss_kib(args.pid) if args.pid else 0
+    cpu_used = cpu_seconds(args.pid) - cpu_before if args.pid else 0.0
 
     result = {
         "streams": args.streams, "requests": args.requests, "errors": len(errors),
@@ -140,6 +150,10 @@ def main():
     if args.pid:
         result["rss_before_mib"] = round(rss_before / 1024, 1)
         result["rss_after_mib"] = round(rss_after / 1024, 1)
+        # CPU time per generated token: how much work batching saves, even on a loaded machine
+        # where wall-clock throughput depends on what else runs.
+        result["server_cpu_s"] = round(cpu_used, 2)
+        result["cpu_ms_per_token"] = round(1000 * cpu_used / max(tokens[0], 1), 2)
     if args.json:
         print(json.dumps(result))
     else:
