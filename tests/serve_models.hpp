@@ -5,6 +5,7 @@
 // converted once into a scratch folder.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -22,8 +23,9 @@ struct ServeModel {
 };
 
 // stories260K f32 and q4_g128 when ../shared/data is there (else none), then every
-// tests/data/hf_models fixture.
-inline std::vector<ServeModel> serve_models(const ScratchDir& dir) {
+// tests/data/hf_models fixture (or only those named in `only`, to keep a test short).
+inline std::vector<ServeModel> serve_models(const ScratchDir& dir,
+                                            const std::vector<std::string>& only = {}) {
     std::vector<ServeModel> all;
     if (auto data = shared_data_dir()) {
         const std::string f32 = convert_stories(*data, "hf", dir).string();
@@ -37,6 +39,8 @@ inline std::vector<ServeModel> serve_models(const ScratchDir& dir) {
     }
     for (const auto& entry : std::filesystem::directory_iterator(fixture("hf_models"))) {
         if (!std::filesystem::exists(entry.path() / "reference.json")) continue;
+        const std::string name = entry.path().filename().string();
+        if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
         ConvertOptions o;
         o.input = entry.path().string();
         o.output = (dir / (entry.path().filename().string() + ".qf")).string();
