@@ -32,9 +32,7 @@ void send_error(httplib::Response& res, const ApiError& e) {
     res.set_content(dump(e.body()), "application/json");
 }
 
-const char* finish_name(FinishReason r) {
-    return r == FinishReason::length ? "length" : "stop";
-}
+const char* finish_name(FinishReason r) { return r == FinishReason::length ? "length" : "stop"; }
 
 // One request's generation as text: tokens from the scheduler's stream turned into final text.
 struct Generation {
@@ -100,8 +98,8 @@ struct HttpServer::Impl {
     void routes();
     std::vector<int32_t> tokenize(const CompletionRequest& r) const;
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
-    json chunk(const std::string& id, bool chat, const std::string& text,
-               const char* finish_reason, bool first) const;
+    json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
+               bool first) const;
     json usage(uint64_t prompt, uint64_t generated) const {
         return {{"prompt_tokens", prompt},
                 {"completion_tokens", generated},
@@ -121,8 +119,7 @@ std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) cons
     std::vector<int32_t> ids;
     if (r.chat) {
         if (tok.chat_template().empty())
-            throw ApiError(400, "this model has no chat template; use /v1/completions",
-                           "messages");
+            throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
         ChatTemplateInputs in;
         in.messages = r.messages;
         if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
@@ -130,9 +127,9 @@ std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) cons
         try {
             ids = tok.encode(render_chat_template(tok.chat_template(), in), false);
         } catch (const Error& e) {
-            throw ApiError(400, std::string("the chat template cannot render these messages: ") +
-                                    e.what(),
-                           "messages");
+            throw ApiError(
+                400, std::string("the chat template cannot render these messages: ") + e.what(),
+                "messages");
         }
     } else if (r.prompt_ids) {
         ids = *r.prompt_ids;
@@ -200,7 +197,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         }
         sr.sampling = {r.temperature, r.top_k, r.top_p, seed};
         sr.max_tokens = std::min(
-            opts.ctx, r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
+            opts.ctx,
+            r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
         sr.stop_ids = tok.stop_ids();
         sr.token_count = tok.vocab_size();
         const int32_t last = prompt.back();
@@ -237,7 +235,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                       static_cast<unsigned long long>(prompt_tokens),
                       static_cast<unsigned long long>(g.tokens), g.finish_reason.c_str(),
                       secs(g.first_token), secs(Clock::now()));
-        log(where + (g.error.empty() ? " 200" : " 500") + buf + (g.error.empty() ? "" : ": " + g.error));
+        log(where + (g.error.empty() ? " 200" : " 500") + buf +
+            (g.error.empty() ? "" : ": " + g.error));
     };
 
     if (!stream) {
@@ -307,7 +306,8 @@ void HttpServer::Impl::routes() {
         if (opts.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string h = req.get_header_value("Authorization");
-        if (h.rfind("Bearer ", 0) == 0 && token_matches(std::string_view(h).substr(7), opts.api_key))
+        if (h.rfind("Bearer ", 0) == 0 &&
+            token_matches(std::string_view(h).substr(7), opts.api_key))
             return httplib::Server::HandlerResponse::Unhandled;
         send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)",
                                  "", "authentication_error", "invalid_api_key"));
@@ -338,10 +338,8 @@ void HttpServer::Impl::routes() {
                         "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        const json model = {{"id", opts.model_name},
-                            {"object", "model"},
-                            {"created", 0},
-                            {"owned_by", "qforge"}};
+        const json model = {
+            {"id", opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "qforge"}};
         res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}),
                         "application/json");
     });
@@ -357,7 +355,9 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tokenizer, ServerO
     : impl_(std::make_unique<Impl>(scheduler, tokenizer, std::move(options))) {
     auto& svr = impl_->svr;
     const int threads = std::max(4, impl_->opts.threads);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr.new_task_queue = [threads] {
+        return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
     svr.set_payload_max_length(impl_->opts.max_body);
     svr.set_read_timeout(impl_->opts.read_timeout_s, 0);
     svr.set_write_timeout(impl_->opts.write_timeout_s, 0);

@@ -40,8 +40,8 @@ double number(const json& v, const std::string& param) {
 // An integer (a JSON number with no fraction) in [lo, hi].
 int64_t integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
     const auto out_of_range = [&](const std::string& found) {
-        bad(param, "must be in " + std::to_string(lo) + " .. " + std::to_string(hi) + ", found " +
-                       found);
+        bad(param,
+            "must be in " + std::to_string(lo) + " .. " + std::to_string(hi) + ", found " + found);
     };
     if (v.is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
         const auto u = v.get<uint64_t>();
@@ -101,8 +101,8 @@ void parse_prompt(const json& body, CompletionRequest& r) {
     }
     std::vector<int32_t> ids;
     for (size_t i = 0; i < p->size(); ++i)
-        ids.push_back(static_cast<int32_t>(integer((*p)[i], "prompt[" + std::to_string(i) + "]",
-                                                   0, std::numeric_limits<int32_t>::max())));
+        ids.push_back(static_cast<int32_t>(integer((*p)[i], "prompt[" + std::to_string(i) + "]", 0,
+                                                   std::numeric_limits<int32_t>::max())));
     r.prompt_ids = std::move(ids);
 }
 
@@ -151,7 +151,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                                            uint64_t max_tokens_limit) {
     json body;
     try {
-        body = parse_json(text, "request body", {.what = "request body", .max_depth = kMaxRequestDepth});
+        body = parse_json(text, "request body",
+                          {.what = "request body", .max_depth = kMaxRequestDepth});
     } catch (const Error& e) {
         throw ApiError(400, std::string("malformed JSON: ") + e.what());
     }
@@ -184,7 +185,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         if (!(r.top_p > 0.0f)) r.top_p = std::numeric_limits<float>::min();  // float underflow
     }
     if (const json* k = field(body, "top_k"))
-        r.top_k = static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));
+        r.top_k =
+            static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));
     if (const json* s = field(body, "seed"))
         r.seed = static_cast<uint64_t>(integer(*s, "seed", std::numeric_limits<int64_t>::min(),
                                                std::numeric_limits<int64_t>::max()));

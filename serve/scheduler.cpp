@@ -92,8 +92,7 @@ Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
     }
     auto s = std::make_unique<Sequence>();
     s->limit = std::min<uint64_t>(
-        options_.ctx, request.prompt.size() +
-                          std::min<uint64_t>(request.max_tokens, options_.ctx));
+        options_.ctx, request.prompt.size() + std::min<uint64_t>(request.max_tokens, options_.ctx));
     const uint64_t blocks = CpuKvCache::blocks_for(s->limit);
     if (blocks > pool_.total_blocks()) {
         out.refusal = Refusal::too_large;
@@ -159,9 +158,8 @@ void Scheduler::deliver(Sequence& s, std::span<float> logits) {
         return;
     }
     // As generate(): an id without a token is never chosen.
-    const uint64_t sampleable = s.request.token_count == 0
-                                    ? vocab_
-                                    : std::min<uint64_t>(s.request.token_count, vocab_);
+    const uint64_t sampleable =
+        s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
     std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
               -std::numeric_limits<float>::infinity());
     const int32_t next = s.sampler->sample(logits);
@@ -186,8 +184,7 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
     }
     uint64_t row = 0;
     for (size_t i = 0; i < batch.size(); ++i)
-        if (batch[i].logits)
-            deliver(*seqs[i], std::span(logits).subspan(row++ * vocab_, vocab_));
+        if (batch[i].logits) deliver(*seqs[i], std::span(logits).subspan(row++ * vocab_, vocab_));
 }
 
 bool Scheduler::step() {
@@ -211,8 +208,8 @@ bool Scheduler::step() {
         if (left == 0 || budget == 0) continue;
         const uint64_t chunk = std::min(left, budget);
         seqs.push_back(s.get());
-        batch.push_back({std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(),
-                         chunk == left});
+        batch.push_back(
+            {std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(), chunk == left});
         s->fed += chunk;
         budget -= chunk;
     }

@@ -9,9 +9,11 @@ size_t utf8_complete_prefix(std::string_view s) {
     for (size_t back = 1; back <= std::min<size_t>(4, s.size()); ++back) {
         const auto c = static_cast<unsigned char>(s[s.size() - back]);
         if ((c & 0xC0) == 0x80) continue;  // a continuation byte
-        const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                                      : (c & 0xF8) == 0xF0   ? 4
-                                                             : 1;
+        const size_t len = c < 0x80             ? 1
+                           : (c & 0xE0) == 0xC0 ? 2
+                           : (c & 0xF0) == 0xE0 ? 3
+                           : (c & 0xF8) == 0xF0 ? 4
+                                                : 1;
         return len > back ? s.size() - back : s.size();
     }
     return s.size();

@@ -81,8 +81,8 @@ TEST_CASE("batched forward: each sequence's logits are bit-identical alone and i
                 if (s.fed < s.prompt.size()) {  // a random chunk of the prompt
                     const uint64_t left = s.prompt.size() - s.fed;
                     const uint64_t chunk = 1 + rng() % left;
-                    batch.push_back({std::span(s.prompt).subspan(s.fed, chunk), s.cache.get(),
-                                     chunk == left});
+                    batch.push_back(
+                        {std::span(s.prompt).subspan(s.fed, chunk), s.cache.get(), chunk == left});
                     s.fed += chunk;
                 } else {  // decode the last token chosen
                     batch.push_back({std::span(s.got).last(1), s.cache.get(), true});

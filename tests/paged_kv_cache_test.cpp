@@ -91,8 +91,8 @@ TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logi
         Model model(m.path);
         const ModelConfig& c = model.config();
         auto backend = make_cpu_backend(model, threads, options);
-        const uint64_t n = std::min<uint64_t>(3 * CpuKvCache::kBlockPositions + 5,
-                                              c.max_position_embeddings);
+        const uint64_t n =
+            std::min<uint64_t>(3 * CpuKvCache::kBlockPositions + 5, c.max_position_embeddings);
         const auto ids = test::random_ids(rng, n, c.vocab_size);
         const uint64_t prompt = n / 2, v = c.vocab_size;
 

@@ -12,7 +12,8 @@ using namespace qforge;
 TEST_CASE("serve answers the official openai client (streaming and not)", "[serve][e2e]") {
     QF_REQUIRE_SHARED_DATA(data);
     std::string python;
-    for (const char* candidate : {static_cast<const char*>(std::getenv("QFORGE_PYTHON")), "python3"}) {
+    for (const char* candidate :
+         {static_cast<const char*>(std::getenv("QFORGE_PYTHON")), "python3"}) {
         if (!candidate || !*candidate) continue;
         const std::string probe =
             std::string("'") + candidate + "' -c 'import openai' >/dev/null 2>&1";
