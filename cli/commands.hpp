@@ -19,5 +19,6 @@ Runner register_ppl(CLI::App& app, CommonOptions& common);
 Runner register_generate(CLI::App& app, CommonOptions& common);
 Runner register_bench(CLI::App& app, CommonOptions& common);
 Runner register_export(CLI::App& app, CommonOptions& common);
+Runner register_serve(CLI::App& app, CommonOptions& common);
 
 }  // namespace qforge::cli

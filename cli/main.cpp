@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
         qforge::cli::register_bench);
     add("export", "write a quantized .qf as a Hugging Face GPTQ or AWQ checkpoint directory",
         qforge::cli::register_export);
+    add("serve",
+        "serve a .qf over an OpenAI-compatible HTTP API (continuous batching, paged KV cache)",
+        qforge::cli::register_serve);
 
     using qforge::cli::kExitFailure;
     using qforge::cli::kExitUsage;

@@ -41,6 +41,15 @@ class OpsStep {
     ~OpsStep() = default;
 };
 
+// One sequence's part of a batched step (Backend::forward_batch): its tokens, run at positions
+// cache->size() .., and whether the logits of its last token are wanted (a decode token, or the
+// last chunk of a prompt; not an earlier chunk).
+struct BatchSequence {
+    std::span<const int32_t> tokens;
+    KvCache* cache = nullptr;
+    bool logits = false;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -57,6 +66,14 @@ class Backend {
     // Throws qforge::Error for an out-of-range token id, a full cache or a wrong logits size.
     virtual void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                          std::span<float> logits) = 0;
+
+    // Several sequences in one step (continuous batching, serve/): each sequence's tokens are
+    // appended to its own cache, and `logits` receives one row of vocab_size floats per sequence
+    // with `logits` set, in batch order. Each sequence's logits are bit for bit those forward()
+    // gives it alone, whatever else is in the batch. No cache may appear twice. The default runs
+    // the sequences one after another through forward() (runtime/batch_forward.cpp); the CPU
+    // backend runs them as one batch, reading each weight matrix once per step for every row.
+    virtual void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits);
 
     // Op-level access, for tests: sets up a step of `tokens` (one internal batch at most) at
     // positions cache.size() .. as forward does, calls fn, then appends the step to the cache

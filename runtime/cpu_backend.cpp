@@ -289,7 +289,7 @@ void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n)
     });
 }
 
-void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
+void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
     CpuKvCache& cache = *cache_;
     const uint64_t pos0 = pos0_, hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
     const uint64_t group = c_.num_heads / c_.num_kv_heads;

@@ -40,6 +40,8 @@ class CpuBackend final : public Backend, private ForwardOps {
                  std::span<float> logits) override;
     void run_ops(std::span<const int32_t> tokens, KvCache& cache,
                  const std::function<void(OpsStep&)>& fn) override;
+    // At most kMaxBatch tokens in all (runtime/batch_forward.cpp).
+    void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) override;
 
     // Tokens per internal step of a long batch (bounds the activation buffers).
     static constexpr uint64_t kMaxBatch = 256;
@@ -51,6 +53,9 @@ class CpuBackend final : public Backend, private ForwardOps {
     void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
+    // attention() of n tokens of one sequence: cache_ at pos0_. attention() itself (defined in
+    // runtime/batch_forward.cpp) runs it once, or once per sequence of a batched step.
+    void attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n);
 
     // Sizes the RoPE table, scratch and activation buffers for a step of up to `batch` tokens
     // in a cache of `capacity` positions; the step's rows.
@@ -80,6 +85,13 @@ class CpuBackend final : public Backend, private ForwardOps {
     uint64_t rope_positions_ = 0;
     CpuKvCache* cache_ = nullptr;  // the cache of the step being run
     uint64_t pos0_ = 0;            // the position of its first token
+    // A batched step's sequences (empty otherwise): rows of the step, cache, first position.
+    struct BatchSegment {
+        uint64_t rows;
+        CpuKvCache* cache;
+        uint64_t pos0;
+    };
+    std::vector<BatchSegment> segments_;
 
     // Activations for up to kMaxBatch tokens, row-major [token][...].
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;

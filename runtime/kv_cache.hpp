@@ -26,20 +26,47 @@ class KvCache {
     friend class CpuBackend;
 };
 
-// Host memory, float32: per layer, keys then values, each [capacity][kv_dim].
+// Host memory, float32, in blocks of kKvBlockPositions positions: block b holds positions
+// [b * P, (b + 1) * P) of every layer as [layer][keys, values][P][kv_dim]. The block table maps a
+// block index to its storage, so the blocks of one sequence need not be adjacent: this cache
+// owns one contiguous run of them; a PagedKvCache (runtime/paged_kv_cache.hpp) takes them one by
+// one from a pool shared by many sequences. Attention reads every key and value row through the
+// table, so both kinds hold the same floats at the same positions and give the same logits bit
+// for bit (only the addresses differ).
 class CpuKvCache : public KvCache {
   public:
+    // Positions per block: a power of two, so a position's block is a shift away. 16 keeps the
+    // memory lost to a sequence's partly filled last block small (under 16 positions) while a
+    // block (SmolLM2-135M: 30 layers x 2 x 16 x 192 floats = 720 KiB) is large enough that the
+    // table costs nothing.
+    static constexpr uint64_t kBlockShift = 4;
+    static constexpr uint64_t kBlockPositions = uint64_t{1} << kBlockShift;
+    // Floats of one block of a model's cache: num_layers x 2 x kBlockPositions x kv_dim.
+    static uint64_t block_floats(const ModelConfig& config);
+    // Blocks holding `positions` positions.
+    static uint64_t blocks_for(uint64_t positions) {
+        return (positions + kBlockPositions - 1) >> kBlockShift;
+    }
+
+    // A cache of `capacity` positions in memory of its own.
     CpuKvCache(const ModelConfig& config, uint64_t capacity);
 
-    float* keys(uint64_t layer, uint64_t pos) { return data_.data() + offset(layer, 0, pos); }
-    float* values(uint64_t layer, uint64_t pos) { return data_.data() + offset(layer, 1, pos); }
+    float* keys(uint64_t layer, uint64_t pos) { return row(layer, 0, pos); }
+    float* values(uint64_t layer, uint64_t pos) { return row(layer, 1, pos); }
 
-  private:
-    uint64_t offset(uint64_t layer, uint64_t which, uint64_t pos) const {
-        return ((layer * 2 + which) * capacity_ + pos) * kv_dim_;
+  protected:
+    // A cache whose blocks a derived class supplies (blocks_), of `capacity` positions.
+    CpuKvCache(const ModelConfig& config, uint64_t capacity, bool own_storage);
+
+    float* row(uint64_t layer, uint64_t which, uint64_t pos) {
+        return blocks_[pos >> kBlockShift] +
+               ((layer * 2 + which) * kBlockPositions + (pos & (kBlockPositions - 1))) * kv_dim_;
     }
     uint64_t kv_dim_;
-    std::vector<float> data_;
+    std::vector<float*> blocks_;  // the block table: block b's storage
+
+  private:
+    std::vector<float> data_;  // own storage (empty for a cache of pooled blocks)
 };
 
 }  // namespace qforge

@@ -11,6 +11,7 @@ packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev 
           libopenblas-dev liblapacke-dev  # BLAS/LAPACK: GPTQ's Cholesky and updates (quant/)
           libbenchmark-dev  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
           clang libclang-rt-dev  # clang and its libFuzzer runtime (libclang_rt.fuzzer): scripts/fuzz.sh
+          libcpp-httplib-dev  # cpp-httplib: the HTTP server of qforge serve (serve/)
           clang-format)  # the format check (scripts/check_format.sh)
 
 missing=()

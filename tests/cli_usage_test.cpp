@@ -216,6 +216,11 @@ const BadLine kBadLines[] = {
     {"export M -o D/e --format foo", "--format: 'foo' is not valid; expected one of: gptq, awq"},
     {"export M -o D/e", "qforge export: missing required argument: --format"},
     {"export X -o D/e --format gptq", "input: '"},
+    // serve
+    {"serve M --port 70000", "--port: 70000 is out of range"},
+    {"serve M --max-seqs 0", "--max-seqs: 0 is out of range"},
+    {"serve M --backend cuda", "--backend cuda is not supported yet"},
+    {"serve X", "model: '"},
     // tokenize, inspect
     {"tokenize M", "qforge tokenize: missing the text: -p/--prompt TEXT or -f/--file FILE"},
     {"tokenize M -f D", "-f/--file: '"},
@@ -320,7 +325,7 @@ TEST_CASE("--help and --version exit 0 on stdout", "[hostile][cli]") {
     CHECK(r.exit_code == 0);
     CHECK(r.out.rfind("qforge ", 0) == 0);
     for (const char* sub : {"convert", "quantize", "inspect", "verify", "tokenize", "ppl",
-                            "generate", "bench", "export"}) {
+                            "generate", "bench", "export", "serve"}) {
         INFO(sub);
         r = run_split(std::string(sub) + " --help", f.io.path());
         CHECK(r.exit_code == 0);

@@ -1,0 +1,148 @@
+// qforge serve: the OpenAI-compatible HTTP server (serve/). Parses the options, loads the model,
+// sizes the KV block pool, starts the scheduler thread and the HTTP server, prints the log lines
+// the library hands back, and stops cleanly on SIGINT / SIGTERM.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/model.hpp"
+#include "runtime/paged_kv_cache.hpp"
+#include "runtime/thread_pool.hpp"
+#include "serve/http_server.hpp"
+#include "serve/scheduler.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_requested = 0;
+extern "C" void on_stop_signal(int) { g_stop_requested = 1; }
+
+bool is_loopback(const std::string& host) {
+    return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+Runner register_serve(CLI::App& app, CommonOptions& common) {
+    struct Args {
+        std::string model, host = "127.0.0.1", api_key;
+        int port = 8080;
+        uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
+        int read_timeout = 10;
+        uint64_t max_body = 1 << 20;
+    };
+    auto a = std::make_shared<Args>();
+    add_model_input(app, "model", a->model)->required();
+    app.add_option("--host", a->host, "address to listen on (loopback unless told otherwise)")
+        ->capture_default_str();
+    add_int_option(app, "--port", a->port, 0, 65535, "TCP port (0: any free port, printed)");
+    add_int_option(app, "--max-seqs", a->max_seqs, 1, 256, "sequences decoded together at most");
+    add_int_option(app, "--ctx", a->ctx, 1, uint64_t{1} << 24,
+                   "positions per request (prompt + generated); at most the model's context");
+    add_int_option(app, "--kv-blocks", a->kv_blocks, 0, uint64_t{1} << 32,
+                   "KV cache blocks of 16 positions in the shared pool (0: max-seqs x ctx / 4, at "
+                   "least one full context)");
+    add_int_option(app, "--max-queue", a->max_queue, 0, uint64_t{1} << 20,
+                   "requests waiting for a slot at most; past it, 429 with Retry-After");
+    add_int_option(app, "--prefill-chunk", a->prefill_chunk, 1, 256,
+                   "prompt tokens per step, so running sequences keep decoding during a prefill");
+    add_int_option(app, "--read-timeout", a->read_timeout, 1, 3600,
+                   "seconds a client may stall while sending its request");
+    add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
+                   "request body bytes at most (larger: 413)");
+    app.add_option("--api-key", a->api_key,
+                   "require 'Authorization: Bearer KEY' on every /v1 request");
+    add_threads_option(app, common);
+    add_cpu_backend_options(app, common);
+    add_backend_option(app, common);
+
+    return [a, &common]() {
+        // The batched forward and the paged cache are CPU operations; CUDA's forward has
+        // neither, so serving on it would run one sequence at a time: refused, not emulated.
+        if (common.backend == "cuda")
+            throw UsageError(
+                "serve: --backend cuda is not supported yet (the paged KV cache and the batched "
+                "forward run on the CPU backend); use --backend cpu");
+        const auto model_file = open_qf_input(a->model);
+        Model model(model_file->path());
+        const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
+        const uint64_t max_pos = model.config().max_position_embeddings;
+        if (a->ctx > max_pos) {
+            std::fprintf(
+                stderr, "qforge: note: --ctx %llu is past the model's context; using %llu\n",
+                static_cast<unsigned long long>(a->ctx), static_cast<unsigned long long>(max_pos));
+            a->ctx = max_pos;
+        }
+        const uint64_t per_seq = CpuKvCache::blocks_for(a->ctx);
+        const uint64_t blocks =
+            a->kv_blocks ? a->kv_blocks : std::max(per_seq, a->max_seqs * per_seq / 4);
+        KvBlockPool pool(model.config(), blocks);
+
+        ThreadPool threads(resolved_threads(common));
+        CommonOptions cpu = common;
+        cpu.backend = "cpu";
+        auto backend = make_selected_backend(cpu, model, threads);
+        serve::Scheduler scheduler(*backend, pool,
+                                   {a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk});
+
+        serve::ServerOptions so;
+        so.host = a->host;
+        so.port = a->port;
+        so.api_key = a->api_key;
+        so.model_name = std::filesystem::path(a->model).stem().string();
+        so.ctx = a->ctx;
+        so.read_timeout_s = a->read_timeout;
+        so.max_body = a->max_body;
+        so.threads = static_cast<int>(a->max_seqs + a->max_queue + 8);
+        so.log = [](std::string_view line) {
+            std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+            std::fflush(stderr);
+        };
+        serve::HttpServer server(scheduler, tok, so);
+        server.bind();
+        if (!is_loopback(a->host) && a->api_key.empty())
+            std::fprintf(stderr,
+                         "qforge: warning: listening on %s without --api-key: anyone who can "
+                         "reach this address can use the model\n",
+                         a->host.c_str());
+        std::fprintf(stderr,
+                     "qforge serve: %s on http://%s:%d (%d threads, %llu sequences, context "
+                     "%llu, %llu KV blocks of %llu KiB)\n",
+                     so.model_name.c_str(), a->host.c_str(), server.port(), threads.size(),
+                     static_cast<unsigned long long>(a->max_seqs),
+                     static_cast<unsigned long long>(a->ctx),
+                     static_cast<unsigned long long>(blocks),
+                     static_cast<unsigned long long>(pool.block_bytes() / 1024));
+        std::fflush(stderr);
+        scheduler.start();
+        // SIGINT and SIGTERM set a flag (all a signal handler may safely do); a watcher thread
+        // sees it and stops the server, which ends listen().
+        g_stop_requested = 0;
+        std::signal(SIGINT, on_stop_signal);
+        std::signal(SIGTERM, on_stop_signal);
+        std::atomic<bool> listening{true};
+        std::thread watcher([&] {
+            while (listening && !g_stop_requested)
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            server.stop();
+        });
+        server.listen();
+        listening = false;
+        watcher.join();
+        scheduler.stop();
+        std::fprintf(stderr, "qforge serve: stopped\n");
+        return 0;
+    };
+}
+
+}  // namespace qforge::cli

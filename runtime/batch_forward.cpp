@@ -1,0 +1,120 @@
+// Batched steps: Backend::forward_batch's default, and the CPU backend's batched forward.
+//
+// The CPU backend runs a step of several sequences as one batch of rows: embedding, norms and
+// every product (q/k/v, o, gate/up, down, the output head) take all rows of the step at once, so
+// each weight matrix is read once per step whatever the number of sequences; only attention is
+// per sequence, each sequence's rows against its own cache (attention() below, once per
+// sequence).
+//
+// Why a sequence's logits do not depend on the rest of the batch: every operation outside
+// attention computes each row's outputs from that row alone, in an order fixed by the shapes.
+// RMSNorm and RoPE loop per token; the float GEMM (kernels/cpu/float_gemm.hpp) gives every
+// output the bits of dot_row of its row and token, at any tile of rows and tokens, and the
+// decode path (one row: dot_row itself) is the same function; the quantized products
+// (kernels/cpu/qdot.hpp) sum each output in an order that depends only on k and the instruction
+// level, never on the tile or the number of tokens, and their int8 activations are quantized per
+// token and per block of 32 (QActivations::prepare). The split of rows over threads and the
+// tiling of rows per block (kQuantTile / n) change who computes an output, not how. Attention
+// tasks are (token, KV head) pairs reading their own sequence's cache only. So a row's result is
+// the same alone, in prefill, in decode and in any batch; tests/batch_forward_test.cpp checks it
+// bit for bit.
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "runtime/cpu_backend.hpp"
+
+namespace qforge {
+
+void Backend::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
+    const uint64_t vocab = model().config().vocab_size;
+    const auto wanted = static_cast<uint64_t>(
+        std::count_if(batch.begin(), batch.end(), [](const auto& s) { return s.logits; }));
+    if (logits.size() != wanted * vocab)
+        throw Error("forward_batch: logits hold " + std::to_string(logits.size()) +
+                    " floats, expected " + std::to_string(wanted * vocab));
+    uint64_t row = 0;
+    for (const BatchSequence& s : batch) {
+        if (!s.cache || s.tokens.empty())
+            throw Error("forward_batch: a sequence without a cache or tokens");
+        const uint64_t n = s.tokens.size();
+        forward(s.tokens, *s.cache, s.logits ? n - 1 : n,
+                s.logits ? logits.subspan(row++ * vocab, vocab) : std::span<float>{});
+    }
+}
+
+void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
+    if (segments_.empty()) return attend_sequence(layer, q, k, v, out, n);
+    uint64_t row = 0;
+    for (const BatchSegment& s : segments_) {
+        cache_ = s.cache;
+        pos0_ = s.pos0;
+        auto at = [row](Rows r) { return Rows{r.data + row * r.ld, r.ld}; };
+        attend_sequence(layer, at(q), at(k), at(v), at(out), s.rows);
+        row += s.rows;
+    }
+}
+
+void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
+    // Everything is checked before any cache changes.
+    uint64_t total = 0, wanted = 0, capacity = 0;
+    std::vector<int32_t> tokens;
+    std::vector<BatchSegment> segments;
+    for (const BatchSequence& s : batch) {
+        auto* cache = dynamic_cast<CpuKvCache*>(s.cache);
+        if (!cache) throw Error("cpu backend: a batched sequence's KV cache is missing or foreign");
+        if (s.tokens.empty()) throw Error("forward_batch: a sequence has no tokens");
+        for (const BatchSegment& seen : segments)
+            if (seen.cache == cache) throw Error("forward_batch: a KV cache appears twice");
+        const uint64_t n = s.tokens.size();
+        if (cache->size() + n > cache->capacity())
+            throw Error(model_.path(), {},
+                        "context is full: " + std::to_string(cache->size()) + " + " +
+                            std::to_string(n) + " tokens exceed the context of " +
+                            std::to_string(cache->capacity()));
+        for (int32_t id : s.tokens)
+            if (id < 0 || static_cast<uint64_t>(id) >= c_.vocab_size)
+                throw Error(model_.path(), {},
+                            "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                std::to_string(c_.vocab_size) + ")");
+        segments.push_back({n, cache, cache->size()});
+        tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+        total += n;
+        wanted += s.logits ? 1 : 0;
+        capacity = std::max(capacity, cache->capacity());
+    }
+    if (total == 0) return;
+    if (total > kMaxBatch)
+        throw Error("forward_batch: " + std::to_string(total) + " tokens in one step, at most " +
+                    std::to_string(kMaxBatch));
+    if (logits.size() != wanted * c_.vocab_size)
+        throw Error("forward_batch: logits hold " + std::to_string(logits.size()) +
+                    " floats, expected " + std::to_string(wanted * c_.vocab_size));
+
+    const BlockActivations a = prepare_step(capacity, total);
+    segments_ = std::move(segments);
+    try {
+        run_model(*this, desc_, c_.num_layers, tokens.data(), total, a, total, {});
+    } catch (...) {
+        segments_.clear();
+        cache_ = nullptr;
+        throw;
+    }
+    // The output head on the last row of each sequence that wants logits, gathered into h.
+    uint64_t row = 0, out = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        row += segments_[i].rows;
+        if (batch[i].logits)
+            norm(c_.num_layers, Norm::final, {a.x.data + (row - 1) * a.x.ld, a.x.ld},
+                 {a.h.data + out++ * a.h.ld, a.h.ld}, 1);
+    }
+    if (wanted > 0) {
+        const Product head[] = {{Weight::lm_head, {logits.data(), c_.vocab_size}, false, false}};
+        products(c_.num_layers, a.h, head, wanted);
+    }
+    for (const BatchSegment& s : segments_) s.cache->size_ = s.pos0 + s.rows;
+    segments_.clear();
+    cache_ = nullptr;
+}
+
+}  // namespace qforge

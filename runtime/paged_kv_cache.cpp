@@ -1,0 +1,75 @@
+#include "runtime/paged_kv_cache.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "core/checked_math.hpp"
+#include "core/error.hpp"
+
+namespace qforge {
+
+KvBlockPool::KvBlockPool(const ModelConfig& config, uint64_t blocks)
+    : config_(config), block_floats_(CpuKvCache::block_floats(config)) {
+    // Block ids are 32-bit; a pool beyond 2^40 floats (4 TiB) is a mistake anyway.
+    const uint64_t dims[] = {block_floats_, blocks};
+    auto n = checked_product(dims);
+    if (blocks == 0 || blocks > UINT32_MAX || !n || *n > (uint64_t{1} << 40))
+        throw Error("KV block pool: " + std::to_string(blocks) + " blocks of " +
+                    std::to_string(block_bytes()) + " bytes is outside 1 block .. 4 TiB");
+    data_.resize(*n);
+    used_.assign(blocks, false);
+    free_.resize(blocks);
+    // Block 0 on top of the stack: a fresh pool hands out blocks in address order.
+    for (uint64_t i = 0; i < blocks; ++i) free_[i] = static_cast<uint32_t>(blocks - 1 - i);
+}
+
+std::optional<std::vector<uint32_t>> KvBlockPool::allocate(uint64_t n) {
+    if (n > free_.size()) return std::nullopt;
+    std::vector<uint32_t> ids(free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
+    std::reverse(ids.begin(), ids.end());
+    free_.resize(free_.size() - n);
+    for (uint32_t id : ids) used_[id] = true;
+    return ids;
+}
+
+void KvBlockPool::release(std::span<const uint32_t> ids) {
+    for (uint32_t id : ids)
+        if (id >= used_.size() || !used_[id])
+            throw Error("KV block pool: block " + std::to_string(id) +
+                        " is returned but was not taken");
+    for (uint32_t id : ids) {
+        used_[id] = false;
+        free_.push_back(id);
+    }
+}
+
+PagedKvCache::PagedKvCache(KvBlockPool& pool, uint64_t limit)
+    : CpuKvCache(pool.config(), 0, false), pool_(pool), limit_(limit) {}
+
+PagedKvCache::~PagedKvCache() { release(); }
+
+bool PagedKvCache::reserve(uint64_t positions) {
+    if (positions > limit_)
+        throw Error("KV cache: " + std::to_string(positions) +
+                    " positions requested, the sequence's limit is " + std::to_string(limit_));
+    const uint64_t need = blocks_for(positions);
+    if (need <= ids_.size()) return true;
+    auto got = pool_.allocate(need - ids_.size());
+    if (!got) return false;
+    for (uint32_t id : *got) {
+        ids_.push_back(id);
+        blocks_.push_back(pool_.block(id));
+    }
+    capacity_ = std::min(limit_, ids_.size() * kBlockPositions);
+    return true;
+}
+
+void PagedKvCache::release() {
+    pool_.release(ids_);
+    ids_.clear();
+    blocks_.clear();
+    size_ = 0;
+    capacity_ = 0;
+}
+
+}  // namespace qforge

@@ -1,0 +1,76 @@
+// A paged KV cache (in the manner of vLLM's PagedAttention): one pool of fixed-size blocks
+// (CpuKvCache::kBlockPositions positions of every layer each) shared by all the sequences a
+// server runs, and per sequence a block table (CpuKvCache's) filled from the pool as the
+// sequence grows. A sequence holds only the blocks its positions need, a finished sequence
+// returns them at once, and the blocks of one sequence can be anywhere in the pool, so no
+// compaction is ever needed.
+//
+// Admission control is the caller's (serve/scheduler.hpp): reserve() takes every block a
+// sequence will need or none of them, so a short pool is a refusal the caller can queue,
+// never an out-of-memory failure in the middle of a step.
+//
+// Not thread-safe: one thread (the scheduler's) allocates and releases.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "formats/model_config.hpp"
+#include "runtime/kv_cache.hpp"
+
+namespace qforge {
+
+class KvBlockPool {
+  public:
+    // `blocks` blocks for `config`'s model (at least one).
+    KvBlockPool(const ModelConfig& config, uint64_t blocks);
+    KvBlockPool(const KvBlockPool&) = delete;
+    KvBlockPool& operator=(const KvBlockPool&) = delete;
+
+    const ModelConfig& config() const { return config_; }
+    uint64_t total_blocks() const { return used_.size(); }
+    uint64_t free_blocks() const { return free_.size(); }
+    uint64_t block_bytes() const { return block_floats_ * sizeof(float); }
+
+    // `n` blocks, or nullopt (and nothing taken) when fewer than n are free.
+    std::optional<std::vector<uint32_t>> allocate(uint64_t n);
+    // Returns blocks taken by allocate; a block not taken (or returned twice) is an Error.
+    void release(std::span<const uint32_t> ids);
+    float* block(uint32_t id) { return data_.data() + id * block_floats_; }
+
+  private:
+    ModelConfig config_;
+    uint64_t block_floats_;
+    std::vector<float> data_;
+    std::vector<uint32_t> free_;  // a stack: the most recently released block is reused first
+    std::vector<bool> used_;
+};
+
+// One sequence's cache of at most `limit` positions, in blocks of `pool`. capacity() is the
+// positions its blocks hold (so Backend::forward refuses to run past them); reserve() grows it.
+// The blocks go back to the pool when the cache is destroyed or release()d. The pool must
+// outlive the cache.
+class PagedKvCache final : public CpuKvCache {
+  public:
+    PagedKvCache(KvBlockPool& pool, uint64_t limit);
+    ~PagedKvCache() override;
+    PagedKvCache(const PagedKvCache&) = delete;
+    PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+    uint64_t limit() const { return limit_; }
+    // Makes capacity() at least `positions` (<= limit()): takes the blocks missing, all or none.
+    // False when the pool has too few free blocks (then nothing changes).
+    bool reserve(uint64_t positions);
+    // Returns every block to the pool; the cache is then empty, of capacity 0.
+    void release();
+    uint64_t blocks_held() const { return ids_.size(); }
+
+  private:
+    KvBlockPool& pool_;
+    uint64_t limit_;
+    std::vector<uint32_t> ids_;  // the pool's ids of blocks_, in order
+};
+
+}  // namespace qforge

@@ -1,0 +1,388 @@
+#include "serve/http_server.hpp"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "core/error.hpp"
+#include "serve/openai_request.hpp"
+#include "serve/text_stream.hpp"
+#include "tokenizer/chat_template.hpp"
+
+namespace qforge::serve {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Chat requests without max_tokens: the API's default is "until the context is full", but the
+// scheduler reserves a request's whole cache at admission, so an unbounded default would hold
+// ctx positions per request. 256 is a full answer for the small models this serves.
+constexpr uint64_t kChatDefaultMaxTokens = 256;
+constexpr uint64_t kCompletionDefaultMaxTokens = 16;  // the API's
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status();
+    res.set_content(dump(e.body()), "application/json");
+}
+
+const char* finish_name(FinishReason r) { return r == FinishReason::length ? "length" : "stop"; }
+
+// One request's generation as text: tokens from the scheduler's stream turned into final text.
+struct Generation {
+    Generation(std::shared_ptr<SequenceStream> s, const Tokenizer& t, int32_t last,
+               std::vector<std::string> stops)
+        : stream(std::move(s)), tok(t), previous(last), text(std::move(stops)) {}
+    ~Generation() { stream->cancel(); }  // a no-op once it has finished
+
+    // Waits up to `timeout` for tokens; returns the text that became final.
+    std::string poll(std::chrono::milliseconds timeout) {
+        auto e = stream->wait(timeout);
+        std::string out;
+        for (int32_t id : e.tokens) {
+            if (text.stopped()) break;
+            if (tokens == 0) first_token = Clock::now();
+            ++tokens;
+            out += text.add(tok.decode_piece(previous, id));
+            previous = id;
+        }
+        if (text.stopped()) {  // a stop string: the sequence is no longer needed
+            stream->cancel();
+            done = true;
+            finish_reason = "stop";
+        } else if (e.finished) {
+            done = true;
+            out += text.finish();
+            finish_reason = finish_name(e.reason);
+            if (e.reason == FinishReason::error) error = e.error;
+        }
+        return out;
+    }
+
+    std::shared_ptr<SequenceStream> stream;
+    const Tokenizer& tok;
+    int32_t previous;
+    TextStream text;
+    uint64_t tokens = 0;
+    bool done = false;
+    std::string finish_reason, error;
+    Clock::time_point start = Clock::now(), first_token = start;
+};
+
+}  // namespace
+
+bool token_matches(std::string_view given, std::string_view key) {
+    // Every byte of the key is compared, against the given token's byte or 0 past its end, and
+    // the length difference is folded into the result: no early exit.
+    unsigned diff = given.size() == key.size() ? 0u : 1u;
+    for (size_t i = 0; i < key.size(); ++i) {
+        const auto g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0u;
+        diff |= g ^ static_cast<unsigned char>(key[i]);
+    }
+    return diff == 0 && !key.empty();
+}
+
+struct HttpServer::Impl {
+    Impl(Scheduler& s, const Tokenizer& t, ServerOptions o)
+        : sched(s), tok(t), opts(std::move(o)) {}
+
+    void log(const std::string& line) const {
+        if (opts.log) opts.log(line);
+    }
+    void routes();
+    std::vector<int32_t> tokenize(const CompletionRequest& r) const;
+    void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+    json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
+               bool first) const;
+    json usage(uint64_t prompt, uint64_t generated) const {
+        return {{"prompt_tokens", prompt},
+                {"completion_tokens", generated},
+                {"total_tokens", prompt + generated}};
+    }
+
+    Scheduler& sched;
+    const Tokenizer& tok;
+    ServerOptions opts;
+    httplib::Server svr;
+    std::atomic<uint64_t> next_id{1};
+    std::random_device entropy;  // seeds of requests that give none
+    std::mutex entropy_mutex;
+};
+
+std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
+    std::vector<int32_t> ids;
+    if (r.chat) {
+        if (tok.chat_template().empty())
+            throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
+        ChatTemplateInputs in;
+        in.messages = r.messages;
+        if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
+        if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
+        try {
+            ids = tok.encode(render_chat_template(tok.chat_template(), in), false);
+        } catch (const Error& e) {
+            throw ApiError(
+                400, std::string("the chat template cannot render these messages: ") + e.what(),
+                "messages");
+        }
+    } else if (r.prompt_ids) {
+        ids = *r.prompt_ids;
+        for (int32_t id : ids)
+            if (static_cast<uint64_t>(id) >= tok.vocab_size())
+                throw ApiError(400,
+                               "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                   std::to_string(tok.vocab_size()) + ")",
+                               "prompt");
+    } else if (r.prompt.empty()) {
+        if (tok.bos_id()) ids = {*tok.bos_id()};  // as generate: an empty prompt starts at BOS
+    } else {
+        ids = tok.encode(r.prompt, true);
+    }
+    if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", "prompt");
+    return ids;
+}
+
+json HttpServer::Impl::chunk(const std::string& id, bool chat, const std::string& text,
+                             const char* finish_reason, bool first) const {
+    json choice = {{"index", 0}};
+    choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+    if (chat) {
+        json delta = json::object();
+        if (first) delta["role"] = "assistant";
+        if (!text.empty() || first) delta["content"] = text;
+        choice["delta"] = delta;
+    } else {
+        choice["text"] = text;
+        choice["logprobs"] = nullptr;
+    }
+    return {{"id", id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", static_cast<int64_t>(std::time(nullptr))},
+            {"model", opts.model_name},
+            {"choices", json::array({choice})}};
+}
+
+void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(next_id++));
+    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + hex;
+    res.set_header("X-Request-Id", id);
+    const std::string where = id + " POST " + req.path;
+    std::shared_ptr<Generation> gen;
+    uint64_t prompt_tokens = 0;
+    bool stream = false, include_usage = false;
+    try {
+        const CompletionRequest r = parse_completion_request(req.body, chat, opts.ctx);
+        std::vector<int32_t> prompt = tokenize(r);
+        prompt_tokens = prompt.size();
+        if (prompt.size() > opts.ctx)
+            throw ApiError(400,
+                           "the prompt has " + std::to_string(prompt.size()) +
+                               " tokens; the context holds " + std::to_string(opts.ctx),
+                           chat ? "messages" : "prompt", "invalid_request_error",
+                           "context_length_exceeded");
+        SequenceRequest sr;
+        uint64_t seed;
+        if (r.seed) {
+            seed = *r.seed;
+        } else {
+            std::lock_guard lock(entropy_mutex);
+            seed = (uint64_t{entropy()} << 32) ^ entropy();
+        }
+        sr.sampling = {r.temperature, r.top_k, r.top_p, seed};
+        sr.max_tokens = std::min(
+            opts.ctx,
+            r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
+        sr.stop_ids = tok.stop_ids();
+        sr.token_count = tok.vocab_size();
+        const int32_t last = prompt.back();
+        sr.prompt = std::move(prompt);
+        auto sub = sched.submit(std::move(sr));
+        if (sub.refusal == Scheduler::Refusal::queue_full) {
+            res.set_header("Retry-After", "1");
+            throw ApiError(429, "the server is busy (" + sub.why + "); retry later", "",
+                           "rate_limit_error", "rate_limit_exceeded");
+        }
+        if (sub.refusal == Scheduler::Refusal::too_large)
+            throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
+                           "context_length_exceeded");
+        gen = std::make_shared<Generation>(sub.stream, tok, last, r.stop);
+        stream = r.stream;
+        include_usage = r.include_usage;
+    } catch (const ApiError& e) {
+        send_error(res, e);
+        log(where + " " + std::to_string(e.status()) + ": " + e.what());
+        return;
+    } catch (const Error& e) {  // the tokenizer on hostile text; nothing else is expected here
+        send_error(res, ApiError(400, e.what()));
+        log(where + " 400: " + e.what());
+        return;
+    }
+
+    auto done_line = [this, where, prompt_tokens](const Generation& g) {
+        const auto secs = [&](Clock::time_point t) {
+            return std::chrono::duration<double>(t - g.start).count();
+        };
+        char buf[160];
+        std::snprintf(buf, sizeof buf,
+                      ": prompt %llu tokens, %llu generated (%s), first token %.3f s, %.3f s",
+                      static_cast<unsigned long long>(prompt_tokens),
+                      static_cast<unsigned long long>(g.tokens), g.finish_reason.c_str(),
+                      secs(g.first_token), secs(Clock::now()));
+        log(where + (g.error.empty() ? " 200" : " 500") + buf +
+            (g.error.empty() ? "" : ": " + g.error));
+    };
+
+    if (!stream) {
+        std::string text;
+        while (!gen->done) text += gen->poll(std::chrono::milliseconds(1000));
+        done_line(*gen);
+        if (!gen->error.empty())
+            return send_error(res, ApiError(500, gen->error, "", "server_error"));
+        json choice = {{"index", 0}, {"finish_reason", gen->finish_reason}};
+        if (chat)
+            choice["message"] = {{"role", "assistant"}, {"content", text}};
+        else
+            choice["text"] = text, choice["logprobs"] = nullptr;
+        const json body = {{"id", id},
+                           {"object", chat ? "chat.completion" : "text_completion"},
+                           {"created", static_cast<int64_t>(std::time(nullptr))},
+                           {"model", opts.model_name},
+                           {"choices", json::array({choice})},
+                           {"usage", usage(prompt_tokens, gen->tokens)}};
+        res.set_content(dump(body), "application/json");
+        return;
+    }
+
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, gen, id, chat, include_usage, prompt_tokens, done_line](size_t,
+                                                                       httplib::DataSink& sink) {
+            auto send = [&](const json& j) {
+                const std::string event = "data: " + dump(j) + "\n\n";
+                return sink.write(event.data(), event.size());
+            };
+            bool first = true;
+            // The first chunk at once (the client sees the request accepted), then text as it
+            // becomes final; a failed write is a client gone: the sequence is cancelled.
+            if (chat && !send(chunk(id, chat, "", nullptr, true))) return false;
+            first = !chat;
+            while (!gen->done) {
+                const std::string text = gen->poll(std::chrono::milliseconds(200));
+                if (!text.empty() && !send(chunk(id, chat, text, nullptr, first))) return false;
+                if (!text.empty()) first = false;
+            }
+            done_line(*gen);
+            if (!gen->error.empty()) {
+                if (!send(ApiError(500, gen->error, "", "server_error").body())) return false;
+            } else {
+                if (!send(chunk(id, chat, "", gen->finish_reason.c_str(), false))) return false;
+                if (include_usage) {
+                    json u = chunk(id, chat, "", nullptr, false);
+                    u["choices"] = json::array();
+                    u["usage"] = usage(prompt_tokens, gen->tokens);
+                    if (!send(u)) return false;
+                }
+            }
+            const std::string done = "data: [DONE]\n\n";
+            if (!sink.write(done.data(), done.size())) return false;
+            sink.done();
+            return true;
+        },
+        [gen](bool success) {
+            if (!success) gen->stream->cancel();  // the client went away mid-stream
+        });
+}
+
+void HttpServer::Impl::routes() {
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (opts.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
+            return httplib::Server::HandlerResponse::Unhandled;
+        const std::string h = req.get_header_value("Authorization");
+        if (h.rfind("Bearer ", 0) == 0 &&
+            token_matches(std::string_view(h).substr(7), opts.api_key))
+            return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)",
+                                 "", "authentication_error", "invalid_api_key"));
+        log("POST " + req.path + " 401: no valid API key");
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    // Statuses httplib sets itself (no route, body too large, unreadable request) get an
+    // error object too.
+    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string message = "request failed";
+        if (res.status == 404) message = "no route " + req.method + " " + req.path;
+        if (res.status == 413)
+            message = "the request body is larger than " + std::to_string(opts.max_body) + " bytes";
+        if (res.status == 400) message = "the request could not be read";
+        if (res.status == 408) message = "the request was not received in time";
+        const std::string type = res.status == 404 ? "not_found_error" : "invalid_request_error";
+        res.set_content(dump(ApiError(res.status, message, "", type).body()), "application/json");
+        log(req.method + " " + req.path + " " + std::to_string(res.status) + ": " + message);
+    });
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        const SchedulerStats s = sched.stats();
+        res.set_content(dump({{"status", "ok"},
+                              {"running", s.running},
+                              {"queued", s.queued},
+                              {"free_kv_blocks", s.free_blocks},
+                              {"total_kv_blocks", s.total_blocks}}),
+                        "application/json");
+    });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        const json model = {
+            {"id", opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "qforge"}};
+        res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}),
+                        "application/json");
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        completion(req, res, false);
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        completion(req, res, true);
+    });
+}
+
+HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tokenizer, ServerOptions options)
+    : impl_(std::make_unique<Impl>(scheduler, tokenizer, std::move(options))) {
+    auto& svr = impl_->svr;
+    const int threads = std::max(4, impl_->opts.threads);
+    svr.new_task_queue = [threads] {
+        return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
+    svr.set_payload_max_length(impl_->opts.max_body);
+    svr.set_read_timeout(impl_->opts.read_timeout_s, 0);
+    svr.set_write_timeout(impl_->opts.write_timeout_s, 0);
+    svr.set_keep_alive_timeout(5);
+    impl_->routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::bind() {
+    auto& svr = impl_->svr;
+    const auto& o = impl_->opts;
+    if (o.port == 0) {
+        port_ = svr.bind_to_any_port(o.host);
+        if (port_ < 0) port_ = 0;
+    } else {
+        port_ = svr.bind_to_port(o.host, o.port) ? o.port : 0;
+    }
+    if (port_ == 0)
+        throw Error("serve: cannot listen on " + o.host + ":" + std::to_string(o.port) +
+                    " (in use, or not an address of this machine)");
+}
+
+void HttpServer::listen() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop() { impl_->svr.stop(); }
+
+}  // namespace qforge::serve

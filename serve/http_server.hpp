@@ -1,0 +1,60 @@
+// The OpenAI-compatible HTTP API of `qforge serve`, on cpp-httplib:
+//   POST /v1/completions, /v1/chat/completions   (JSON, or server-sent events with "stream")
+//   GET  /v1/models, /health
+// Requests are checked (serve/openai_request.hpp), tokenized (chat: the model's chat template),
+// and submitted to the scheduler; each HTTP worker thread then waits on its request's stream.
+// Every failure is an OpenAI-style error object with its status: 400 bad request, 401 missing or
+// wrong API key, 404, 413 body over the limit, 429 queue full (with Retry-After), 500 the model
+// failed. A client that sends too slowly is cut off by the read timeout; a streaming client that
+// disconnects cancels its sequence (its blocks are free at the next step).
+//
+// The library never prints: log lines (one per request, with its id) go to ServerOptions::log.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "serve/scheduler.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge::serve {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;              // 0: any free port (HttpServer::port() says which)
+    std::string api_key;          // non-empty: every /v1 request needs "Authorization: Bearer KEY"
+    std::string model_name;       // /v1/models' id and the responses' "model"
+    uint64_t ctx = 4096;          // the scheduler's context (prompt + generated, per request)
+    uint64_t max_body = 1 << 20;  // bytes; a larger body is refused with 413
+    int read_timeout_s = 10;      // a client silent this long while sending is cut off
+    int write_timeout_s = 30;
+    int threads = 32;  // HTTP worker threads (each waiting request holds one)
+    std::function<void(std::string_view)> log;
+};
+
+// A bearer token check in constant time: the work done depends only on the key's length, not on
+// where a wrong token first differs.
+bool token_matches(std::string_view given, std::string_view key);
+
+class HttpServer {
+  public:
+    HttpServer(Scheduler& scheduler, const Tokenizer& tokenizer, ServerOptions options);
+    ~HttpServer();
+    // Binds the socket (throws Error when it cannot); then port() is the bound port.
+    void bind();
+    int port() const { return port_; }
+    // Serves until stop() (from another thread or a signal's watcher).
+    void listen();
+    void stop();
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int port_ = 0;
+};
+
+}  // namespace qforge::serve

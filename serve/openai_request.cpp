@@ -1,0 +1,215 @@
+#include "serve/openai_request.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+#include "formats/json_io.hpp"
+
+namespace qforge::serve {
+
+nlohmann::json ApiError::body() const {
+    nlohmann::json e = {{"message", what()}, {"type", type_}};
+    e["param"] = param_.empty() ? nlohmann::json(nullptr) : nlohmann::json(param_);
+    e["code"] = code_.empty() ? nlohmann::json(nullptr) : nlohmann::json(code_);
+    return {{"error", e}};
+}
+
+namespace {
+
+using nlohmann::json;
+
+// A request body nests a few levels (messages[i].content[j].text); 16 is plenty.
+constexpr int kMaxRequestDepth = 16;
+
+[[noreturn]] void bad(const std::string& param, const std::string& what) {
+    throw ApiError(400, "'" + param + "' " + what, param);
+}
+
+// The field, or nullptr when absent or null (the API treats null as "not given").
+const json* field(const json& body, const char* name) {
+    auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& v, const std::string& param) {
+    if (!v.is_number()) bad(param, "must be a number, found " + describe_json(v));
+    return v.get<double>();
+}
+
+// An integer (a JSON number with no fraction) in [lo, hi].
+int64_t integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+    const auto out_of_range = [&](const std::string& found) {
+        bad(param,
+            "must be in " + std::to_string(lo) + " .. " + std::to_string(hi) + ", found " + found);
+    };
+    if (v.is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
+        const auto u = v.get<uint64_t>();
+        if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo)
+            out_of_range(std::to_string(u));
+        return static_cast<int64_t>(u);
+    }
+    if (v.is_number_integer()) {
+        const auto i = v.get<int64_t>();
+        if (i < lo || i > hi) out_of_range(std::to_string(i));
+        return i;
+    }
+    bad(param, "must be an integer, found " + describe_json(v));
+}
+
+bool boolean(const json& v, const std::string& param) {
+    if (!v.is_boolean()) bad(param, "must be a boolean, found " + describe_json(v));
+    return v.get<bool>();
+}
+
+const std::string& string(const json& v, const std::string& param) {
+    if (!v.is_string()) bad(param, "must be a string, found " + describe_json(v));
+    return v.get_ref<const std::string&>();
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string message_content(const json& v, const std::string& param) {
+    if (v.is_string()) return v.get<std::string>();
+    if (!v.is_array()) bad(param, "must be a string or an array of text parts");
+    std::string text;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string p = param + "[" + std::to_string(i) + "]";
+        if (!v[i].is_object()) bad(p, "must be an object");
+        const json* type = field(v[i], "type");
+        if (!type || string(*type, p + ".type") != "text")
+            bad(p + ".type", "must be \"text\" (only text parts are supported)");
+        const json* t = field(v[i], "text");
+        if (!t) bad(p + ".text", "is required");
+        text += string(*t, p + ".text");
+    }
+    return text;
+}
+
+void parse_prompt(const json& body, CompletionRequest& r) {
+    const json* p = field(body, "prompt");
+    if (!p) bad("prompt", "is required");
+    if (p->is_string()) {
+        r.prompt = p->get<std::string>();
+        return;
+    }
+    if (!p->is_array() || p->empty())
+        bad("prompt", "must be a string, an array of one string or an array of token ids");
+    if ((*p)[0].is_string()) {
+        if (p->size() != 1) bad("prompt", "holds several prompts; one request takes one");
+        r.prompt = (*p)[0].get<std::string>();
+        return;
+    }
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < p->size(); ++i)
+        ids.push_back(static_cast<int32_t>(integer((*p)[i], "prompt[" + std::to_string(i) + "]", 0,
+                                                   std::numeric_limits<int32_t>::max())));
+    r.prompt_ids = std::move(ids);
+}
+
+void parse_messages(const json& body, CompletionRequest& r) {
+    const json* m = field(body, "messages");
+    if (!m) bad("messages", "is required");
+    if (!m->is_array() || m->empty()) bad("messages", "must be a non-empty array");
+    for (size_t i = 0; i < m->size(); ++i) {
+        const std::string p = "messages[" + std::to_string(i) + "]";
+        const json& msg = (*m)[i];
+        if (!msg.is_object()) bad(p, "must be an object");
+        const json* role = field(msg, "role");
+        if (!role) bad(p + ".role", "is required");
+        std::string name = string(*role, p + ".role");
+        if (name == "developer") name = "system";  // the API's newer name for it
+        if (name != "system" && name != "user" && name != "assistant")
+            bad(p + ".role", "must be system, developer, user or assistant, found \"" +
+                                 quoted_excerpt(name) + "\"");
+        const json* content = field(msg, "content");
+        r.messages.push_back({name, content ? message_content(*content, p + ".content") : ""});
+    }
+}
+
+// Fields of the API whose non-default values this server cannot honour: refused, not ignored.
+void refuse_unsupported(const json& body, bool chat) {
+    if (const json* n = field(body, "n"); n && integer(*n, "n", 1, 1 << 20) != 1)
+        bad("n", "must be 1: one choice per request is supported");
+    if (const json* b = field(body, "best_of"); b && integer(*b, "best_of", 1, 1 << 20) != 1)
+        bad("best_of", "must be 1");
+    if (const json* e = field(body, "echo"); e && boolean(*e, "echo"))
+        bad("echo", "is not supported");
+    if (const json* l = field(body, "logprobs")) {
+        if (chat ? boolean(*l, "logprobs") : integer(*l, "logprobs", 0, 20) != 0)
+            bad("logprobs", "is not supported");
+    }
+    for (const char* name : {"presence_penalty", "frequency_penalty"})
+        if (const json* v = field(body, name); v && number(*v, name) != 0.0)
+            bad(name, "is not supported (must be 0)");
+    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
+        bad("tools", "are not supported");
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view text, bool chat,
+                                           uint64_t max_tokens_limit) {
+    json body;
+    try {
+        body = parse_json(text, "request body",
+                          {.what = "request body", .max_depth = kMaxRequestDepth});
+    } catch (const Error& e) {
+        throw ApiError(400, std::string("malformed JSON: ") + e.what());
+    }
+    if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    CompletionRequest r;
+    r.chat = chat;
+    if (const json* m = field(body, "model")) string(*m, "model");  // any name: one model is served
+    if (chat)
+        parse_messages(body, r);
+    else
+        parse_prompt(body, r);
+    refuse_unsupported(body, chat);
+
+    const char* max_name = "max_tokens";
+    const json* max = field(body, "max_tokens");
+    if (chat && !max && (max = field(body, "max_completion_tokens")))
+        max_name = "max_completion_tokens";
+    if (max)
+        r.max_tokens = static_cast<uint64_t>(
+            integer(*max, max_name, 1, static_cast<int64_t>(max_tokens_limit)));
+    if (const json* t = field(body, "temperature")) {
+        const double v = number(*t, "temperature");
+        if (!(v >= 0.0 && v <= 2.0)) bad("temperature", "must be in [0, 2]");
+        r.temperature = static_cast<float>(v);
+    }
+    if (const json* p = field(body, "top_p")) {
+        const double v = number(*p, "top_p");
+        if (!(v > 0.0 && v <= 1.0)) bad("top_p", "must be in (0, 1]");
+        r.top_p = static_cast<float>(v);
+        if (!(r.top_p > 0.0f)) r.top_p = std::numeric_limits<float>::min();  // float underflow
+    }
+    if (const json* k = field(body, "top_k"))
+        r.top_k =
+            static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));
+    if (const json* s = field(body, "seed"))
+        r.seed = static_cast<uint64_t>(integer(*s, "seed", std::numeric_limits<int64_t>::min(),
+                                               std::numeric_limits<int64_t>::max()));
+    if (const json* s = field(body, "stop")) {
+        if (s->is_string()) {
+            r.stop.push_back(s->get<std::string>());
+        } else if (s->is_array()) {
+            if (s->size() > 4) bad("stop", "holds at most 4 strings");
+            for (size_t i = 0; i < s->size(); ++i)
+                r.stop.push_back(string((*s)[i], "stop[" + std::to_string(i) + "]"));
+        } else {
+            bad("stop", "must be a string or an array of strings");
+        }
+        for (const auto& x : r.stop)
+            if (x.empty()) bad("stop", "must not hold an empty string");
+    }
+    if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
+    if (const json* o = field(body, "stream_options")) {
+        if (!o->is_object()) bad("stream_options", "must be an object");
+        if (const json* u = field(*o, "include_usage"))
+            r.include_usage = boolean(*u, "stream_options.include_usage");
+    }
+    return r;
+}
+
+}  // namespace qforge::serve

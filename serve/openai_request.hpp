@@ -1,0 +1,63 @@
+// The OpenAI API's completion requests (POST /v1/completions, /v1/chat/completions): the body
+// parsed and every field we read checked for type and range before any work, each failure an
+// ApiError the server returns as an OpenAI-style error object with a 4xx status:
+//   {"error": {"message": ..., "type": "invalid_request_error", "param": "max_tokens",
+//              "code": null}}
+// Fields of the API that we do not read are ignored (clients send many, often null); the ones
+// whose non-default values we cannot honour (n > 1, logprobs, echo, best_of, penalties) are
+// refused rather than silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_template.hpp"
+
+namespace qforge::serve {
+
+class ApiError : public std::runtime_error {
+  public:
+    ApiError(int status, std::string message, std::string param = {},
+             std::string type = "invalid_request_error", std::string code = {})
+        : std::runtime_error(message),
+          status_(status),
+          param_(std::move(param)),
+          type_(std::move(type)),
+          code_(std::move(code)) {}
+    int status() const { return status_; }
+    // {"error": {message, type, param, code}}
+    nlohmann::json body() const;
+
+  private:
+    int status_;
+    std::string param_, type_, code_;
+};
+
+struct CompletionRequest {
+    bool chat = false;
+    // /v1/completions: the prompt as text, or as token ids.
+    std::string prompt;
+    std::optional<std::vector<int32_t>> prompt_ids;
+    // /v1/chat/completions
+    std::vector<ChatMessage> messages;
+
+    std::optional<uint64_t> max_tokens;  // unset: the endpoint's default
+    float temperature = 1.0f;            // the API's defaults
+    float top_p = 1.0f;
+    uint32_t top_k = 0;  // an extension (llama.cpp's): 0, all tokens
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;  // at most 4, none empty
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses and checks a request body. `max_tokens_limit` bounds max_tokens (the context). Throws
+// ApiError (400) naming the field.
+CompletionRequest parse_completion_request(std::string_view body, bool chat,
+                                           uint64_t max_tokens_limit);
+
+}  // namespace qforge::serve

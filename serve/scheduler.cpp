@@ -1,0 +1,258 @@
+#include "serve/scheduler.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.hpp"
+#include "runtime/cpu_backend.hpp"
+#include "runtime/logits_check.hpp"
+
+namespace qforge::serve {
+
+SequenceStream::Event SequenceStream::wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    ready_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
+    Event e;
+    e.tokens.swap(pending_);
+    e.finished = finished_;
+    e.reason = reason_;
+    e.error = error_;
+    return e;
+}
+
+void SequenceStream::push(int32_t token) {
+    {
+        std::lock_guard lock(mutex_);
+        pending_.push_back(token);
+    }
+    ready_.notify_all();
+}
+
+void SequenceStream::finish(FinishReason reason, std::string error) {
+    {
+        std::lock_guard lock(mutex_);
+        finished_ = true;
+        reason_ = reason;
+        error_ = std::move(error);
+    }
+    ready_.notify_all();
+}
+
+struct Scheduler::Sequence {
+    SequenceRequest request;
+    std::shared_ptr<SequenceStream> stream;
+    uint64_t limit = 0;  // cache positions: min(prompt + max_tokens, ctx)
+    std::unique_ptr<PagedKvCache> cache;
+    std::optional<Sampler> sampler;
+    uint64_t fed = 0;  // prompt tokens run
+    uint64_t generated = 0;
+    int32_t last = 0;  // the token to decode next
+    bool done = false;
+};
+
+Scheduler::Scheduler(Backend& backend, KvBlockPool& pool, SchedulerOptions options)
+    : backend_(backend),
+      pool_(pool),
+      options_(options),
+      vocab_(backend.model().config().vocab_size) {
+    if (options.max_seqs == 0 || options.max_seqs > CpuBackend::kMaxBatch)
+        throw Error("scheduler: max_seqs " + std::to_string(options.max_seqs) +
+                    " is outside 1 .. " + std::to_string(CpuBackend::kMaxBatch));
+    if (options.ctx == 0 || options.ctx > backend.model().config().max_position_embeddings)
+        throw Error(backend.model().path(), {},
+                    "a context of " + std::to_string(options.ctx) +
+                        " positions is outside 1 .. max_position_embeddings (" +
+                        std::to_string(backend.model().config().max_position_embeddings) + ")");
+    if (options.prefill_chunk == 0) throw Error("scheduler: prefill_chunk must be at least 1");
+    free_blocks_ = pool.free_blocks();
+}
+
+Scheduler::~Scheduler() {
+    stop();
+    for (auto& s : running_) finish(*s, FinishReason::cancelled);
+    for (auto& s : queue_) s->stream->finish(FinishReason::cancelled);
+}
+
+Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
+    if (request.prompt.empty()) throw Error("scheduler: a request needs at least one prompt token");
+    if (request.max_tokens == 0) throw Error("scheduler: max_tokens must be at least 1");
+    Sampler check(request.sampling);  // throws for a bad temperature or top-p, before queueing
+    // A bad id would fail the whole batch it runs in: refused here, for this request alone.
+    for (int32_t id : request.prompt)
+        if (id < 0 || static_cast<uint64_t>(id) >= vocab_)
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                        std::to_string(vocab_) + ")");
+    Submitted out;
+    // Generation stops when the cache is full, as generate() does; the prompt itself must fit.
+    if (request.prompt.size() > options_.ctx) {
+        out.refusal = Refusal::too_large;
+        out.why = "the prompt has " + std::to_string(request.prompt.size()) +
+                  " tokens; the context holds " + std::to_string(options_.ctx);
+        return out;
+    }
+    auto s = std::make_unique<Sequence>();
+    s->limit = std::min<uint64_t>(
+        options_.ctx, request.prompt.size() + std::min<uint64_t>(request.max_tokens, options_.ctx));
+    const uint64_t blocks = CpuKvCache::blocks_for(s->limit);
+    if (blocks > pool_.total_blocks()) {
+        out.refusal = Refusal::too_large;
+        out.why = "the request needs " + std::to_string(blocks) + " KV blocks (" +
+                  std::to_string(s->limit) + " positions); the pool has " +
+                  std::to_string(pool_.total_blocks());
+        return out;
+    }
+    s->request = std::move(request);
+    s->stream = std::make_shared<SequenceStream>();
+    {
+        std::lock_guard lock(mutex_);
+        if (queue_.size() >= options_.max_queue) {
+            out.refusal = Refusal::queue_full;
+            out.why = std::to_string(queue_.size()) + " requests are waiting already";
+            return out;
+        }
+        out.stream = s->stream;
+        queue_.push_back(std::move(s));
+    }
+    work_.notify_one();
+    return out;
+}
+
+void Scheduler::admit() {
+    std::lock_guard lock(mutex_);
+    // Cancelled while waiting: leave the queue without ever running.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->stream->cancelled()) {
+            (*it)->stream->finish(FinishReason::cancelled);
+            it = queue_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    // First come, first served: a request that does not fit yet holds back those behind it, so
+    // a large request is never starved by a stream of small ones.
+    while (!queue_.empty() && running_.size() < options_.max_seqs) {
+        Sequence& s = *queue_.front();
+        auto cache = std::make_unique<PagedKvCache>(pool_, s.limit);
+        if (!cache->reserve(s.limit)) break;
+        s.cache = std::move(cache);
+        s.sampler.emplace(s.request.sampling);
+        running_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+    }
+}
+
+void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
+    s.done = true;
+    if (s.cache) s.cache->release();
+    s.stream->finish(reason, std::move(error));
+}
+
+void Scheduler::deliver(Sequence& s, std::span<float> logits) {
+    if (!all_finite(logits)) {
+        try {
+            throw_non_finite_logits(logits, backend_.model().path(),
+                                    "position " + std::to_string(s.cache->size() - 1));
+        } catch (const Error& e) {
+            finish(s, FinishReason::error, e.what());
+        }
+        return;
+    }
+    // As generate(): an id without a token is never chosen.
+    const uint64_t sampleable =
+        s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
+    std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
+              -std::numeric_limits<float>::infinity());
+    const int32_t next = s.sampler->sample(logits);
+    const auto& stops = s.request.stop_ids;
+    if (std::find(stops.begin(), stops.end(), next) != stops.end())
+        return finish(s, FinishReason::stop);
+    s.stream->push(next);
+    s.last = next;
+    if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)
+        finish(s, FinishReason::length);
+}
+
+void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequence>& batch) {
+    uint64_t wanted = 0;
+    for (const auto& b : batch) wanted += b.logits ? 1 : 0;
+    std::vector<float> logits(wanted * vocab_);
+    try {
+        backend_.forward_batch(batch, logits);
+    } catch (const Error& e) {  // nothing in a checked batch should fail; if it does, say so
+        for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
+        return;
+    }
+    uint64_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i)
+        if (batch[i].logits) deliver(*seqs[i], std::span(logits).subspan(row++ * vocab_, vocab_));
+}
+
+bool Scheduler::step() {
+    // Cancelled sequences leave first, so their blocks can go to the requests admitted now.
+    for (auto& s : running_)
+        if (s->stream->cancelled()) finish(*s, FinishReason::cancelled);
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    admit();
+
+    // Decode tokens first (one each), then prompt chunks in admission order within the budget.
+    std::vector<Sequence*> seqs;
+    std::vector<BatchSequence> batch;
+    for (auto& s : running_)
+        if (s->fed == s->request.prompt.size()) {
+            seqs.push_back(s.get());
+            batch.push_back({{&s->last, 1}, s->cache.get(), true});
+        }
+    uint64_t budget = std::min(options_.prefill_chunk, CpuBackend::kMaxBatch - batch.size());
+    for (auto& s : running_) {
+        const uint64_t left = s->request.prompt.size() - s->fed;
+        if (left == 0 || budget == 0) continue;
+        const uint64_t chunk = std::min(left, budget);
+        seqs.push_back(s.get());
+        batch.push_back(
+            {std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(), chunk == left});
+        s->fed += chunk;
+        budget -= chunk;
+    }
+    if (!batch.empty()) run_batch(seqs, batch);
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    {
+        std::lock_guard lock(mutex_);
+        running_count_ = running_.size();
+        free_blocks_ = pool_.free_blocks();
+        steps_ += batch.empty() ? 0 : 1;
+    }
+    return !batch.empty();
+}
+
+void Scheduler::start() {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this] {
+        for (;;) {
+            {
+                std::unique_lock lock(mutex_);
+                if (stop_) return;
+            }
+            if (step()) continue;
+            // Idle: wait for a submission (a cancelled queued request is noticed within 50 ms).
+            std::unique_lock lock(mutex_);
+            work_.wait_for(lock, std::chrono::milliseconds(50),
+                           [&] { return stop_ || !queue_.empty(); });
+        }
+    });
+}
+
+void Scheduler::stop() {
+    {
+        std::lock_guard lock(mutex_);
+        stop_ = true;
+    }
+    work_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+    std::lock_guard lock(mutex_);
+    return {running_count_, queue_.size(), free_blocks_, pool_.total_blocks(), steps_};
+}
+
+}  // namespace qforge::serve

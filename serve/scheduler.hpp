@@ -1,0 +1,143 @@
+// Continuous batching (in the manner of vLLM and Orca): one scheduler thread runs the model in
+// steps; each step is one Backend::forward_batch over every running sequence: one decode token
+// each, plus chunks of the prompts of sequences still being prefilled (at most
+// SchedulerOptions::prefill_chunk prompt tokens per step in all, so a long prompt never stalls
+// the decoding sequences for more than one chunk). A request submitted between steps joins at the
+// next one; a finished or cancelled sequence leaves at once and returns its KV blocks.
+//
+// Admission: a sequence is admitted when a slot is free (max_seqs) and the block pool can give
+// every block it may need (prompt + max_tokens positions, at most the context), reserved up
+// front, so a running sequence never runs out of cache and nothing is ever preempted. Requests
+// that cannot be admitted yet wait in a FIFO queue; past max_queue waiting requests, submit
+// refuses (the HTTP layer answers 429 with Retry-After).
+//
+// Each sequence samples with its own Sampler seeded by its request, in the order generate()
+// does, and its logits do not depend on the rest of the batch (runtime/batch_forward.cpp), so a
+// request's tokens equal `qforge generate`'s for the same prompt and options whatever else runs.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/backend.hpp"
+#include "runtime/paged_kv_cache.hpp"
+#include "runtime/sampling.hpp"
+
+namespace qforge::serve {
+
+struct SequenceRequest {
+    std::vector<int32_t> prompt;  // non-empty
+    SamplingParams sampling;
+    uint64_t max_tokens = 16;       // >= 1
+    std::vector<int32_t> stop_ids;  // generation ends when one is chosen (not emitted)
+    uint64_t token_count = 0;       // ids from this one on are never chosen (0: all have a token)
+};
+
+enum class FinishReason {
+    length,     // max_tokens, or the context is full
+    stop,       // a stop id
+    cancelled,  // the reader cancelled (client gone, a stop string matched)
+    error,      // the model failed (non-finite logits); SequenceStream::error() says why
+};
+
+// A request's results as the scheduler produces them; read by one other thread.
+class SequenceStream {
+  public:
+    struct Event {
+        std::vector<int32_t> tokens;  // chosen since the last wait
+        bool finished = false;
+        FinishReason reason = FinishReason::length;
+        std::string error;
+    };
+    // The tokens chosen since the last call, waiting up to `timeout` for one when there are none;
+    // `finished` once the sequence has ended (after its last tokens).
+    Event wait(std::chrono::milliseconds timeout);
+    // The reader gives up: the sequence leaves at the next step and frees its blocks.
+    void cancel() { cancelled_ = true; }
+    bool cancelled() const { return cancelled_; }
+
+  private:
+    friend class Scheduler;
+    void push(int32_t token);
+    void finish(FinishReason reason, std::string error = {});
+
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::vector<int32_t> pending_;
+    bool finished_ = false;
+    FinishReason reason_ = FinishReason::length;
+    std::string error_;
+    std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerOptions {
+    uint64_t max_seqs = 16;       // sequences running at once (at most CpuBackend::kMaxBatch)
+    uint64_t ctx = 4096;          // positions per sequence at most
+    uint64_t max_queue = 64;      // requests waiting for admission at most
+    uint64_t prefill_chunk = 64;  // prompt tokens per step, over every prefilling sequence
+};
+
+struct SchedulerStats {
+    uint64_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, steps = 0;
+};
+
+class Scheduler {
+  public:
+    // `backend` runs the steps; the caches come from `pool` (its model must be the backend's).
+    Scheduler(Backend& backend, KvBlockPool& pool, SchedulerOptions options);
+    ~Scheduler();  // stops the thread; unfinished sequences end as cancelled
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    enum class Refusal { none, queue_full, too_large };
+    struct Submitted {
+        std::shared_ptr<SequenceStream> stream;  // null when refused
+        Refusal refusal = Refusal::none;
+        std::string why;
+    };
+    // Thread-safe. Refused: queue_full when max_queue requests wait (try again later);
+    // too_large when the request's cache would not fit the whole pool or the context (never).
+    // An empty prompt or max_tokens 0 is an Error.
+    Submitted submit(SequenceRequest request);
+
+    // One step on the calling thread: admits what fits, drops cancelled sequences, runs one
+    // batch and delivers its tokens. False when there was nothing to run. Call it from one thread
+    // only, and not while start()'s thread runs.
+    bool step();
+    // Runs step() on a thread of its own until stop() or destruction.
+    void start();
+    void stop();
+
+    SchedulerStats stats() const;
+
+  private:
+    struct Sequence;
+    void admit();
+    void run_batch(std::vector<Sequence*>& batch_seqs, std::vector<BatchSequence>& batch);
+    void finish(Sequence& s, FinishReason reason, std::string error = {});
+    void deliver(Sequence& s, std::span<float> logits);
+
+    Backend& backend_;
+    KvBlockPool& pool_;
+    SchedulerOptions options_;
+    uint64_t vocab_;
+
+    mutable std::mutex mutex_;  // guards queue_, stop_ and the stats
+    std::condition_variable work_;
+    std::deque<std::unique_ptr<Sequence>> queue_;
+    std::vector<std::unique_ptr<Sequence>> running_;  // the scheduler thread's alone
+    uint64_t running_count_ = 0, free_blocks_ = 0, steps_ = 0;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+}  // namespace qforge::serve

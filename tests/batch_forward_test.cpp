@@ -1,0 +1,150 @@
+// The batched forward (Backend::forward_batch, runtime/batch_forward.cpp): sequences arriving at
+// random steps, their prompts cut into random chunks, mixed in random order with other
+// sequences' decode tokens, each give exactly the logits they give alone through forward().
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "core/error.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/paged_kv_cache.hpp"
+#include "runtime/sampling.hpp"
+#include "runtime/thread_pool.hpp"
+#include "serve_models.hpp"
+
+using namespace qforge;
+
+namespace {
+
+constexpr uint64_t kNew = 6;  // tokens generated per sequence
+
+struct Sequence {
+    std::vector<int32_t> prompt;
+    uint64_t arrival = 0;                  // the step it joins
+    std::vector<std::vector<float>> want;  // alone: logits after the prompt, then per token
+    std::vector<int32_t> tokens;           // greedy choices alone
+    // The batched run's state.
+    std::unique_ptr<PagedKvCache> cache;
+    uint64_t fed = 0;  // prompt tokens run
+    std::vector<int32_t> got;
+};
+
+// Alone, as generate runs it: the prompt as one batch, then greedy decode.
+void run_alone(Backend& b, Sequence& s) {
+    const uint64_t v = b.model().config().vocab_size;
+    auto cache = b.new_cache(s.prompt.size() + kNew);
+    std::vector<float> logits(v);
+    b.forward(s.prompt, *cache, s.prompt.size() - 1, logits);
+    for (uint64_t i = 0; i < kNew; ++i) {
+        s.want.push_back(logits);
+        s.tokens.push_back(argmax(logits));
+        if (i + 1 < kNew) b.forward({&s.tokens.back(), 1}, *cache, 0, logits);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("batched forward: each sequence's logits are bit-identical alone and in any batch",
+          "[batch]") {
+    test::ScratchDir dir("batch-forward");
+    ThreadPool threads(2);
+    CpuBackendOptions options;
+    options.min_parallel_work = 0;
+    std::mt19937_64 rng(11);
+    int checked = 0;
+    for (const auto& m : test::serve_models(dir)) {
+        INFO(m.name);
+        Model model(m.path);
+        const ModelConfig& c = model.config();
+        const uint64_t v = c.vocab_size;
+        auto backend = make_cpu_backend(model, threads, options);
+        std::vector<Sequence> seqs(7);
+        const uint64_t longest = std::min<uint64_t>(40, c.max_position_embeddings - kNew);
+        for (auto& s : seqs) {
+            s.prompt = test::random_ids(rng, 1 + rng() % longest, v);
+            s.arrival = rng() % 6;
+            run_alone(*backend, s);
+        }
+        KvBlockPool pool(c, seqs.size() * CpuKvCache::blocks_for(longest + kNew));
+        uint64_t step = 0, rows_max = 0;
+        while (std::any_of(seqs.begin(), seqs.end(),
+                           [](const Sequence& s) { return s.got.size() < kNew; })) {
+            std::vector<BatchSequence> batch;
+            std::vector<Sequence*> wants;
+            for (auto& s : seqs) {
+                if (s.arrival > step || s.got.size() == kNew) continue;
+                if (!s.cache) {
+                    s.cache = std::make_unique<PagedKvCache>(pool, s.prompt.size() + kNew);
+                    REQUIRE(s.cache->reserve(s.prompt.size() + kNew));
+                }
+                if (s.fed < s.prompt.size()) {  // a random chunk of the prompt
+                    const uint64_t left = s.prompt.size() - s.fed;
+                    const uint64_t chunk = 1 + rng() % left;
+                    batch.push_back(
+                        {std::span(s.prompt).subspan(s.fed, chunk), s.cache.get(), chunk == left});
+                    s.fed += chunk;
+                } else {  // decode the last token chosen
+                    batch.push_back({std::span(s.got).last(1), s.cache.get(), true});
+                }
+                if (batch.back().logits) wants.push_back(&s);
+            }
+            // Random order within the step (the logits rows follow it).
+            std::vector<size_t> order(batch.size());
+            for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+            std::shuffle(order.begin(), order.end(), rng);
+            std::vector<BatchSequence> shuffled;
+            std::vector<Sequence*> shuffled_wants;
+            for (size_t i : order) shuffled.push_back(batch[i]);
+            for (size_t i : order)
+                if (batch[i].logits)
+                    for (auto* s : wants)
+                        if (s->cache.get() == batch[i].cache) shuffled_wants.push_back(s);
+            std::vector<float> logits(shuffled_wants.size() * v);
+            uint64_t rows = 0;
+            for (const auto& b : shuffled) rows += b.tokens.size();
+            rows_max = std::max(rows_max, rows);
+            backend->forward_batch(shuffled, logits);
+            for (size_t i = 0; i < shuffled_wants.size(); ++i) {
+                Sequence& s = *shuffled_wants[i];
+                const float* row = logits.data() + i * v;
+                const auto& want = s.want[s.got.size()];
+                REQUIRE(std::memcmp(row, want.data(), v * sizeof(float)) == 0);
+                s.got.push_back(argmax({row, v}));
+            }
+            ++step;
+        }
+        for (const auto& s : seqs) CHECK(s.got == s.tokens);
+        CHECK(rows_max > 1);  // some step did batch rows of several sequences
+        seqs.clear();
+        CHECK(pool.free_blocks() == pool.total_blocks());
+        ++checked;
+    }
+    CHECK(checked >= 6);
+}
+
+TEST_CASE("batched forward refuses bad batches before touching a cache", "[batch]") {
+    test::ScratchDir dir("batch-forward-bad");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    ThreadPool threads(1);
+    auto backend = make_cpu_backend(model, threads);
+    const uint64_t v = model.config().vocab_size;
+    auto a = backend->new_cache(8), b = backend->new_cache(2);
+    const int32_t three[] = {1, 2, 3}, bad[] = {static_cast<int32_t>(v)};
+    std::vector<float> one(v), two(2 * v);
+    // The same cache twice; a sequence past its cache; an id outside the vocabulary; logits of
+    // the wrong size: each an Error, and no cache grows.
+    const BatchSequence twice[] = {{three, a.get(), true}, {three, a.get(), true}};
+    CHECK_THROWS_AS(backend->forward_batch(twice, two), Error);
+    const BatchSequence full[] = {{three, a.get(), true}, {three, b.get(), true}};
+    CHECK_THROWS_AS(backend->forward_batch(full, two), Error);
+    const BatchSequence oov[] = {{three, a.get(), true}, {bad, b.get(), true}};
+    CHECK_THROWS_AS(backend->forward_batch(oov, two), Error);
+    const BatchSequence ok[] = {{three, a.get(), true}};
+    CHECK_THROWS_AS(backend->forward_batch(ok, two), Error);
+    CHECK(a->size() == 0);
+    CHECK(b->size() == 0);
+    backend->forward_batch(ok, one);
+    CHECK(a->size() == 3);
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""End-to-end test of `qforge serve` with the official PyPI `openai` client.
+
+Usage: openai_client_test.py QFORGE_BINARY MODEL.qf
+
+Starts the server on a free loopback port, then through openai.OpenAI(base_url=...): a
+completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
+completion streamed (the chunks must add up to the same text), a seeded sampled completion twice
+(identical), /v1/models, a chat request (stories260K has no chat template: a 400 the client raises
+as BadRequestError), bad requests the client raises as errors, and an API key the client must
+send. Exits 0 when every check passes, 1 with the failures listed otherwise.
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import openai
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(qforge, model, *extra):
+    port = free_port()
+    proc = subprocess.Popen(
+        [qforge, "serve", model, "--port", str(port), "--threads", "2", "--ctx", "256", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("qforge serve exited: " + proc.stdout.read())
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("qforge serve did not start listening")
+
+
+def main():
+    qforge, model = sys.argv[1], sys.argv[2]
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    prompt = "Once upon a time"
+    gen = subprocess.run([qforge, "generate", model, "--raw", "--greedy", "-n", "24", "-q",
+                          "-p", prompt, "-t", "2"], capture_output=True, text=True, check=True)
+    # generate prints the prompt, then the continuation, then a newline.
+    want = gen.stdout[len(prompt):-1]
+
+    proc, port = start(qforge, model)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                               max_retries=0, timeout=60)
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=24,
+                                      temperature=0)
+        check(r.choices[0].text == want, f"completion {r.choices[0].text!r} != generate {want!r}")
+        check(r.usage.completion_tokens > 0, "usage.completion_tokens")
+
+        text = "".join(c.choices[0].text for c in client.completions.create(
+            model="stories", prompt=prompt, max_tokens=24, temperature=0, stream=True)
+            if c.choices)
+        check(text == want, f"streamed {text!r} != {want!r}")
+
+        kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
+                  top_p=0.9)
+        a = client.completions.create(**kw).choices[0].text
+        b = client.completions.create(**kw).choices[0].text
+        check(a == b, f"seeded sampling differs: {a!r} vs {b!r}")
+
+        models = client.models.list()
+        check(len(models.data) == 1, "one model listed")
+
+        try:
+            client.chat.completions.create(model="stories",
+                                           messages=[{"role": "user", "content": "hi"}])
+            check(False, "chat without a template should be refused")
+        except openai.BadRequestError as e:
+            check("chat template" in str(e), f"chat refusal names the template: {e}")
+        for bad, what in ((dict(n=2), "n"), (dict(max_tokens=100000), "max_tokens"),
+                          (dict(temperature=5), "temperature")):
+            try:
+                client.completions.create(model="stories", prompt=prompt, **bad)
+                check(False, f"{what} out of range should be refused")
+            except openai.BadRequestError:
+                pass
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    check(proc.returncode == 0, f"server exit code {proc.returncode}: {out[-2000:]}")
+    check("cmpl-" in out, "request ids in the server log")
+
+    proc, port = start(qforge, model, "--api-key", "s3cret")
+    try:
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong",
+                            max_retries=0)
+        try:
+            bad.completions.create(model="stories", prompt=prompt, max_tokens=2)
+            check(False, "a wrong API key should be refused")
+        except openai.AuthenticationError:
+            pass
+        good = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="s3cret",
+                             max_retries=0)
+        r = good.completions.create(model="stories", prompt=prompt, max_tokens=2)
+        check(len(r.choices) == 1, "the right API key is accepted")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+    for f in failures:
+        print("FAIL:", f)
+    print("openai e2e:", "ok" if not failures else f"{len(failures)} failures",
+          f"(openai {openai.__version__})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+// The paged KV cache (runtime/paged_kv_cache.hpp): the block pool's allocation, exhaustion and
+// release, and the logits of sequences whose blocks are scattered over a fragmented pool against
+// the contiguous cache's, bit for bit.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "core/error.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/paged_kv_cache.hpp"
+#include "runtime/thread_pool.hpp"
+#include "serve_models.hpp"
+
+using namespace qforge;
+
+namespace {
+
+ModelConfig tiny_config() {
+    ModelConfig c;
+    c.num_layers = 2;
+    c.hidden_size = 8;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.head_dim = 4;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("KV block pool: exhaustion takes nothing, release returns, double release refused",
+          "[paged]") {
+    KvBlockPool pool(tiny_config(), 5);
+    CHECK(pool.block_bytes() == 2 * 2 * CpuKvCache::kBlockPositions * 4 * sizeof(float));
+    auto a = pool.allocate(3);
+    REQUIRE(a);
+    CHECK(*a == std::vector<uint32_t>{0, 1, 2});
+    CHECK(pool.free_blocks() == 2);
+    CHECK_FALSE(pool.allocate(3));  // all or nothing
+    CHECK(pool.free_blocks() == 2);
+    auto b = pool.allocate(2);
+    REQUIRE(b);
+    CHECK_FALSE(pool.allocate(1));
+    pool.release(*a);
+    CHECK(pool.free_blocks() == 3);
+    CHECK_THROWS_AS(pool.release(*a), Error);  // returned twice
+    const uint32_t stray[] = {7};
+    CHECK_THROWS_AS(pool.release(stray), Error);  // never in the pool
+    pool.release(*b);
+    CHECK(pool.free_blocks() == 5);
+    CHECK_THROWS_AS(KvBlockPool(tiny_config(), 0), Error);
+}
+
+TEST_CASE("paged KV cache: reserve all or none, blocks back on release and destruction",
+          "[paged]") {
+    constexpr uint64_t P = CpuKvCache::kBlockPositions;
+    KvBlockPool pool(tiny_config(), 4);
+    {
+        PagedKvCache one(pool, 3 * P);
+        CHECK(one.capacity() == 0);
+        CHECK(one.reserve(P + 1));  // two blocks
+        CHECK(one.blocks_held() == 2);
+        CHECK(one.capacity() == 2 * P);
+        CHECK(one.reserve(2 * P));  // already held
+        CHECK(pool.free_blocks() == 2);
+        CHECK_THROWS_AS(one.reserve(3 * P + 1), Error);  // past its limit
+
+        PagedKvCache two(pool, 4 * P);
+        CHECK_FALSE(two.reserve(3 * P));  // only two free: nothing taken
+        CHECK(two.blocks_held() == 0);
+        CHECK(pool.free_blocks() == 2);
+        CHECK(two.reserve(2 * P));
+        CHECK(pool.free_blocks() == 0);
+        one.release();  // a finished or cancelled sequence
+        CHECK(one.capacity() == 0);
+        CHECK(pool.free_blocks() == 2);
+        CHECK(one.reserve(P));
+    }
+    CHECK(pool.free_blocks() == 4);  // no leak: the destructors returned the rest
+}
+
+TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logits bit for bit",
+          "[paged]") {
+    test::ScratchDir dir("paged-kv");
+    ThreadPool threads(2);
+    CpuBackendOptions options;
+    options.min_parallel_work = 0;  // split every region over both threads
+    std::mt19937_64 rng(7);
+    int checked = 0;
+    for (const auto& m : test::serve_models(dir)) {
+        INFO(m.name);
+        Model model(m.path);
+        const ModelConfig& c = model.config();
+        auto backend = make_cpu_backend(model, threads, options);
+        const uint64_t n =
+            std::min<uint64_t>(3 * CpuKvCache::kBlockPositions + 5, c.max_position_embeddings);
+        const auto ids = test::random_ids(rng, n, c.vocab_size);
+        const uint64_t prompt = n / 2, v = c.vocab_size;
+
+        // Prefill half, decode the rest one token at a time, every position's logits kept.
+        auto run = [&](KvCache& cache) {
+            std::vector<float> logits(n * v);
+            backend->forward(std::span(ids).first(prompt), cache, 0,
+                             std::span(logits).first(prompt * v));
+            for (uint64_t t = prompt; t < n; ++t)
+                backend->forward(std::span(ids).subspan(t, 1), cache, 0,
+                                 std::span(logits).subspan(t * v, v));
+            return logits;
+        };
+        auto contiguous = backend->new_cache(n);
+        const auto want = run(*contiguous);
+
+        // Fragment the pool: interleave the sequence's blocks with another's, free the other's.
+        KvBlockPool pool(c, 2 * CpuKvCache::blocks_for(n) + 1);
+        PagedKvCache seq(pool, n);
+        {
+            PagedKvCache other(pool, n);
+            for (uint64_t p = 1; p <= n; p += CpuKvCache::kBlockPositions) {
+                REQUIRE(other.reserve(p));
+                REQUIRE(seq.reserve(p));
+            }
+            REQUIRE(seq.reserve(n));
+        }
+        const auto got = run(seq);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        seq.release();
+        CHECK(pool.free_blocks() == pool.total_blocks());
+        ++checked;
+    }
+    CHECK(checked >= 6);
+}

@@ -1,0 +1,377 @@
+// The HTTP API of qforge serve (serve/http_server.hpp) in-process on a loopback port, with
+// cpp-httplib's client and raw sockets: completions equal `generate`'s text, streamed and not;
+// chat through a chat template; and every class of bad request answered with its 4xx status and
+// an OpenAI-style error object, the server still serving and no sequence left behind.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "runtime/generate.hpp"
+#include "runtime/thread_pool.hpp"
+#include "serve/http_server.hpp"
+#include "serve/scheduler.hpp"
+#include "serve_models.hpp"
+#include "tokenizer/chat_template.hpp"
+
+using namespace qforge;
+using nlohmann::json;
+
+namespace {
+
+// A template in the Jinja subset, for a model whose tokenizer has none (stories260K's llama2.c
+// vocabulary): chat requests render through it like through a real model's.
+constexpr const char* kTemplate =
+    "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}";
+
+struct TestServer {
+    TestServer(const std::filesystem::path& model_path, serve::SchedulerOptions so,
+               serve::ServerOptions o, bool start_scheduler = true)
+        : model(model_path.string()),
+          tok([&] {
+              auto schema = model.file().tokenizer();
+              schema["chat_template"] = kTemplate;
+              return Tokenizer::from_schema(schema, model_path.string());
+          }()),
+          threads(2),
+          backend(make_cpu_backend(model, threads)),
+          reference(make_cpu_backend(model, reference_threads)),
+          pool(model.config(), 64),
+          sched(*backend, pool, so) {
+        o.host = "127.0.0.1";
+        o.port = 0;
+        o.model_name = "stories";
+        o.ctx = so.ctx;
+        o.log = [this](std::string_view line) {
+            std::lock_guard lock(log_mutex);
+            log += std::string(line) + "\n";
+        };
+        server = std::make_unique<serve::HttpServer>(sched, tok, o);
+        server->bind();
+        if (start_scheduler) sched.start();
+        listener = std::thread([this] { server->listen(); });
+    }
+    ~TestServer() {
+        server->stop();
+        listener.join();
+        sched.stop();
+    }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", server->port());
+        c.set_read_timeout(20, 0);
+        return c;
+    }
+    // Greedy generate() of the prompt's text, as the server's text (on a backend of its own: the
+    // scheduler thread runs `backend`).
+    std::string generate_text(const std::vector<int32_t>& prompt, uint64_t n) {
+        GenerateOptions g;
+        g.sampling = {0.0f, 0, 1.0f, 1};
+        g.max_new_tokens = n;
+        g.stop_ids = tok.stop_ids();
+        g.token_count = tok.vocab_size();
+        std::string text;
+        int32_t previous = prompt.back();
+        generate(*reference, prompt, g, [&](int32_t id) {
+            text += tok.decode_piece(previous, id);
+            previous = id;
+        });
+        return text;
+    }
+    bool idle() {
+        for (int i = 0; i < 100; ++i) {
+            const auto s = sched.stats();
+            if (s.running == 0 && s.queued == 0 && s.free_blocks == s.total_blocks) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return false;
+    }
+
+    Model model;
+    Tokenizer tok;
+    ThreadPool threads, reference_threads{1};
+    std::unique_ptr<Backend> backend, reference;
+    KvBlockPool pool;
+    serve::Scheduler sched;
+    std::unique_ptr<serve::HttpServer> server;
+    std::thread listener;
+    std::mutex log_mutex;
+    std::string log;
+};
+
+// The text of an SSE stream's chunks ("data: {...}" lines until "data: [DONE]").
+std::string sse_text(const std::string& body, bool chat, std::string* finish = nullptr) {
+    std::string text;
+    size_t at = 0;
+    bool done = false;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+        const size_t end = body.find("\n\n", at);
+        const std::string data = body.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") {
+            done = true;
+            break;
+        }
+        const json j = json::parse(data);
+        if (j.at("choices").empty()) continue;
+        const json& c = j.at("choices")[0];
+        if (chat && c.at("delta").contains("content"))
+            text += c.at("delta").at("content").get<std::string>();
+        if (!chat) text += c.at("text").get<std::string>();
+        if (finish && !c.at("finish_reason").is_null()) *finish = c.at("finish_reason");
+    }
+    CHECK(done);
+    return text;
+}
+
+// Sends raw bytes on a fresh loopback connection; returns the socket.
+int raw_connect(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+    REQUIRE(::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()));
+}
+
+// An OpenAI error object with this status.
+void check_error(const httplib::Result& r, int status, const std::string& fragment,
+                 const std::string& param = "") {
+    REQUIRE(r);
+    INFO(r->body);
+    CHECK(r->status == status);
+    const json j = json::parse(r->body);
+    REQUIRE(j.contains("error"));
+    CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains(fragment));
+    CHECK(j["error"]["type"].is_string());
+    if (!param.empty()) CHECK(j["error"]["param"] == param);
+}
+
+}  // namespace
+
+TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, models, health",
+          "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http");
+    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 8, 16}, {});
+    auto c = s.client();
+
+    const std::string prompt = "Once upon a time";
+    const std::string want = s.generate_text(s.tok.encode(prompt, true), 24);
+    const json req = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}};
+    auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    CHECK(r->get_header_value("X-Request-Id").rfind("cmpl-", 0) == 0);
+    const json j = json::parse(r->body);
+    CHECK(j["object"] == "text_completion");
+    CHECK(j["choices"][0]["text"] == want);
+    CHECK(j["usage"]["prompt_tokens"] == s.tok.encode(prompt, true).size());
+
+    json streamed = req;
+    streamed["stream"] = true;
+    r = c.Post("/v1/completions", streamed.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->get_header_value("Content-Type").rfind("text/event-stream", 0) == 0);
+    CHECK(sse_text(r->body, false) == want);
+
+    // A stop string: the text ends before it, finish_reason "stop".
+    const std::string cut = want.substr(want.size() / 2, 3);
+    json stopped = req;
+    stopped["stop"] = {cut};
+    r = c.Post("/v1/completions", stopped.dump(), "application/json");
+    REQUIRE(r);
+    const json js = json::parse(r->body);
+    CHECK(js["choices"][0]["text"] == want.substr(0, want.find(cut)));
+    CHECK(js["choices"][0]["finish_reason"] == "stop");
+    stopped["stream"] = true;
+    std::string finish;
+    r = c.Post("/v1/completions", stopped.dump(), "application/json");
+    CHECK(sse_text(r->body, false, &finish) == want.substr(0, want.find(cut)));
+    CHECK(finish == "stop");
+
+    // Chat: the template's rendering, encoded without added specials, generated greedily.
+    ChatTemplateInputs in;
+    in.messages = {{"system", "Be brief."}, {"user", "Tell a story."}};
+    if (s.tok.bos_id()) in.bos_token = std::string(s.tok.piece(*s.tok.bos_id()));
+    if (s.tok.eos_id()) in.eos_token = std::string(s.tok.piece(*s.tok.eos_id()));
+    const std::string chat_want =
+        s.generate_text(s.tok.encode(render_chat_template(kTemplate, in), false), 20);
+    const json chat = {{"messages",
+                        {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", "Tell a story."}}}},
+                       {"max_tokens", 20},
+                       {"temperature", 0.0}};
+    r = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json jc = json::parse(r->body);
+    CHECK(jc["object"] == "chat.completion");
+    CHECK(jc["choices"][0]["message"]["role"] == "assistant");
+    CHECK(jc["choices"][0]["message"]["content"] == chat_want);
+    json chat_stream = chat;
+    chat_stream["stream"] = true;
+    chat_stream["stream_options"] = {{"include_usage", true}};
+    r = c.Post("/v1/chat/completions", chat_stream.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(sse_text(r->body, true) == chat_want);
+    CHECK_THAT(r->body, Catch::Contains("\"usage\""));
+
+    // A seeded sampled request gives the same text twice.
+    const json sampled = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0.9},
+                          {"seed", 1234},     {"top_k", 20},      {"top_p", 0.9}};
+    auto r1 = c.Post("/v1/completions", sampled.dump(), "application/json");
+    auto r2 = c.Post("/v1/completions", sampled.dump(), "application/json");
+    REQUIRE(r1);
+    REQUIRE(r2);
+    CHECK(json::parse(r1->body)["choices"][0]["text"] ==
+          json::parse(r2->body)["choices"][0]["text"]);
+
+    r = c.Get("/v1/models");
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["data"][0]["id"] == "stories");
+    r = c.Get("/health");
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["status"] == "ok");
+    CHECK(s.idle());
+    CHECK_THAT(s.log, Catch::Contains("cmpl-") && Catch::Contains("chatcmpl-"));
+}
+
+TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-bad");
+    serve::ServerOptions o;
+    o.max_body = 4096;
+    o.read_timeout_s = 1;
+    TestServer s(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, o);
+    auto c = s.client();
+    auto post = [&](const std::string& path, const std::string& body) {
+        return c.Post(path, body, "application/json");
+    };
+    const std::string C = "/v1/completions", Chat = "/v1/chat/completions";
+    check_error(post(C, "{\"prompt\": \"hi\", "), 400, "malformed JSON");
+    check_error(post(C, "[1, 2]"), 400, "must be a JSON object");
+    check_error(post(C, "{}"), 400, "is required", "prompt");
+    check_error(post(C, R"({"prompt": 5})"), 400, "must be a string", "prompt");
+    check_error(post(C, R"({"prompt": "hi", "max_tokens": "5"})"), 400, "must be an integer",
+                "max_tokens");
+    check_error(post(C, R"({"prompt": "hi", "max_tokens": 1.5})"), 400, "must be an integer",
+                "max_tokens");
+    check_error(post(C, R"({"prompt": "hi", "temperature": "hot"})"), 400, "must be a number",
+                "temperature");
+    check_error(post(C, R"({"prompt": "hi", "temperature": 3})"), 400, "[0, 2]", "temperature");
+    check_error(post(C, R"({"prompt": "hi", "top_p": 0})"), 400, "(0, 1]", "top_p");
+    check_error(post(C, R"({"prompt": "hi", "stream": "yes"})"), 400, "boolean", "stream");
+    check_error(post(C, R"({"prompt": "hi", "stop": 5})"), 400, "strings", "stop");
+    check_error(post(C, R"({"prompt": "hi", "stop": ["a","b","c","d","e"]})"), 400, "at most 4",
+                "stop");
+    check_error(post(C, R"({"prompt": "hi", "seed": "x"})"), 400, "integer", "seed");
+    check_error(post(Chat, R"({"messages": "hi"})"), 400, "non-empty array", "messages");
+    check_error(post(Chat, R"({"messages": [{"role": "king", "content": "hi"}]})"), 400,
+                "must be system", "messages[0].role");
+    // max_tokens out of range, n > 1, a prompt longer than the context (64 positions).
+    check_error(post(C, R"({"prompt": "hi", "max_tokens": 0})"), 400, "1 .. 64", "max_tokens");
+    check_error(post(C, R"({"prompt": "hi", "max_tokens": 65})"), 400, "1 .. 64", "max_tokens");
+    check_error(post(C, R"({"prompt": "hi", "n": 2})"), 400, "must be 1", "n");
+    std::string long_prompt;
+    for (int i = 0; i < 100; ++i) long_prompt += "the cat sat. ";
+    check_error(post(C, json{{"prompt", long_prompt}}.dump()), 400, "the context holds 64",
+                "prompt");
+    check_error(post(C, R"({"prompt": [1, 99999]})"), 400, "outside the vocabulary", "prompt");
+    // Oversized body (over 4096 bytes), unknown route.
+    check_error(post(C, json{{"prompt", std::string(5000, 'a')}}.dump()), 413, "larger than 4096");
+    check_error(c.Get("/v1/nothing"), 404, "no route");
+
+    // Slow clients, cut off by the read timeout (1 s) and the server goes on serving: headers
+    // that promise a body that never comes get a 400 error object (httplib reports the failed
+    // read as 400); a request line that never ends is closed without a reply (there is no request
+    // to answer yet).
+    auto slow = [&](const std::string& bytes) {
+        const int fd = raw_connect(s.server->port());
+        send_all(fd, bytes);
+        timeval tv{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string reply;
+        char part[512];
+        ssize_t got = 0;
+        // Until the error object is complete (the status line may come in a segment of its own)
+        // or the server closes.
+        while (reply.find("}}") == std::string::npos &&
+               (got = ::recv(fd, part, sizeof part, 0)) > 0)
+            reply.append(part, static_cast<size_t>(got));
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ::close(fd);
+        CHECK(waited < 4.0);  // cut off by the server, not by our own 5 s timeout
+        return reply;
+    };
+    const std::string slow_body =
+        slow("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro");
+    CHECK(slow_body.rfind("HTTP/1.1 400", 0) == 0);
+    CHECK_THAT(slow_body, Catch::Contains("\"error\""));
+    CHECK(slow("POST /v1/comp").empty());
+    char buf[512];
+
+    // A streaming client that disconnects after the first chunk: its sequence is cancelled.
+    const int sfd = raw_connect(s.server->port());
+    const std::string body = R"({"prompt": "Once", "max_tokens": 60, "stream": true})";
+    send_all(sfd,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n" + body);
+    CHECK(::recv(sfd, buf, sizeof buf, 0) > 0);
+    ::close(sfd);
+    CHECK(s.idle());
+    auto ok = post(C, R"({"prompt": "hi", "max_tokens": 2})");
+    REQUIRE(ok);
+    CHECK(ok->status == 200);
+}
+
+TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the queue bound",
+          "[serve]") {
+    CHECK(serve::token_matches("secret", "secret"));
+    CHECK_FALSE(serve::token_matches("secreT", "secret"));
+    CHECK_FALSE(serve::token_matches("secret2", "secret"));
+    CHECK_FALSE(serve::token_matches("", "secret"));
+    CHECK_FALSE(serve::token_matches("", ""));
+
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-auth");
+    serve::ServerOptions o;
+    o.api_key = "k3y";
+    // The scheduler is not started yet: the first request stays queued, the queue (1) is full.
+    TestServer s(test::convert_stories(data, "hf", dir), {1, 64, 1, 16}, o, false);
+    auto c = s.client();
+    const std::string body = R"({"prompt": "hi", "max_tokens": 3})";
+    check_error(c.Post("/v1/completions", body, "application/json"), 401, "API key");
+    httplib::Headers wrong = {{"Authorization", "Bearer nope"}};
+    check_error(c.Post("/v1/completions", wrong, body, "application/json"), 401, "API key");
+    CHECK(c.Get("/health")->status == 200);  // health needs no key
+
+    httplib::Headers auth = {{"Authorization", "Bearer k3y"}};
+    std::thread first([&] {
+        auto c1 = s.client();
+        auto r = c1.Post("/v1/completions", auth, body, "application/json");
+        REQUIRE(r);
+        CHECK(r->status == 200);
+    });
+    while (s.sched.stats().queued == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto r = c.Post("/v1/completions", auth, body, "application/json");
+    check_error(r, 429, "busy");
+    CHECK(r->get_header_value("Retry-After") == "1");
+    s.sched.start();
+    first.join();
+    CHECK(s.idle());
+}

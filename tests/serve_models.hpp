@@ -1,0 +1,60 @@
+// Models for the paged-cache, batched-forward and scheduler tests (tests/paged_kv_cache_test.cpp,
+// batch_forward_test.cpp, serve_scheduler_test.cpp): stories260K as converted (f32) and
+// quantized to q4_g128 (int8 activations through the quantized kernels), and the tiny Hugging
+// Face checkpoints of tests/data/hf_models (GQA, qkv biases, sliding windows, QK-norm), each
+// converted once into a scratch folder.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_support.hpp"
+#include "convert/convert.hpp"
+#include "quant/quantize_model.hpp"
+#include "test_support.hpp"
+
+namespace qforge::test {
+
+struct ServeModel {
+    std::string name, path;
+};
+
+// stories260K f32 and q4_g128 when ../shared/data is there (else none), then every
+// tests/data/hf_models fixture (or only those named in `only`, to keep a test short).
+inline std::vector<ServeModel> serve_models(const ScratchDir& dir,
+                                            const std::vector<std::string>& only = {}) {
+    std::vector<ServeModel> all;
+    if (auto data = shared_data_dir()) {
+        const std::string f32 = convert_stories(*data, "hf", dir).string();
+        all.push_back({"stories260K f32", f32});
+        QuantizeOptions q;
+        q.input = f32;
+        q.output = (dir / "stories-q4.qf").string();
+        q.recipe.qtype = QType::q4_g128;
+        quantize_model(q);
+        all.push_back({"stories260K q4_g128", q.output});
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(fixture("hf_models"))) {
+        if (!std::filesystem::exists(entry.path() / "reference.json")) continue;
+        const std::string name = entry.path().filename().string();
+        if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
+        ConvertOptions o;
+        o.input = entry.path().string();
+        o.output = (dir / (entry.path().filename().string() + ".qf")).string();
+        convert_checkpoint(o);
+        all.push_back({entry.path().filename().string(), o.output});
+    }
+    return all;
+}
+
+// `n` random token ids in [1, vocab) (0 is often a special token; any id runs the model).
+inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_t vocab) {
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(1 + rng() % (vocab - 1));
+    return ids;
+}
+
+}  // namespace qforge::test

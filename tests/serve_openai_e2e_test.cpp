@@ -1,0 +1,42 @@
+// End-to-end: `qforge serve` on stories260K answering the official PyPI `openai` client
+// (tests/e2e/openai_client_test.py: completions streamed and not against `qforge generate`,
+// seeded sampling, models, refusals, the API key). Runs with the first Python that imports
+// openai: $QFORGE_PYTHON, then python3; skips with the reason otherwise.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "cli_support.hpp"
+
+using namespace qforge;
+
+TEST_CASE("serve answers the official openai client (streaming and not)", "[serve][e2e]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    std::string python;
+    for (const char* candidate :
+         {static_cast<const char*>(std::getenv("QFORGE_PYTHON")), "python3"}) {
+        if (!candidate || !*candidate) continue;
+        const std::string probe =
+            std::string("'") + candidate + "' -c 'import openai' >/dev/null 2>&1";
+        if (std::system(probe.c_str()) == 0) {
+            python = candidate;
+            break;
+        }
+    }
+    if (python.empty())
+        QF_SKIP("no Python with the openai package (pip install openai; or set QFORGE_PYTHON)");
+    test::ScratchDir dir("serve-openai");
+    const auto model = test::convert_stories(data, "hf", dir);
+    const std::string cmd = "'" + python + "' '" + std::string(QFORGE_SOURCE_DIR) +
+                            "/tests/e2e/openai_client_test.py' '" + QFORGE_BINARY + "' '" +
+                            model.string() + "' 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    INFO(out);
+    CHECK(status == 0);
+    CHECK_THAT(out, Catch::Contains("openai e2e: ok"));
+}
