@@ -18,6 +18,7 @@
 
 #include "convert/convert.hpp"
 #include "formats/qf.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/device_info.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/cuda_backend.hpp"
@@ -130,8 +131,10 @@ TEST_CASE("CUDA backend matches transformers on the tiny checkpoints", "[cuda]")
     REQUIRE(checked >= 6);
 }
 
-TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2, Qwen3 and Gemma checkpoints",
-          "[runtime]") {
+TEST_CASE(
+    "runtime matches transformers on tiny Llama, Mistral, Qwen2, Qwen3 and Gemma checkpoints "
+    "at every ISA level",
+    "[runtime]") {
     test::ScratchDir dir("runtime-hf");
     ThreadPool pool(2);
     int checked = 0;
@@ -142,19 +145,26 @@ TEST_CASE("runtime matches transformers on tiny Llama, Mistral, Qwen2, Qwen3 and
         const auto& logits64 = x.logits64;
         Model model(x.qf);
         const uint64_t v = model.config().vocab_size;
-        auto cpu = make_cpu_backend(model, pool);
-        const auto [prefill, decode] = prefill_and_decode(*cpu, ids);
-
-        // transformers' own float32 and float64 runs differ by ~4e-7 (reference.json); a float32
-        // runtime with the right formulas lands within 1e-4 of either: float32 rounding in
-        // another summation order, a few times 1e-7 per layer and far below 1e-4 here, while each
-        // feature switched off moves the logits by 0.20 .. 0.88 (the fixtures' README).
-        for (const auto* got : {&prefill, &decode}) {
-            const double e32 = worst_rel_l2(*got, logits32), e64 = worst_rel_l2(*got, logits64);
-            INFO((got == &prefill ? "prefill" : "decode")
-                 << ": rel L2 vs transformers f32 " << e32 << ", f64 " << e64);
-            CHECK(e32 <= 1e-4);
-            CHECK(e64 <= 1e-4);
+        // Every kernel level this CPU runs (the float rows have a scalar and an AVX2 kernel).
+        for (Isa isa : kIsaLevels) {
+            if (isa > cpu_isa()) continue;
+            INFO("isa " << isa_name(isa));
+            CpuBackendOptions options;
+            options.isa = isa;
+            auto cpu = make_cpu_backend(model, pool, options);
+            const auto [prefill, decode] = prefill_and_decode(*cpu, ids);
+            // transformers' own float32 and float64 runs differ by ~4e-7 (reference.json); a
+            // float32 runtime with the right formulas lands within 1e-4 of either: float32
+            // rounding in another summation order, a few times 1e-7 per layer and far below 1e-4
+            // here, while each feature switched off moves the logits by 0.036 .. 1.7 (the
+            // fixtures' README).
+            for (const auto* got : {&prefill, &decode}) {
+                const double e32 = worst_rel_l2(*got, logits32), e64 = worst_rel_l2(*got, logits64);
+                INFO((got == &prefill ? "prefill" : "decode")
+                     << ": rel L2 vs transformers f32 " << e32 << ", f64 " << e64);
+                CHECK(e32 <= 1e-4);
+                CHECK(e64 <= 1e-4);
+            }
         }
         // The float64 reference path against transformers' float64 run: the same equations in
         // the same precision (transformers makes its RoPE frequencies in float32: ~1e-7).
