@@ -55,6 +55,18 @@ std::string model_summary(const ModelConfig& c) {
     if (c.sliding_window) {
         s += ", sliding_window " + std::to_string(*c.sliding_window);
         if (c.max_window_layers > 0) s += " from layer " + std::to_string(c.max_window_layers);
+        if (c.sliding_window_pattern > 0)
+            s += ", 1 full layer in " + std::to_string(c.sliding_window_pattern);
+    }
+    char extra[96];
+    if (c.rope_local_theta > 0.0) {
+        std::snprintf(extra, sizeof extra, ", local rope_theta %g", c.rope_local_theta);
+        s += extra;
+    }
+    if (c.attn_logit_softcapping > 0.0 || c.final_logit_softcapping > 0.0) {
+        std::snprintf(extra, sizeof extra, ", softcap %g / %g", c.attn_logit_softcapping,
+                      c.final_logit_softcapping);
+        s += extra;
     }
     return s;
 }

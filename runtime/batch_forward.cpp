@@ -108,10 +108,8 @@ void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<f
             norm(c_.num_layers, Norm::final, {a.x.data + (row - 1) * a.x.ld, a.x.ld},
                  {a.h.data + out++ * a.h.ld, a.h.ld}, 1);
     }
-    if (wanted > 0) {
-        const Product head[] = {{Weight::lm_head, {logits.data(), c_.vocab_size}, false, false}};
-        products(c_.num_layers, a.h, head, wanted);
-    }
+    if (wanted > 0)
+        output_head(*this, desc_, c_.num_layers, a.h, wanted, {logits.data(), c_.vocab_size});
     for (const BatchSegment& s : segments_) s.cache->size_ = s.pos0 + s.rows;
     segments_.clear();
     cache_ = nullptr;
