@@ -124,6 +124,9 @@ void add_backend_option(CLI::App& app, CommonOptions& o);
 std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Model& model,
                                                ThreadPool& pool);
 
+// The bytes of a text file given on the command line (an Error naming it when unreadable).
+std::string read_text_file(const std::string& path);
+
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);
 
