@@ -92,7 +92,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         GenerateOptions o;
         o.sampling = {a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed};
         o.max_new_tokens = a->n;
-        o.stop_ids = tok.stop_ids();
+        o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled
 
         ThreadPool pool(resolved_threads(common));

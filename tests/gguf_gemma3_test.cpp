@@ -42,7 +42,8 @@ const Tokenizer& gemma3_tokenizer(const fs::path& path) {
 
 std::string ids_xxh3(const std::vector<int32_t>& ids) {
     // "xxh3-64:" + hex of the ids as int32 little-endian (x86 and every target qforge builds for).
-    return xxh3_64_tag({reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)});
+    return xxh3_64_tag(
+        {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)});
 }
 
 }  // namespace
@@ -88,6 +89,7 @@ TEST_CASE("Gemma 3 270M: the chat prompt renders and tokenizes as transformers d
     const std::string tmpl(bytes.begin(), bytes.end());
     const std::vector<int32_t> turn_end = {106};  // <end_of_turn>
     CHECK(tok.encode("<end_of_turn>", false) == turn_end);
+    CHECK(chat_stop_ids(tok, tmpl) == std::vector<int32_t>{1, 106});
     for (const auto& [name, c] : ref.at("chat").items()) {
         INFO("chat " << name);
         const std::string text = render_chat_prompt(tok, c.at("system"), c.at("user"), tmpl);

@@ -11,6 +11,7 @@
 
 #include "formats/gguf.hpp"
 #include "test_support.hpp"
+#include "tokenizer/chat_template.hpp"
 #include "tokenizer/source_gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
@@ -49,7 +50,16 @@ TEST_CASE("Gemma tokenizer rules: GGUF metadata equals the references", "[tokeni
     const nlohmann::json schema = tokenizer_schema_from_gguf(file);
     // The merges transformers derived, as many (their order is what the ids check).
     CHECK(schema.at("merges").size() == ref.at("merges").get<size_t>());
-    check_cases(Tokenizer::from_schema(schema, path.string()), ref);
+    const Tokenizer tok = Tokenizer::from_schema(schema, path.string());
+    check_cases(tok, ref);
+    // The GGUF carries no chat template: generation stops at EOS only, and with Gemma 3's
+    // template given (generate --chat-template) also at the <end_of_turn> it writes.
+    CHECK(tok.stop_ids() == std::vector<int32_t>{1});
+    const auto bytes =
+        read_file(fs::path(QFORGE_SOURCE_DIR) / "scripts" / "chat_templates" / "gemma3.jinja");
+    CHECK(chat_stop_ids(tok, std::string(bytes.begin(), bytes.end())) ==
+          std::vector<int32_t>{1, 7});
+    CHECK(chat_stop_ids(tok, "{{ messages[0]['content'] }}") == std::vector<int32_t>{1});
 }
 
 TEST_CASE("Gemma tokenizer rules: the tokenizer.json transformers saves reads the same",

@@ -1,9 +1,11 @@
 #include "tokenizer/chat_template.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.hpp"
 #include "tokenizer/jinja_subset.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 
@@ -36,6 +38,18 @@ std::string render_chat_prompt(const Tokenizer& tokenizer, const std::string& sy
         if (!e.file().empty()) throw;
         throw e.with_file(tokenizer.source());
     }
+}
+
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, const std::string& chat_template) {
+    std::vector<int32_t> stops = tokenizer.stop_ids();
+    for (const char* turn_end : kChatTurnEnds) {
+        if (chat_template.find(turn_end) == std::string::npos) continue;
+        const std::vector<int32_t> ids = tokenizer.encode(turn_end, false);
+        if (ids.size() == 1 && tokenizer.piece(ids[0]) == turn_end &&
+            std::find(stops.begin(), stops.end(), ids[0]) == stops.end())
+            stops.push_back(ids[0]);
+    }
+    return stops;
 }
 
 }  // namespace qforge

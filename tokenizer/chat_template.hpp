@@ -38,4 +38,10 @@ std::string render_chat_template(const std::string& chat_template, const ChatTem
 std::string render_chat_prompt(const Tokenizer& tokenizer, const std::string& system,
                                const std::string& user, const std::string& chat_template = {});
 
+// Where generation stops for a prompt rendered with `chat_template` (not the tokenizer's own):
+// the tokenizer's stop ids and the end-of-turn markers (tokenizer/source.hpp, kChatTurnEnds)
+// that template writes and the vocabulary holds as one token, as the sources add them for the
+// template a model file carries.
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, const std::string& chat_template);
+
 }  // namespace qforge
