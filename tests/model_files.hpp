@@ -22,9 +22,9 @@ inline std::optional<std::filesystem::path> models_file(const std::string& name)
 }  // namespace qforge::test
 
 // models/<file>, or skip the current test saying how to fetch it (`what`: get_models.sh's name).
-#define QF_REQUIRE_MODEL(var, file, what)                                                       \
-    auto var##_opt = ::qforge::test::models_file(file);                                         \
-    if (!var##_opt)                                                                             \
+#define QF_REQUIRE_MODEL(var, file, what)                                                         \
+    auto var##_opt = ::qforge::test::models_file(file);                                           \
+    if (!var##_opt)                                                                               \
         QF_SKIP(std::string("models/") + (file) + " is absent (scripts/get_models.sh " + (what) + \
-                " fetches it, or set QFORGE_MODELS_DIR)");                                      \
+                " fetches it, or set QFORGE_MODELS_DIR)");                                        \
     const std::filesystem::path var = *var##_opt
