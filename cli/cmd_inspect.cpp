@@ -55,7 +55,13 @@ std::string model_summary(const ModelConfig& c) {
     if (c.sliding_window) {
         s += ", sliding_window " + std::to_string(*c.sliding_window);
         if (c.max_window_layers > 0) s += " from layer " + std::to_string(c.max_window_layers);
+        if (c.sliding_window_pattern > 0)
+            s += ", every " + std::to_string(c.sliding_window_pattern) + "th layer full";
     }
+    if (c.rope_local_theta > 0.0) s += ", local rope_theta " + std::to_string(c.rope_local_theta);
+    if (c.attn_logit_softcapping > 0.0 || c.final_logit_softcapping > 0.0)
+        s += ", softcap " + std::to_string(c.attn_logit_softcapping) + "/" +
+             std::to_string(c.final_logit_softcapping);
     return s;
 }
 

@@ -77,6 +77,20 @@ void add_model_metadata(GgufWriter& w, const ModelConfig& c, const GgufArchitect
     u32("rope.dimension_count", c.head_dim);
     w.add(arch + ".rope.freq_base", gguf_f32(static_cast<float>(c.rope_theta)));
     w.add(arch + ".attention.layer_norm_rms_epsilon", gguf_f32(static_cast<float>(c.rms_norm_eps)));
+    // Gemma's keys (convert_hf_to_gguf.py Gemma2Model / Gemma3Model); the rest llama.cpp
+    // hard-codes (sources/gguf.hpp, gguf_gemma_mismatch).
+    if (c.sliding_window && architecture_features(c.arch).sandwich_norms)
+        u32("attention.sliding_window", *c.sliding_window);
+    if (c.attn_logit_softcapping > 0.0)
+        w.add(arch + ".attn_logit_softcapping",
+              gguf_f32(static_cast<float>(c.attn_logit_softcapping)));
+    if (c.final_logit_softcapping > 0.0)
+        w.add(arch + ".final_logit_softcapping",
+              gguf_f32(static_cast<float>(c.final_logit_softcapping)));
+    if (c.rope_scaling.type == "linear") {
+        w.add(arch + ".rope.scaling.type", gguf_string("linear"));
+        w.add(arch + ".rope.scaling.factor", gguf_f32(static_cast<float>(c.rope_scaling.factor)));
+    }
 }
 
 // Special ids from the config when there is no tokenizer to carry them.
@@ -124,7 +138,12 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
         throw Error(qf.path(), {},
                     "architecture '" + std::string(architecture_name(c.arch)) +
                         "' has no GGUF form qforge reads back (supported: llama, qwen2)");
-    if (c.rope_scaling.type != "none")
+    if (const std::string why = gguf_gemma_mismatch(c); !why.empty())
+        throw Error(qf.path(), {},
+                    "this Gemma model has no GGUF form llama.cpp reads back: " + why);
+    // Gemma 3's linear scaling has keys of its own; Llama 3's needs rope_freqs.
+    const bool linear_ok = c.rope_scaling.type == "linear" && c.arch == Architecture::gemma3;
+    if (c.rope_scaling.type != "none" && !linear_ok)
         throw Error(qf.path(), {},
                     "RoPE scaling '" + c.rope_scaling.type +
                         "' cannot be exported to GGUF (llama.cpp stores it as rope_freqs, which "

@@ -138,14 +138,26 @@ Packed float_tensor(const QfTensorInfo& t, const std::string& hf_name,
     return p;
 }
 
+// Gemma's stored norm multiplier 1 + w back to the w its checkpoints hold, in float32.
+Packed norm_minus_one(const QfTensorInfo& t, const std::string& hf_name,
+                      std::span<const uint8_t> bytes) {
+    std::vector<float> w(t.shape.at(0));
+    dequantize_row_ref(t.qtype, bytes.data(), w.size(), w.data());
+    Packed p{hf_name, DType::f32, t.shape, std::vector<uint8_t>(4 * w.size())};
+    for (float& v : w) v -= 1.0f;
+    std::memcpy(p.bytes.data(), w.data(), p.bytes.size());
+    return p;
+}
+
 // config.json as transformers writes it for this family; parse_model_config reads it back to
 // the same ModelConfig.
 json hf_config_json(const ModelConfig& c) {
     json j = model_dims_to_json(c);
-    j.update(json{{"architectures", {architecture_hf_class(c.arch)}},
-                  {"hidden_act", "silu"},
-                  {"use_cache", true},
-                  {"torch_dtype", c.torch_dtype.empty() ? "float16" : c.torch_dtype}});
+    j.update(
+        json{{"architectures", {architecture_hf_class(c.arch)}},
+             {"hidden_act", architecture_features(c.arch).gelu_tanh ? "gelu_pytorch_tanh" : "silu"},
+             {"use_cache", true},
+             {"torch_dtype", c.torch_dtype.empty() ? "float16" : c.torch_dtype}});
     const RopeScaling& s = c.rope_scaling;
     if (s.type == "none")
         j["rope_scaling"] = nullptr;
@@ -343,6 +355,9 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                     packed.push_back(std::move(p));
             } else {
                 packed.push_back(float_tensor(t, hf_name, bytes));
+                const TensorRow* row = find_tensor_row(t.name);
+                if (hf_norms_plus_one(qf.config().arch) && row && row->cls == WeightClass::norm)
+                    packed.back() = norm_minus_one(t, hf_name, bytes);
             }
             qf.release(t);
         }

@@ -40,8 +40,35 @@ constexpr TensorRow kLlamaLayout[] = {
     {K::final_norm,  "model.norm.weight",                                "final_norm",             "output_norm.weight",         "rms_final_weight",      {hidden},               always,         R::none,     norm},
     {K::lm_head,     "lm_head.weight",                                   "lm_head",                "output.weight",              "wcls",                  {vocab, hidden},        untied,         R::none,     output_head},
 };
+// Gemma 2 and 3 (Gemma2DecoderLayer, Gemma3DecoderLayer): the same projections with four norms
+// per layer. Hugging Face's post_attention_layernorm is the attention output's post-norm here,
+// pre_feedforward_layernorm the MLP's input norm; llama.cpp calls them post_attention_norm and
+// ffn_norm (convert_hf_to_gguf.py Gemma2Model/Gemma3Model, gguf-py's TensorNameMap). Gemma uses
+// rotate-half RoPE in llama.cpp too (LLAMA_ROPE_TYPE_NEOX): no q/k reordering.
+constexpr TensorRow kGemmaLayout[] = {
+    {K::embed,          "model.embed_tokens.weight",                         "embed",                  "token_embd.weight",                  "", {vocab, hidden},        always,         R::none, embedding},
+    {K::attn_norm,      "model.layers.{i}.input_layernorm.weight",           "layers.{i}.attn_norm",   "blk.{i}.attn_norm.weight",           "", {hidden},               always,         R::none, norm},
+    {K::attn_q,         "model.layers.{i}.self_attn.q_proj.weight",          "layers.{i}.attn.q",      "blk.{i}.attn_q.weight",              "", {q, hidden},            always,         R::none, attention_linear},
+    {K::attn_k,         "model.layers.{i}.self_attn.k_proj.weight",          "layers.{i}.attn.k",      "blk.{i}.attn_k.weight",              "", {kv, hidden},           always,         R::none, attention_linear},
+    {K::attn_v,         "model.layers.{i}.self_attn.v_proj.weight",          "layers.{i}.attn.v",      "blk.{i}.attn_v.weight",              "", {kv, hidden},           always,         R::none, attention_linear},
+    {K::attn_o,         "model.layers.{i}.self_attn.o_proj.weight",          "layers.{i}.attn.o",      "blk.{i}.attn_output.weight",         "", {hidden, q},            always,         R::none, attention_linear},
+    {K::attn_q_bias,    "model.layers.{i}.self_attn.q_proj.bias",            "layers.{i}.attn.q_bias", "blk.{i}.attn_q.bias",                "", {q},                    attention_bias, R::none, bias},
+    {K::attn_k_bias,    "model.layers.{i}.self_attn.k_proj.bias",            "layers.{i}.attn.k_bias", "blk.{i}.attn_k.bias",                "", {kv},                   attention_bias, R::none, bias},
+    {K::attn_v_bias,    "model.layers.{i}.self_attn.v_proj.bias",            "layers.{i}.attn.v_bias", "blk.{i}.attn_v.bias",                "", {kv},                   attention_bias, R::none, bias},
+    {K::attn_q_norm,    "model.layers.{i}.self_attn.q_norm.weight",          "layers.{i}.attn.q_norm", "blk.{i}.attn_q_norm.weight",         "", {head_dim},             qk_norm,        R::none, norm},
+    {K::attn_k_norm,    "model.layers.{i}.self_attn.k_norm.weight",          "layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm.weight",         "", {head_dim},             qk_norm,        R::none, norm},
+    {K::attn_post_norm, "model.layers.{i}.post_attention_layernorm.weight",  "layers.{i}.attn_post_norm", "blk.{i}.post_attention_norm.weight", "", {hidden},            always,         R::none, norm},
+    {K::mlp_norm,       "model.layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.mlp_norm",    "blk.{i}.ffn_norm.weight",            "", {hidden},               always,         R::none, norm},
+    {K::mlp_gate,       "model.layers.{i}.mlp.gate_proj.weight",             "layers.{i}.mlp.gate",    "blk.{i}.ffn_gate.weight",            "", {intermediate, hidden}, always,         R::none, mlp_linear},
+    {K::mlp_up,         "model.layers.{i}.mlp.up_proj.weight",               "layers.{i}.mlp.up",      "blk.{i}.ffn_up.weight",              "", {intermediate, hidden}, always,         R::none, mlp_linear},
+    {K::mlp_down,       "model.layers.{i}.mlp.down_proj.weight",             "layers.{i}.mlp.down",    "blk.{i}.ffn_down.weight",            "", {hidden, intermediate}, always,         R::none, mlp_linear},
+    {K::mlp_post_norm,  "model.layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_post_norm", "blk.{i}.post_ffw_norm.weight",    "", {hidden},               always,         R::none, norm},
+    {K::final_norm,     "model.norm.weight",                                 "final_norm",             "output_norm.weight",                 "", {hidden},               always,         R::none, norm},
+    {K::lm_head,        "lm_head.weight",                                    "lm_head",                "output.weight",                      "", {vocab, hidden},        untied,         R::none, output_head},
+};
 // clang-format on
 }  // namespace llama_rows
+using llama_rows::kGemmaLayout;
 using llama_rows::kLlamaLayout;
 
 // Which rows each architecture uses.
@@ -58,6 +85,9 @@ constexpr LayoutRow kLayouts[] = {
     {Architecture::qwen2, kLlamaLayout},
     // Same tensors plus the per-head q_norm and k_norm; no biases unless attention_bias.
     {Architecture::qwen3, kLlamaLayout},
+    // Sandwich norms; gemma3 adds q_norm and k_norm.
+    {Architecture::gemma2, kGemmaLayout},
+    {Architecture::gemma3, kGemmaLayout},
 };
 
 // HF tensors without a counterpart in the model. Older transformers saved each layer's RoPE
@@ -92,7 +122,7 @@ constexpr bool kinds_once_and_shapes_fit(std::span<const TensorRow> rows) {
     for (size_t k = 0; k <= static_cast<size_t>(TensorKind::lm_head); ++k) {
         int n = 0;
         for (const auto& row : rows) n += static_cast<size_t>(row.kind) == k;
-        if (n != 1) return false;
+        if (n != 1 && !(n == 0 && tensor_kind_optional(TensorKind(k)))) return false;
     }
     for (const auto& row : rows) {
         const bool vector = row.shape[1] == Dim::none;
@@ -104,6 +134,8 @@ constexpr bool kinds_once_and_shapes_fit(std::span<const TensorRow> rows) {
 }
 static_assert(kinds_once_and_shapes_fit(kLlamaLayout),
               "kLlamaLayout: one row per TensorKind; 1-D rows exactly the float-only classes");
+static_assert(kinds_once_and_shapes_fit(kGemmaLayout),
+              "kGemmaLayout: one row per TensorKind; 1-D rows exactly the float-only classes");
 
 constexpr bool is_per_layer(const TensorRow& row) {
     return row.hf_pattern.find(kLayer) != std::string_view::npos;
@@ -124,13 +156,14 @@ constexpr bool well_formed(std::span<const TensorRow> rows) {
     return runs == 1;
 }
 static_assert(well_formed(kLlamaLayout), "kLlamaLayout: per-layer rows must be one run");
+static_assert(well_formed(kGemmaLayout), "kGemmaLayout: per-layer rows must be one run");
 
 constexpr bool layouts_in_enum_order() {
     for (size_t i = 0; i < std::size(kLayouts); ++i)
         if (static_cast<size_t>(kLayouts[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::qwen3) + 1,
+static_assert(std::size(kLayouts) == static_cast<size_t>(Architecture::gemma3) + 1,
               "every Architecture needs a layout row");
 static_assert(layouts_in_enum_order(), "kLayouts rows must follow the enum");
 
@@ -282,6 +315,8 @@ std::string describe_dim(Dim d, const ModelConfig& c) {
     }
     return {};
 }
+
+bool hf_norms_plus_one(Architecture arch) { return architecture_features(arch).norm_plus_one; }
 
 bool is_ignorable_hf_tensor(std::string_view hf_name) {
     for (std::string_view pattern : kIgnorableHfPatterns)

@@ -34,7 +34,7 @@ enum class Presence : uint8_t {
     always,
     attention_bias,  // only when the config has q/k/v biases (qwen2; llama with attention_bias)
     untied,          // only when tie_word_embeddings is false (else lm_head reuses embed)
-    qk_norm,         // only for architectures that normalize q/k heads (qwen3)
+    qk_norm,         // only for architectures that normalize q/k heads (qwen3, gemma3)
 };
 
 // Which tensor of the model a row is: what the runtime loads it as (runtime/model.cpp).
@@ -50,13 +50,19 @@ enum class TensorKind : uint8_t {
     attn_v_bias,
     attn_q_norm,
     attn_k_norm,
+    attn_post_norm,  // Gemma's norm of the attention output, before the residual add
     mlp_norm,
     mlp_gate,
     mlp_up,
     mlp_down,
+    mlp_post_norm,  // Gemma's norm of the MLP output, before the residual add
     final_norm,
     lm_head,
 };
+// The kinds only sandwich-norm layouts (Gemma) have; every layout has every other kind once.
+constexpr bool tensor_kind_optional(TensorKind k) {
+    return k == TensorKind::attn_post_norm || k == TensorKind::mlp_post_norm;
+}
 
 // What a tensor does, for storage rules and quantization policy (quant/recipe.cpp).
 enum class WeightClass : uint8_t {
@@ -133,6 +139,10 @@ bool tensor_row_per_layer(const TensorRow& row);
 
 // "{i}" replaced by `layer` in a row's pattern.
 std::string tensor_name_for_layer(std::string_view pattern, uint64_t layer);
+
+// Whether the architecture's Hugging Face checkpoints store its RMSNorm weights (class norm) as
+// w applied as (1 + w): its sources add 1 (formats/model_config.hpp, ArchitectureFeatures).
+bool hf_norms_plus_one(Architecture arch);
 
 // HF names that checkpoints carry but the model does not use (e.g. the RoPE inverse frequencies
 // "model.layers.N.self_attn.rotary_emb.inv_freq" that older transformers saved).

@@ -37,6 +37,8 @@ enum class WindowRule : uint8_t {
     declared,            // MistralConfig: sliding_window (absent: 4096, null: off)
     use_sliding_window,  // Qwen2/3Config: sliding_window only when use_sliding_window is true,
                          // in layers from max_window_layers on
+    layer_types,         // Gemma2/3: sliding_window (absent: 4096, null: off) in the layers
+                         // layer_types (or the older sliding_window_pattern) marks sliding
 };
 
 // How transformers reads a config.json for each architecture: the one place that maps
@@ -51,22 +53,47 @@ struct ArchitectureTraits {
     BiasRule attention_bias;
     WindowRule sliding_window;
     std::optional<uint64_t> absent_head_dim;  // key absent; nullopt: hidden / heads
-    bool qk_norm;                             // q_norm, k_norm per head before RoPE
+    ArchitectureFeatures features;
+    bool default_tie_word_embeddings = false;
+    uint64_t default_window_pattern = 0;  // layer_types rule: sliding_window_pattern's default
+    // Gemma: query_pre_attn_scalar's default and the soft-capping defaults (0: none).
+    double default_query_pre_attn_scalar = 0.0, default_attn_softcap = 0.0,
+           default_final_softcap = 0.0;
 };
+
+constexpr ArchitectureFeatures kLlamaFeatures{};
+constexpr ArchitectureFeatures kQwen3Features{.qk_norm = true};
+// GemmaRMSNorm (1 + w), Gemma*ScaledWordEmbedding, the four norms of Gemma2DecoderLayer,
+// hidden_activation gelu_pytorch_tanh.
+constexpr ArchitectureFeatures kGemma2Features{
+    .gelu_tanh = true, .scaled_embedding = true, .sandwich_norms = true, .norm_plus_one = true};
+constexpr ArchitectureFeatures kGemma3Features{.qk_norm = true,
+                                               .gelu_tanh = true,
+                                               .scaled_embedding = true,
+                                               .sandwich_norms = true,
+                                               .norm_plus_one = true};
 
 constexpr ArchitectureTraits kArchitectureTraits[] = {
     {Architecture::llama, "llama", "LlamaForCausalLM", std::nullopt, 2048, 1, 2,
-     BiasRule::config_key, WindowRule::none, std::nullopt, false},
+     BiasRule::config_key, WindowRule::none, std::nullopt, kLlamaFeatures},
     // MistralConfig's num_key_value_heads defaults to 8, not to the head count.
     {Architecture::mistral, "mistral", "MistralForCausalLM", 8, 4096 * 32, 1, 2, BiasRule::never,
-     WindowRule::declared, std::nullopt, false},
+     WindowRule::declared, std::nullopt, kLlamaFeatures},
     // Qwen2Config's num_key_value_heads defaults to 32; it has no BOS/EOS defaults.
     {Architecture::qwen2, "qwen2", "Qwen2ForCausalLM", 32, 32768, std::nullopt, std::nullopt,
-     BiasRule::always, WindowRule::use_sliding_window, std::nullopt, false},
+     BiasRule::always, WindowRule::use_sliding_window, std::nullopt, kLlamaFeatures},
     // Qwen3Config: as Qwen2Config, but head_dim defaults to 128 (not hidden / heads), biases
     // follow attention_bias (Qwen3Attention), and q_norm / k_norm normalize each head.
     {Architecture::qwen3, "qwen3", "Qwen3ForCausalLM", 32, 32768, std::nullopt, std::nullopt,
-     BiasRule::config_key, WindowRule::use_sliding_window, 128, true},
+     BiasRule::config_key, WindowRule::use_sliding_window, 128, kQwen3Features},
+    // Gemma2Config (transformers 5.x): 4 KV heads, head_dim 256, tied, BOS 2, EOS 1, every other
+    // layer sliding (layer_types), query_pre_attn_scalar 256, soft-capping 50 and 30.
+    {Architecture::gemma2, "gemma2", "Gemma2ForCausalLM", 4, 8192, 2, 1, BiasRule::config_key,
+     WindowRule::layer_types, 256, kGemma2Features, true, 2, 256.0, 50.0, 30.0},
+    // Gemma3TextConfig: as Gemma2Config with QK-norm, no soft-capping, 5 sliding : 1 full
+    // (sliding_window_pattern 6) and rope_local_base_freq for the sliding layers.
+    {Architecture::gemma3, "gemma3_text", "Gemma3ForCausalLM", 4, 131072, 2, 1,
+     BiasRule::config_key, WindowRule::layer_types, 256, kGemma3Features, true, 6, 256.0, 0.0, 0.0},
 };
 
 constexpr bool traits_rows_in_enum_order() {
@@ -74,7 +101,7 @@ constexpr bool traits_rows_in_enum_order() {
         if (static_cast<size_t>(kArchitectureTraits[i].arch) != i) return false;
     return true;
 }
-static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::qwen3) + 1,
+static_assert(std::size(kArchitectureTraits) == static_cast<size_t>(Architecture::gemma3) + 1,
               "every Architecture needs a row");
 static_assert(traits_rows_in_enum_order(), "kArchitectureTraits rows must follow the enum");
 
@@ -192,8 +219,34 @@ void require_object(const json& j, const std::string& what, const std::string& s
         throw Error(source, {}, what + " must be a JSON object, found " + describe(j));
 }
 
-std::string unsupported_rope(const std::string& type, const std::string& key) {
-    return "unsupported RoPE scaling type '" + type + "' (" + key + "); supported: none, llama3";
+// Linear scaling only where a model family uses it (gemma3's global layers).
+bool linear_rope_allowed(Architecture arch) { return arch == Architecture::gemma3; }
+
+std::string unsupported_rope(const std::string& type, const std::string& key, Architecture arch) {
+    return "unsupported RoPE scaling type '" + type + "' (" + key + "); supported: none, " +
+           (linear_rope_allowed(arch) ? "linear, " : "") + "llama3";
+}
+
+// One RoPE parameter object ({"rope_type" or older "type", "rope_theta", scaling fields}) into
+// c.rope_theta (when it holds one) and c.rope_scaling.
+void read_rope_object(const Keys& r, uint64_t max_positions, ModelConfig& c) {
+    c.rope_theta = r.number_or("rope_theta", c.rope_theta);
+    const char* type_key = r.find_set("rope_type") ? "rope_type" : "type";
+    const std::string type = r.string_or(type_key, "default");
+    if (type == "default") return;
+    if (type == "linear" && linear_rope_allowed(c.arch)) {
+        c.rope_scaling.type = type;
+        c.rope_scaling.factor = r.number("factor");
+        return;
+    }
+    if (type != "llama3") r.fail(unsupported_rope(type, r.name(type_key), c.arch));
+    c.rope_scaling.type = type;
+    c.rope_scaling.factor = r.number("factor");
+    c.rope_scaling.low_freq_factor = r.number("low_freq_factor");
+    c.rope_scaling.high_freq_factor = r.number("high_freq_factor");
+    // transformers defaults the pre-scaling context to max_position_embeddings.
+    c.rope_scaling.original_max_position_embeddings =
+        r.opt_dim("original_max_position_embeddings").value_or(max_positions);
 }
 
 // transformers 4.x writes `rope_theta` and `rope_scaling` ({"rope_type" or older "type": ...});
@@ -225,19 +278,7 @@ void read_rope(const Keys& keys, const std::string& source, uint64_t max_positio
             keys.fail("'" + rope_key + "." + name +
                       "': RoPE parameters per layer type are not "
                       "supported");
-    const Keys r(*rope, source, rope_key + ".");
-    c.rope_theta = r.number_or("rope_theta", c.rope_theta);
-    const char* type_key = r.find_set("rope_type") ? "rope_type" : "type";
-    const std::string type = r.string_or(type_key, "default");
-    if (type == "default") return;
-    if (type != "llama3") keys.fail(unsupported_rope(type, r.name(type_key)));
-    c.rope_scaling.type = type;
-    c.rope_scaling.factor = r.number("factor");
-    c.rope_scaling.low_freq_factor = r.number("low_freq_factor");
-    c.rope_scaling.high_freq_factor = r.number("high_freq_factor");
-    // transformers defaults the pre-scaling context to max_position_embeddings.
-    c.rope_scaling.original_max_position_embeddings =
-        r.opt_dim("original_max_position_embeddings").value_or(max_positions);
+    read_rope_object(Keys(*rope, source, rope_key + "."), max_positions, c);
 }
 
 // The first layer with a sliding window (Qwen2/3: layers below max_window_layers attend fully),
@@ -269,6 +310,111 @@ uint64_t read_window_layers(const Keys& keys, uint64_t num_layers) {
                       " is not supported (only full layers, then sliding ones)");
     }
     return first_sliding;
+}
+
+// Gemma3TextConfig.convert_rope_params_to_dict: rope_parameters {"full_attention": {...},
+// "sliding_attention": {...}} (5.x), or rope_theta (default 1e6), rope_local_base_freq (default
+// 1e4) and rope_scaling, which then applies to the full-attention layers only (4.x).
+void read_gemma3_rope(const Keys& keys, const std::string& source, uint64_t max_positions,
+                      ModelConfig& c) {
+    c.rope_theta = keys.number_or("rope_theta", 1e6);
+    c.rope_local_theta = keys.number_or("rope_local_base_freq", 1e4);
+    c.rope_scaling = RopeScaling{};
+    if (const json* s = keys.find_set("rope_scaling")) {
+        if (!s->is_object())
+            keys.fail("'rope_scaling' must be an object or null, found " + describe(*s));
+        if (!s->empty()) read_rope_object(Keys(*s, source, "rope_scaling."), max_positions, c);
+    }
+    const json* p = keys.find_set("rope_parameters");
+    if (!p) return;
+    if (!p->is_object())
+        keys.fail("'rope_parameters' must be an object or null, found " + describe(*p));
+    for (const auto& [name, value] : p->items())
+        if ((name != "full_attention" && name != "sliding_attention") || !value.is_object())
+            keys.fail("'rope_parameters." + name +
+                      "': expected one object for each of full_attention and sliding_attention");
+    if (const auto full = p->find("full_attention"); full != p->end())
+        read_rope_object(Keys(*full, source, "rope_parameters.full_attention."), max_positions, c);
+    if (const auto sliding = p->find("sliding_attention"); sliding != p->end()) {
+        ModelConfig local;
+        local.arch = c.arch;
+        local.rope_theta = c.rope_local_theta;
+        read_rope_object(Keys(*sliding, source, "rope_parameters.sliding_attention."),
+                         max_positions, local);
+        if (local.rope_scaling.type != "none")
+            keys.fail("'rope_parameters.sliding_attention': RoPE scaling '" +
+                      local.rope_scaling.type + "' on the sliding layers is not supported");
+        c.rope_local_theta = local.rope_theta;
+    }
+}
+
+// Gemma's sliding window: sliding_window (absent: 4096, null: off) on the layers layer_types
+// marks "sliding_attention" (absent: all but every sliding_window_pattern-th, as the config
+// classes derive it). We run a periodic pattern: every P-th layer full (ModelConfig).
+void read_layer_pattern(const Keys& keys, const ArchitectureTraits& t, ModelConfig& c) {
+    c.sliding_window = keys.find("sliding_window") ? keys.opt_dim("sliding_window")
+                                                   : std::optional(kDefaultSlidingWindow);
+    const uint64_t n = c.num_layers;
+    std::vector<bool> sliding(n);
+    if (const json* types = keys.find_set("layer_types")) {
+        if (!types->is_array() || types->size() != n)
+            keys.fail("'layer_types' must be a list of num_hidden_layers (" + std::to_string(n) +
+                      ") strings, found " + describe(*types));
+        for (uint64_t i = 0; i < n; ++i) {
+            const json& v = (*types)[i];
+            sliding[i] = v == "sliding_attention";
+            if (!sliding[i] && v != "full_attention")
+                keys.fail("'layer_types[" + std::to_string(i) +
+                          "]' must be \"full_attention\" or \"sliding_attention\", found " +
+                          describe(v));
+        }
+    } else {
+        const json* v = keys.find_set("sliding_window_pattern");
+        const uint64_t p =
+            v ? keys.integer(*v, "sliding_window_pattern") : t.default_window_pattern;
+        for (uint64_t i = 0; i < n; ++i) sliding[i] = (i + 1) % p != 0;
+    }
+    const auto windowed = std::count(sliding.begin(), sliding.end(), true);
+    if (!c.sliding_window || windowed == 0) {
+        c.sliding_window.reset();
+        return;
+    }
+    if (static_cast<uint64_t>(windowed) == n) return;  // every layer windowed: pattern 0
+    for (uint64_t p = 2; p <= n; ++p) {
+        bool fits = true;
+        for (uint64_t i = 0; i < n && fits; ++i) fits = sliding[i] == ((i + 1) % p != 0);
+        if (fits) {
+            c.sliding_window_pattern = p;
+            return;
+        }
+    }
+    keys.fail(
+        "'layer_types': the full-attention layers are not every P-th layer (layers P-1, "
+        "2P-1, ...): not supported");
+}
+
+// What Gemma's config adds (Gemma2Config, Gemma3TextConfig).
+void read_gemma(const Keys& keys, const ArchitectureTraits& t, ModelConfig& c) {
+    // transformers' Gemma 2/3 read hidden_activation; older configs also carry hidden_act,
+    // which they ignore.
+    const std::string act = keys.string_or("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh")
+        keys.fail("unsupported hidden_activation '" + act + "'; supported: gelu_pytorch_tanh");
+    if (keys.boolean_or("use_bidirectional_attention", false))
+        keys.fail(
+            "use_bidirectional_attention = true (EmbeddingGemma) is not supported: qforge "
+            "runs causal language models");
+    c.query_pre_attn_scalar =
+        keys.number_or("query_pre_attn_scalar", t.default_query_pre_attn_scalar);
+    // Absent: the class default; null: no soft-capping.
+    auto softcap = [&](std::string_view key, double absent) {
+        const json* v = keys.find(key);
+        if (!v) return absent;
+        return v->is_null() ? 0.0 : keys.number(*v, key);
+    };
+    c.attn_logit_softcapping = softcap("attn_logit_softcapping", t.default_attn_softcap);
+    c.final_logit_softcapping = softcap("final_logit_softcapping", t.default_final_softcap);
+    read_layer_pattern(keys, t, c);
 }
 
 // Checks between fields, shared by the config.json reader and the .qf header reader. Messages
@@ -323,16 +469,40 @@ void validate(const ModelConfig& c, const std::string& source) {
         if (s.original_max_position_embeddings == 0 || s.original_max_position_embeddings > kMaxDim)
             fail("'rope_scaling.original_max_position_embeddings' must be between 1 and " +
                  std::to_string(kMaxDim));
+    } else if (s.type == "linear" && linear_rope_allowed(c.arch)) {
+        if (!std::isfinite(s.factor) || s.factor <= 0.0)
+            fail("'rope_scaling.factor' must be a positive number, found " +
+                 std::to_string(s.factor));
     } else {
-        fail(unsupported_rope(s.type, "rope_scaling.type"));
+        fail(unsupported_rope(s.type, "rope_scaling.type", c.arch));
     }
+    for (auto [key, value] : {std::pair{"query_pre_attn_scalar", c.query_pre_attn_scalar},
+                              {"attn_logit_softcapping", c.attn_logit_softcapping},
+                              {"final_logit_softcapping", c.final_logit_softcapping},
+                              {"rope_local_theta", c.rope_local_theta}})
+        if (!std::isfinite(value) || value < 0.0)
+            fail("'" + std::string(key) + "' must be a positive number (or 0: unset), found " +
+                 std::to_string(value));
+    if (c.sliding_window_pattern == 1 || (c.sliding_window_pattern && !c.sliding_window))
+        fail("'sliding_window_pattern' " + std::to_string(c.sliding_window_pattern) +
+             " needs a sliding_window and at least 2");
 }
 
 }  // namespace
 
 std::string_view architecture_name(Architecture arch) { return traits(arch).model_type; }
 
-bool architecture_has_qk_norm(Architecture arch) { return traits(arch).qk_norm; }
+bool architecture_has_qk_norm(Architecture arch) { return traits(arch).features.qk_norm; }
+
+const ArchitectureFeatures& architecture_features(Architecture arch) {
+    return traits(arch).features;
+}
+
+double ModelConfig::query_scale() const {
+    const double s =
+        query_pre_attn_scalar > 0.0 ? query_pre_attn_scalar : static_cast<double>(head_dim);
+    return 1.0 / std::sqrt(s);
+}
 
 std::string_view architecture_hf_class(Architecture arch) { return traits(arch).hf_class; }
 
@@ -357,6 +527,20 @@ json hf_architecture_keys(const ModelConfig& c) {
                 j["max_window_layers"] = c.max_window_layers;
             }
             break;
+        case WindowRule::layer_types: {
+            j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+            json types = json::array();
+            for (uint64_t i = 0; i < c.num_layers; ++i)
+                types.push_back(c.attention_window(i) ? "sliding_attention" : "full_attention");
+            j["layer_types"] = types;
+            j["hidden_activation"] = "gelu_pytorch_tanh";
+            j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+            auto cap = [](double v) { return v > 0.0 ? json(v) : json(nullptr); };
+            j["attn_logit_softcapping"] = cap(c.attn_logit_softcapping);
+            j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
+            if (c.rope_local_theta > 0.0) j["rope_local_base_freq"] = c.rope_local_theta;
+            break;
+        }
     }
     return j;
 }
@@ -378,6 +562,11 @@ std::string supported_architectures() {
 static Architecture require_architecture(const Keys& keys) {
     const std::string model_type = keys.string("model_type");
     const auto arch = architecture_from_model_type(model_type);
+    if (model_type == "gemma3")
+        keys.fail(
+            "model_type 'gemma3' is Gemma3ForConditionalGeneration (text_config with a "
+            "vision tower, language_model.* tensors), which is not supported; supported: "
+            "its text model as model_type 'gemma3_text' (Gemma3ForCausalLM)");
     if (!arch)
         keys.fail("unsupported architecture '" + model_type +
                   "' (model_type); supported: " + supported_architectures());
@@ -392,9 +581,10 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     c.arch = require_architecture(keys);
     const ArchitectureTraits& t = traits(c.arch);
 
-    // Only what the runtime implements: SiLU-gated MLP without biases.
+    // Only what the runtime implements: SiLU-gated MLP without biases (Gemma: GeGLU, read_gemma).
     const std::string act = keys.string_or("hidden_act", "silu");
-    if (act != "silu") keys.fail("unsupported hidden_act '" + act + "'; supported: silu");
+    if (act != "silu" && !t.features.gelu_tanh)
+        keys.fail("unsupported hidden_act '" + act + "'; supported: silu");
     if (keys.boolean_or("mlp_bias", false))
         keys.fail("mlp_bias = true is not supported: the Llama layout has no MLP biases");
 
@@ -425,8 +615,11 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     c.max_position_embeddings =
         keys.opt_dim("max_position_embeddings").value_or(t.default_max_position_embeddings);
     c.rms_norm_eps = keys.number_or("rms_norm_eps", kDefaultRmsNormEps);
-    read_rope(keys, source, c.max_position_embeddings, c);
-    c.tie_word_embeddings = keys.boolean_or("tie_word_embeddings", false);
+    if (c.arch == Architecture::gemma3)
+        read_gemma3_rope(keys, source, c.max_position_embeddings, c);
+    else
+        read_rope(keys, source, c.max_position_embeddings, c);
+    c.tie_word_embeddings = keys.boolean_or("tie_word_embeddings", t.default_tie_word_embeddings);
 
     switch (t.attention_bias) {
         case BiasRule::config_key:
@@ -451,6 +644,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
                                                        : std::optional(kDefaultSlidingWindow);
     if (c.sliding_window && t.sliding_window == WindowRule::use_sliding_window)
         c.max_window_layers = read_window_layers(keys, c.num_layers);
+    if (t.sliding_window == WindowRule::layer_types) read_gemma(keys, t, c);
 
     // transformers 5.x renamed torch_dtype to dtype.
     c.torch_dtype = keys.string_or(keys.find_set("torch_dtype") ? "torch_dtype" : "dtype", "");
@@ -498,6 +692,13 @@ json model_config_to_json(const ModelConfig& c) {
     });
     // Only where some layers attend fully, so files of every other model keep their bytes.
     if (c.sliding_window && c.max_window_layers > 0) j["max_window_layers"] = c.max_window_layers;
+    // Gemma's (docs/FORMAT.md): written for its architectures only, for the same reason.
+    if (traits(c.arch).sliding_window == WindowRule::layer_types)
+        j.update(json{{"sliding_window_pattern", c.sliding_window_pattern},
+                      {"query_pre_attn_scalar", c.query_pre_attn_scalar},
+                      {"attn_logit_softcapping", c.attn_logit_softcapping},
+                      {"final_logit_softcapping", c.final_logit_softcapping},
+                      {"rope_local_theta", c.rope_local_theta}});
     return j;
 }
 
@@ -546,6 +747,24 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
     }
     if (!keys.find("torch_dtype")) keys.fail("missing required key 'torch_dtype'");
     c.torch_dtype = keys.string_or("torch_dtype", "");
+    // Gemma's keys, required for its architectures (and refused for others: their files have
+    // none).
+    const bool gemma = traits(c.arch).sliding_window == WindowRule::layer_types;
+    for (std::string_view key :
+         {"sliding_window_pattern", "query_pre_attn_scalar", "attn_logit_softcapping",
+          "final_logit_softcapping", "rope_local_theta"})
+        if (gemma != (keys.find(key) != nullptr))
+            keys.fail(std::string(gemma ? "missing required key '" : "unexpected key '") +
+                      std::string(key) + "' for model_type '" +
+                      std::string(architecture_name(c.arch)) + "'");
+    if (gemma) {
+        c.sliding_window_pattern =
+            keys.integer(keys.required("sliding_window_pattern"), "sliding_window_pattern", 0);
+        c.query_pre_attn_scalar = keys.number("query_pre_attn_scalar");
+        c.attn_logit_softcapping = keys.number("attn_logit_softcapping");
+        c.final_logit_softcapping = keys.number("final_logit_softcapping");
+        c.rope_local_theta = keys.number("rope_local_theta");
+    }
 
     validate(c, source);
     return c;

@@ -54,6 +54,7 @@ BlockForward::BlockForward(const ModelConfig& config, uint64_t sequences, uint64
       seq_len_(seq_len),
       pool_(pool),
       rope_(config, seq_len) {
+    if (config.rope_local_theta > 0.0) rope_local_ = RopeTable(config, seq_len, true);
     if (sequences == 0 || seq_len == 0)
         throw Error("calibration: the batch needs at least one sequence of one token");
 }
@@ -76,7 +77,7 @@ const Matrix& BlockForward::weight(Weight w) const {
 }
 
 void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, float* out,
-                            uint64_t n, NormShape shape) const {
+                            uint64_t n, NormShape shape, bool accumulate) const {
     const auto [d, groups] = shape;
     const double eps = c_.rms_norm_eps;
     pool_.parallel_for(n * groups, [&](size_t b, size_t e) {
@@ -86,19 +87,30 @@ void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, fl
             for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
             const auto scale =
                 static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-            for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
+            if (accumulate)
+                for (uint64_t i = 0; i < d; ++i) out[t * d + i] += weight[i] * (xi[i] * scale);
+            else
+                for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
         }
     });
 }
 
-void BlockForward::norm(uint64_t, Norm which, Rows in, Rows out, uint64_t n) {
+void BlockForward::apply_norm(Norm which, Rows in, Rows out, uint64_t n, bool accumulate) {
     if (hook) hook->before_norm(which, in, n);
     const std::vector<float>* w = view.norm[static_cast<size_t>(which)];
     if (!w || w->empty()) throw Error("calibration forward: a norm weight is not set");
     const NormShape shape = norm_shape(c_, which);
     require_dense(in, shape.width * shape.groups, "norm input");
     require_dense(out, shape.width * shape.groups, "norm output");
-    rms_norm(in.data, *w, out.data, n, shape);
+    rms_norm(in.data, *w, out.data, n, shape, accumulate);
+}
+
+void BlockForward::norm(uint64_t, Norm which, Rows in, Rows out, uint64_t n) {
+    apply_norm(which, in, out, n, false);
+}
+
+void BlockForward::norm_add(uint64_t, Norm which, Rows in, Rows out, uint64_t n) {
+    apply_norm(which, in, out, n, true);
 }
 
 void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x,
@@ -172,12 +184,13 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
     float *q = q_rows.data, *k = k_rows.data, *out = out_rows.data;
     const float* v = v_rows.data;
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const float scale = desc_.query_scale, cap = desc_.attn_softcap;
+    const RopeTable& rope = c_.local_rope(layer) ? rope_local_ : rope_;
     pool_.parallel_for(n, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t) {
             const uint64_t pos = t % seq_len_;
-            const float* cs = rope_.cos.data() + pos * half;
-            const float* sn = rope_.sin.data() + pos * half;
+            const float* cs = rope.cos.data() + pos * half;
+            const float* sn = rope.sin.data() + pos * half;
             for (uint64_t h = 0; h < c_.num_heads; ++h)
                 rope_rotate(q + t * qd + h * hd, cs, sn, half);
             for (uint64_t h = 0; h < c_.num_kv_heads; ++h)
@@ -199,6 +212,7 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
             float m = -INFINITY;
             for (uint64_t j = 0; j < len; ++j) {
                 s[j] = dot_short(qh, k + (first + j) * kvd + kvh * hd, hd) * scale;
+                if (cap > 0.0f) s[j] = std::tanh(s[j] / cap) * cap;
                 m = std::max(m, s[j]);
             }
             float sum = 0.0f;
@@ -214,9 +228,10 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
 
 void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, uint64_t n) {
     if (hook) hook->before_products(Weight::gate, in, n);
-    if (act != Activation::silu)
+    if (act != Activation::silu && act != Activation::gelu_tanh)
         throw Error("calibration forward: unknown activation " +
                     std::to_string(static_cast<int>(act)));
+    const bool gelu = act == Activation::gelu_tanh;
     const Matrix &gate = weight(Weight::gate), &up = weight(Weight::up);
     const uint64_t d = gate.cols, inter = gate.rows;
     require_dense(in, d, "gate/up input");
@@ -228,7 +243,10 @@ void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, u
         linear(up, in.data + t0 * d, nt, u.data());
         float* m = out.data + t0 * inter;
         pool_.parallel_for(nt * inter, [&](size_t b, size_t e) {
-            for (size_t i = b; i < e; ++i) m[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+            if (gelu)
+                for (size_t i = b; i < e; ++i) m[i] = gelu_tanh(g[i]) * u[i];
+            else
+                for (size_t i = b; i < e; ++i) m[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
         });
     }
 }
@@ -244,6 +262,9 @@ std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& 
         row_to_f32(model.embed().qtype, model.embed().row(static_cast<uint64_t>(tokens[t])),
                    x.data() + t * d, d);
     }
+    const float scale = block_desc(model.config()).embed_scale;
+    if (scale > 0.0f)
+        for (float& v : x) v *= scale;
     return x;
 }
 

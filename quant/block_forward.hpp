@@ -77,6 +77,7 @@ class BlockForward final : public BlockOps {
     // BlockOps (runtime/transformer.hpp); the view is the block, the layer index only chooses
     // the attention window.
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
     void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     // n must be the whole batch: attention follows the sequences.
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
@@ -91,16 +92,19 @@ class BlockForward final : public BlockOps {
   private:
     const Matrix& weight(Weight w) const;
     void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n,
-                  NormShape shape) const;
+                  NormShape shape, bool accumulate = false) const;
+    // norm / norm_add: out (=, or += when accumulate) norm(in) * the view's weight.
+    void apply_norm(Norm which, Rows in, Rows out, uint64_t n, bool accumulate);
 
     const ModelConfig& c_;
     BlockDesc desc_;
     uint64_t sequences_, seq_len_;
     ThreadPool& pool_;
-    RopeTable rope_;
+    RopeTable rope_, rope_local_;  // rope_local_: the sliding layers' (ModelConfig::local_rope)
 };
 
-// The float model's embeddings of `tokens` as the first layer's input, [n][hidden].
+// The float model's embeddings of `tokens` as the first layer's input, [n][hidden] (Gemma:
+// scaled, as runtime/transformer.hpp's run_model does).
 std::vector<float> embed_tokens(const Model& model, const std::vector<int32_t>& tokens);
 
 // Runs layer `l` of `model` (its stored weights, no hook) on x in place: x' = layer(x).

@@ -101,6 +101,8 @@ void BlockQuantizer::load_block() {
     k_bias_ = load_vector("attn.k_bias");
     q_norm_ = load_vector("attn.q_norm");  // empty unless the architecture has QK-norm
     k_norm_ = load_vector("attn.k_norm");
+    attn_post_norm_ = load_vector("attn_post_norm");  // empty unless sandwich norms (Gemma)
+    mlp_post_norm_ = load_vector("mlp_post_norm");
     for (int i = 0; i < kBlockLinears; ++i) {
         const size_t t = at(Weight(i));
         std::vector<uint8_t> scratch;
@@ -120,7 +122,8 @@ void BlockQuantizer::set_view() {
         v.linear[static_cast<size_t>(i)] = f32_matrix(
             t.name, q.empty() ? float_weights(b_, Weight(i)) : q, t.shape.at(0), t.shape.at(1));
     }
-    v.norm = {&b_.attn_norm, &b_.mlp_norm, nullptr, &q_norm_, &k_norm_};
+    v.norm = {&b_.attn_norm, &b_.mlp_norm,     nullptr,        &q_norm_,
+              &k_norm_,      &attn_post_norm_, &mlp_post_norm_};
     v.qkv_bias = {&q_bias_, &k_bias_, &b_.v_bias};
     f_.view = std::move(v);
 }

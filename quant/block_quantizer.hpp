@@ -83,6 +83,9 @@ class BlockQuantizer final : public ProductHook {
     AwqBlock b_;  // float weights (AWQ folds into them)
     std::vector<float> q_bias_, k_bias_;
     std::vector<float> q_norm_, k_norm_;  // QK-norm weights, unchanged by AWQ (after q/k)
+    // Gemma's post-norms, unchanged by AWQ: they normalize o's and down's outputs, whose scale
+    // the folding keeps.
+    std::vector<float> attn_post_norm_, mlp_post_norm_;
     std::array<std::vector<float>, kBlockLinears> quantized_;  // dequantized; empty: use b_
     AwqBlockScales scales_;
     HessianStats searched_;  // AWQ: the H a search computed, when the norm after it is unchanged

@@ -24,6 +24,8 @@ float (*activation_fn(Activation act))(float) {
     switch (act) {
         case Activation::silu:
             return silu;
+        case Activation::gelu_tanh:
+            return gelu_tanh;
     }
     throw Error("cpu backend: unknown activation " + std::to_string(static_cast<int>(act)));
 }
@@ -117,6 +119,7 @@ void CpuBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64
 BlockActivations CpuBackend::prepare_step(uint64_t capacity, uint64_t batch) {
     if (rope_positions_ < capacity) {
         rope_ = RopeTable(c_, capacity);
+        if (c_.rope_local_theta > 0.0) rope_local_ = RopeTable(c_, capacity, true);
         rope_positions_ = capacity;
     }
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
@@ -273,6 +276,28 @@ void CpuBackend::embed(const int32_t* tokens, uint64_t n, Rows out) {
 }
 
 void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    rms_norm(layer, which, in, out, n, false);
+}
+
+void CpuBackend::norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    rms_norm(layer, which, in, out, n, true);
+}
+
+void CpuBackend::scale(Rows rows, uint64_t n, uint64_t width, float s) {
+    for (uint64_t t = 0; t < n; ++t)
+        for (uint64_t i = 0; i < width; ++i) rows.data[t * rows.ld + i] *= s;
+}
+
+void CpuBackend::softcap(Rows rows, uint64_t n, uint64_t width, float cap) {
+    for (uint64_t t = 0; t < n; ++t)
+        for (uint64_t i = 0; i < width; ++i) {
+            float& v = rows.data[t * rows.ld + i];
+            v = std::tanh(v / cap) * cap;
+        }
+}
+
+void CpuBackend::rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n,
+                          bool accumulate) {
     const std::vector<float>& weight = model_.norm(layer, which);
     const auto [d, groups] = norm_shape(c_, which);
     const double eps = c_.rms_norm_eps;
@@ -284,7 +309,10 @@ void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n)
             for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
             const auto scale =
                 static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-            for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
+            if (accumulate)
+                for (uint64_t i = 0; i < d; ++i) yi[i] += weight[i] * (xi[i] * scale);
+            else
+                for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
         }
     });
 }
@@ -293,11 +321,12 @@ void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     CpuKvCache& cache = *cache_;
     const uint64_t pos0 = pos0_, hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    const RopeTable& rope = c_.local_rope(layer) ? rope_local_ : rope_;
     // RoPE on the new tokens' queries and keys; their keys and values into the cache.
     for_tokens(n, [&](uint64_t t) {
         const uint64_t pos = pos0 + t;
-        const float* cs = rope_.cos.data() + pos * half;
-        const float* sn = rope_.sin.data() + pos * half;
+        const float* cs = rope.cos.data() + pos * half;
+        const float* sn = rope.sin.data() + pos * half;
         float* qt = q.data + t * q.ld;
         float* kt = k.data + t * k.ld;
         for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
@@ -305,7 +334,7 @@ void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
         std::copy(kt, kt + kvd, cache.keys(layer, pos));
         std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, cache.values(layer, pos));
     });
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const float scale = desc_.query_scale, cap = desc_.attn_softcap;
     const uint64_t window = c_.attention_window(layer);
     // One task: the `group` query heads of one token that share a key/value head, so each cached
     // key and value row is read once for all of them.
@@ -320,6 +349,8 @@ void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
             for (uint64_t g = 0; g < group; ++g)
                 scores[g * len + j] = dot_short(qh + g * hd, kj, hd) * scale;
         }
+        if (cap > 0.0f)
+            for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
         float* o = out.data + t * out.ld + kvh * group * hd;
         std::fill(o, o + group * hd, 0.0f);
         for (uint64_t g = 0; g < group; ++g) {

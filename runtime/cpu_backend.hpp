@@ -48,6 +48,11 @@ class CpuBackend final : public Backend, private ForwardOps {
     // ForwardOps (runtime/transformer.hpp), on the current step's cache_ and pos0_.
     void embed(const int32_t* tokens, uint64_t n, Rows out) override;
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void scale(Rows rows, uint64_t n, uint64_t width, float s) override;
+    void softcap(Rows rows, uint64_t n, uint64_t width, float cap) override;
+    // out (=, or += when accumulate) norm(in) * weight.
+    void rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n, bool accumulate);
     void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
@@ -75,8 +80,9 @@ class CpuBackend final : public Backend, private ForwardOps {
     const BlockDesc desc_;
     ThreadPool& pool_;
     CpuBackendOptions options_;
-    Isa isa_;         // the kernels' level: options_.isa or cpu_isa()
-    RopeTable rope_;  // grown to the largest cache made
+    Isa isa_;               // the kernels' level: options_.isa or cpu_isa()
+    RopeTable rope_;        // grown to the largest cache made
+    RopeTable rope_local_;  // the sliding layers' (ModelConfig::local_rope), when they differ
     uint64_t rope_positions_ = 0;
     CpuKvCache* cache_ = nullptr;  // the cache of the step being run
     uint64_t pos0_ = 0;            // the position of its first token

@@ -10,6 +10,11 @@ CudaEngine::CudaEngine(const ModelConfig& config, std::string path, CudaBackendO
     std::string why;
     const auto gpus = list_gpus(&why);
     if (gpus.empty()) throw Error("cuda backend: " + why);
+    if (architecture_features(c_.arch).sandwich_norms)
+        throw Error(path_, {},
+                    "cuda backend: architecture '" + std::string(architecture_name(c_.arch)) +
+                        "' (Gemma's sandwich norms, GeGLU, soft-capping) is not implemented on "
+                        "CUDA yet; use --backend cpu");
     if (o_.device < 0 || static_cast<size_t>(o_.device) >= gpus.size())
         throw Error("cuda backend: device " + std::to_string(o_.device) + " does not exist (" +
                     std::to_string(gpus.size()) + " visible)");

@@ -106,6 +106,10 @@ class CudaEngine final : private ForwardOps {
     // and the first position are read on the device (step_), so a graph replays for any step.
     void embed(const int32_t* tokens, uint64_t n, Rows out) override;
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    // Gemma's operations: refused at construction (cuda_engine.cpp), so never reached.
+    void norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
+    void scale(Rows rows, uint64_t n, uint64_t width, float s) override;
+    void softcap(Rows rows, uint64_t n, uint64_t width, float cap) override;
     void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;

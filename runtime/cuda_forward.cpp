@@ -39,6 +39,18 @@ void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n)
                               u32(shape.width), out.data + g * shape.width, out.ld, stream_);
 }
 
+void CudaEngine::norm_add(uint64_t, Norm, Rows, Rows, uint64_t) {
+    throw Error("cuda backend: post-norms (Gemma) are not implemented");
+}
+
+void CudaEngine::scale(Rows, uint64_t, uint64_t, float) {
+    throw Error("cuda backend: embedding scaling (Gemma) is not implemented");
+}
+
+void CudaEngine::softcap(Rows, uint64_t, uint64_t, float) {
+    throw Error("cuda backend: logit soft-capping (gemma2) is not implemented");
+}
+
 void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
     for (const Product& p : parts) {
         const float* bias = nullptr;

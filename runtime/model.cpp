@@ -40,6 +40,10 @@ Slot layer_slot(TensorKind kind) {
             return {nullptr, &LayerWeights::k_norm};
         case TensorKind::mlp_norm:
             return {nullptr, &LayerWeights::mlp_norm};
+        case TensorKind::attn_post_norm:
+            return {nullptr, &LayerWeights::attn_post_norm};
+        case TensorKind::mlp_post_norm:
+            return {nullptr, &LayerWeights::mlp_post_norm};
         case TensorKind::mlp_gate:
             return {&LayerWeights::gate, nullptr};
         case TensorKind::mlp_up:
@@ -122,6 +126,10 @@ const std::vector<float>& Model::norm(uint64_t layer, Norm which) const {
             return l.k_norm;
         case Norm::mlp:
             return l.mlp_norm;
+        case Norm::attn_post:
+            return l.attn_post_norm;
+        case Norm::mlp_post:
+            return l.mlp_post_norm;
         default:
             return l.attn_norm;
     }

@@ -33,6 +33,7 @@ struct LayerWeights {
     std::vector<float> attn_norm, mlp_norm;
     std::vector<float> q_bias, k_bias, v_bias;  // empty unless config.attention_bias
     std::vector<float> q_norm, k_norm;          // [head_dim]; empty unless the arch has QK-norm
+    std::vector<float> attn_post_norm, mlp_post_norm;  // empty unless sandwich norms (Gemma)
     Matrix q, k, v, o, gate, up, down;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "core/error.hpp"
 #include "runtime/rope.hpp"
@@ -44,6 +45,16 @@ void head_norm(Vec& v, uint64_t hd, const std::vector<float>& weight, double eps
     }
 }
 
+double gelu_tanh(double x) {
+    return 0.5 * x *
+           (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
+void softcap(Vec& v, double cap) {
+    if (cap > 0.0)
+        for (double& s : v) s = std::tanh(s / cap) * cap;
+}
+
 void rope(double* v, const Vec& inv_freq, uint64_t pos) {
     const size_t half = inv_freq.size();
     for (size_t i = 0; i < half; ++i) {
@@ -61,7 +72,12 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
                                                    std::span<const int32_t> tokens) {
     const ModelConfig& c = model.config();
     const uint64_t n = tokens.size(), d = c.hidden_size, hd = c.head_dim;
-    const Vec inv_freq = rope_inv_freq(c);
+    const Vec global_freq = rope_inv_freq(c);
+    const Vec local_freq = c.rope_local_theta > 0.0 ? rope_inv_freq(c, true) : global_freq;
+    const ArchitectureFeatures& features = architecture_features(c.arch);
+    // Gemma's normalizer: sqrt(hidden_size) as a float32 tensor.
+    const double embed_scale =
+        features.scaled_embedding ? static_cast<float>(std::sqrt(static_cast<double>(d))) : 1.0;
 
     std::vector<Vec> x(n, Vec(d));
     for (uint64_t t = 0; t < n; ++t) {
@@ -71,12 +87,13 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
         std::vector<float> row(d);
         dequantize_row_ref(model.embed().qtype, model.embed().row(static_cast<uint64_t>(tokens[t])),
                            d, row.data());
-        for (uint64_t i = 0; i < d; ++i) x[t][i] = row[i];
+        for (uint64_t i = 0; i < d; ++i) x[t][i] = row[i] * embed_scale;
     }
 
     for (uint64_t layer = 0; layer < c.num_layers; ++layer) {
         const LayerWeights& w = model.layers()[layer];
         const uint64_t window = c.attention_window(layer);
+        const Vec& inv_freq = c.local_rope(layer) ? local_freq : global_freq;
         std::vector<Vec> q(n), k(n), v(n);
         for (uint64_t t = 0; t < n; ++t) {
             const Vec h = rms_norm(x[t], w.attn_norm, c.rms_norm_eps);
@@ -102,7 +119,10 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
                 for (uint64_t j = first; j <= t; ++j) {
                     double s = 0.0;
                     for (uint64_t i = 0; i < hd; ++i) s += q[t][head * hd + i] * k[j][kvh * hd + i];
-                    scores[j] = s / std::sqrt(static_cast<double>(hd));
+                    s *= c.query_scale();
+                    if (c.attn_logit_softcapping > 0.0)
+                        s = std::tanh(s / c.attn_logit_softcapping) * c.attn_logit_softcapping;
+                    scores[j] = s;
                     max_score = std::max(max_score, scores[j]);
                 }
                 double sum = 0.0;
@@ -111,22 +131,28 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
                     for (uint64_t i = 0; i < hd; ++i)
                         att[head * hd + i] += scores[j] / sum * v[j][kvh * hd + i];
             }
-            const Vec o = matvec(w.o, att);
+            Vec o = matvec(w.o, att);
+            if (features.sandwich_norms) o = rms_norm(o, w.attn_post_norm, c.rms_norm_eps);
             for (uint64_t i = 0; i < d; ++i) x[t][i] += o[i];
 
             const Vec h = rms_norm(x[t], w.mlp_norm, c.rms_norm_eps);
             Vec gate = matvec(w.gate, h);
             const Vec up = matvec(w.up, h);
             for (size_t i = 0; i < gate.size(); ++i)
-                gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-            const Vec down = matvec(w.down, gate);
+                gate[i] = (features.gelu_tanh ? gelu_tanh(gate[i])
+                                              : gate[i] / (1.0 + std::exp(-gate[i]))) *
+                          up[i];
+            Vec down = matvec(w.down, gate);
+            if (features.sandwich_norms) down = rms_norm(down, w.mlp_post_norm, c.rms_norm_eps);
             for (uint64_t i = 0; i < d; ++i) x[t][i] += down[i];
         }
     }
 
     std::vector<Vec> logits(n);
-    for (uint64_t t = 0; t < n; ++t)
+    for (uint64_t t = 0; t < n; ++t) {
         logits[t] = matvec(model.lm_head(), rms_norm(x[t], model.final_norm(), c.rms_norm_eps));
+        softcap(logits[t], c.final_logit_softcapping);
+    }
     return logits;
 }
 

@@ -5,12 +5,16 @@
 
 namespace qforge {
 
-std::vector<double> rope_inv_freq(const ModelConfig& c) {
+std::vector<double> rope_inv_freq(const ModelConfig& c, bool local) {
     const uint64_t half = c.head_dim / 2;
     std::vector<double> inv(half);
+    const double theta = local ? c.rope_local_theta : c.rope_theta;
     for (uint64_t i = 0; i < half; ++i)
-        inv[i] = 1.0 / std::pow(c.rope_theta,
-                                static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+        inv[i] =
+            1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+    if (local) return inv;
+    if (c.rope_scaling.type == "linear")
+        for (double& f : inv) f /= c.rope_scaling.factor;
     if (c.rope_scaling.type == "llama3") {
         const auto& s = c.rope_scaling;
         const double original = static_cast<double>(s.original_max_position_embeddings);
@@ -30,8 +34,9 @@ std::vector<double> rope_inv_freq(const ModelConfig& c) {
     return inv;
 }
 
-RopeTable::RopeTable(const ModelConfig& config, uint64_t positions) : half(config.head_dim / 2) {
-    const auto inv = rope_inv_freq(config);
+RopeTable::RopeTable(const ModelConfig& config, uint64_t positions, bool local)
+    : half(config.head_dim / 2) {
+    const auto inv = rope_inv_freq(config, local);
     cos.resize(positions * half);
     sin.resize(positions * half);
     for (uint64_t p = 0; p < positions; ++p)

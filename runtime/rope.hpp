@@ -18,14 +18,16 @@ namespace qforge {
 // original / high_freq_factor are kept, and the band between is interpolated with
 // smooth = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor).
 // Computed in float64 (transformers uses float32; the difference is below 1e-7 relative).
-std::vector<double> rope_inv_freq(const ModelConfig& config);
+// For rope_scaling "linear" every frequency is divided by factor. `local`: the sliding layers'
+// frequencies of rope_local_theta, without scaling (ModelConfig::local_rope).
+std::vector<double> rope_inv_freq(const ModelConfig& config, bool local = false);
 
 // cos and sin of position * inv_freq[i], [positions][head_dim / 2], float32, for the CPU backend.
 struct RopeTable {
     uint64_t half = 0;
     std::vector<float> cos, sin;
     RopeTable() = default;
-    RopeTable(const ModelConfig& config, uint64_t positions);
+    RopeTable(const ModelConfig& config, uint64_t positions, bool local = false);
 };
 
 // Rotates one head vector in place (rotate-half layout).

@@ -44,7 +44,8 @@ import numpy
 import safetensors
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # A fixed sequence: BOS first, the edge ids 0 and vocab-1, a repeated token.
@@ -59,6 +60,12 @@ COMMON = dict(vocab_size=256, hidden_size=32, intermediate_size=86, num_hidden_l
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+# Gemma's tiny shape: COMMON's, with Gemma's activation (hidden_act is not what Gemma reads).
+GEMMA = {k: v for k, v in COMMON.items() if k != "hidden_act"}
+GEMMA.update(hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, pad_token_id=0)
+GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
 
 # name -> (model class, config class, config kwargs, seed, what to switch off for sensitivity).
 MODELS = {
@@ -97,17 +104,48 @@ MODELS = {
                                  max_window_layers=1), 6,
                             {"qk_norm": "identity_qk_norm",
                              "sliding_window": dict(use_sliding_window=False)}),
+    # Gemma 2: sqrt(hidden) embedding scale, (1 + w) norms, sandwich norms, GeGLU, tied; the
+    # window of 4 on layer 0 (layer_types: every other layer sliding); soft-capping 2 and 3 and
+    # query_pre_attn_scalar 24 (not head_dim 8), small enough to move the logits.
+    "gemma2_softcap_window": (Gemma2ForCausalLM, Gemma2Config,
+                              dict(GEMMA, head_dim=8, query_pre_attn_scalar=24, sliding_window=4,
+                                   attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                                   rope_parameters={"rope_type": "default",
+                                                    "rope_theta": 10000.0}), 7,
+                              {"attn_softcap": dict(attn_logit_softcapping=None),
+                               "final_softcap": dict(final_logit_softcapping=None),
+                               "query_scale": dict(query_pre_attn_scalar=8),
+                               "sliding_window": dict(layer_types=["full_attention"] * 2)}),
+    # Gemma 3 text: QK-norm, 6 layers in its 5 sliding : 1 full pattern (window 4), the sliding
+    # layers' RoPE base 10000 and the full layer's 1e6 with linear scaling (factor 8, as the 4B+
+    # configs); query_pre_attn_scalar = head_dim 16 (as the 270M model; a GGUF cannot say
+    # otherwise), GQA 2 : 1, intermediate 40.
+    "gemma3_qknorm_local_rope": (Gemma3ForCausalLM, Gemma3TextConfig,
+                                 dict(GEMMA, num_hidden_layers=6, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=16, intermediate_size=40,
+                                      query_pre_attn_scalar=16, sliding_window=4,
+                                      rope_parameters=GEMMA3_ROPE), 8,
+                                 {"qk_norm": "identity_qk_norm",
+                                  "local_rope": dict(rope_parameters=dict(
+                                      GEMMA3_ROPE, sliding_attention={"rope_type": "default",
+                                                                      "rope_theta": 1e6})),
+                                  "rope_scaling": dict(rope_parameters=dict(
+                                      GEMMA3_ROPE, full_attention={"rope_type": "default",
+                                                                   "rope_theta": 1e6})),
+                                  "sliding_window": dict(layer_types=["full_attention"] * 6)}),
 }
 
 # Models that get a tokenizer.json (so the CLI can calibrate, score and generate on them): a
 # byte-level BPE of the 256 byte symbols and no merges, id = byte value, written by PyPI
 # tokenizers.
-WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window"}
+WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window", "gemma2_softcap_window", "gemma3_qknorm_local_rope"}
 
 # Tiny GGUF files of the same weights, as llama.cpp's convert_hf_to_gguf.py names and describes
 # them (gguf-py's constants), for models whose GGUF architecture keeps every feature: name ->
 # (GGUF architecture, file under tests/data/gguf).
-GGUF_MODELS = {"qwen3_qknorm_window": ("qwen3", "tiny_qwen3.gguf")}
+GGUF_MODELS = {"qwen3_qknorm_window": ("qwen3", "tiny_qwen3.gguf"),
+               "gemma2_softcap_window": ("gemma2", "tiny_gemma2.gguf"),
+               "gemma3_qknorm_local_rope": ("gemma3", "tiny_gemma3.gguf")}
 
 
 def init_weights(model, seed):
@@ -115,10 +153,12 @@ def init_weights(model, seed):
     unit scale; norm weights near 1 but not 1, biases non-zero. transformers' own init (std
     0.02) gives near-uniform attention, which would hide RoPE mistakes."""
     g = torch.Generator().manual_seed(seed)
+    # Gemma applies its norm weights w as (1 + w): near 0, so the multiplier is near 1 too.
+    norm_base = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+                p.copy_(norm_base + 0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith(".bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             elif "embed_tokens" in name:
@@ -198,11 +238,20 @@ def decode_logits(model):
     return torch.stack(rows)
 
 
+GEMMA_GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight",
+                    "post_attention_layernorm.weight": "post_attention_norm.weight",
+                    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                    "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+
+
 def write_gguf(model, arch, path):
     """The model as llama.cpp's converter writes it: its tensor names, F32, rotate-half q/k
-    (qwen2/qwen3 use NEOX RoPE, no permutation), and the metadata keys of LLM_ARCH_QWEN3."""
+    (qwen2/qwen3/gemma use NEOX RoPE, no permutation), and the metadata keys of LLM_ARCH_QWEN3,
+    LLM_ARCH_GEMMA2 or LLM_ARCH_GEMMA3 (convert_hf_to_gguf.py's Gemma2Model / Gemma3Model: norm
+    weights + 1, no output.weight, sliding_window, soft-capping, rope scaling type linear)."""
     import gguf
     c = model.config
+    gemma = arch.startswith("gemma")
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
              "output_norm.weight", "lm_head.weight": "output.weight"}
     per_layer = {"input_layernorm.weight": "attn_norm.weight",
@@ -225,16 +274,33 @@ def write_gguf(model, arch, path):
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
-    w.add_rope_freq_base(float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]))
+    rope = c.rope_parameters
+    if arch == "gemma3":
+        rope = rope["full_attention"]  # the global layers' (the local base is llama.cpp's 10000)
+    w.add_rope_freq_base(float(rope["rope_theta"]))
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if gemma:
+        per_layer.update(GEMMA_GGUF_NAMES)
+        w.add_sliding_window(c.sliding_window)
+        if arch == "gemma2":
+            w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+            w.add_final_logit_softcapping(c.final_logit_softcapping)
+        if rope.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(rope["factor"])
     for name, t in model.state_dict().items():
+        if gemma and name == "lm_head.weight":
+            continue  # tied: llama.cpp's Gemma has no output.weight
         if name.startswith("model.layers."):
             _, _, i, rest = name.split(".", 3)
             out = f"blk.{i}.{per_layer[rest]}"
         else:
             out = names[name]
-        w.add_tensor(out, t.detach().to(torch.float32).numpy().copy())
+        data = t.detach().to(torch.float32)
+        if gemma and name.endswith("norm.weight"):
+            data = data + 1  # Gemma2Model/Gemma3Model.modify_tensors (norm_shift)
+        w.add_tensor(out, data.numpy().copy())
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

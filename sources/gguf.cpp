@@ -33,6 +33,32 @@ constexpr GgufArchitecture kGgufArchitectures[] = {
     // Qwen3: as qwen2 without biases (unless the file has them), with attn_q_norm / attn_k_norm
     // and attention.key_length giving head_dim (LLM_ARCH_QWEN3).
     {"qwen3", Architecture::qwen3, false},
+    // Gemma 2 and 3 (LLM_ARCH_GEMMA2, LLM_ARCH_GEMMA3): rotate-half RoPE, sandwich norms, norm
+    // weights stored as 1 + w (convert_hf_to_gguf.py adds the 1), which is our stored form too.
+    {"gemma2", Architecture::gemma2, false},
+    {"gemma3", Architecture::gemma3, false},
+};
+
+// What llama.cpp hard-codes for Gemma instead of reading it from the GGUF (its converter writes
+// no key for these), with the Hugging Face config values they stand for. Sources: llama.cpp
+// src/llama-model.cpp, llm_load_hparams (LLM_ARCH_GEMMA2: n_swa_pattern = 2, the default n_swa
+// 4096, f_attention_scale; LLM_ARCH_GEMMA3: set_swa_pattern(6), rope_freq_base_train_swa =
+// 10000, rope_freq_scale_train_swa = 1, f_attention_scale), and transformers' Gemma2Config /
+// Gemma3TextConfig defaults (layer_types from (i + 1) % 2 and sliding_window_pattern 6,
+// sliding_window 4096, rope_local_base_freq 10000, query_pre_attn_scalar).
+struct GemmaGgufDefaults {
+    Architecture arch;
+    uint64_t window_pattern;  // every P-th layer full, the others sliding
+    uint64_t sliding_window;  // when attention.sliding_window is absent (0: required)
+    double local_rope_theta;  // the sliding layers' RoPE base, unscaled (0: as the full layers)
+    // The query scale is head_dim^-1/2 (query_pre_attn_scalar = head_dim: 2B/9B, gemma3 270M to
+    // 12B) except in the 27B models, recognised by their layer count as llama.cpp does, whose
+    // query_pre_attn_scalar is hidden_size / num_attention_heads (144; 168).
+    uint64_t layers_27b;
+};
+constexpr GemmaGgufDefaults kGemmaGgufDefaults[] = {
+    {Architecture::gemma2, 2, 4096, 0.0, 46},
+    {Architecture::gemma3, 6, 0, 10000.0, 62},
 };
 
 // llama.cpp's name of one of our tensor kinds (formats/architectures.cpp's table), in layer 0
@@ -119,6 +145,53 @@ bool is_gguf_file(const std::string& path) {
     return in.gcount() == 4 && std::memcmp(magic, kGgufMagic, 4) == 0;
 }
 
+namespace {
+// Gemma's attention and window from the metadata and kGemmaGgufDefaults.
+void gemma_config(const GgufFile& f, const ArchKeys& keys, const GemmaGgufDefaults& g,
+                  ModelConfig& c) {
+    const auto window = keys.opt_dim("attention.sliding_window");
+    if (!window && g.sliding_window == 0)
+        throw Error(f.path(), {},
+                    "metadata key '" + keys.key("attention.sliding_window") + "' is absent");
+    c.sliding_window = window.value_or(g.sliding_window);
+    c.sliding_window_pattern = c.num_layers >= g.window_pattern ? g.window_pattern : 0;
+    c.rope_local_theta = g.local_rope_theta;
+    c.query_pre_attn_scalar = c.num_layers == g.layers_27b
+                                  ? static_cast<double>(c.hidden_size / c.num_heads)
+                                  : static_cast<double>(c.head_dim);
+    auto cap = [&](std::string_view key) {
+        const auto v = keys.opt_float(key);
+        return v ? shortest_decimal(*v) : 0.0;
+    };
+    // llama.cpp applies attention soft-capping for gemma2 only.
+    if (c.arch == Architecture::gemma2) c.attn_logit_softcapping = cap("attn_logit_softcapping");
+    c.final_logit_softcapping = cap("final_logit_softcapping");
+}
+}  // namespace
+
+std::string gguf_gemma_mismatch(const ModelConfig& c) {
+    for (const GemmaGgufDefaults& g : kGemmaGgufDefaults) {
+        if (g.arch != c.arch) continue;
+        const uint64_t pattern = c.num_layers >= g.window_pattern ? g.window_pattern : 0;
+        const double scalar = c.num_layers == g.layers_27b
+                                  ? static_cast<double>(c.hidden_size / c.num_heads)
+                                  : static_cast<double>(c.head_dim);
+        if (!c.sliding_window) return "no sliding window (llama.cpp windows every Gemma model)";
+        if (c.sliding_window_pattern != pattern)
+            return "sliding_window_pattern " + std::to_string(c.sliding_window_pattern) +
+                   " (llama.cpp: " + std::to_string(pattern) + ")";
+        if (c.rope_local_theta != g.local_rope_theta)
+            return "local RoPE base " + std::to_string(c.rope_local_theta) +
+                   " (llama.cpp: " + std::to_string(g.local_rope_theta) + ")";
+        if (c.query_pre_attn_scalar != scalar)
+            return "query_pre_attn_scalar " + std::to_string(c.query_pre_attn_scalar) +
+                   " (llama.cpp derives " + std::to_string(scalar) + ")";
+        if (c.arch == Architecture::gemma3 && c.attn_logit_softcapping > 0.0)
+            return "attention soft-capping (llama.cpp's gemma3 has none)";
+    }
+    return {};
+}
+
 ModelConfig gguf_model_config(const GgufFile& f) {
     const GgufArchitecture& a = gguf_architecture(f);
     const ArchKeys keys(f, a.name);
@@ -151,11 +224,20 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                     keys.key("rope.dimension_count") + " (" + std::to_string(*rot) +
                         ") is not the head dimension (" + std::to_string(c.head_dim) +
                         "): partial rotary embeddings are not supported");
+    // gemma3's global layers (the 4B+ models) scale linearly: rope.scaling.type "linear" with
+    // rope.scaling.factor (convert_hf_to_gguf.py Gemma3Model).
+    const bool linear_ok = a.arch == Architecture::gemma3;
     if (const std::string* scaling = f.get_string(keys.key("rope.scaling.type"));
-        scaling && *scaling != "none")
-        throw Error(file, {},
-                    "RoPE scaling '" + gguf_excerpt(*scaling) + "' (" +
-                        keys.key("rope.scaling.type") + ") is not supported");
+        scaling && *scaling != "none") {
+        const auto factor = keys.opt_float("rope.scaling.factor");
+        if (*scaling != "linear" || !linear_ok || !factor)
+            throw Error(file, {},
+                        "RoPE scaling '" + gguf_excerpt(*scaling) + "' (" +
+                            keys.key("rope.scaling.type") + ") is not supported" +
+                            (linear_ok ? " (supported: linear with rope.scaling.factor)" : ""));
+        c.rope_scaling.type = "linear";
+        c.rope_scaling.factor = shortest_decimal(*factor);
+    }
     if (const auto factor = keys.opt_float("rope.scale_linear"); factor && *factor != 1.0)
         throw Error(file, {},
                     "linear RoPE scaling (" + keys.key("rope.scale_linear") + ") is not supported");
@@ -188,6 +270,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (const auto eos = f.get_uint("tokenizer.ggml.eos_token_id"))
         c.eos_token_ids = {static_cast<int64_t>(*eos)};
     c.torch_dtype = "";  // GGUF declares no Hugging Face dtype
+    for (const GemmaGgufDefaults& g : kGemmaGgufDefaults)
+        if (g.arch == c.arch) gemma_config(f, keys, g, c);
     // The cross-field checks every config gets (heads, RoPE, eps), through the normalized form.
     return model_config_from_json(model_config_to_json(c), file);
 }

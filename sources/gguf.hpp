@@ -46,4 +46,10 @@ bool is_gguf_file(const std::string& path);
 // naming the file and the key for an unsupported architecture or a value qforge cannot run.
 ModelConfig gguf_model_config(const GgufFile& file);
 
+// For Gemma, the values llama.cpp hard-codes instead of reading them from a GGUF (the window
+// pattern, the local RoPE base, the query scale, gemma3's missing attention soft-capping) must
+// be this config's for a GGUF to describe it: the first that differs, in words; "" when none
+// differs or the architecture is not Gemma.
+std::string gguf_gemma_mismatch(const ModelConfig& c);
+
 }  // namespace qforge

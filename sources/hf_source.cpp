@@ -3,7 +3,9 @@
 // (config.json's quantization_config, or quantize_config.json / quant_config.json beside it) the
 // linears whose X.qweight is present are repacked into our rows without re-quantizing
 // (sources/hf_quantized.hpp); the rest (embeddings, norms, lm_head, modules_to_not_convert) are
-// float tensors as usual.
+// float tensors as usual. Gemma's norm weights w, which transformers applies as (1 + w), are
+// given as the float32 multiplier 1 + w (formats/model_config.hpp, ArchitectureFeatures).
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -58,6 +60,7 @@ class HfSource final : public ModelSource {
     }
 
     std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override {
+        if (plus_one_[i]) return norm_plus_one(i, scratch);
         if (!imported_[i]) return ckpt_.tensor(hf_names_[i]).data;
         const SourceTensor& t = tensors_[i];
         import_hf_quantized_linear(*quant_, quant_target_, ckpt_, hf_names_[i], t.shape[0],
@@ -139,9 +142,24 @@ class HfSource final : public ModelSource {
     }
 
     void add(const TensorSpec& s, QType qtype, bool imported) {
-        tensors_.push_back({s.name, qtype, s.shape});
+        // GemmaRMSNorm computes (1 + w) in float32: that sum, exactly, is the weight we store.
+        const bool plus_one = hf_norms_plus_one(config_.arch) && s.row->cls == WeightClass::norm;
+        tensors_.push_back({s.name, plus_one ? QType::f32 : qtype, s.shape});
         hf_names_.push_back(s.hf_name);
         imported_.push_back(imported);
+        plus_one_.push_back(plus_one);
+        stored_.push_back(qtype);
+    }
+
+    std::span<const uint8_t> norm_plus_one(size_t i, std::vector<uint8_t>& scratch) const {
+        const TensorView v = ckpt_.tensor(hf_names_[i]);
+        const uint64_t n = tensors_[i].shape.at(0);
+        std::vector<float> w(n);
+        dequantize_row_ref(stored_[i], v.data.data(), n, w.data());
+        for (float& x : w) x += 1.0f;
+        scratch.resize(n * sizeof(float));
+        std::memcpy(scratch.data(), w.data(), scratch.size());
+        return scratch;
     }
 
     SafetensorsCheckpoint ckpt_;
@@ -150,6 +168,8 @@ class HfSource final : public ModelSource {
     std::vector<TensorSpec> specs_;
     std::vector<std::string> hf_names_;  // parallel to tensors_
     std::vector<bool> imported_;         // parallel to tensors_: a GPTQ/AWQ linear
+    std::vector<bool> plus_one_;         // parallel to tensors_: a (1 + w) norm given as 1 + w
+    std::vector<QType> stored_;          // parallel to tensors_: the checkpoint's type
 };
 
 }  // namespace

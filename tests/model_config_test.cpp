@@ -163,7 +163,7 @@ TEST_CASE("config: broken configs name the key and what was expected", "[config]
     const Case cases[] = {
         {"unsupported model_type", [](json& j) { j["model_type"] = "gpt_neox"; },
          "cfg/config.json: unsupported architecture 'gpt_neox' (model_type); supported: llama, "
-         "mistral, qwen2, qwen3"},
+         "mistral, qwen2, qwen3, gemma2, gemma3_text"},
         {"layer_types: full after sliding",
          [](json& j) {
              j["model_type"] = "qwen3";
@@ -320,10 +320,11 @@ TEST_CASE("config: the normalized form is read strictly", "[config]") {
 }
 
 TEST_CASE("config: every architecture has a model_type", "[config]") {
-    for (auto arch :
-         {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3})
+    for (auto arch : {Architecture::llama, Architecture::mistral, Architecture::qwen2,
+                      Architecture::qwen3, Architecture::gemma2, Architecture::gemma3})
         CHECK(architecture_from_model_type(architecture_name(arch)) == arch);
     CHECK(architecture_name(Architecture::qwen2) == "qwen2");
+    CHECK(architecture_name(Architecture::gemma3) == "gemma3_text");
     CHECK_FALSE(architecture_from_model_type("LlamaForCausalLM"));
-    CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3");
+    CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3, gemma2, gemma3_text");
 }

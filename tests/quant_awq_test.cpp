@@ -57,8 +57,10 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& ref) {
 // One decoder block on x: runtime/transformer.hpp's block through the calibration operations,
 // on b's float weights (the v bias added: small_config sets attention_bias).
 // `qk_norm`: the q and k head norms of a QK-norm block (empty: none), which no fold touches.
+// `post_norms`: a sandwich-norm (Gemma) block's attention and MLP output norms, untouched too.
 std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<float> x,
-                                const std::vector<float>& qk_norm = {}) {
+                                const std::vector<float>& qk_norm = {},
+                                const std::vector<float>& post_norms = {}) {
     const ModelConfig& c = f.config();
     const uint64_t d = c.hidden_size, inter = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
     static const std::vector<float> none;
@@ -70,7 +72,7 @@ std::vector<float> block_output(BlockForward& f, const AwqBlock& b, std::vector<
     v[Weight::gate] = f32_matrix("gate", b.gate, inter, d);
     v[Weight::up] = f32_matrix("up", b.up, inter, d);
     v[Weight::down] = f32_matrix("down", b.down, d, inter);
-    v.norm = {&b.attn_norm, &b.mlp_norm, nullptr, &qk_norm, &qk_norm};
+    v.norm = {&b.attn_norm, &b.mlp_norm, nullptr, &qk_norm, &qk_norm, &post_norms, &post_norms};
     v.qkv_bias = {&none, &none, &b.v_bias};
     f.view = v;
     BlockForward::Buffers buffers;
@@ -195,6 +197,56 @@ TEST_CASE("awq fold: one block computes the same function, every fold included",
             BlockForward g(no_norm, sequences, seq_len, pool);
             REQUIRE(relative_l2(block_output(g, b, x), ref) > 1e-2);
         }
+    }
+}
+
+TEST_CASE(
+    "awq fold: a Gemma block (sandwich and stored 1 + w norms, GeGLU, soft-capping, "
+    "local RoPE) computes the same function",
+    "[awq][quant][gemma]") {
+    std::mt19937_64 rng(12);
+    ThreadPool pool(2);
+    for (const Architecture arch : {Architecture::gemma2, Architecture::gemma3}) {
+        INFO(architecture_name(arch));
+        ModelConfig c = small_config(4);  // v -> o folds too
+        c.arch = arch;
+        c.num_layers = 2;  // the block is layer 0: sliding (window 4 in sequences of 9)
+        c.sliding_window = 4;
+        c.sliding_window_pattern = 2;
+        c.query_pre_attn_scalar = 24.0;
+        if (arch == Architecture::gemma2) {
+            c.attn_logit_softcapping = 2.0;
+        } else {
+            c.rope_local_theta = 100.0;
+            c.rope_scaling.type = "linear";
+            c.rope_scaling.factor = 8.0;
+        }
+        const uint64_t sequences = 2, seq_len = 9;
+        BlockForward f(c, sequences, seq_len, pool);
+        REQUIRE(f.desc().sandwich_norms);
+        REQUIRE(f.desc().activation == Activation::gelu_tanh);
+        // Gemma's norms as the .qf stores them: the multiplier 1 + w, near 1.
+        const std::vector<float> qk_norm =
+            arch == Architecture::gemma3 ? random_scales(c.head_dim, rng) : std::vector<float>{};
+        const std::vector<float> post = random_scales(c.hidden_size, rng);
+        const AwqBlock b = random_block(c, rng);
+        const std::vector<float> x = normal_vector(f.tokens() * c.hidden_size, 1.0f, rng);
+        const std::vector<float> ref = block_output(f, b, x, qk_norm, post);
+        AwqBlockScales s;
+        s.qkv = random_scales(c.hidden_size, rng);
+        s.gate_up = random_scales(c.hidden_size, rng);
+        s.down = random_scales(c.intermediate_size, rng);
+        s.vo = random_scales(c.q_dim(), rng);
+        AwqBlock folded = b;
+        awq_fold(c, folded, s);
+        // As for the Llama block: a few float32 roundings per fold (the post-norms see o's and
+        // down's outputs, which the folds keep), far below a wrong fold's O(1).
+        const double err = relative_l2(block_output(f, folded, x, qk_norm, post), ref);
+        INFO("relative L2 " << err);
+        REQUIRE(err <= 1e-5);
+        // The post-norms are in the function: other post-norm weights move the output by O(1).
+        const std::vector<float> other = random_scales(c.hidden_size, rng);
+        REQUIRE(relative_l2(block_output(f, b, x, qk_norm, other), ref) > 1e-2);
     }
 }
 
