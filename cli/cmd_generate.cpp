@@ -15,7 +15,7 @@ namespace qforge::cli {
 
 Runner register_generate(CLI::App& app, CommonOptions& common) {
     struct Args {
-        std::string model, prompt, system;
+        std::string model, prompt, system, chat_template;
         uint64_t n = 128;
         float temp = 0.8f, top_p = 0.95f;
         uint32_t top_k = 40;
@@ -29,6 +29,9 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "with --raw or no template, text to continue (empty: start from BOS)");
     app.add_option("--system", a->system, "a system message for the chat template");
     app.add_flag("--raw", a->raw, "continue the prompt as plain text, without the chat template");
+    add_input_option(app, "--chat-template", a->chat_template,
+                     "a Jinja chat template file to use instead of the model's (for a model "
+                     "whose files carry none, e.g. scripts/chat_templates/gemma3.jinja)");
     // The model's context is the real bound (generation stops when it is full).
     add_int_option(app, "-n,--tokens", a->n, 1, uint64_t{1} << 24,
                    "new tokens to generate at most");
@@ -51,10 +54,14 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         // A chat model answers its template's rendering of the prompt; the template writes the
         // special tokens itself, so the rendered text is encoded without adding BOS/EOS.
         std::vector<int32_t> prompt;
-        bool chat = !a->raw && !a->prompt.empty() && !tok.chat_template().empty();
+        const std::string chat_template =
+            a->chat_template.empty() ? "" : read_text_file(a->chat_template);
+        bool chat = !a->raw && !a->prompt.empty() &&
+                    !(chat_template.empty() && tok.chat_template().empty());
         if (chat) {
             try {
-                prompt = tok.encode(render_chat_prompt(tok, a->system, a->prompt), false);
+                prompt =
+                    tok.encode(render_chat_prompt(tok, a->system, a->prompt, chat_template), false);
             } catch (const Error& e) {
                 std::fprintf(stderr, "qforge: warning: %s; continuing the raw prompt (--raw)\n",
                              e.what());
@@ -85,7 +92,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         GenerateOptions o;
         o.sampling = {a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed};
         o.max_new_tokens = a->n;
-        o.stop_ids = tok.stop_ids();
+        o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled
 
         ThreadPool pool(resolved_threads(common));

@@ -1,8 +1,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,9 +19,7 @@ namespace qforge::cli {
 namespace {
 
 std::string read_text(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error(path, {}, "cannot read the file");
-    std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    std::string text = read_text_file(path);
     if (text.empty()) throw Error(path, {}, "the file is empty: perplexity needs text to score");
     return text;
 }

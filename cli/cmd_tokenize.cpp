@@ -1,28 +1,14 @@
 // qforge tokenize SOURCE (-p TEXT | -f FILE) [--ids] [--count] [--json]: parse, encode, print.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace qforge::cli {
-
-namespace {
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error(path, {}, "cannot open");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-}  // namespace
 
 Runner register_tokenize(CLI::App& app, CommonOptions& common) {
     struct Args {

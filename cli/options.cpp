@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/error.hpp"
@@ -313,6 +315,12 @@ std::unique_ptr<QfInput> open_qf_input(const std::string& input) {
     for (const auto& w : in->report().warnings)
         std::fprintf(stderr, "qforge: warning: %s\n", w.c_str());
     return in;
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path, {}, "cannot read the file");
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace qforge::cli

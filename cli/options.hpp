@@ -127,6 +127,9 @@ std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Mod
 // fp16_saturations); nothing when it did not.
 void print_fp16_saturations(const Backend& backend);
 
+// The bytes of a text file given on the command line (an Error naming it when unreadable).
+std::string read_text_file(const std::string& path);
+
 // Threads to use: the --threads value, or the hardware's count when 0.
 int resolved_threads(const CommonOptions& o);
 

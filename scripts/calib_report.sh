@@ -14,14 +14,21 @@
 #      ../shared/data/brown-corpus (nsamples 32), evaluated on the first $CHUNKS135 chunks of
 #      ../shared/data/wikitext-2-raw/wiki.test.lf.raw (llamacpp protocol, ctx 512).
 #
-#   usage: scripts/calib_report.sh [stories|135m|all]   (default all)
+#   3. Gemma 3 270M (its "float" model is the dequantized Q4_K_M GGUF; scripts/get_models.sh gemma3
+#      makes it): rtn, gptq and awq at q4_g128 and rtn at q8, calibrated and evaluated as 2. but
+#      on the first $CHUNKS270 chunks (40: the figure the issue asks for), then `qforge bench` of
+#      f32, q8 and q4_g128 (GPTQ) on $threads threads.
+#
+#   usage: scripts/calib_report.sh [stories|135m|gemma3|all]   (default all; gemma3 is not in all)
 #   env:   BUILD_DIR (default build), THREADS (default 2), CHUNKS (stories chunks, default 200),
-#          CHUNKS135 (default 100), NSAMPLES (stories calibration windows, default 128)
+#          CHUNKS135 (default 100), CHUNKS270 (default 40), NSAMPLES (stories calibration windows,
+#          default 128), BENCH_ARGS (gemma3's bench, default "-p 128 -n 64 -r 3")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
 chunks135=${CHUNKS135:-100}
+chunks270=${CHUNKS270:-40}
 nsamples=${NSAMPLES:-128}
 # shellcheck source=scripts/report_common.sh
 . scripts/report_common.sh
@@ -91,26 +98,45 @@ if [ "$what" = stories ] || [ "$what" = all ]; then
   echo
 fi
 
-if [ "$what" = 135m ] || [ "$what" = all ]; then
-  base=models/SmolLM2-135M-Instruct.qf
+# A real model on wikitext-2 (llamacpp protocol, ctx 512), calibrated on the brown corpus:
+# wikitext_rows BASE.qf LABEL FLOAT_LABEL PREFIX CHUNKS GET_MODELS_ARG QTYPE:METHOD...
+wikitext_rows() {
+  local base=$1 label=$2 float_label=$3 prefix=$4 nchunks=$5 get=$6 qm
+  shift 6
   if [ ! -f "$base" ]; then
-    echo "calib_report: $base is missing; run scripts/get_models.sh once to make it" >&2
+    echo "calib_report: $base is missing; run scripts/get_models.sh $get once to make it" >&2
     exit 1
   fi
-  text=$data/wikitext-2-raw/wiki.test.lf.raw
-  calib=$data/brown-corpus/brown.txt
-  echo "### SmolLM2-135M-Instruct (float = the dequantized Q4_1 GGUF): llamacpp protocol, ctx 512, $chunks135 chunks of $(basename "$text"); calibrated on $(basename "$calib"), 32 windows of 512 tokens; $threads threads"
+  local text=$data/wikitext-2-raw/wiki.test.lf.raw calib=$data/brown-corpus/brown.txt
+  echo "### $label (float = $float_label): llamacpp protocol, ctx 512, $nchunks chunks of $(basename "$text"); calibrated on $(basename "$calib"), 32 windows of 512 tokens; $threads threads"
   echo
   rm -f "$out/rows.md"
-  for q in q4_g128 q3_g128; do
-    for m in rtn gptq awq; do
-      row "$base" "$q" "$m" "models/calib/SmolLM2-135M-$q-$m.qf" "$calib" 32 "$text" 512 \
-        "$chunks135" >>"$out/rows.md"
-    done
+  for qm in "$@"; do
+    row "$base" "${qm%%:*}" "${qm#*:}" "models/calib/$prefix-${qm%%:*}-${qm#*:}.qf" "$calib" 32 \
+      "$text" 512 "$nchunks" >>"$out/rows.md"
   done
   header
-  float_row "$base" "dequantized Q4_1"
+  float_row "$base" "$float_label"
   cat "$out/rows.md"
+  echo
+}
+
+if [ "$what" = 135m ] || [ "$what" = all ]; then
+  wikitext_rows models/SmolLM2-135M-Instruct.qf SmolLM2-135M-Instruct "the dequantized Q4_1 GGUF" \
+    SmolLM2-135M "$chunks135" smollm2 q4_g128:rtn q4_g128:gptq q4_g128:awq q3_g128:rtn \
+    q3_g128:gptq q3_g128:awq
+fi
+if [ "$what" = gemma3 ]; then
+  base=models/gemma-3-270m.qf
+  wikitext_rows "$base" "Gemma 3 270M" "the dequantized Q4_K_M GGUF" gemma-3-270m "$chunks270" \
+    gemma3 q4_g128:rtn q4_g128:gptq q4_g128:awq q8:rtn
+  echo "| model | file bytes | prefill tok/s | decode tok/s | weight bytes / token |"
+  echo "|---|---|---|---|---|"
+  for m in "$base" models/calib/gemma-3-270m-q8-rtn.qf models/calib/gemma-3-270m-q4_g128-gptq.qf; do
+    # shellcheck disable=SC2086
+    $qforge bench "$m" ${BENCH_ARGS:-"-p 128 -n 64 -r 3"} -t "$threads" --json -q >"$out/b.json"
+    echo "| $(basename "$m") | $(stat -c %s "$m") | $(json "$out/b.json" '"%.1f" % j["prefill_tok_s"]') | $(json "$out/b.json" '"%.1f" % j["decode_tok_s"]') | $(json "$out/b.json" 'j["weight_bytes_per_token"]') |"
+  done
   echo
 fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -20,8 +20,9 @@ Writes (each small; tests/data/gguf/README.md describes them):
                           (gguf dequantization, then the inverse permutation written here), and
                           the trained tokenizer's ids for tests/data/tokenizers/texts.json
   chat_templates.json     real chat templates (SmolLM2, ChatML, Llama 2, Llama 3, Zephyr,
-                          Mistral) rendered by jinja2 as transformers configures it, and
-                          templates expected to be refused
+                          Mistral, Gemma 3, Qwen3) rendered by jinja2 as transformers configures
+                          it, and templates expected to be refused (--templates-only: this file
+                          alone)
   smollm2_135m.json       (with --smollm2) ids of SmolLM2-135M's own vocabulary, merges and
                           pre-tokenizer (Digits individual + ByteLevel) for the fixture texts
 
@@ -304,6 +305,10 @@ TEMPLATES = {
     "mistral": "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
     # Qwen2.5-style: the tool-call branch (tojson) is not taken without tools, so it renders.
     "qwen2.5-no-tools": "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}{%- else %}{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- for message in messages %}{%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+    "namespace": "{% set ns = namespace(found=false, n=0) %}{% for message in messages %}{% set ns.found = true %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.found }} {{ ns.n }}",
+    # Real templates of models whose GGUF may lack one (scripts/chat_templates/README.md).
+    "gemma3": (ROOT / "scripts" / "chat_templates" / "gemma3.jinja").read_text(),
+    "qwen3": (ROOT / "scripts" / "chat_templates" / "qwen3.jinja").read_text(),
     "whitespace-control": "{%- for message in messages -%}\n  {{- '[' ~ message.role | upper ~ '] ' -}}\n  {{ message.content | trim }}\n  {%- if not loop.last %} | {% endif -%}\n{%- endfor %}\n{# a comment #}\n{%- if add_generation_prompt %}[{{ messages | length }} messages]{% endif %}",
 }
 # Templates that use Jinja beyond the supported subset (tool calls, macros, namespaces, JSON).
@@ -311,7 +316,7 @@ TEMPLATES = {
 REFUSED = {
     "tojson": "{% for message in messages %}{{ message | tojson }}{% endfor %}",
     "macro": "{% macro render(m) %}{{ m['content'] }}{% endmacro %}{% for message in messages %}{{ render(message) }}{% endfor %}",
-    "namespace": "{% set ns = namespace(found=false) %}{% for message in messages %}{% set ns.found = true %}{% endfor %}{{ ns.found }}",
+    "keyword-arguments": "{% for message in messages %}{{ message.content | truncate(length=5) }}{% endfor %}",
     "string-format": "{% for message in messages %}{{ '%s: %s' % (message.role, message.content) }}{% endfor %}",
 }
 CONVERSATIONS = {
@@ -322,7 +327,15 @@ CONVERSATIONS = {
                    {"role": "assistant", "content": " Hi! How can I help? "},
                    {"role": "user", "content": "Tell me a joke."}],
     "not-alternating": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    # Qwen3 moves an answer's <think> block into reasoning and shows it only after the last query.
+    "thinking": [{"role": "system", "content": "Think first."},
+                 {"role": "user", "content": "2+2?"},
+                 {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\n4"},
+                 {"role": "user", "content": "And 3+3?"},
+                 {"role": "assistant", "content": "<think>\nAlso easy.\n</think>\n\n6"}],
 }
+# Extra variables some templates read (one case per entry; {} is the plain render).
+TEMPLATE_VARIABLES = {"qwen3": [{}, {"enable_thinking": False}, {"enable_thinking": True}]}
 
 
 def render_templates(path):
@@ -337,13 +350,16 @@ def render_templates(path):
         template = env.from_string(source)
         for cname, messages in CONVERSATIONS.items():
             for gen in (True, False):
-                case = {"template": tname, "conversation": cname, "add_generation_prompt": gen}
-                try:
-                    case["expected"] = template.render(messages=messages, add_generation_prompt=gen,
-                                                       bos_token="<s>", eos_token="</s>")
-                except jinja2.exceptions.TemplateError as e:
-                    case["error"] = str(e)
-                cases.append(case)
+                for variables in TEMPLATE_VARIABLES.get(tname, [{}]):
+                    case = {"template": tname, "conversation": cname, "add_generation_prompt": gen}
+                    if variables:
+                        case["variables"] = variables
+                    try:
+                        case["expected"] = template.render(messages=messages, add_generation_prompt=gen,
+                                                           bos_token="<s>", eos_token="</s>", **variables)
+                    except jinja2.exceptions.TemplateError as e:
+                        case["error"] = str(e)
+                    cases.append(case)
     path.write_text(json.dumps({
         "generator": f"scripts/make_gguf_fixtures.py ({VERSIONS})",
         "environment": "jinja2 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True), "
@@ -387,8 +403,12 @@ def write_smollm2(gguf_path, json_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smollm2", type=Path, help="SmolLM2-135M-Instruct GGUF (get_models.sh fetches it)")
+    ap.add_argument("--templates-only", action="store_true", help="write chat_templates.json only")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.templates_only:
+        render_templates(OUT / "chat_templates.json")
+        return
     write_dequant(OUT / "dequant.gguf")
     write_tiny(OUT / "tiny_llama.gguf", OUT / "tiny_llama.json")
     render_templates(OUT / "chat_templates.json")

@@ -1,5 +1,6 @@
 // Chat templates against jinja2: tests/data/gguf/chat_templates.json holds real templates
-// (SmolLM2, ChatML, Llama 2, Llama 3, Zephyr, Mistral, Qwen2.5 without tools) rendered by jinja2
+// (SmolLM2, ChatML, Llama 2, Llama 3, Zephyr, Mistral, Qwen2.5 without tools, Gemma 3, Qwen3 with
+// and without enable_thinking) rendered by jinja2
 // as transformers configures it (scripts/make_gguf_fixtures.py); the Jinja subset must give the
 // same text byte for byte, raise the same exceptions, and refuse the templates outside it.
 #include "tokenizer/chat_template.hpp"
@@ -40,25 +41,29 @@ std::string render(const std::string& source, std::map<std::string, jinja::Value
 
 TEST_CASE("chat templates render as jinja2 does", "[chat]") {
     const auto fixture = read_fixture();
-    int rendered = 0, raised = 0;
+    int rendered = 0, raised = 0, rendered_new = 0;
     for (const auto& c : fixture.at("cases")) {
         const std::string name = c.at("template");
         INFO("template " << name << ", conversation " << c.at("conversation").get<std::string>()
                          << ", add_generation_prompt " << c.at("add_generation_prompt"));
         const std::string source = fixture.at("templates").at(name);
-        const auto in =
-            inputs(fixture.at("conversations").at(c.at("conversation").get<std::string>()),
-                   c.at("add_generation_prompt"));
+        auto in = inputs(fixture.at("conversations").at(c.at("conversation").get<std::string>()),
+                         c.at("add_generation_prompt"));
+        const nlohmann::json extra = c.value("variables", nlohmann::json::object());
+        INFO("variables " << extra.dump());
+        for (const auto& [k, v] : extra.items()) in.variables[k] = v.get<bool>();
+        auto run = [&] { return render_chat_template(source, in); };
         if (c.contains("expected")) {
-            CHECK(render_chat_template(source, in) == c.at("expected").get<std::string>());
+            CHECK(run() == c.at("expected").get<std::string>());
             ++rendered;
+            if (name == "gemma3" || name == "qwen3") ++rendered_new;
         } else {
-            CHECK_THROWS_WITH(render_chat_template(source, in),
-                              Catch::Contains(c.at("error").get<std::string>()));
+            CHECK_THROWS_WITH(run(), Catch::Contains(c.at("error").get<std::string>()));
             ++raised;
         }
     }
-    CHECK(rendered >= 50);
+    CHECK(rendered >= 100);
+    CHECK(rendered_new >= 38);  // Gemma 3: 4 conversations x 2 (one raises), Qwen3: 5 x 2 x 3
     CHECK(raised >= 2);
 }
 
@@ -69,7 +74,7 @@ TEST_CASE("chat templates outside the subset are refused by name", "[chat]") {
     const std::map<std::string, std::string> why = {
         {"tojson", "filter 'tojson' is not supported"},
         {"macro", "'{% macro %}' is not supported"},
-        {"namespace", "keyword arguments are not supported"},
+        {"keyword-arguments", "keyword arguments are not supported"},
         {"string-format", "tuples are not supported"},
     };
     for (const auto& [name, source] : fixture.at("refused").items()) {
@@ -119,4 +124,22 @@ TEST_CASE("Jinja subset: expressions, scoping and whitespace", "[chat]") {
     CHECK_THROWS_WITH(render("{% if x %}"), Catch::Contains("missing '{% endif %}'"));
     CHECK_THROWS_WITH(render("{{ x.y }}"), Catch::Contains("undefined value"));
     CHECK_THROWS_WITH(render("{{ 'a' "), Catch::Contains("unclosed"));
+}
+
+TEST_CASE("Jinja subset: namespace objects are shared by every scope", "[chat]") {
+    // jinja2: a namespace is one object; a loop's scope sees and changes the enclosing one.
+    CHECK(
+        render("{% set ns = namespace(a=1, b='x') %}{% for i in range(3) %}{% set ns.a = ns.a + i "
+               "%}{% set ns.c = i %}{% endfor %}{{ ns.a }} {{ ns.b }} {{ ns.c }} {{ ns }}") ==
+        "4 x 2 <Namespace {'a': 4, 'b': 'x', 'c': 2}>");
+    CHECK(render("{% set ns = namespace({'k': 2}, k=3) %}{% set m = ns %}{% set m.k = 5 %}{{ ns.k "
+                 "}} {{ ns == m }} {{ ns is mapping }}") == "5 True False");
+    CHECK_THROWS_WITH(render("{% set d = {} %}{% set d.x = 1 %}"),
+                      Catch::Contains("cannot assign attribute on non-namespace object"));
+    CHECK_THROWS_WITH(render("{% set ns = namespace() %}{% set ns.self = [ns] %}"),
+                      Catch::Contains("a namespace inside a namespace is not supported"));
+    CHECK_THROWS_WITH(render("{{ range(stop=3) }}"),
+                      Catch::Contains("keyword arguments are not supported"));
+    CHECK_THROWS_WITH(render("{{ namespace(a=1, 2) }}"),
+                      Catch::Contains("positional argument follows keyword argument"));
 }

@@ -12,6 +12,7 @@
 
 #include "convert/convert.hpp"
 #include "formats/gguf.hpp"
+#include "model_files.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
@@ -30,20 +31,7 @@ namespace {
 const fs::path kGgufFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf";
 constexpr const char* kModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-// models/ of the checkout, or $QFORGE_MODELS_DIR.
-std::optional<fs::path> smollm2_gguf() {
-    const char* env = std::getenv("QFORGE_MODELS_DIR");
-    const fs::path dir = env ? fs::path(env) : fs::path(QFORGE_SOURCE_DIR) / "models";
-    const fs::path p = dir / kModelFile;
-    return fs::exists(p) ? std::optional(p) : std::nullopt;
-}
-
-#define REQUIRE_SMOLLM2(var)                                                                \
-    const auto var##_opt = smollm2_gguf();                                                  \
-    if (!var##_opt)                                                                         \
-        QF_SKIP(std::string("models/") + kModelFile +                                       \
-                " is absent (scripts/get_models.sh fetches it, or set QFORGE_MODELS_DIR)"); \
-    const fs::path var = *var##_opt
+#define REQUIRE_SMOLLM2(var) QF_REQUIRE_MODEL(var, kModelFile, "smollm2")
 
 }  // namespace
 

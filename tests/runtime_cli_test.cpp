@@ -125,3 +125,34 @@ TEST_CASE("qforge ppl --json reports the statistics, bad inputs get one clear li
                            "has no tokenizer");
     require_one_line_error(test::run_qforge("generate " + q(bare)), "has no tokenizer");
 }
+
+TEST_CASE("qforge generate --chat-template renders the prompt with the given template",
+          "[runtime][cli][shared][chat]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("gen-chat-template");
+    const fs::path model = stories(data, dir);  // a llama2.c vocabulary: no template of its own
+    // The template's exception names the message it was given, so the warning proves the file
+    // was read and rendered with the prompt; generation then continues the raw prompt.
+    const fs::path raising = dir / "raising.jinja";
+    test::write_file(raising,
+                     std::string("{{ raise_exception('rendered ' + messages[0]['content']) }}"));
+    auto r = test::run_qforge("generate " + q(model) + " --chat-template " + q(raising) +
+                              " -p 'Once upon' -n 4 --greedy -q");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output,
+               Contains("warning: chat template raised an exception: rendered Once upon"));
+    CHECK_THAT(r.output, Contains("continuing the raw prompt"));
+    // A template that renders: only the reply is printed, as for a model's own template.
+    const fs::path plain = dir / "plain.jinja";
+    test::write_file(plain, std::string("{{ messages[0]['content'] }}"));
+    r = test::run_qforge("generate " + q(model) + " --chat-template " + q(plain) +
+                         " -p 'Once upon a time' -n 8 --greedy -q");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.rfind("Once upon a time", 0) != 0);
+    r = test::run_qforge("generate " + q(model) + " --chat-template " + q(dir / "absent.jinja") +
+                         " -p x");
+    CHECK(r.exit_code == 2);  // a usage error, as for every input option
+    CHECK_THAT(r.output, Contains("error: --chat-template: ") && Contains("absent.jinja"));
+}

@@ -21,7 +21,7 @@ inline const std::filesystem::path kTokenizerFixtures =
 
 // Families with a tokenizer.json, tokenizer_config.json and expected.json each.
 inline const std::vector<std::string> kTokenizerFamilies = {
-    "gpt2", "llama3", "qwen2", "smollm2", "llama2", "llama2-metaspace"};
+    "gpt2", "llama3", "qwen2", "qwen3", "smollm2", "llama2", "llama2-metaspace"};
 
 inline nlohmann::json read_json_file(const std::filesystem::path& p) {
     const auto bytes = read_file(p);

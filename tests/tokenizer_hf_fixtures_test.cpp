@@ -78,3 +78,34 @@ TEST_CASE("HF tokenizers: ids equal the reference on the English prose excerpts"
         check_family(family, texts);
     }
 }
+
+// Qwen3 (tests/data/tokenizers/qwen3, scripts/make_qwen3_tokenizer_fixture.py): its 26 added
+// tokens, 14 special and 12 not (<think>, <tool_call>, the FIM markers), in chat, tool and FIM
+// texts; decoding with skip_special drops only the special ones, as the reference does.
+TEST_CASE("HF tokenizers: Qwen3's added tokens and configuration", "[tokenizer][hf][qwen3]") {
+    const auto dir = kTokenizerFixtures / "qwen3";
+    const Tokenizer tok = Tokenizer::load((dir / "tokenizer.json").string());
+    const json expected = read_json_file(dir / "expected.json");
+    CHECK_FALSE(tok.bos_id());
+    CHECK_FALSE(tok.add_bos());
+    REQUIRE(tok.eos_id());
+    CHECK(tok.piece(*tok.eos_id()) == "<|im_end|>");
+    CHECK(tok.stop_ids() == std::vector<int32_t>{*tok.eos_id()});
+    CHECK(tok.chat_template().find("enable_thinking") != std::string::npos);
+    int special = 0, plain = 0;
+    for (int32_t id = 3000; id < static_cast<int32_t>(tok.vocab_size()); ++id)
+        (tok.is_special(id) ? special : plain) += 1;
+    CHECK(special == 14);
+    CHECK(plain == 12);
+    auto show = [&](int32_t id) { return std::to_string(id); };
+    for (const auto& c : expected.at("extra")) {
+        const std::string text = c.at("text");
+        INFO("text " << c.at("name").get<std::string>());
+        const auto ids = tok.encode(text, false);
+        CHECK(first_difference(ids, c.at("ids_no_special").get<std::vector<int32_t>>(), show) ==
+              "");
+        CHECK(tok.encode(text, true) == c.at("ids").get<std::vector<int32_t>>());
+        CHECK(tok.decode(ids, true) == c.at("decoded_skip_special").get<std::string>());
+        CHECK(tok.decode(ids, false) == text);
+    }
+}

@@ -143,15 +143,39 @@ struct SliceExpr : Expr {
     }
 };
 
+using KeywordArgs = std::vector<std::pair<std::string, ExprPtr>>;
+
 struct CallExpr : Expr {
     ExprPtr callee;  // a NameExpr (function) or an AttrExpr (method)
     std::vector<ExprPtr> args;
-    int child_height() const override { return std::max(height_of(callee), height_of(args)); }
+    KeywordArgs kwargs;  // namespace() only
+    int child_height() const override {
+        int h = std::max(height_of(callee), height_of(args));
+        for (const auto& [k, e] : kwargs) h = std::max(h, height_of(e));
+        return h;
+    }
     Value eval(Context& ctx) const override {
         Args values;
         for (const auto& a : args) values.push_back(a->eval(ctx));
-        if (const auto* n = dynamic_cast<const NameExpr*>(callee.get()))
-            return call_function(n->name, values);
+        const auto* n = dynamic_cast<const NameExpr*>(callee.get());
+        if (n && n->name == "namespace") {
+            // jinja2: namespace(mapping?, **attributes), the keywords after the mapping's keys.
+            if (values.size() > 1 || (values.size() == 1 && values[0].kind() != Value::Kind::dict))
+                fail("namespace() takes at most one dict and keyword arguments");
+            Value::Dict attributes = values.empty() ? Value::Dict{} : values[0].dict();
+            for (const auto& [k, e] : kwargs) {
+                Value v = e->eval(ctx);
+                auto same = [&](const auto& kv) { return kv.first == k; };
+                if (auto it = std::find_if(attributes.begin(), attributes.end(), same);
+                    it != attributes.end())
+                    it->second = std::move(v);
+                else
+                    attributes.emplace_back(k, std::move(v));
+            }
+            return Value::make_namespace(std::move(attributes));
+        }
+        if (!kwargs.empty()) fail("keyword arguments are not supported");
+        if (n) return call_function(n->name, values);
         if (const auto* m = dynamic_cast<const AttrExpr*>(callee.get()))
             return call_method(m->obj->eval(ctx), m->name, values);
         fail("only functions and methods can be called");
@@ -407,13 +431,21 @@ class ExprParser {
         }
         return filters(postfix(primary()));
     }
-    std::vector<ExprPtr> call_args() {
+    // `kwargs` null: keyword arguments are refused here.
+    std::vector<ExprPtr> call_args(KeywordArgs* kwargs = nullptr) {
         std::vector<ExprPtr> args;
         expect_op("(");
         while (!is_op(")")) {
             if (peek().kind == Token::Kind::name && peek(1).kind == Token::Kind::op &&
-                peek(1).text == "=")
-                fail("keyword arguments are not supported");
+                peek(1).text == "=") {
+                if (!kwargs) fail("keyword arguments are not supported");
+                std::string name = next().text;
+                ++pos_;
+                kwargs->emplace_back(std::move(name), expression());
+                if (!is_op(")")) expect_op(",");
+                continue;
+            }
+            if (kwargs && !kwargs->empty()) fail("positional argument follows keyword argument");
             args.push_back(expression());
             if (!is_op(")")) expect_op(",");
         }
@@ -484,7 +516,7 @@ class ExprParser {
             } else if (is_op("(")) {
                 auto c = std::make_unique<CallExpr>();
                 c->callee = std::move(e);
-                c->args = call_args();
+                c->args = call_args(&c->kwargs);
                 e = seal(std::move(c));
             } else {
                 return e;
@@ -622,8 +654,15 @@ struct ForStmt : Stmt {
 
 struct SetStmt : Stmt {
     std::string name;
+    std::string attribute;  // {% set name.attribute = e %}: a namespace's, set in place
     ExprPtr e;
-    void render(Context& ctx, std::string&) const override { ctx.set(name, e->eval(ctx)); }
+    void render(Context& ctx, std::string&) const override {
+        if (attribute.empty()) return ctx.set(name, e->eval(ctx));
+        const Value target = ctx.lookup(name);
+        if (target.kind() != Value::Kind::ns)  // jinja2's message
+            fail("cannot assign attribute on non-namespace object");
+        target.set_attribute(attribute, e->eval(ctx));
+    }
 };
 
 class StmtParser {
@@ -729,7 +768,10 @@ class StmtParser {
     std::unique_ptr<Stmt> set_stmt() {
         auto n = std::make_unique<SetStmt>();
         n->name = tag_->expect_name();
-        if (tag_->is_op(".")) fail("assigning to an attribute (namespace) is not supported");
+        if (tag_->is_op(".")) {
+            tag_->next();
+            n->attribute = tag_->expect_name();
+        }
         if (!tag_->is_op("="))
             fail("block assignments ({% set x %}...{% endset %}) are not supported");
         tag_->next();

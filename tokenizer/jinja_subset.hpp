@@ -6,7 +6,9 @@
 //
 // Supported: text; {{ expr }}; {% if / elif / else / endif %}; {% for x in xs %} and
 // {% for k, v in xs %} with {% else %} and loop.index/index0/first/last/length/revindex/revindex0
-// (each iteration in its own scope, as jinja2 does); {% set name = expr %}; {# comments #};
+// (each iteration in its own scope, as jinja2 does); {% set name = expr %}; namespace(k=v, ...)
+// and {% set ns.k = expr %} (one object shared by every scope, as jinja2's Namespace, which
+// loops use to carry state out; Qwen3's template does); {# comments #};
 // whitespace control (-, and + to keep lstrip_blocks off); expressions with literals (strings,
 // integers, floats, booleans, none, lists, dicts), names, attribute and item access, slices,
 // `a if b else c`, not/and/or, comparisons and `in`, + - * / // % ** and ~; the tests defined,
@@ -16,7 +18,8 @@
 // lstrip, rstrip, upper, lower, startswith, endswith, split, replace, title, capitalize; the
 // dict methods get, items, keys, values; the functions raise_exception and range.
 //
-// Anything else (macros, namespaces, tojson, call blocks, ...) is an Error naming the construct,
+// Anything else (macros, tojson, call blocks, keyword arguments other than namespace's, ...) is an
+// Error naming the construct,
 // so a template is either rendered as jinja2 would or refused, never approximated.
 #pragma once
 
@@ -39,7 +42,17 @@ inline constexpr int kMaxTemplateDepth = 256;
 
 class Value {
   public:
-    enum class Kind : uint8_t { undefined, none, boolean, integer, floating, string, list, dict };
+    enum class Kind : uint8_t {
+        undefined,
+        none,
+        boolean,
+        integer,
+        floating,
+        string,
+        list,
+        dict,
+        ns,  // jinja2's namespace(): attributes set in place, seen through every copy
+    };
     using List = std::vector<Value>;
     using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, as Python's
 
@@ -53,6 +66,7 @@ class Value {
     Value(const char* s) : Value(std::string(s)) {}
     Value(List l);
     Value(Dict d);
+    static Value make_namespace(Dict attributes);
 
     Kind kind() const { return kind_; }
     bool is_undefined() const { return kind_ == Kind::undefined; }
@@ -62,8 +76,13 @@ class Value {
     const std::string& string() const { return s_; }
     const List& list() const { return *list_; }
     const Dict& dict() const { return *dict_; }
-    const Value* find(std::string_view key) const;  // dict entry, nullptr when absent
-    int depth() const { return depth_; }            // list/dict nesting levels, 0 for scalars
+    const Value* find(std::string_view key) const;   // dict entry or namespace attribute
+    const Dict& attributes() const { return *ns_; }  // of a namespace
+    // Sets a namespace attribute in place. A value holding a namespace is refused: a namespace
+    // that reaches itself could never be printed or freed.
+    void set_attribute(const std::string& name, Value v) const;
+    bool holds_namespace() const;         // is or contains one
+    int depth() const { return depth_; }  // list/dict nesting levels, 0 for scalars
 
   private:
     Kind kind_ = Kind::undefined;
@@ -74,6 +93,7 @@ class Value {
     std::string s_;
     std::shared_ptr<const List> list_;
     std::shared_ptr<const Dict> dict_;
+    std::shared_ptr<Dict> ns_;
 };
 
 // Renders `source` with the given top-level variables. Throws qforge::Error with "template:" and

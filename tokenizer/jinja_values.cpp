@@ -49,6 +49,7 @@ std::string str(const Value& v) {
             return v.string();
         case Value::Kind::list:
         case Value::Kind::dict:
+        case Value::Kind::ns:
             return repr(v);
     }
     return "";
@@ -86,6 +87,13 @@ std::string repr(const Value& v) {
                 (i ? ", " : "") + repr(Value(v.dict()[i].first)) + ": " + repr(v.dict()[i].second);
         return out + "}";
     }
+    if (v.kind() == Value::Kind::ns) {  // jinja2's Namespace.__repr__
+        std::string out = "<Namespace {";
+        for (size_t i = 0; i < v.attributes().size(); ++i)
+            out += (i ? ", " : "") + repr(Value(v.attributes()[i].first)) + ": " +
+                   repr(v.attributes()[i].second);
+        return out + "}>";
+    }
     return v.is_undefined() ? "Undefined" : str(v);
 }
 
@@ -106,6 +114,8 @@ bool truthy(const Value& v) {
             return !v.list().empty();
         case Value::Kind::dict:
             return !v.dict().empty();
+        case Value::Kind::ns:
+            return true;  // a Python object without __bool__ or __len__
     }
     return false;
 }
@@ -128,6 +138,8 @@ const char* kind_name(const Value& v) {
             return "list";
         case Value::Kind::dict:
             return "dict";
+        case Value::Kind::ns:
+            return "namespace";
     }
     return "?";
 }
@@ -170,6 +182,8 @@ static bool equal(const Value& a, const Value& b) {
             }
             return true;
         }
+        case Value::Kind::ns:  // Python objects compare by identity
+            return &a.attributes() == &b.attributes();
         default:
             return false;
     }
@@ -248,7 +262,7 @@ Value::List items_of(const Value& v) {
 
 Value get_item(const Value& obj, const Value& key) {
     if (obj.is_undefined()) fail("item or attribute of an undefined value");
-    if (obj.kind() == Value::Kind::dict) {
+    if (obj.kind() == Value::Kind::dict || obj.kind() == Value::Kind::ns) {
         if (key.kind() != Value::Kind::string) return {};
         const Value* v = obj.find(key.string());
         return v ? *v : Value();
@@ -541,9 +555,43 @@ Value::Value(Dict d) : kind_(Kind::dict) {
     dict_ = std::make_shared<const Dict>(std::move(d));
 }
 
+Value Value::make_namespace(Dict attributes) {
+    Value v;
+    v.kind_ = Kind::ns;
+    for (const auto& [k, e] : attributes) {
+        if (e.holds_namespace()) detail::fail("a namespace inside a namespace is not supported");
+        v.depth_ = std::max(v.depth_, e.depth_);
+    }
+    if (++v.depth_ > kMaxTemplateDepth) detail::fail_too_deep();
+    v.ns_ = std::make_shared<Dict>(std::move(attributes));
+    return v;
+}
+
+void Value::set_attribute(const std::string& name, Value v) const {
+    if (v.holds_namespace()) detail::fail("a namespace inside a namespace is not supported");
+    // Values are built at most kMaxTemplateDepth deep, so the namespace stays one level above.
+    for (auto& [k, e] : *ns_)
+        if (k == name) {
+            e = std::move(v);
+            return;
+        }
+    ns_->emplace_back(name, std::move(v));
+}
+
+bool Value::holds_namespace() const {
+    if (kind_ == Kind::ns) return true;
+    if (kind_ == Kind::list)
+        return std::any_of(list_->begin(), list_->end(),
+                           [](const Value& e) { return e.holds_namespace(); });
+    if (kind_ == Kind::dict)
+        return std::any_of(dict_->begin(), dict_->end(),
+                           [](const auto& kv) { return kv.second.holds_namespace(); });
+    return false;
+}
+
 const Value* Value::find(std::string_view key) const {
-    if (kind_ != Kind::dict) return nullptr;
-    for (const auto& [k, v] : *dict_)
+    if (kind_ != Kind::dict && kind_ != Kind::ns) return nullptr;
+    for (const auto& [k, v] : kind_ == Kind::dict ? *dict_ : *ns_)
         if (k == key) return &v;
     return nullptr;
 }

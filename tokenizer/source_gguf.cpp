@@ -33,13 +33,34 @@ enum class GgufTokenType : int64_t {
     byte = 6,
 };
 
+size_t utf8_chars(const std::string& s) {
+    size_t n = 0;
+    for (size_t at = 0; at < s.size(); at += std::max<size_t>(1, utf8_sequence_length(s, at))) ++n;
+    return n;
+}
+
 struct Vocab {
     std::vector<std::string> pieces;
     std::vector<GgufTokenType> types;
     std::unordered_map<std::string, int64_t> id_of;
+    std::vector<bool> respelled;  // a Gemma whitespace token written with meta spaces
 };
 
-Vocab read_vocab(const GgufFile& f) {
+// Gemma's GGUF files (convert_hf_to_gguf.py) write the tokens made of two or more spaces with
+// real spaces ("  "), where the SentencePiece model spells them "▁▁": the normalizer turns every
+// space into "▁" before the model sees the text, so only the "▁" spelling can ever match or be
+// merged into. transformers' GGUF loader (integrations/gguf, gemma_tokenizer) spells them back,
+// every character of a token that holds a space and nothing but whitespace becoming one "▁";
+// llama.cpp reaches the same ids by matching those tokens in the raw text. Only ASCII whitespace
+// is looked for: Gemma's vocabulary has no such token with other whitespace in it.
+bool is_gemma_space_token(const std::string& p) {
+    if (p.find(' ') == std::string::npos) return false;
+    return std::all_of(p.begin(), p.end(), [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    });
+}
+
+Vocab read_vocab(const GgufFile& f, bool gemma) {
     const std::string& file = f.path();
     const auto* tokens = f.get_string_array("tokenizer.ggml.tokens");
     if (!tokens || tokens->empty())
@@ -53,6 +74,7 @@ Vocab read_vocab(const GgufFile& f) {
                     "tokenizer.ggml.token_type has " + std::to_string(raw_types.size()) +
                         " entries for " + std::to_string(v.pieces.size()) + " tokens");
     v.types.reserve(v.pieces.size());
+    v.respelled.assign(v.pieces.size(), false);
     for (size_t id = 0; id < v.pieces.size(); ++id) {
         const int64_t t = raw_types.empty() ? 1 : raw_types[id];
         if (t < 0 || t > static_cast<int64_t>(GgufTokenType::byte))
@@ -63,6 +85,12 @@ Vocab read_vocab(const GgufFile& f) {
         std::string& p = v.pieces[id];
         // llama.cpp keeps empty tokens under a placeholder name, with a warning.
         if (p.empty()) p = "[EMPTY_" + std::to_string(id) + "]";
+        if (gemma && is_gemma_space_token(p)) {
+            std::string meta;
+            for (size_t k = 0; k < p.size(); ++k) meta += kMetaSpace;
+            p = std::move(meta);
+            v.respelled[id] = true;
+        }
         if (!is_valid_utf8(p))
             throw Error(file, {}, "token " + std::to_string(id) + " is not valid UTF-8");
         if (!v.id_of.emplace(p, static_cast<int64_t>(id)).second)
@@ -104,14 +132,17 @@ json token_id(const GgufFile& f, const char* key, const Vocab& v, json fallback 
 }
 
 // Control, unknown and user-defined tokens are matched in the raw text before anything else, as
-// `tokenizers` does with a model's added tokens and llama.cpp with its special tokens.
-json added_tokens(const Vocab& v) {
+// `tokenizers` does with a model's added tokens and llama.cpp with its special tokens. Gemma's
+// loader in transformers adds the user-defined ones unnormalized and leaves out the respelled
+// whitespace tokens (vocabulary entries that merges build, see is_gemma_space_token).
+json added_tokens(const Vocab& v, bool gemma) {
     json out = json::array();
     for (size_t id = 0; id < v.pieces.size(); ++id) {
         const GgufTokenType t = v.types[id];
         if (t != GgufTokenType::control && t != GgufTokenType::unknown &&
             t != GgufTokenType::user_defined)
             continue;
+        if (v.respelled[id]) continue;
         const bool special = t != GgufTokenType::user_defined;
         out.push_back({{"id", id},
                        {"content", v.pieces[id]},
@@ -119,7 +150,7 @@ json added_tokens(const Vocab& v) {
                        {"lstrip", false},
                        {"rstrip", false},
                        {"single_word", false},
-                       {"normalized", !special}});
+                       {"normalized", !special && !gemma}});
     }
     return out;
 }
@@ -156,7 +187,11 @@ json gpt2_merges(const GgufFile& f, const Vocab& v) {
 // (transformers' SentencePieceExtractor): every token that splits at a character boundary into
 // two tokens is the merge of that pair; merges are ordered by the merged token's score, highest
 // first (stable in token order), and the splits of one token by the ids of (left, right).
-json spm_merges(const GgufFile& f, const Vocab& v) {
+// Gemma (transformers' gemma_tokenizer, generate_merges): the merged token's position in the
+// vocabulary ranks the merges instead, earliest first (its control, byte and whitespace tokens
+// carry scores 0 and -1000 that say nothing of merge order), and the splits of one token by
+// the left side's length in characters, longest first.
+json spm_merges(const GgufFile& f, const Vocab& v, bool gemma) {
     const GgufValue* raw = f.find("tokenizer.ggml.scores");
     std::vector<double> scores(v.pieces.size(), 0.0);
     if (raw) {
@@ -166,9 +201,12 @@ json spm_merges(const GgufFile& f, const Vocab& v) {
                         "tokenizer.ggml.scores must be an array of one float32 per token");
         scores = raw->floats;
     }
+    if (gemma)
+        for (size_t id = 0; id < scores.size(); ++id) scores[id] = -static_cast<double>(id);
     struct Merge {
         int64_t left, right;
         size_t piece;
+        size_t left_chars = 0;
     };
     std::vector<Merge> merges;
     for (size_t id = 0; id < v.pieces.size(); ++id) {
@@ -181,10 +219,11 @@ json spm_merges(const GgufFile& f, const Vocab& v) {
             // The schema writes a merge as "left right": a side holding a space cannot be written.
             if (l->first.find(' ') != std::string::npos || r->first.find(' ') != std::string::npos)
                 continue;
-            merges.push_back({l->second, r->second, id});
+            merges.push_back({l->second, r->second, id, utf8_chars(l->first)});
         }
         std::sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
-                  [](const Merge& x, const Merge& y) {
+                  [gemma](const Merge& x, const Merge& y) {
+                      if (gemma) return x.left_chars > y.left_chars;
                       return std::pair(x.left, x.right) < std::pair(y.left, y.right);
                   });
     }
@@ -210,8 +249,10 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
                     "tokenizer.ggml.model '" + gguf_excerpt(*model) +
                         "' is not supported (supported: gpt2, byte-level BPE; llama, "
                         "SentencePiece)");
-    const Vocab v = read_vocab(f);
     const bool spm = *model == "llama";
+    const std::string* arch = f.get_string("general.architecture");
+    const bool gemma = spm && arch && (*arch == "gemma" || *arch == "gemma2" || *arch == "gemma3");
+    const Vocab v = read_vocab(f, gemma);
 
     json s;
     s["schema_version"] = kTokenizerSchemaVersion;
@@ -220,7 +261,7 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
     json types = json::array();
     for (GgufTokenType t : v.types) types.push_back(schema_type(t));
     s["token_types"] = std::move(types);
-    s["added_tokens"] = added_tokens(v);
+    s["added_tokens"] = added_tokens(v, gemma);
     s["metaspace"] = nullptr;
 
     bool add_bos = false;
@@ -228,7 +269,7 @@ json tokenizer_schema_from_gguf(const GgufFile& f) {
         // llama.cpp's SentencePiece defaults: a dummy-prefix space, BOS added.
         const bool prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
         s["model"] = "bpe_sentencepiece";
-        s["merges"] = spm_merges(f, v);
+        s["merges"] = spm_merges(f, v, gemma);
         s["normalizer"] = json::array();
         if (prefix) s["normalizer"].push_back({{"type", "prepend"}, {"prepend", kMetaSpace}});
         s["normalizer"].push_back({{"type", "replace"}, {"pattern", " "}, {"content", kMetaSpace}});

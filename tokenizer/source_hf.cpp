@@ -237,6 +237,24 @@ json optional_json_beside(const std::string& companion) {
     return j;
 }
 
+// Gemma's tokenizer.json (transformers' GemmaTokenizer) splits at " " after a normalizer that
+// has replaced every " " with "▁": pre-tokenizers see normalized text, so the split never
+// finds a space and the text stays one word, as with no pre-tokenizer. Only that exact case is
+// accepted (a literal " ", not inverted, and no normalizer step that writes a space back).
+bool splits_only_spaces_normalized_away(const JsonView& pre, const json& normalizer) {
+    if (!pre.is_object() || pre["type"].string_or("") != "Split" ||
+        pre["invert"].boolean_or(false) || !pre["pattern"].is_object() ||
+        pre["pattern"]["String"].string_or("") != " ")
+        return false;
+    bool replaced = false;
+    for (const json& n : normalizer) {
+        const std::string written = n.value("content", "") + n.value("prepend", "");
+        if (written.find(' ') != std::string::npos) return false;
+        replaced = replaced || (n.value("type", "") == "replace" && n.value("pattern", "") == " ");
+    }
+    return replaced;
+}
+
 // tokenizer.json -> schema.
 json map_hf_tokenizer(const std::string& path) {
     const json root = read_json_file(path);
@@ -280,9 +298,10 @@ json map_hf_tokenizer(const std::string& path) {
         s["metaspace"] = {{"replacement", pre["replacement"].string_or(kMetaSpace)},
                           {"prepend_scheme", metaspace_prepend_scheme(pre)},
                           {"split", pre["split"].boolean_or(true)}};
-    } else if (pre.is_set()) {
+    } else if (pre.is_set() && !splits_only_spaces_normalized_away(pre, s["normalizer"])) {
         pre.fail("unsupported pre_tokenizer " + excerpt(pre) +
-                 " (supported: ByteLevel with Split/Digits, Metaspace, none)");
+                 " (supported: ByteLevel with Split/Digits, Metaspace, a Split at \" \" after "
+                 "a normalizer that replaces every space, none)");
     } else {
         for (const json& n : s["normalizer"])
             if (n.value("content", "") == kMetaSpace || n.value("prepend", "") == kMetaSpace)
