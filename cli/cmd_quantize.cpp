@@ -61,7 +61,8 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
                 {"parameters", r.parameters},
                 {"bytes", r.tensor_bytes},
                 {"file_bytes", r.bytes_written},
-                {"bits_per_weight", bits_per_weight(r.tensor_bytes, r.parameters)}}},
+                {"bits_per_weight", bits_per_weight(r.tensor_bytes, r.parameters)},
+                {"file_bits_per_weight", bits_per_weight(r.bytes_written, r.parameters)}}},
               {"seconds", r.seconds},
               {"threads", threads},
               {"tokenizer", r.tokenizer},
@@ -230,10 +231,11 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             std::printf("%s\n", report_json(a->opts, r, a->opts.threads).dump(2).c_str());
         } else {
             std::printf(
-                "wrote %s: %zu tensors, %llu parameters, %s, %.3f bits per weight, %.1f s\n",
+                "wrote %s: %zu tensors, %llu parameters, %s, %.3f bits per weight (%.3f counting "
+                "the whole file), %.1f s\n",
                 a->opts.output.c_str(), r.tensors.size(), (unsigned long long)r.parameters,
                 human_bytes(r.bytes_written).c_str(), bits_per_weight(r.tensor_bytes, r.parameters),
-                r.seconds);
+                bits_per_weight(r.bytes_written, r.parameters), r.seconds);
         }
         return 0;
     };

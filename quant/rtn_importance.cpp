@@ -71,8 +71,8 @@ double importance_grid_error(QType t, const QGroupParams& p, const float* w, con
                              uint64_t n) {
     double e = 0.0;
     for (uint64_t j = 0; j < n; ++j) {
-        const double d = static_cast<double>(w[j]) -
-                         static_cast<double>(qtype_dequantize_value(p, qtype_quantize_value(t, p, w[j])));
+        const double d = static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(
+                                                         p, qtype_quantize_value(t, p, w[j])));
         e += weight_of(a, j) * d * d;
     }
     return e;

@@ -55,7 +55,9 @@ std::vector<Grid> ref_candidates(QType t, const std::vector<float>& w, const std
         const uint16_t h = f32_to_f16(float(s));
         if (std::isfinite(s) && (h & 0x7c00) != 0x7c00 && (h & 0x7fff) != 0) o.push_back({h, z});
     };
-    auto zero_of = [&](double z) { return int32_t(std::clamp(std::nearbyint(z), 0.0, double(maxq))); };
+    auto zero_of = [&](double z) {
+        return int32_t(std::clamp(std::nearbyint(z), 0.0, double(maxq)));
+    };
     auto fit = [&](Grid trial, const std::vector<double>& wt, std::vector<Grid>& o) {
         const float ts = f16_to_f32(trial.scale_bits);
         std::vector<double> c(w.size());
@@ -101,7 +103,9 @@ std::vector<Grid> ref_candidates(QType t, const std::vector<float>& w, const std
         } else {
             std::vector<Grid> s;
             half((double(hi) - lo) / d, 0, s);
-            if (!s.empty()) half(f16_to_f32(s[0].scale_bits), zero_of(-lo / f16_to_f32(s[0].scale_bits)), trial);
+            if (!s.empty())
+                half(f16_to_f32(s[0].scale_bits), zero_of(-lo / f16_to_f32(s[0].scale_bits)),
+                     trial);
         }
         if (trial.empty()) continue;
         out.push_back(trial[0]);
@@ -111,7 +115,8 @@ std::vector<Grid> ref_candidates(QType t, const std::vector<float>& w, const std
     return out;
 }
 
-Grid brute_force(QType t, const std::vector<float>& w, const std::vector<double>& a, bool weighted) {
+Grid brute_force(QType t, const std::vector<float>& w, const std::vector<double>& a,
+                 bool weighted) {
     const auto cands = ref_candidates(t, w, a, weighted);
     Grid best = cands[0];
     double best_e = ref_error(t, best, w, a);
@@ -125,7 +130,8 @@ Grid brute_force(QType t, const std::vector<float>& w, const std::vector<double>
     return best;
 }
 
-constexpr QType kTypes[] = {QType::q4_g32, QType::q4s_g32, QType::q3_g32, QType::q8_g32, QType::q4_g128};
+constexpr QType kTypes[] = {QType::q4_g32, QType::q4s_g32, QType::q3_g32, QType::q8_g32,
+                            QType::q4_g128};
 
 // A group with a few outliers and importance spanning four decades, as real activations do.
 void random_group(std::mt19937& rng, size_t n, std::vector<float>& w, std::vector<double>& a) {
@@ -189,7 +195,8 @@ TEST_CASE("importance grid: zero importance keeps the min-max grid, rows pack as
         std::vector<uint8_t> ref(bytes), got(bytes);
         REQUIRE(quantize_row_ref(t, w.data(), k, ref.data()) == QuantStatus::ok);
         const std::vector<double> zero(k, 0.0);
-        REQUIRE(quantize_row_importance(t, w.data(), zero.data(), k, got.data()) == QuantStatus::ok);
+        REQUIRE(quantize_row_importance(t, w.data(), zero.data(), k, got.data()) ==
+                QuantStatus::ok);
         REQUIRE(got == ref);
         // With importance: each group's grid is importance_group_grid's, codes by rounding.
         REQUIRE(quantize_row_importance(t, w.data(), a.data(), k, got.data()) == QuantStatus::ok);
