@@ -190,6 +190,10 @@ int inspect_qf(const std::string& path, bool as_json) {
         rows.push_back({t.name, std::string(qtype_traits(t.qtype).name), t.shape, t.stored_length,
                         std::string(qf_encoding_name(t.encoding)),
                         bits_per_weight(t.length, t.shape)});
+    // Bits per weight counting every byte of the file (header, alignment padding included).
+    const uint64_t params = totals(rows)["parameters"].get<uint64_t>();
+    const double file_bits =
+        params ? 8.0 * static_cast<double>(qf.file_size()) / static_cast<double>(params) : 0.0;
     const json& tok = qf.header().at("tokenizer");
     const json& prov = qf.header().at("provenance");
     const json quantization =
@@ -204,6 +208,7 @@ int inspect_qf(const std::string& path, bool as_json) {
                   {"kind", "qf"},
                   {"format_version", qf.version()},
                   {"file_bytes", qf.file_size()},
+                  {"file_bits_per_weight", file_bits},
                   {"model", qf.model()},
                   {"tokenizer", tokenizer_summary(tok)},
                   {"provenance", qf.header().at("provenance")},
@@ -218,8 +223,8 @@ int inspect_qf(const std::string& path, bool as_json) {
         if (invalid) throw *invalid;
         return 0;
     }
-    std::printf("file: %s (qforge format version %u, %s)\n", path.c_str(), qf.version(),
-                human_bytes(qf.file_size()).c_str());
+    std::printf("file: %s (qforge format version %u, %s, %.3f bits per weight)\n", path.c_str(),
+                qf.version(), human_bytes(qf.file_size()).c_str(), file_bits);
     if (invalid)
         std::printf("INVALID: %s\n", invalid->what());
     else

@@ -61,7 +61,8 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
                 {"parameters", r.parameters},
                 {"bytes", r.tensor_bytes},
                 {"file_bytes", r.bytes_written},
-                {"bits_per_weight", bits_per_weight(r.tensor_bytes, r.parameters)}}},
+                {"bits_per_weight", bits_per_weight(r.tensor_bytes, r.parameters)},
+                {"file_bits_per_weight", bits_per_weight(r.bytes_written, r.parameters)}}},
               {"seconds", r.seconds},
               {"threads", threads},
               {"tokenizer", r.tokenizer},
@@ -136,8 +137,8 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         ->check(parsed_by([](const std::string& s) { parse_quant_method(s); }));
     CalibratedOptions& co = a->opts.calibrated;
     add_input_option(app, "--calib", co.calibration.files,
-                     "calibration text files (plain text; gptq, awq): random windows of --seqlen "
-                     "tokens")
+                     "calibration text files (plain text; gptq, awq; rtn: importance-weighted): "
+                     "random windows of --seqlen tokens")
         ->take_all();
     add_int_option(app, "--nsamples", co.calibration.nsamples, 1, uint64_t{1} << 20,
                    "calibration windows");
@@ -155,6 +156,10 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         "--mse", [&co] { co.mse = kGptqMseNorm; },
         "GPTQ: choose each group's grid by shrinking its range (1.0 down to 0.21 in steps of "
         "0.01) for the least sum |w - q|^2.4, as GPTQModel's mse option; clips outliers");
+    app.add_flag("--importance", co.importance,
+                 "every method: choose each group's scale and zero for the least error weighted "
+                 "by the mean squared activation of its input columns on the --calib text "
+                 "(diag H); with --method rtn, --calib alone turns it on (one calibration pass)");
     app.add_option("--resume", co.resume_dir,
                    "calibrated methods: save each finished block's state in DIR (created if "
                    "absent); a rerun with the same DIR, input, recipe and calibration continues "
@@ -195,15 +200,24 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             a->opts.recipe.overrides.push_back(parse_tensor_type_override(spec));
         a->opts.threads = resolved_threads(common);
         a->opts.calibrated.calibration.seed = common.seed;
-        const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
-        if (calibrated && a->opts.calibrated.calibration.files.empty())
-            throw UsageError("--method " + a->method + " needs calibration text: --calib FILE");
-        if (!calibrated && !a->opts.calibrated.resume_dir.empty())
-            throw UsageError("--resume is for calibrated methods (gptq, awq); --method " +
-                             a->method + " runs in one pass");
-        if (!calibrated && !a->opts.calibrated.calibration.files.empty())
-            throw UsageError("--calib is for calibrated methods (gptq, awq); --method " +
-                             a->method + " uses no data");
+        CalibratedOptions& cal = a->opts.calibrated;
+        // RTN with calibration text is importance-weighted RTN: the text's only use.
+        if (a->opts.recipe.method == QuantMethod::rtn && !cal.calibration.files.empty())
+            cal.importance = true;
+        const bool calibrated =
+            quant_method_info(a->opts.recipe.method).calibrated || cal.importance;
+        if (calibrated && cal.calibration.files.empty())
+            throw UsageError("--method " + a->method + (cal.importance ? " --importance" : "") +
+                             " needs calibration text: --calib FILE");
+        if (!calibrated && !cal.resume_dir.empty())
+            throw UsageError(
+                "--resume is for calibrated methods (gptq, awq, rtn --calib); "
+                "--method " +
+                a->method + " runs in one pass");
+        if (cal.importance && cal.mse > 0.0)
+            throw UsageError(
+                "--importance and --mse choose each group's grid differently: "
+                "give one of them");
 
         // Nothing the run reads or keeps (inputs, calibration text, --resume state) is the output.
         std::vector<std::string> inputs = checkpoint_input_files(a->opts.input, a->opts.tokenizer);
@@ -217,10 +231,11 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             std::printf("%s\n", report_json(a->opts, r, a->opts.threads).dump(2).c_str());
         } else {
             std::printf(
-                "wrote %s: %zu tensors, %llu parameters, %s, %.3f bits per weight, %.1f s\n",
+                "wrote %s: %zu tensors, %llu parameters, %s, %.3f bits per weight (%.3f counting "
+                "the whole file), %.1f s\n",
                 a->opts.output.c_str(), r.tensors.size(), (unsigned long long)r.parameters,
                 human_bytes(r.bytes_written).c_str(), bits_per_weight(r.tensor_bytes, r.parameters),
-                r.seconds);
+                bits_per_weight(r.bytes_written, r.parameters), r.seconds);
         }
         return 0;
     };

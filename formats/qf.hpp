@@ -17,6 +17,11 @@
 
 namespace qforge {
 
+// The quantized row alignment of a file of this format version (formats/qtype.hpp).
+constexpr uint64_t qf_row_align(uint32_t version) {
+    return version == 1 ? kQfV1RowAlign : kQuantRowAlign;
+}
+
 struct QfTensorInfo {
     std::string name;
     QType qtype;
@@ -59,8 +64,11 @@ class QfFile {
     const QfTensorInfo* find(std::string_view name) const;
     const QfTensorInfo& at(std::string_view name) const;  // Error naming the tensor if absent
 
-    // The tensor's decoded bytes: a span into the mapping for raw tensors (zero copy); zstd
-    // tensors are decompressed into `scratch`. With `verify`, the checksum is checked too.
+    // The tensor's decoded bytes in the current row layout: a span into the mapping for raw
+    // tensors (zero copy); zstd tensors are decompressed into `scratch`, and quantized tensors of
+    // a version 1 file, whose rows were padded to 64 bytes, are repacked into it (so the span
+    // then holds fewer bytes than the entry's length). `scratch` is left empty when unused. With
+    // `verify`, the checksum (of the bytes as stored, before any repacking) is checked too.
     std::span<const uint8_t> tensor_bytes(const QfTensorInfo& t, std::vector<uint8_t>& scratch,
                                           bool verify = false) const;
     // Checks one tensor's checksum (decoding it if compressed); throws on mismatch.
@@ -87,6 +95,9 @@ class QfFile {
 struct QfWriteOptions {
     bool compress = false;  // zstd per tensor, kept only where it saves space
     int zstd_level = 3;
+    // The format version written: kQfVersion, or 1 (quantized rows padded to 64 bytes; tensors
+    // must then be given in that layout) for tests of the readers' compatibility.
+    uint32_t version = kQfVersion;
 };
 
 // Streams tensors into a new .qf. Nothing appears under `path` until finish() succeeds; an

@@ -128,7 +128,7 @@ void QfFile::parse_tensors() {
         t.qtype = *qt;
         e["shape"].for_each_element(
             [&](const JsonView& d) { t.shape.push_back(d.unsigned_integer()); });
-        auto expected = qtype_tensor_bytes(t.qtype, t.shape);
+        auto expected = qtype_tensor_bytes(t.qtype, t.shape, qf_row_align(preamble_.version));
         if (!expected && qtype_is_quantized(t.qtype) && (t.shape.size() != 2 || t.shape[1] == 0))
             throw Error(p, t.name,
                         "shape " + shape_to_string(t.shape) + ": " + qname +
@@ -234,6 +234,19 @@ std::span<const uint8_t> QfFile::tensor_bytes(const QfTensorInfo& t, std::vector
             throw Error(path(), t.name,
                         "checksum mismatch: header says " + t.checksum + ", data hashes to " +
                             actual + " (the file is corrupt)");
+    }
+    const uint64_t align = qf_row_align(preamble_.version);
+    if (align != kQuantRowAlign && qtype_is_quantized(t.qtype)) {
+        // Each old row is the current row followed by its padding: keep the first bytes of each.
+        const uint64_t rows = t.shape[0], from = *qtype_row_bytes(t.qtype, t.shape[1], align),
+                       to = *qtype_row_bytes(t.qtype, t.shape[1]);
+        if (from != to) {
+            std::vector<uint8_t> packed(rows * to);
+            for (uint64_t r = 0; r < rows; ++r)
+                std::memcpy(packed.data() + r * to, bytes.data() + r * from, to);
+            scratch = std::move(packed);
+            bytes = scratch;
+        }
     }
     return bytes;
 }

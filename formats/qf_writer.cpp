@@ -13,6 +13,10 @@ namespace qforge {
 
 QfWriter::QfWriter(std::string path, QfWriteOptions options)
     : out_(std::move(path)), options_(options) {
+    if (options_.version < 1 || options_.version > kQfVersion)
+        throw Error(
+            out_.final_path(), {},
+            "internal error: cannot write format version " + std::to_string(options_.version));
     out_.pad_to(kQfDataAlignment);  // preamble written at finish(); data starts on a page
 }
 
@@ -22,7 +26,7 @@ void QfWriter::add_tensor(const std::string& name, QType qtype, std::vector<uint
     if (finished_) throw Error(p, name, "internal error: tensor added after finish()");
     for (const auto& t : tensors_)
         if (t.name == name) throw Error(p, name, "internal error: tensor written twice");
-    auto expected = qtype_tensor_bytes(qtype, shape);
+    auto expected = qtype_tensor_bytes(qtype, shape, qf_row_align(options_.version));
     if (!expected || *expected != bytes.size())
         throw Error(p, name,
                     "internal error: " + std::to_string(bytes.size()) + " bytes for shape " +
@@ -58,8 +62,9 @@ void QfWriter::finish() {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : tensors_) tensors.push_back(qf_tensor_to_json(t));
     nlohmann::json header = {
-        {"format", "qforge"},      {"format_version", kQfVersion}, {"model", model_},
-        {"tokenizer", tokenizer_}, {"provenance", provenance_},    {"tensors", std::move(tensors)},
+        {"format", "qforge"},        {"format_version", options_.version},
+        {"model", model_},           {"tokenizer", tokenizer_},
+        {"provenance", provenance_}, {"tensors", std::move(tensors)},
     };
     const std::string text = header.dump(1);
     const uint64_t header_offset = out_.position();
@@ -67,7 +72,7 @@ void QfWriter::finish() {
 
     QfPreamble pre{};
     std::memcpy(pre.magic, kQfMagic, sizeof kQfMagic);
-    pre.version = kQfVersion;
+    pre.version = options_.version;
     pre.endian_tag = kQfEndianTag;
     pre.header_offset = header_offset;
     pre.header_length = text.size();

@@ -15,8 +15,11 @@
 //            has the bytes). Codes past k hold the zero code, so they dequantize to exactly 0.
 //   scales   one fp16 per group, in group order (little-endian binary16).
 //   zeros    asymmetric types only: one uint8 per group, the integer zero point.
-//   padding  zero bytes up to a multiple of 64: every row starts on a cache line (one x86 line,
-//            two AVX2 loads, four 16-byte GPU loads), given tensors start on 64-byte boundaries.
+//   No padding: the row stride is exactly codes + scales + zeros, so a tensor's bytes are its
+//   weights times their bits (format version 2; the tensor as a whole starts on a 64-byte
+//   boundary and is padded to the next tensor). The CPU kernels load rows unaligned; the CUDA
+//   backend copies rows to a 64-byte GPU stride when it uploads them. Format version 1 padded
+//   every row to a multiple of 64 bytes (kQfV1RowAlign); readers repack such rows on load.
 //
 // Scales live in the row, after its codes, so a thread that owns a range of rows streams one
 // contiguous region and a row can be sliced without touching other rows. Weight j of a row is
@@ -143,9 +146,12 @@ inline std::optional<QType> qtype_from_dtype(DType d) {
 // Row layout
 // ---------------------------------------------------------------------------------------------
 
-inline constexpr uint64_t kQuantRowAlign = 64;  // bytes: a cache line, 16-byte GPU loads
-inline constexpr uint64_t kCodeChunk = 32;      // weights per code chunk (16 bytes at 4 bits)
-inline constexpr uint64_t kQ3CodeChunk = 128;   // weights per 3-bit code chunk (48 bytes)
+// Row stride alignment: 1 (rows packed tight) since format version 2; version 1 files padded
+// each row to kQfV1RowAlign bytes.
+inline constexpr uint64_t kQuantRowAlign = 1;
+inline constexpr uint64_t kQfV1RowAlign = 64;
+inline constexpr uint64_t kCodeChunk = 32;     // weights per code chunk (16 bytes at 4 bits)
+inline constexpr uint64_t kQ3CodeChunk = 128;  // weights per 3-bit code chunk (48 bytes)
 
 // Weights per code chunk of quantized type t: rows hold whole chunks.
 constexpr uint64_t qtype_code_chunk(QType t) {
@@ -187,13 +193,15 @@ struct QRowLayout {
     uint64_t codes_bytes = 0;    // codes start at byte 0
     uint64_t scales_offset = 0;  // fp16 scales
     uint64_t zeros_offset = 0;   // uint8 zero points (asymmetric types; == row_bytes otherwise)
-    uint64_t row_bytes = 0;      // the row stride, a multiple of kQuantRowAlign
+    uint64_t row_bytes = 0;      // the row stride, a multiple of the row alignment
 };
 
 constexpr uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
-// The layout of one row of k weights; nullopt for float types or k == 0.
-constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k) {
+// The layout of one row of k weights, rows padded to a multiple of row_align bytes (1: the
+// current format; kQfV1RowAlign: format version 1); nullopt for float types or k == 0.
+constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k,
+                                                     uint64_t row_align = kQuantRowAlign) {
     const QTypeTraits& tr = qtype_traits(t);
     if (tr.is_float || k == 0 || k > (uint64_t{1} << 40)) return std::nullopt;
     QRowLayout l;
@@ -204,23 +212,25 @@ constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k) {
     l.scales_offset = l.codes_bytes;
     l.zeros_offset = l.scales_offset + 2 * l.groups;
     const uint64_t end = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
-    l.row_bytes = round_up(end, kQuantRowAlign);
+    l.row_bytes = round_up(end, row_align);
     if (tr.symmetric) l.zeros_offset = l.row_bytes;
     return l;
 }
 
 // Bytes of one stored row of k elements (float rows are not padded).
-inline std::optional<uint64_t> qtype_row_bytes(QType t, uint64_t k) {
+inline std::optional<uint64_t> qtype_row_bytes(QType t, uint64_t k,
+                                               uint64_t row_align = kQuantRowAlign) {
     const QTypeTraits& tr = qtype_traits(t);
     if (tr.is_float) return checked_mul(k, dtype_info(tr.dtype).size);
-    auto l = qtype_row_layout(t, k);
+    auto l = qtype_row_layout(t, k, row_align);
     if (!l) return std::nullopt;
     return l->row_bytes;
 }
 
 // Bytes a tensor of this type and shape occupies; nullopt when the size overflows 64 bits, or
 // for a quantized type whose shape is not a non-empty matrix.
-inline std::optional<uint64_t> qtype_tensor_bytes(QType t, std::span<const uint64_t> shape) {
+inline std::optional<uint64_t> qtype_tensor_bytes(QType t, std::span<const uint64_t> shape,
+                                                  uint64_t row_align = kQuantRowAlign) {
     const QTypeTraits& tr = qtype_traits(t);
     if (tr.is_float) {
         auto n = checked_product(shape);
@@ -228,14 +238,15 @@ inline std::optional<uint64_t> qtype_tensor_bytes(QType t, std::span<const uint6
         return checked_mul(*n, dtype_info(tr.dtype).size);
     }
     if (shape.size() != 2) return std::nullopt;
-    auto row = qtype_row_bytes(t, shape[1]);
+    auto row = qtype_row_bytes(t, shape[1], row_align);
     if (!row) return std::nullopt;
     return checked_mul(shape[0], *row);
 }
 
-// Storage bits per weight of a [rows, k] tensor, scales, zeros and padding included.
-inline double qtype_bits_per_weight(QType t, uint64_t k) {
-    auto row = qtype_row_bytes(t, k);
+// Storage bits per weight of a [rows, k] tensor, scales and zeros included (and row padding, for
+// a row_align above 1).
+inline double qtype_bits_per_weight(QType t, uint64_t k, uint64_t row_align = kQuantRowAlign) {
+    auto row = qtype_row_bytes(t, k, row_align);
     return row && k ? 8.0 * static_cast<double>(*row) / static_cast<double>(k) : 0.0;
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "quant/rtn.hpp"
+#include "quant/rtn_importance.hpp"
 
 namespace qforge {
 
@@ -36,7 +37,15 @@ GptqOptions gptq_options(const CalibratedOptions& c, QType target) {
     o.damp = c.damp;
     o.act_order = c.act_order;
     o.mse = c.mse;
+    o.importance = c.importance;
     return o;
+}
+
+// The diagonal of a k x k row-major matrix: each input column's importance.
+std::vector<double> diagonal(const std::vector<double>& h, uint64_t k) {
+    std::vector<double> d(k);
+    for (uint64_t c = 0; c < k; ++c) d[c] = h[c * k + c];
+    return d;
 }
 
 // Runs the calibration forward without the hook (searches evaluate the float block).
@@ -167,6 +176,10 @@ void BlockQuantizer::quantize(Weight w, const std::vector<double>& h,
         quantize_awq(w, wf, h, s_in, clip);
         return;
     }
+    if (!use_gptq_) {  // importance-weighted RTN
+        quantize_rtn(w, wf, h);
+        return;
+    }
     GptqResult r =
         gptq_quantize(wf.data(), rows, k, h, gptq_options(ctx_.options, target), &ctx_.pool);
     const double norm = std::max(r.weight_output_norm, 1e-300);
@@ -175,6 +188,33 @@ void BlockQuantizer::quantize(Weight w, const std::vector<double>& h,
                             r.damp_used, r.damp_raises});
     quantized_[static_cast<size_t>(w)] = to_f32(Matrix{t.name, target, r.packed.data(), rows, k});
     ctx_.ready[i] = std::move(r.packed);
+}
+
+// Importance-weighted RTN: each group's grid weighted by diag(h); reported against plain RTN on
+// the same inputs.
+void BlockQuantizer::quantize_rtn(Weight w, const std::vector<float>& wf,
+                                  const std::vector<double>& h) {
+    const size_t i = at(w);
+    const SourceTensor& t = ctx_.src.tensors()[i];
+    const uint64_t rows = t.shape.at(0), k = t.shape.at(1);
+    const QType target = ctx_.qtypes[i];
+    const std::vector<double> a = diagonal(h, k);
+    std::vector<uint8_t> packed(*qtype_tensor_bytes(target, t.shape)), plain(packed.size());
+    const std::span<const uint8_t> in(reinterpret_cast<const uint8_t*>(wf.data()),
+                                      wf.size() * sizeof(float));
+    if (rtn_quantize(QType::f32, in, rows, k, target, packed, &ctx_.pool, a.data()) ||
+        rtn_quantize(QType::f32, in, rows, k, target, plain, &ctx_.pool))
+        throw Error(ctx_.src.path(), t.name, "a group's scale overflows fp16");
+    const std::vector<float> zero(rows * k, 0.0f);
+    const double norm = std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h), 1e-300);
+    auto relative = [&](const std::vector<uint8_t>& p) {
+        const std::vector<float> q = to_f32(Matrix{t.name, target, p.data(), rows, k});
+        return std::sqrt(awq_hessian_error(wf.data(), q.data(), rows, k, h) / norm);
+    };
+    ctx_.linears.push_back({t.name, std::string(qtype_traits(target).name), relative(packed),
+                            relative(plain), 0.0, 0});
+    quantized_[static_cast<size_t>(w)] = to_f32(Matrix{t.name, target, packed.data(), rows, k});
+    ctx_.ready[i] = std::move(packed);
 }
 
 // AWQ: clipping search on the scaled weights, then RTN or GPTQ.
@@ -200,7 +240,10 @@ void BlockQuantizer::quantize_awq(Weight w, const std::vector<float>& wf,
     } else {
         const std::span<const uint8_t> in(reinterpret_cast<const uint8_t*>(wc.data()),
                                           wc.size() * sizeof(float));
-        if (rtn_quantize(QType::f32, in, rows, k, target, packed, &ctx_.pool))
+        const std::vector<double> a =
+            ctx_.options.importance ? diagonal(h, k) : std::vector<double>{};
+        if (rtn_quantize(QType::f32, in, rows, k, target, packed, &ctx_.pool,
+                         a.empty() ? nullptr : a.data()))
             throw Error(ctx_.src.path(), t.name, "a scaled AWQ group overflows fp16");
     }
     std::vector<float> qf = to_f32(Matrix{t.name, target, packed.data(), rows, k});

@@ -65,6 +65,7 @@ class BlockQuantizer final : public ProductHook {
     void store_float(const std::string& suffix, const std::vector<float>& v);
     void quantize(Weight w, const std::vector<double>& h, const std::vector<float>& s_in,
                   bool clip);
+    void quantize_rtn(Weight w, const std::vector<float>& wf, const std::vector<double>& h);
     void quantize_awq(Weight w, const std::vector<float>& wf, const std::vector<double>& h,
                       const std::vector<float>& s_in, bool clip);
     std::vector<float> search(const char* what, const std::vector<double>& x_mean,

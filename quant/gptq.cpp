@@ -21,6 +21,7 @@
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "quant/hessian.hpp"
+#include "quant/rtn_importance.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
@@ -78,7 +79,9 @@ std::string where(uint64_t r, uint64_t c) {
 
 }  // namespace
 
-std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n) {
+std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n,
+                                            const double* importance) {
+    if (importance) return importance_group_grid(t, v, importance, n);
     std::optional<QGroupParams> best = qtype_group_params(t, v, n);
     if (!best || mse <= 0.0 || n == 0) return best;
     auto error = [&](const QGroupParams& p) {
@@ -128,6 +131,8 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     if (o.block == 0) throw Error("GPTQ: block must be at least 1 column");
     if (!std::isfinite(o.damp) || o.damp < 0.0)
         throw Error("GPTQ: damp " + std::to_string(o.damp) + " is not a finite value >= 0");
+    if (o.importance && o.mse > 0.0)
+        throw Error("GPTQ: the importance-weighted grid search and mse choose grids differently");
     for (uint64_t r = 0; r < rows; ++r)
         for (uint64_t c = 0; c < k; ++c)
             if (!std::isfinite(w[r * k + c]))
@@ -145,12 +150,15 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     const uint64_t group = layout.group, groups = layout.groups;
 
     // Step 1: dead inputs.
-    std::vector<double> diag(k);
+    std::vector<double> diag(k), importance(o.importance ? k : 0);
     std::vector<uint8_t> dead(k);
     for (uint64_t i = 0; i < k; ++i) {
         dead[i] = h[i * k + i] == 0.0;
         diag[i] = dead[i] ? 1.0 : h[i * k + i];
+        if (o.importance) importance[i] = h[i * k + i];
     }
+    // Importance of original columns [c, ...), or null for the unweighted grids.
+    auto importance_at = [&](uint64_t c) { return o.importance ? importance.data() + c : nullptr; };
     auto weight = [&](uint64_t r, uint64_t c) { return dead[c] ? 0.0f : w[r * k + c]; };
 
     // Step 2: the visiting order; perm[i] is the original column visited i-th.
@@ -169,7 +177,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
             for (uint64_t g = 0; g < groups; ++g) {
                 const uint64_t b = g * group, e = std::min(k, b + group);
                 for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
-                auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b);
+                auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b, importance_at(b));
                 if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
                 params[r * groups + g] = *p;
             }
@@ -241,7 +249,9 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                                     for (uint64_t j = i1; j < col; ++j) v -= er[j - i1] * u(j, c);
                                 vals[c - col] = static_cast<float>(v);
                             }
-                            auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), gend - col);
+                            // Without act-order, visiting order is column order.
+                            auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), gend - col,
+                                                     importance_at(col));
                             if (!p) {
                                 failed_group[r] = col / group;
                                 break;

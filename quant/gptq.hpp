@@ -30,6 +30,9 @@
 //     that range shrunk by 1 - i/100, i = 0 .. 79, for the least sum |w - q(w)|^mse over the
 //     group's weights (the reference implementation's Quantizer with mse=True and GPTQModel's
 //     `mse` option, norm 2.4 there): outliers clipped where that lowers the error of the rest.
+//     With `importance`, the importance-weighted search instead (quant/rtn_importance.hpp), the
+//     importance of column c being H[c][c] as given (0 for dead inputs): the grid that minimises
+//     sum_c H[c][c] (w_c - q(w_c))^2, the output error if the inputs were uncorrelated.
 //
 // Determinism: OpenBLAS runs single-threaded (BlasSingleThread, quant/hessian.hpp: its own
 // threads change results in the last bits); rows are processed in fixed panels, one thread per
@@ -61,6 +64,7 @@ struct GptqOptions {
     double damp = 0.01;            // fraction of mean(diag H) added to the diagonal
     bool act_order = false;        // visit columns by diag(H) descending (static groups)
     double mse = 0.0;              // > 0: grids searched for the least sum |w - q|^mse (step 6)
+    bool importance = false;       // grids by the diag(H)-weighted search (step 6); not with mse
     uint64_t block = 128;          // columns per lazy batch update
     // Also measure RTN's output error and the weights' output norm on the same H: two products
     // with H, 4 * rows * k^2 flops, more than GPTQ's own column loop (the lead's pipeline may
@@ -83,9 +87,11 @@ struct GptqResult {
     double weight_output_norm = 0.0;  // trace(W H W^T): relative error = output_error / this
 };
 
-// The grid of one group of n weights (step 6): qtype_group_params's, or with mse > 0 the searched
-// one. nullopt when the scale overflows fp16.
-std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n);
+// The grid of one group of n weights (step 6): qtype_group_params's, with mse > 0 the searched
+// one, or with importance (n values, non-null) the importance-weighted one. nullopt when the
+// scale overflows fp16.
+std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n,
+                                            const double* importance = nullptr);
 
 // Quantizes w ([rows][k] float32, row-major, finite) with the Hessian h (k * k, float64,
 // symmetric; only its lower triangle and diagonal are read). Row panels are split over `pool`'s

@@ -260,7 +260,8 @@ nlohmann::json LayerSequential::record() const {
                         {"calibration", s_->calib.to_json()},
                         {"true_sequential", true},
                         {"linears", linears}};
-    if (s_->options.method != QuantMethod::awq) {
+    if (s_->options.importance) r["importance"] = "diag(H): mean squared activation per input";
+    if (s_->options.method == QuantMethod::gptq || s_->options.method == QuantMethod::awq_gptq) {
         r["damp"] = s_->options.damp;
         r["act_order"] = s_->options.act_order;
         r["static_groups"] = s_->options.act_order;

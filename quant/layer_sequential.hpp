@@ -1,9 +1,9 @@
-// The layer-sequential calibrated pipeline (GPTQ, AWQ, AWQ+GPTQ): the calibration batch runs
-// through the model block by block. In each block the inputs of each linear are collected once
-// per shared input (q/k/v share one, gate/up share one), the linears are quantized, and the block
-// is re-run with its quantized weights so that o_proj sees the outputs of the already-quantized
-// q/k/v and down_proj those of the quantized gate/up ("true sequential"); the block's output,
-// computed with every weight quantized, is the next block's input.
+// The layer-sequential calibrated pipeline (GPTQ, AWQ, AWQ+GPTQ, importance-weighted RTN): the
+// calibration batch runs through the model block by block. In each block the inputs of each linear
+// are collected once per shared input (q/k/v share one, gate/up share one), the linears are
+// quantized, and the block is re-run with its quantized weights so that o_proj sees the outputs of
+// the already-quantized q/k/v and down_proj those of the quantized gate/up ("true sequential"); the
+// block's output, computed with every weight quantized, is the next block's input.
 //
 // AWQ (quant/awq.hpp) first searches each block's scales on the float block: q/k/v (inspected:
 // their outputs concatenated), v -> o (only when num_kv_heads == num_heads; inspected: o's
@@ -48,6 +48,9 @@ struct CalibratedOptions {
     double damp = 0.01;                      // GPTQ: fraction of mean(diag H) added to the diagonal
     bool act_order = false;                  // GPTQ: columns by decreasing diag(H), static groups
     double mse = 0.0;                        // GPTQ: > 0, grids searched (GptqOptions::mse)
+    // Every method: each group's grid by the diag(H)-weighted search (quant/rtn_importance.hpp);
+    // method rtn then runs the pipeline too (one calibration pass, the grids weighted).
+    bool importance = false;
     std::string resume_dir;  // --resume: per-block state (quant/resume_state.hpp); empty: none
 };
 

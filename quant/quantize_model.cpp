@@ -78,7 +78,8 @@ struct CalibratedEngine {
 CalibratedEngine make_engine(const QuantizeOptions& options, const ModelSource& source,
                              const std::vector<TensorPlan>& plan, ThreadPool& pool) {
     CalibratedEngine e;
-    if (!quant_method_info(options.recipe.method).calibrated) return e;
+    if (!quant_method_info(options.recipe.method).calibrated && !options.calibrated.importance)
+        return e;
     if (source.tokenizer().is_null())
         throw Error(options.input, {}, "calibration needs the model's tokenizer, and it has none");
     const Tokenizer tok = Tokenizer::from_schema(source.tokenizer(), options.input);
@@ -98,7 +99,8 @@ CalibratedEngine make_engine(const QuantizeOptions& options, const ModelSource& 
                                   {"options",
                                    {{"damp", engine_options.damp},
                                     {"act_order", engine_options.act_order},
-                                    {"mse", engine_options.mse}}},
+                                    {"mse", engine_options.mse},
+                                    {"importance", engine_options.importance}}},
                                   {"calibration", e.calibration->to_json()},
                                   {"calibration_tokens", e.calibration->tokens_hash}};
         resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,

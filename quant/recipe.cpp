@@ -164,10 +164,12 @@ TensorChoice choose_tensor_qtype(const QuantRecipe& recipe, std::string_view nam
             break;
     }
 
-    // The size rule: quantize only where the packed row is smaller than the float one.
+    // The size rule: quantize only where the packed row is smaller than the float one. Rows are
+    // counted padded to 64 bytes, as the rule was defined before rows were packed tight (format
+    // version 2), so the type a short-rowed tensor gets did not change with the layout.
     if (qtype_is_quantized(c.qtype) && !qtype_is_quantized(source)) {
         const uint64_t k = shape[1];
-        const double packed = qtype_bits_per_weight(c.qtype, k);
+        const double packed = qtype_bits_per_weight(c.qtype, k, kQfV1RowAlign);
         const double plain = qtype_traits(source).bits;
         if (packed >= plain) {
             c.reason = std::string(p.why) + ": rows of " + std::to_string(k) +

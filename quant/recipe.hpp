@@ -12,8 +12,9 @@
 //               one tensor (q8_g32: llama.cpp's Q8_0 grouping, 0.4 bits per weight above q8_g128).
 //   linear      every other matrix: the default type.
 // A matrix whose rows are too short to gain from the chosen quantized type (the packed row, with
-// its scales, zeros and 64-byte padding, takes at least as many bits per weight as the source's
-// float row, e.g. k < ~20 for q4 from f32) keeps its source float type.
+// its scales and zeros, counted padded to 64 bytes as format version 1 stored it, takes at least
+// as many bits per weight as the source's float row, e.g. k < ~20 for q4 from f32) keeps its
+// source float type.
 //
 // Overrides (--tensor-type REGEX=TYPE) come first, in the order given: the first whose regex is
 // found anywhere in the tensor's name (std::regex_search, as llama-quantize's --tensor-type) and

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "quant/rtn_importance.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
@@ -28,10 +29,11 @@ RowFailure locate_failure(QuantStatus status, const float* w, uint64_t row, uint
 std::optional<RowFailure> quantize_rows(QType source, const uint8_t* src, uint64_t src_row_bytes,
                                         uint64_t k, QType target, uint8_t* out,
                                         uint64_t out_row_bytes, uint64_t begin, uint64_t end,
-                                        float* w) {
+                                        float* w, const double* importance) {
     for (uint64_t r = begin; r < end; ++r) {
         dequantize_row_ref(source, src + r * src_row_bytes, k, w);  // float types: exact
-        const QuantStatus s = quantize_row_ref(target, w, k, out + r * out_row_bytes);
+        const QuantStatus s =
+            quantize_row_importance(target, w, importance, k, out + r * out_row_bytes);
         if (s != QuantStatus::ok) return locate_failure(s, w, r, k);
     }
     return std::nullopt;
@@ -41,7 +43,7 @@ std::optional<RowFailure> quantize_rows(QType source, const uint8_t* src, uint64
 
 std::optional<RowFailure> rtn_quantize(QType source, std::span<const uint8_t> src, uint64_t rows,
                                        uint64_t k, QType target, std::span<uint8_t> out,
-                                       ThreadPool* pool) {
+                                       ThreadPool* pool, const double* importance) {
     if (qtype_is_quantized(source))
         throw Error("internal error: rtn_quantize reads float rows, not " +
                     std::string(qtype_traits(source).name));
@@ -54,14 +56,14 @@ std::optional<RowFailure> rtn_quantize(QType source, std::span<const uint8_t> sr
     std::vector<float> scratch(parts * k);
     if (parts == 1)
         return quantize_rows(source, src.data(), src_row, k, target, out.data(), *out_row, 0, rows,
-                             scratch.data());
+                             scratch.data(), importance);
 
     std::vector<std::optional<RowFailure>> failures(parts);
     pool->run([&](int t) {
         const size_t i = static_cast<size_t>(t);
         auto [b, e] = split_range(rows, parts, i);
         failures[i] = quantize_rows(source, src.data(), src_row, k, target, out.data(), *out_row, b,
-                                    e, scratch.data() + i * k);
+                                    e, scratch.data() + i * k, importance);
     });
     // Parts are in row order, so the first part with a failure holds the lowest bad row.
     for (const auto& f : failures)

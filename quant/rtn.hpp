@@ -27,10 +27,12 @@ struct RowFailure {
 // Converts `rows` rows of `k` weights stored as float type `source` (src: rows * k elements,
 // row-major) into `target` rows (out: qtype_tensor_bytes(target, {rows, k}) bytes). `target` may
 // be a float type too (rounding to nearest even). Rows are split over `pool`'s threads, or run on
-// the caller when pool is null. Returns the failure of the lowest bad row, if any; `out` is then
-// unspecified.
+// the caller when pool is null. With `importance` (k values, one per input column, e.g. the
+// diagonal of the layer's Hessian), each group's grid is the importance-weighted search's
+// (quant/rtn_importance.hpp) instead of the min-max grid. Returns the failure of the lowest bad
+// row, if any; `out` is then unspecified.
 std::optional<RowFailure> rtn_quantize(QType source, std::span<const uint8_t> src, uint64_t rows,
                                        uint64_t k, QType target, std::span<uint8_t> out,
-                                       ThreadPool* pool);
+                                       ThreadPool* pool, const double* importance = nullptr);
 
 }  // namespace qforge

@@ -91,7 +91,7 @@ Model::Model(const std::string& path) : file_(path), config_(file_.config()) {
 std::span<const uint8_t> Model::bytes(const QfTensorInfo& t) {
     std::vector<uint8_t> scratch;
     auto b = file_.tensor_bytes(t, scratch);
-    if (t.encoding == QfEncoding::raw) return b;
+    if (scratch.empty()) return b;  // in the mapping (not decoded nor repacked)
     decoded_.push_back(std::move(scratch));
     return decoded_.back();
 }

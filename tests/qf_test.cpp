@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -124,6 +125,58 @@ TEST_CASE("qf raw tensors are used in place from the mapping", "[formats][qf]") 
     REQUIRE(a.data() == b.data());
     REQUIRE(scratch.empty());
     REQUIRE(reinterpret_cast<uintptr_t>(a.data()) % kQfTensorAlignment == 0);
+}
+
+TEST_CASE("qf version 1 files: rows padded to 64 bytes read as the packed rows", "[formats][qf]") {
+    test::ScratchDir dir("qf-v1");
+    // Odd strides: q4_g128 at k = 576 is 303 bytes a row (320 in version 1), q4s_g32 at k = 33
+    // is 36 (64), q8 at k = 5 is 34 (64); q3_g128 at k = 4096 is 1632 (1664).
+    const std::pair<QType, uint64_t> cases[] = {
+        {QType::q4_g128, 576}, {QType::q4s_g32, 33}, {QType::q8, 5}, {QType::q3_g128, 4096}};
+    for (bool compress : {false, true}) {
+        const fs::path v1 = dir / (compress ? "z1.qf" : "r1.qf");
+        std::vector<std::vector<uint8_t>> packed;
+        {
+            QfWriter w(v1.string(), {.compress = compress, .version = 1});
+            w.set_model({{"arch", "llama"}});
+            for (const auto& [t, k] : cases) {
+                const uint64_t rows = 3, tight = *qtype_row_bytes(t, k),
+                               padded = *qtype_row_bytes(t, k, kQfV1RowAlign);
+                std::vector<uint8_t> p(rows * tight), old(rows * padded, 0);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    std::vector<float> wts(k);
+                    for (uint64_t j = 0; j < k; ++j)
+                        wts[j] = std::sin(0.37f * static_cast<float>(j + 11 * r));
+                    REQUIRE(quantize_row_ref(t, wts.data(), k, p.data() + r * tight) ==
+                            QuantStatus::ok);
+                    std::memcpy(old.data() + r * padded, p.data() + r * tight, tight);
+                }
+                packed.push_back(p);
+                w.add_tensor(std::string(qtype_traits(t).name), t, {rows, k}, old);
+            }
+            w.add_tensor("embed", QType::f32, {3, 17}, samples()[0].bytes);
+            w.finish();
+        }
+        QfFile qf(v1.string(), {.verify_checksums = true, .check_model = false});
+        REQUIRE(qf.version() == 1);
+        std::vector<uint8_t> scratch;
+        for (size_t i = 0; i < std::size(cases); ++i) {
+            const auto& t = qf.at(qtype_traits(cases[i].first).name);
+            INFO(t.name << (compress ? " zstd" : " raw"));
+            REQUIRE(t.length == 3 * *qtype_row_bytes(t.qtype, t.shape[1], kQfV1RowAlign));
+            const auto got = qf.tensor_bytes(t, scratch, true);
+            REQUIRE(std::vector<uint8_t>(got.begin(), got.end()) == packed[i]);
+        }
+        // Float tensors are the same in both versions, in place from the mapping when raw.
+        scratch.clear();
+        const auto e = qf.tensor_bytes(qf.at("embed"), scratch);
+        REQUIRE(std::vector<uint8_t>(e.begin(), e.end()) == samples()[0].bytes);
+        if (!compress) REQUIRE(scratch.empty());
+    }
+    // Version 2 files cannot be written in the version 1 layout by mistake.
+    QfWriter w((dir / "bad.qf").string(), {.version = 1});
+    REQUIRE_THROWS_WITH(w.add_tensor("x", QType::q8, {1, 5}, std::vector<uint8_t>(34)),
+                        Contains("internal error: 34 bytes"));
 }
 
 TEST_CASE("qf writer is deterministic", "[formats][qf]") {

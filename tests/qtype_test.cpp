@@ -117,8 +117,9 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             while (chunks * chunk_weights < k) ++chunks;
             const uint64_t codes = chunks * (tr.bits == 8 ? 32 : tr.bits == 4 ? 16 : 48);
             const uint64_t end = codes + 2 * groups + (tr.symmetric ? 0 : groups);
-            uint64_t row = 0;
-            while (row < end) row += 64;
+            const uint64_t row = end;  // no padding (format version 2)
+            uint64_t v1_row = 0;
+            while (v1_row < end) v1_row += 64;
             REQUIRE(l->k == k);
             REQUIRE(l->group == group);
             REQUIRE(l->groups == groups);
@@ -126,21 +127,32 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             REQUIRE(l->scales_offset == codes);
             REQUIRE(l->zeros_offset == (tr.symmetric ? row : codes + 2 * groups));
             REQUIRE(l->row_bytes == row);
-            REQUIRE(l->row_bytes % kQuantRowAlign == 0);
             REQUIRE(*qtype_row_bytes(tr.type, k) == row);
             const uint64_t shape[2] = {3, k};
             REQUIRE(*qtype_tensor_bytes(tr.type, shape) == 3 * row);
+            // Format version 1: the same row followed by zeros to a multiple of 64.
+            const auto v1 = qtype_row_layout(tr.type, k, kQfV1RowAlign);
+            REQUIRE(v1->row_bytes == v1_row);
+            REQUIRE(v1->scales_offset == l->scales_offset);
+            if (!tr.symmetric) REQUIRE(v1->zeros_offset == l->zeros_offset);
+            REQUIRE(*qtype_tensor_bytes(tr.type, shape, kQfV1RowAlign) == 3 * v1_row);
         }
     }
     // Known values: TinyLlama's 2048-wide rows.
     REQUIRE(qtype_row_layout(QType::q4_g32, 2048)->row_bytes == 1024 + 128 + 64);
-    REQUIRE(qtype_row_layout(QType::q4s_g128, 2048)->row_bytes == 1024 + 64);
-    REQUIRE(qtype_row_layout(QType::q8, 2048)->row_bytes == 2048 + 64);
+    REQUIRE(qtype_row_layout(QType::q4s_g128, 2048)->row_bytes == 1024 + 32);
+    REQUIRE(qtype_row_layout(QType::q4s_g128, 2048, kQfV1RowAlign)->row_bytes == 1024 + 64);
+    REQUIRE(qtype_row_layout(QType::q8, 2048)->row_bytes == 2048 + 2);
     REQUIRE(qtype_bits_per_weight(QType::q4_g32, 2048) == Approx(4.75));
+    // SmolLM2's 576-wide rows: q4s_g32 is Q4_0's 4.5 bits per weight (324 bytes; 384 padded).
+    REQUIRE(qtype_row_layout(QType::q4s_g32, 576)->row_bytes == 288 + 36);
+    REQUIRE(qtype_row_layout(QType::q4s_g32, 576, kQfV1RowAlign)->row_bytes == 384);
+    REQUIRE(qtype_bits_per_weight(QType::q4s_g32, 576) == Approx(4.5));
     // 3-bit at 4096: 32 chunks of 48 bytes, then 128 scales and 128 zeros (g32: exactly 3.75
-    // bits per weight), or 32 scales and 32 zeros padded from 1632 to 1664 bytes (g128).
+    // bits per weight), or 32 scales and 32 zeros (g128: 3.1875; 1664 bytes padded).
     REQUIRE(qtype_row_layout(QType::q3_g32, 4096)->row_bytes == 1536 + 256 + 128);
-    REQUIRE(qtype_row_layout(QType::q3_g128, 4096)->row_bytes == 1536 + 64 + 32 + 32);
+    REQUIRE(qtype_row_layout(QType::q3_g128, 4096)->row_bytes == 1536 + 64 + 32);
+    REQUIRE(qtype_row_layout(QType::q3_g128, 4096, kQfV1RowAlign)->row_bytes == 1664);
     REQUIRE(qtype_bits_per_weight(QType::q3_g32, 4096) == Approx(3.75));
     REQUIRE(qtype_row_layout(QType::q3_g32, 172)->codes_bytes == 96);  // two chunks
     const uint64_t huge[2] = {uint64_t{1} << 40, uint64_t{1} << 30};

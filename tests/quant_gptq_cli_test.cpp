@@ -110,3 +110,40 @@ TEST_CASE("gptq refuses missing or too short calibration text with one line",
     REQUIRE(r.exit_code != 0);
     REQUIRE_THAT(r.output, Contains("--calib"));
 }
+
+// `--method rtn --calib`: importance-weighted RTN (quant/rtn_importance.hpp) at the cost of one
+// calibration pass. It must beat plain RTN on held-out text, record what it did, and be
+// byte-identical whatever --threads is.
+TEST_CASE("rtn --calib: importance-weighted RTN beats RTN, records it, is deterministic",
+          "[quant][importance][cli][shared]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("importance-cli");
+    const fs::path f32 = test::convert_stories(data, "hf", dir);
+    const fs::path calib = dir / "calib.txt", eval = dir / "eval.txt";
+    split_text(test::tinystories_head(data), calib, eval);
+
+    const std::string common = " --qtype q4_g32 -q";
+    const std::string calibrated = common + " --calib " + q(calib) + " --nsamples 16 --seqlen 128";
+    auto run = [&](const char* out, const std::string& opts) {
+        auto r = test::run_qforge("quantize " + q(f32) + " -o " + q(dir / out) + opts);
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        return r.output;
+    };
+    run("rtn.qf", common);
+    const std::string out = run("imp1.qf", calibrated + " -t 1 --json");
+    run("imp2.qf", calibrated + " -t 2");
+    REQUIRE(read_file(dir / "imp1.qf") == read_file(dir / "imp2.qf"));
+    REQUIRE(read_file(dir / "imp1.qf") != read_file(dir / "rtn.qf"));
+    REQUIRE(json::parse(out.substr(out.find('{'))).at("linears").size() == 35);
+
+    const QfFile file((dir / "imp1.qf").string());
+    const json& rec = file.header().at("provenance").at("quantization");
+    REQUIRE(rec.at("method") == "rtn");
+    REQUIRE(rec.at("rtn").at("importance").is_string());
+    REQUIRE(rec.at("rtn").at("calibration").at("nsamples") == 16);
+
+    const double k_rtn = kld(dir / "rtn.qf", f32, eval), k_imp = kld(dir / "imp1.qf", f32, eval);
+    INFO("KLD rtn " << k_rtn << ", importance rtn " << k_imp);
+    REQUIRE(k_imp < k_rtn);
+}

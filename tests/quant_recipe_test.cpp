@@ -116,7 +116,8 @@ TEST_CASE("default policy per tensor class", "[quant][recipe]") {
     }
     SECTION("a row too short to gain from packing keeps its float type") {
         const QuantRecipe r = recipe(QType::q4_g128);
-        // k = 8: one 64-byte packed row for 8 weights is 64 bits per weight, twice f32's 32.
+        // k = 8: one 64-byte packed row for 8 weights is 64 bits per weight, twice f32's 32 (the
+        // rule counts rows padded to 64 bytes, as format version 1 stored them).
         const TensorChoice c = choose(r, "layers.0.attn.k", {4, 8});
         REQUIRE(c.qtype == QType::f32);
         REQUIRE_THAT(c.reason, Contains("rows of 8 weights") && Contains("kept f32"));
@@ -124,8 +125,9 @@ TEST_CASE("default policy per tensor class", "[quant][recipe]") {
         REQUIRE(choose(r, "layers.0.attn.k", {4, 32}, QType::f16).qtype == QType::f16);
         REQUIRE(choose(r, "layers.0.attn.k", {4, 32}, QType::f32).qtype == QType::q4_g128);
         REQUIRE(choose(r, "layers.0.attn.k", {4, 64}, QType::f16).qtype == QType::q4_g128);
-        // The bound is the table's own bits per weight, not a constant of the policy.
-        REQUIRE(qtype_bits_per_weight(QType::q4_g128, 32) == 16.0);
+        // The bound is the table's own bits per weight (padded rows), not a constant of the
+        // policy.
+        REQUIRE(qtype_bits_per_weight(QType::q4_g128, 32, kQfV1RowAlign) == 16.0);
     }
     SECTION("a stored quantized tensor is left to the pipeline (copy or refusal)") {
         REQUIRE(choose(recipe(QType::q4_g128), "layers.0.attn.q", {4, 8}, QType::q4_g128).qtype ==

@@ -348,7 +348,8 @@ void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
     const QRowLayout l = *qtype_row_layout(T, a.k());
     // Row r, prefetching a row `ahead` while it is computed.
     Row proto{};
-    proto.lines = l.row_bytes / 64;
+    // Rows are packed tight (any stride), so a row may start mid-line: one more line covers it.
+    proto.lines = (l.row_bytes + 63) / 64 + (stride % 64 != 0);
     proto.meta_line = l.scales_offset / 64;
     const uint64_t supers = (a.blocks() + kSuper - 1) / kSuper;
     proto.step = (proto.lines + supers - 1) / supers;

@@ -35,12 +35,12 @@ GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k) {
     f.chunks = f.kpad / kChunkWeights;
     f.file_row_bytes = *qtype_row_bytes(qtype, k);
     if (tr.is_float) {
-        f.row_bytes = round_up(f.kpad * (tr.bits / 8), kQuantRowAlign);
+        f.row_bytes = round_up(f.kpad * (tr.bits / 8), kGpuRowAlign);
         f.chunks_per_group = f.chunks;
         return f;
     }
     const QRowLayout l = *qtype_row_layout(qtype, k);
-    f.row_bytes = l.row_bytes;
+    f.row_bytes = round_up(l.row_bytes, kGpuRowAlign);
     f.scales_offset = l.scales_offset;
     f.zeros_offset = l.zeros_offset;
     f.chunks_per_group = tr.group ? tr.group / kChunkWeights : f.chunks;
@@ -51,7 +51,7 @@ GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k) {
 
 void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_t src_stride,
                          uint64_t rows, uint8_t* dst) {
-    const uint64_t used = fmt.quantized() ? fmt.row_bytes : fmt.file_row_bytes;
+    const uint64_t used = fmt.file_row_bytes;
     for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* d = dst + r * fmt.row_bytes;
         std::memcpy(d, src + r * src_stride, used);

@@ -3,10 +3,12 @@
 // is unit-tested on machines without a GPU.
 //
 // GPU layout, per row (formats/qtype.hpp has the .qf row layout it derives from):
-//   quantized  the .qf row unchanged: codes in 16-byte chunks of 32 weights (4-bit: byte i =
-//              weight i low nibble, weight i + 16 high nibble; 8-bit: one int8 per weight), then
-//              fp16 scales, then uint8 zeros, padded to 64 bytes. Already GPU-shaped: a 16-byte
-//              load is one 4-bit chunk, every row starts on a 64-byte boundary. No repack.
+//   quantized  the .qf row's bytes unchanged: codes in 16-byte chunks of 32 weights (4-bit: byte
+//              i = weight i low nibble, weight i + 16 high nibble; 8-bit: one int8 per weight),
+//              then fp16 scales, then uint8 zeros, then zeros up to a multiple of kGpuRowAlign:
+//              .qf rows are packed tight (no padding, any stride), so rows are copied to the
+//              padded GPU stride at load, and every row starts on a 64-byte boundary (a 16-byte
+//              load is one 4-bit chunk, aligned).
 //   f32/f16/bf16  the .qf row (k elements, not padded) is repacked at load: elements past k up to
 //              round_up(k, 32) are zero, so every row is whole 32-weight chunks and starts on a
 //              64-byte boundary (16-byte loads of any chunk are aligned).
@@ -22,6 +24,8 @@
 #include "kernels/cuda/weight_kind.hpp"
 
 namespace qforge::cuda {
+
+inline constexpr uint64_t kGpuRowAlign = 64;  // GPU row stride: 16-byte loads of any chunk aligned
 
 // Thrown by every CUDA entry point for a configuration it does not support (a qtype without
 // kernels, a head_dim outside the attention table, a forced path that does not apply). The message
@@ -114,8 +118,8 @@ struct GpuMatrixFormat {
 GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k);
 
 // Copies `rows` rows from the .qf layout (`src`, rows `src_stride` bytes apart) into the GPU
-// layout (`dst`, rows * fmt.row_bytes bytes): quantized rows verbatim, float rows with zeros from
-// element k up to the padded width.
+// layout (`dst`, rows * fmt.row_bytes bytes): each row's file_row_bytes verbatim, then zeros up
+// to the GPU stride (float rows: zeros from element k up to the padded width).
 void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_t src_stride,
                          uint64_t rows, uint8_t* dst);
 

@@ -1,0 +1,139 @@
+// The importance-weighted grid search (quant/rtn_importance.hpp has the candidates and why).
+#include "quant/rtn_importance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/half.hpp"
+
+namespace qforge {
+
+namespace {
+
+// A grid with this scale (nearest binary16) and zero, or nullopt when the scale overflows fp16,
+// rounds to zero, or is not finite.
+std::optional<QGroupParams> grid(double scale, int32_t zero) {
+    if (!std::isfinite(scale)) return std::nullopt;
+    const uint16_t h = f32_to_f16(static_cast<float>(scale));
+    if ((h & 0x7c00) == 0x7c00 || (h & 0x7fff) == 0) return std::nullopt;
+    QGroupParams p;
+    p.scale_bits = h;
+    p.scale = f16_to_f32(h);
+    p.zero = zero;
+    return p;
+}
+
+int32_t clamp_zero(QType t, double z) {
+    return static_cast<int32_t>(std::clamp(std::nearbyint(z), 0.0, double(qtype_max_code(t))));
+}
+
+double weight_of(const double* a, uint64_t j) { return a ? a[j] : 1.0; }
+
+// The least-squares refit of a grid to the codes that `trial` gives the weights (header, A_i).
+std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const float* w,
+                                  const double* a, uint64_t n) {
+    const QTypeTraits& tr = qtype_traits(t);
+    std::vector<int32_t> codes(n);
+    for (uint64_t j = 0; j < n; ++j) codes[j] = qtype_quantize_value(t, trial, w[j]);
+    int32_t zero = tr.implicit_zero;
+    if (!tr.symmetric) {
+        double s = 0, sc = 0, scc = 0, sw = 0, swc = 0;
+        for (uint64_t j = 0; j < n; ++j) {
+            const double aj = weight_of(a, j), c = codes[j], x = w[j];
+            s += aj;
+            sc += aj * c;
+            scc += aj * c * c;
+            sw += aj * x;
+            swc += aj * x * c;
+        }
+        const double det = s * scc - sc * sc;
+        if (!(det > 0)) return std::nullopt;
+        const double scale = (s * swc - sc * sw) / det, offset = (scc * sw - sc * swc) / det;
+        if (!(scale > 0)) return std::nullopt;
+        zero = clamp_zero(t, -offset / scale);
+    }
+    double num = 0, den = 0;
+    for (uint64_t j = 0; j < n; ++j) {
+        const double aj = weight_of(a, j), c = codes[j] - zero;
+        num += aj * w[j] * c;
+        den += aj * c * c;
+    }
+    if (!(den > 0)) return std::nullopt;
+    const double scale = num / den;
+    if (!tr.symmetric && !(scale > 0)) return std::nullopt;
+    return grid(scale, zero);
+}
+
+}  // namespace
+
+double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
+                             uint64_t n) {
+    double e = 0.0;
+    for (uint64_t j = 0; j < n; ++j) {
+        const double d = static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(
+                                                         p, qtype_quantize_value(t, p, w[j])));
+        e += weight_of(a, j) * d * d;
+    }
+    return e;
+}
+
+std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
+                                                  uint64_t n) {
+    std::optional<QGroupParams> best = qtype_group_params(t, w, n);
+    if (!best || best->scale == 0.0f || n == 0) return best;
+    const QTypeTraits& tr = qtype_traits(t);
+    double best_error = importance_grid_error(t, *best, w, a, n);
+    auto consider = [&](const std::optional<QGroupParams>& p) {
+        if (!p) return;
+        const double e = importance_grid_error(t, *p, w, a, n);
+        if (e < best_error) {
+            best_error = e;
+            best = p;
+        }
+    };
+    // The span the trial grids are built on (header): lo, hi for asymmetric types, m otherwise.
+    float lo = 0.0f, hi = 0.0f, m = 0.0f;
+    for (uint64_t j = 0; j < n; ++j) {
+        lo = std::min(lo, w[j]);
+        hi = std::max(hi, w[j]);
+        if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
+    }
+    const double steps = tr.symmetric ? (tr.bits == 8 ? 127.0 : 8.0) : qtype_max_code(t);
+    for (int i = 0; i < kImportanceSteps; ++i) {
+        const double d = steps + (i - kImportanceSteps / 2) / 10.0;
+        std::optional<QGroupParams> trial;
+        if (!tr.symmetric) {
+            const auto s = grid((static_cast<double>(hi) - lo) / d, 0);
+            if (s) trial = grid(s->scale, clamp_zero(t, -lo / s->scale));
+        } else {
+            trial = grid(tr.bits == 8 ? std::fabs(m) / d : m / -d, tr.implicit_zero);
+        }
+        if (!trial) continue;
+        consider(trial);
+        consider(refit(t, *trial, w, a, n));
+        if (a) consider(refit(t, *trial, w, nullptr, n));
+    }
+    return best;
+}
+
+QuantStatus quantize_row_importance(QType t, const float* w, const double* importance, uint64_t k,
+                                    uint8_t* row) {
+    if (!qtype_is_quantized(t) || !importance) return quantize_row_ref(t, w, k, row);
+    for (uint64_t j = 0; j < k; ++j)
+        if (!std::isfinite(w[j])) return QuantStatus::non_finite;
+    const QRowLayout l = *qtype_row_layout(t, k);
+    std::vector<int32_t> codes(k);
+    std::vector<QGroupParams> groups(l.groups);
+    for (uint64_t g = 0; g < l.groups; ++g) {
+        const uint64_t b = g * l.group, e = std::min(k, b + l.group);
+        auto p = importance_group_grid(t, w + b, importance + b, e - b);
+        if (!p) return QuantStatus::scale_overflow;
+        groups[g] = *p;
+        for (uint64_t j = b; j < e; ++j) codes[j] = qtype_quantize_value(t, *p, w[j]);
+    }
+    pack_row(t, codes.data(), groups.data(), k, row);
+    return QuantStatus::ok;
+}
+
+}  // namespace qforge

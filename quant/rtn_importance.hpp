@@ -1,0 +1,58 @@
+// Importance-weighted grid search: the scale and zero of one group chosen to minimise
+//   E(p) = sum_j a_j (w_j - deq_p(q_p(w_j)))^2
+// where a_j >= 0 is the importance of input column j (the diagonal of the layer's Hessian
+// H = 2/N X^T X, i.e. twice the mean squared activation of that input on the calibration data)
+// and q_p rounds to nearest on grid p. For a fixed grid, rounding to nearest minimises every term
+// whatever a_j is, so the search is over grids (scale, zero) only and the stored codes stay the
+// type table's (qtype_quantize_value): every kernel and importer reads them unchanged.
+//
+// The candidates, in this order (the first of equal errors wins, so a group where nothing beats
+// the min-max grid keeps it, byte for byte):
+//   0.  qtype_group_params: the min-max grid every method uses without importance.
+//   For i = 0 .. kImportanceSteps - 1, d_i = L + (i - kImportanceSteps / 2) / 10, where L is the
+//   grid's span in steps (asymmetric: 2^bits - 1 steps across [min(0, lo), max(0, hi)];
+//   symmetric: the 8 steps (q8: 127) from zero to the element m of largest magnitude):
+//   T_i  the trial grid: scale = range / d_i rounded to nearest fp16 (symmetric: m / -d_i for q4s,
+//        |m| / d_i for q8, the signs qtype_group_params uses), zero = round(-lo / scale) clamped
+//        (symmetric: the implicit zero).
+//   A_i  a least-squares refit to the codes c_j that T_i gives, weighted by a: asymmetric, the
+//        (scale, offset) minimising sum a (w - scale c - offset)^2, then zero = round(-offset /
+//        scale) clamped and scale = sum a w (c - zero) / sum a (c - zero)^2 for that integer
+//        zero; symmetric, scale = sum a w (c - z) / sum a (c - z)^2. Scale rounded to nearest
+//        fp16; refits with a non-positive denominator, or an asymmetric scale <= 0, are skipped.
+//   U_i  the same refit with every a_j = 1 (only when importance is given: else it is A_i).
+// So the candidates of the unweighted search (a == 1: 0, T_i, A_i) are among the weighted one's,
+// and its weighted error is never larger than the unweighted choice's (tested against a float64
+// brute force). Candidates whose scale overflows fp16 or rounds to zero are skipped. The errors
+// are summed in float64 in column order: deterministic, independent of threads.
+//
+// This is llama.cpp's make_qx_quants / make_qkx2_quants idea (scan trial scales around the
+// range, refit the scale to the codes by weighted least squares) restated for our grids: integer
+// zero points and binary16 scales, chosen by the exact weighted error of the stored grid.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "formats/qtype.hpp"
+
+namespace qforge {
+
+inline constexpr int kImportanceSteps = 21;  // d from L - 1 to L + 1 in tenths
+
+// The weighted error E(p) of grid p for n weights w with importance a (a null: all 1), float64.
+double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
+                             uint64_t n);
+
+// The grid of n finite weights w chosen by the search above; a null means all-1 importance.
+// nullopt when even the min-max grid's scale overflows fp16.
+std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
+                                                  uint64_t n);
+
+// One row of k weights quantized with each group's importance_group_grid (importance: k
+// columns), packed as quantize_row_ref packs (pack_row). Same statuses as quantize_row_ref.
+QuantStatus quantize_row_importance(QType t, const float* w, const double* importance, uint64_t k,
+                                    uint8_t* row);
+
+}  // namespace qforge
