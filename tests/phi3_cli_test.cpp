@@ -50,7 +50,7 @@ fs::path edited_copy(const fs::path& from, const fs::path& to,
 
 }  // namespace
 
-TEST_CASE("phi3: the fused q/k/v and gate/up split by rows; quantize, ppl, generate",
+TEST_CASE("phi3: the fused q/k/v and gate/up split by rows, then quantize, ppl, generate",
           "[quant][cli][phi3]") {
     test::ScratchDir dir("phi3-cli");
     const fs::path hf = test::fixture("hf_models") / "phi3_fused_window";
