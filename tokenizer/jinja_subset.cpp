@@ -163,8 +163,10 @@ struct CallExpr : Expr {
             if (values.size() > 1 || (values.size() == 1 && values[0].kind() != Value::Kind::dict))
                 fail("namespace() takes at most one dict and keyword arguments");
             Value::Dict attributes = values.empty() ? Value::Dict{} : values[0].dict();
-            for (const auto& [k, e] : kwargs) {
-                Value v = e->eval(ctx);
+            for (const auto& kw : kwargs) {
+                // Named, not a structured binding: clang 14 cannot capture those in a lambda.
+                const auto& k = kw.first;
+                Value v = kw.second->eval(ctx);
                 auto same = [&](const auto& kv) { return kv.first == k; };
                 if (auto it = std::find_if(attributes.begin(), attributes.end(), same);
                     it != attributes.end())
