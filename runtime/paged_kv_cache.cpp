@@ -37,7 +37,14 @@ void KvBlockPool::release(std::span<const uint32_t> ids) {
         if (id >= used_.size() || !used_[id])
             throw Error("KV block pool: block " + std::to_string(id) +
                         " is returned but was not taken");
+    give_back(ids);
+}
+
+void KvBlockPool::give_back(std::span<const uint32_t> ids) noexcept {
+    // free_ was sized for every block at construction and only shrinks by allocate(), so its
+    // capacity holds them all: push_back never reallocates here, and nothing can throw.
     for (uint32_t id : ids) {
+        if (id >= used_.size() || !used_[id]) continue;
         used_[id] = false;
         free_.push_back(id);
     }
@@ -46,7 +53,9 @@ void KvBlockPool::release(std::span<const uint32_t> ids) {
 PagedKvCache::PagedKvCache(KvBlockPool& pool, uint64_t limit)
     : CpuKvCache(pool.config(), 0, false), pool_(pool), limit_(limit) {}
 
-PagedKvCache::~PagedKvCache() { release(); }
+// A destructor must not throw (it may run while an exception unwinds): the blocks go back through
+// the pool's unchecked path; release() checks them.
+PagedKvCache::~PagedKvCache() { pool_.give_back(ids_); }
 
 bool PagedKvCache::reserve(uint64_t positions) {
     if (positions > limit_)

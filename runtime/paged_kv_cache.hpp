@@ -38,6 +38,8 @@ class KvBlockPool {
     std::optional<std::vector<uint32_t>> allocate(uint64_t n);
     // Returns blocks taken by allocate; a block not taken (or returned twice) is an Error.
     void release(std::span<const uint32_t> ids);
+    // As release, without the check: a block not taken is skipped (for destructors).
+    void give_back(std::span<const uint32_t> ids) noexcept;
     float* block(uint32_t id) { return data_.data() + id * block_floats_; }
 
   private:

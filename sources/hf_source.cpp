@@ -129,21 +129,7 @@ class HfSource final : public ModelSource {
                 add(s, quant_target_, true);
                 continue;
             }
-            if (!ckpt_.contains(s.hf_name))
-                throw Error(path_, s.hf_name,
-                            "missing from the checkpoint (expected shape " +
-                                shape_to_string(s.shape) + ")");
-            const TensorView v = ckpt_.tensor(s.hf_name);
-            if (v.shape != s.shape)
-                throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
-                            "shape " + shape_to_string(v.shape) + " but config.json implies " +
-                                shape_to_string(s.shape));
-            const auto qt = qtype_from_dtype(v.dtype);
-            if (!qt)
-                throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
-                            "dtype " + std::string(dtype_info(v.dtype).safetensors_name) +
-                                " is not a float type (expected F32, F16 or BF16)");
-            add(s, *qt, false);
+            add(s, float_tensor(s.hf_name, s.shape, ""), false);
         }
     }
 
@@ -157,23 +143,31 @@ class HfSource final : public ModelSource {
                             " (fused q/k/v and gate/up projections) are not supported; convert "
                             "the float checkpoint and quantize it with qforge");
         const std::vector<uint64_t> fused = {s.fused_rows, s.shape[1]};
-        if (!ckpt_.contains(s.hf_name))
+        const QType qt =
+            float_tensor(s.hf_name, fused, " (the fused rows of " + s.name + " and its siblings)");
+        add(s, qt, false);
+        slices_.back() = {s.fused_row0, s.fused_rows};
+    }
+
+    // The float tensor `name`: present, of the shape config.json implies (`note` says what that
+    // shape is made of, if not plainly the tensor's) and of a float dtype, which it returns.
+    QType float_tensor(const std::string& name, const std::vector<uint64_t>& shape,
+                       const std::string& note) const {
+        if (!ckpt_.contains(name))
             throw Error(
-                path_, s.hf_name,
-                "missing from the checkpoint (expected shape " + shape_to_string(fused) + ")");
-        const TensorView v = ckpt_.tensor(s.hf_name);
-        if (v.shape != fused)
-            throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
+                path_, name,
+                "missing from the checkpoint (expected shape " + shape_to_string(shape) + ")");
+        const TensorView v = ckpt_.tensor(name);
+        if (v.shape != shape)
+            throw Error(ckpt_.file_of(name), name,
                         "shape " + shape_to_string(v.shape) + " but config.json implies " +
-                            shape_to_string(fused) + " (the fused rows of " + s.name + " and " +
-                            "its siblings)");
+                            shape_to_string(shape) + note);
         const auto qt = qtype_from_dtype(v.dtype);
         if (!qt)
-            throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
+            throw Error(ckpt_.file_of(name), name,
                         "dtype " + std::string(dtype_info(v.dtype).safetensors_name) +
                             " is not a float type (expected F32, F16 or BF16)");
-        add(s, *qt, false);
-        slices_.back() = {s.fused_row0, s.fused_rows};
+        return *qt;
     }
 
     void add(const TensorSpec& s, QType qtype, bool imported) {

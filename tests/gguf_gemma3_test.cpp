@@ -18,6 +18,7 @@
 #include "convert/convert.hpp"
 #include "core/hash.hpp"
 #include "formats/gguf.hpp"
+#include "logits_reference.hpp"
 #include "model_files.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
@@ -134,7 +135,7 @@ TEST_CASE("Gemma 3 270M: tokenizer equals the references on English prose",
 TEST_CASE("Gemma 3 270M: converted logits equal transformers reading the same GGUF",
           "[gguf][gemma3]") {
     REQUIRE_GEMMA3(path);
-    const GgufFile ref(
+    const GgufFile file(
         (fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "gguf" / "gemma3_270m_logits.gguf")
             .string());
     ScratchDir dir("gemma3");
@@ -149,16 +150,9 @@ TEST_CASE("Gemma 3 270M: converted logits equal transformers reading the same GG
     auto cpu = make_cpu_backend(model, pool);
     for (const std::string name : {"chat", "long"}) {
         INFO("input " << name);
-        auto ints = [&](const std::string& key) {
-            const auto x = ref.get_int_array("qforge." + name + "." + key);
-            return std::vector<int32_t>(x.begin(), x.end());
-        };
-        const auto ids = ints("input_ids"), positions = ints("positions"),
-                   samples = ints("sample_ids"), argmax = ints("argmax");
-        const GgufTensorInfo& info = *ref.find_tensor(name + ".logits");
-        REQUIRE(info.elements == positions.size() * samples.size());
-        std::vector<float> want(info.elements);
-        std::memcpy(want.data(), ref.tensor_data(info).data(), want.size() * 4);
+        const LogitsReference ref(file, "qforge." + name + ".", name + ".logits");
+        const auto& ids = ref.ids;
+        const auto& positions = ref.positions;
         // In steps of 64 positions: a full logits row is 262,144 floats.
         auto cache = cpu->new_cache(ids.size());
         std::vector<float> logits(64 * v);
@@ -169,15 +163,8 @@ TEST_CASE("Gemma 3 270M: converted logits equal transformers reading the same GG
             cpu->forward(std::span(ids).subspan(at, n), *cache, 0, std::span(logits).first(n * v));
             for (; next < positions.size() && static_cast<size_t>(positions[next]) < at + n;
                  ++next) {
-                const float* row = logits.data() + (positions[next] - at) * v;
-                double diff = 0.0, norm = 0.0;
-                for (size_t s = 0; s < samples.size(); ++s) {
-                    const double w = want[next * samples.size() + s];
-                    diff += (row[samples[s]] - w) * (row[samples[s]] - w);
-                    norm += w * w;
-                }
-                worst = std::max(worst, std::sqrt(diff / norm));
-                CHECK(std::max_element(row, row + v) - row == argmax[next]);
+                worst = std::max(worst,
+                                 ref.error_at(next, logits.data() + (positions[next] - at) * v, v));
             }
         }
         CHECK(next == positions.size());
