@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "convert/compressed_tensors_export.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/output_path.hpp"
@@ -29,19 +30,7 @@ namespace {
 // Tensors of a block start with this prefix in our naming (formats/architectures.cpp).
 constexpr std::string_view kBlockPrefix = "layers.";
 
-struct Packed {
-    std::string name;
-    DType dtype;
-    std::vector<uint64_t> shape;
-    std::vector<uint8_t> bytes;
-};
-
-void put_word(std::vector<uint8_t>& b, uint64_t i, uint32_t v) { std::memcpy(&b[4 * i], &v, 4); }
-uint32_t get_word(const std::vector<uint8_t>& b, uint64_t i) {
-    uint32_t v;
-    std::memcpy(&v, &b[4 * i], 4);
-    return v;
-}
+using namespace hf_export_detail;
 
 std::string hf_base(const std::string& hf_weight_name) {
     return hf_weight_name.substr(0, hf_weight_name.size() - std::string_view(".weight").size());
@@ -76,9 +65,6 @@ std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string
     Packed scales{
         base + ".scales", DType::f16, {groups, n}, std::vector<uint8_t>(2 * groups * n, 0)};
 
-    auto or_bits = [](std::vector<uint8_t>& b, uint64_t word, uint32_t value, uint32_t shift) {
-        put_word(b, word, get_word(b, word) | (value << shift));
-    };
     for (uint64_t o = 0; o < n; ++o) {
         const uint8_t* row = rows.data() + o * l.row_bytes;
         for (uint64_t i = 0; i < k; ++i) {
@@ -213,7 +199,10 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
         const QTypeTraits& tr = qtype_traits(t.qtype);
         const std::string what = "type " + std::string(tr.name) + " cannot be exported to " +
                                  std::string(hf_quant_method_name(format)) + ": ";
-        if (tr.bits == 3)
+        if (format == HfQuantMethod::compressed_tensors) {
+            if (const std::string why = compressed_tensors_refusal(t.qtype); !why.empty())
+                throw Error(qf.path(), t.name, why);
+        } else if (tr.bits == 3)
             throw Error(qf.path(), t.name,
                         what + "GPTQ and AWQ loaders have no 3-bit layout qforge can write");
         if (format == HfQuantMethod::awq && (tr.bits != 4 || tr.symmetric))
@@ -254,6 +243,7 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                         "(qkv_proj, gate_up_proj), which the GPTQ/AWQ writers do not pack yet");
     if (qf.has_tokenizer()) validate_tokenizer_schema(qf.tokenizer(), qf.path());
     const QType qtype = common_linear_type(qf, o.format);
+    const bool ct = o.format == HfQuantMethod::compressed_tensors;
     ExportReport report;
     report.quant_type = std::string(qtype_traits(qtype).name);
 
@@ -306,7 +296,9 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                                       std::string(hf_quant_method_name(o.format)) +
                                       " keeps it float");
         uint64_t bytes = 0;
-        if (linear && quantized) {
+        if (linear && quantized && ct) {
+            bytes = 0;  // sized below, once the exported group is known
+        } else if (linear && quantized) {
             const uint64_t n = t.shape[0], k = t.shape[1],
                            groups = qtype_row_layout(t.qtype, k)->groups;
             const uint32_t per_word = 32 / qtype_traits(t.qtype).bits;
@@ -316,6 +308,23 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
             bytes = quantized ? 4 * t.shape[0] * t.shape[1] : t.length;
         }
         items.push_back({&t, linear && quantized, bytes});
+    }
+
+    // compressed-tensors: one group size for every linear, whole within each k.
+    uint64_t ct_group = 0;
+    if (ct) {
+        std::vector<uint64_t> ks;
+        std::vector<std::string> names;
+        for (const Item& item : items)
+            if (item.quantized_linear) {
+                ks.push_back(item.t->shape[1]);
+                names.push_back(item.t->name);
+            }
+        ct_group = compressed_tensors_group(qtype, ks, names, qf.path());
+        for (Item& item : items)
+            if (item.quantized_linear)
+                item.bytes = compressed_tensors_linear_bytes(qtype, item.t->shape[0],
+                                                             item.t->shape[1], ct_group);
     }
 
     // GPTQ names the quantized linears of a block (the same in every block) instead of the float
@@ -354,7 +363,11 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
             const QfTensorInfo& t = *item->t;
             const std::span<const uint8_t> bytes = qf.tensor_bytes(t, scratch, true);
             const std::string& hf_name = hf_of.at(t.name);
-            if (item->quantized_linear) {
+            if (item->quantized_linear && ct) {
+                for (Packed& p : pack_compressed_tensors_linear(t.qtype, ct_group, hf_name, bytes,
+                                                                t.shape[0], t.shape[1]))
+                    packed.push_back(std::move(p));
+            } else if (item->quantized_linear) {
                 for (Packed& p : pack_linear(o.format, t.qtype, qf.path(), t.name, hf_name, bytes,
                                              t.shape[0], t.shape[1]))
                     packed.push_back(std::move(p));
@@ -387,7 +400,17 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     }
 
     json cfg = hf_config_json(config);
-    cfg["quantization_config"] = quantization_config_json(o.format, qtype, not_converted);
+    if (ct) {
+        // lm_head is a Linear the scheme would target: it is written float, so it is ignored
+        // with the blocks' float linears. The scales are binary16: a bfloat16 model would round
+        // them on load (vLLM copies them into parameters of the model's dtype), so the model is
+        // declared float16.
+        not_converted.insert(not_converted.begin(), "lm_head");
+        cfg["torch_dtype"] = "float16";
+        cfg["quantization_config"] = compressed_tensors_config_json(qtype, ct_group, not_converted);
+    } else {
+        cfg["quantization_config"] = quantization_config_json(o.format, qtype, not_converted);
+    }
     if (!in_block.is_null()) cfg["quantization_config"]["modules_in_block_to_quantize"] = in_block;
     write_in_tmp("config.json", [&](const std::string& path) { write_json(path, cfg); });
     report.files.push_back("config.json");

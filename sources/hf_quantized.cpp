@@ -14,36 +14,21 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "formats/json_io.hpp"
+#include "sources/compressed_tensors.hpp"
+#include "sources/hf_quantized_detail.hpp"
 
 namespace qforge {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-constexpr std::string_view kQweight = ".qweight", kQzeros = ".qzeros", kScales = ".scales",
-                           kGIdx = ".g_idx";
-constexpr std::string_view kQuantizedParts[] = {kQweight, kQzeros, kScales, kGIdx};
-
-// AWQ's GEMM packing: nibble p of a word holds output 8 w + kAwqOrder[p]; kAwqNibble
-// (hf_quantized.hpp) inverts it.
-constexpr std::array<uint32_t, 8> kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7};
-constexpr bool awq_orders_inverse() {
-    for (uint32_t p = 0; p < 8; ++p)
-        if (kAwqNibble[kAwqOrder[p]] != p) return false;
-    return true;
-}
-static_assert(awq_orders_inverse(), "kAwqNibble must invert kAwqOrder");
-constexpr uint32_t kAwqBits = 4;
+namespace hf_detail {
 
 std::string lower(std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
 }
 
-// A key of the declaration, one of several spellings (AutoAWQ's quant_config.json says w_bit
-// and q_group_size).
 const json* find_key(const json& j, std::initializer_list<std::string_view> names) {
     for (std::string_view n : names)
         if (auto it = j.find(std::string(n)); it != j.end() && !it->is_null()) return &*it;
@@ -84,6 +69,47 @@ std::string string_key(const json& j, std::string_view name, const std::string& 
                         v->dump());
     return v->get<std::string>();
 }
+
+Part checked_part(const SafetensorsCheckpoint& ckpt, const std::string& name, DType dtype,
+                  std::vector<uint64_t> shape, const std::string& what) {
+    const SafetensorsTensorInfo* info = ckpt.find(name);
+    if (!info)
+        throw Error(ckpt.files().front(), name,
+                    "missing: a quantized linear needs it (" +
+                        std::string(dtype_info(dtype).safetensors_name) + " " +
+                        shape_to_string(shape) + ", " + what + ")");
+    const std::string& file = ckpt.file_of(name);
+    if (info->dtype != dtype)
+        throw Error(file, name,
+                    "dtype " + std::string(dtype_info(info->dtype).safetensors_name) +
+                        ", expected " + std::string(dtype_info(dtype).safetensors_name));
+    if (info->shape != shape)
+        throw Error(file, name,
+                    "shape " + shape_to_string(info->shape) + ", expected " +
+                        shape_to_string(shape) + " (" + what + ")");
+    return {name, file, ckpt.tensor(name).data};
+}
+
+}  // namespace hf_detail
+
+namespace {
+
+using namespace hf_detail;
+
+constexpr std::string_view kQweight = ".qweight", kQzeros = ".qzeros", kScales = ".scales",
+                           kGIdx = ".g_idx";
+constexpr std::string_view kQuantizedParts[] = {kQweight, kQzeros, kScales, kGIdx};
+
+// AWQ's GEMM packing: nibble p of a word holds output 8 w + kAwqOrder[p]; kAwqNibble
+// (hf_quantized.hpp) inverts it.
+constexpr std::array<uint32_t, 8> kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7};
+constexpr bool awq_orders_inverse() {
+    for (uint32_t p = 0; p < 8; ++p)
+        if (kAwqNibble[kAwqOrder[p]] != p) return false;
+    return true;
+}
+static_assert(awq_orders_inverse(), "kAwqNibble must invert kAwqOrder");
+constexpr uint32_t kAwqBits = 4;
 
 HfQuantConfig parse_quant_config(const json& j, const std::string& file,
                                  std::string_view default_method) {
@@ -128,9 +154,12 @@ HfQuantConfig parse_quant_config(const json& j, const std::string& file,
             throw Error(file, {},
                         "AWQ zero_point false is not supported (qforge imports zero_point true)");
         qc.sym = false;
+    } else if (method == "compressed-tensors") {
+        return parse_compressed_tensors_config(j, file);
     } else {
         throw Error(file, {},
-                    "quant_method '" + method + "' is not supported (supported: gptq, awq)");
+                    "quant_method '" + method +
+                        "' is not supported (supported: gptq, awq, compressed-tensors)");
     }
     qc.group_size = int_key(j, {"group_size", "q_group_size"}, -1, file, ctx);
     if (qc.group_size != -1 &&
@@ -141,46 +170,18 @@ HfQuantConfig parse_quant_config(const json& j, const std::string& file,
     return qc;
 }
 
-// Reads little-endian words and halves of a tensor checked to have `dtype` and `shape`.
-struct Part {
-    std::string name, file;
-    std::span<const uint8_t> data;
-    uint32_t word(uint64_t i) const {
-        uint32_t v;
-        std::memcpy(&v, data.data() + 4 * i, 4);
-        return v;
-    }
-    uint16_t half(uint64_t i) const {
-        uint16_t v;
-        std::memcpy(&v, data.data() + 2 * i, 2);
-        return v;
-    }
-};
-
-Part checked_part(const SafetensorsCheckpoint& ckpt, const std::string& name, DType dtype,
-                  std::vector<uint64_t> shape, const std::string& what) {
-    const SafetensorsTensorInfo* info = ckpt.find(name);
-    if (!info)
-        throw Error(ckpt.files().front(), name,
-                    "missing: a quantized linear needs it (" +
-                        std::string(dtype_info(dtype).safetensors_name) + " " +
-                        shape_to_string(shape) + ", " + what + ")");
-    const std::string& file = ckpt.file_of(name);
-    if (info->dtype != dtype)
-        throw Error(file, name,
-                    "dtype " + std::string(dtype_info(info->dtype).safetensors_name) +
-                        ", expected " + std::string(dtype_info(dtype).safetensors_name));
-    if (info->shape != shape)
-        throw Error(file, name,
-                    "shape " + shape_to_string(info->shape) + ", expected " +
-                        shape_to_string(shape) + " (" + what + ")");
-    return {name, file, ckpt.tensor(name).data};
-}
-
 }  // namespace
 
 std::string_view hf_quant_method_name(HfQuantMethod m) {
-    return m == HfQuantMethod::gptq ? "gptq" : "awq";
+    switch (m) {
+        case HfQuantMethod::gptq:
+            return "gptq";
+        case HfQuantMethod::awq:
+            return "awq";
+        case HfQuantMethod::compressed_tensors:
+            return "compressed-tensors";
+    }
+    throw std::logic_error("hf_quant_method_name: not a method");
 }
 
 std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path) {
@@ -229,25 +230,29 @@ std::optional<std::string> hf_quantized_part_of(std::string_view name) {
     for (std::string_view suffix : kQuantizedParts)
         if (name.size() > suffix.size() && name.ends_with(suffix))
             return std::string(name.substr(0, name.size() - suffix.size())) + ".weight";
+    for (std::string_view suffix : {kCtPacked, kCtScale, kCtZeroPoint, kCtShape, kCtGIdx})
+        if (name.size() > suffix.size() && name.ends_with(suffix))
+            return std::string(name.substr(0, name.size() - suffix.size())) + ".weight";
     return std::nullopt;
 }
 
-std::string hf_qweight_name(std::string_view hf_weight_name) {
+std::string hf_qweight_name(std::string_view hf_weight_name, HfQuantMethod method) {
     constexpr std::string_view weight = ".weight";
     if (!hf_weight_name.ends_with(weight)) return {};
     return std::string(hf_weight_name.substr(0, hf_weight_name.size() - weight.size())) +
-           std::string(kQweight);
+           std::string(method == HfQuantMethod::compressed_tensors ? kCtPacked : kQweight);
 }
 
 void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
                                 const SafetensorsCheckpoint& ckpt,
                                 const std::string& hf_weight_name, uint64_t n, uint64_t k,
                                 std::vector<uint8_t>& out) {
+    if (qc.method == HfQuantMethod::compressed_tensors)
+        return import_compressed_tensors_linear(qc, target, ckpt, hf_weight_name, n, k, out);
     const std::string qweight_name = hf_qweight_name(hf_weight_name);
     if (qweight_name.empty())
         throw std::logic_error("import_hf_quantized_linear: not an X.weight name");
     const std::string base = qweight_name.substr(0, qweight_name.size() - kQweight.size());
-    const QTypeTraits& tr = qtype_traits(target);
     const uint32_t bits = qc.bits, per_word = 32 / bits, mask = (1u << bits) - 1;
     const bool gptq = qc.method == HfQuantMethod::gptq;
     const uint64_t group = qc.group_size == -1 ? k : static_cast<uint64_t>(qc.group_size);
@@ -300,46 +305,10 @@ void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
                                     mask);
     };
 
-    const QRowLayout l = *qtype_row_layout(target, k);
-    out.clear();
-    resize_for(out, n * l.row_bytes, qweight.file, qweight_name);
-    std::vector<int32_t> codes(k);
-    std::vector<QGroupParams> params(l.groups);
-    const int32_t code_offset = tr.bits == 8 ? (1 << (tr.bits - 1)) : 0;  // q8 codes are signed
-    for (uint64_t o = 0; o < n; ++o) {
-        for (uint64_t j = 0; j < l.groups; ++j) {
-            const uint64_t g = j * l.group / group;  // our group lies inside one of theirs
-            QGroupParams& p = params[j];
-            p.scale_bits = scales.half(g * n + o);
-            p.scale = f16_to_f32(p.scale_bits);
-            if (!std::isfinite(p.scale))
-                throw Error(scales.file, scales.name,
-                            "scale of group " + std::to_string(g) + ", output " +
-                                std::to_string(o) + " is NaN or infinite");
-            const int32_t z = zero_of(g, o);
-            if (tr.symmetric) {
-                const int32_t expected = tr.implicit_zero + code_offset;
-                if (z != expected)
-                    throw Error(qzeros.file, qzeros.name,
-                                "group " + std::to_string(g) + ", output " + std::to_string(o) +
-                                    ": zero " + std::to_string(z) + " but sym=true means " +
-                                    std::to_string(expected));
-                p.zero = tr.implicit_zero;
-            } else {
-                if (z > qtype_max_code(target))
-                    throw Error(qzeros.file, qzeros.name,
-                                "group " + std::to_string(g) + ", output " + std::to_string(o) +
-                                    ": zero " + std::to_string(z) + " is outside " +
-                                    std::string(tr.name) + "'s 0.." +
-                                    std::to_string(qtype_max_code(target)) +
-                                    " (GPTQ v1 stores zero - 1, so a zero of 0 wraps to 16)");
-                p.zero = z;
-            }
-        }
-        for (uint64_t i = 0; i < k; ++i)
-            codes[i] = static_cast<int32_t>(code_of(i, o)) - code_offset;
-        pack_row(target, codes.data(), params.data(), k, out.data() + o * l.row_bytes);
-    }
+    repack_rows(
+        target, n, k, group, qweight, scales, qzeros,
+        gptq ? " (GPTQ v1 stores zero - 1, so a zero of 0 wraps to 16)" : "", code_of,
+        [&](uint64_t g, uint64_t o) { return scales.half(g * n + o); }, zero_of, out);
     for (std::string_view suffix : kQuantizedParts)
         if (ckpt.contains(base + std::string(suffix))) ckpt.release(base + std::string(suffix));
 }

@@ -28,6 +28,10 @@
 // bits, so an all-positive group's zero 0 wraps to 15 + 1) cannot be a q4 zero (0 .. 15) and
 // is refused by name.
 //
+// compressed-tensors "pack-quantized" checkpoints take the same path
+// (sources/compressed_tensors.hpp has their layout): quant_method "compressed-tensors" here, their
+// parts' reader there.
+//
 // Act-order checkpoints (g_idx not i / g) are refused: our groups are contiguous ranges of a
 // row, so a permuted group assignment would need a g_idx at inference. `qforge quantize
 // --method gptq --act-order` from the float model gets act-order's accuracy with static groups.
@@ -50,7 +54,9 @@ namespace qforge {
 // word (AutoAWQ's order [0, 2, 4, 6, 1, 3, 5, 7] inverted).
 inline constexpr std::array<uint32_t, 8> kAwqNibble = {0, 4, 1, 5, 2, 6, 3, 7};
 
-enum class HfQuantMethod : uint8_t { gptq, awq };
+// compressed_tensors: llm-compressor's "pack-quantized" checkpoints (sources/compressed_tensors.hpp
+// has the layout).
+enum class HfQuantMethod : uint8_t { gptq, awq, compressed_tensors };
 
 struct HfQuantConfig {
     HfQuantMethod method;
@@ -71,15 +77,18 @@ std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path
 // the config file when there is none.
 QType hf_quant_target(const HfQuantConfig& qc);
 
-// "gptq" or "awq".
+// "gptq", "awq" or "compressed-tensors" (the quant_method each declares).
 std::string_view hf_quant_method_name(HfQuantMethod m);
 
-// Whether `name` is one of a quantized linear's parts (X.qweight, X.qzeros, X.scales, X.g_idx),
-// and then X.weight, the float name it replaces.
+// Whether `name` is one of a quantized linear's parts (X.qweight, X.qzeros, X.scales, X.g_idx;
+// compressed-tensors' X.weight_packed, X.weight_scale, X.weight_zero_point, X.weight_shape), and
+// then X.weight, the float name it replaces.
 std::optional<std::string> hf_quantized_part_of(std::string_view name);
 
-// X.qweight for a float name X.weight; empty for a name that does not end in ".weight".
-std::string hf_qweight_name(std::string_view hf_weight_name);
+// The part whose presence marks X.weight as quantized by `method` (X.qweight; compressed-tensors:
+// X.weight_packed); empty for a name that does not end in ".weight".
+std::string hf_qweight_name(std::string_view hf_weight_name,
+                            HfQuantMethod method = HfQuantMethod::gptq);
 
 // The linear whose float name is `hf_weight_name` (X.weight), [n, k], repacked into rows of
 // `target` (n * row_bytes bytes in `out`). Every part's dtype and shape is checked; a wrong one,

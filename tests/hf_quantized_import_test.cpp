@@ -65,22 +65,51 @@ void edit_config(const fs::path& config, const std::function<void(nlohmann::json
     write_file(config, j.dump(2));
 }
 
-// Rewrites model.safetensors with one tensor replaced by `replacement` (same name).
+// Rewrites model.safetensors with one tensor replaced by `replacement` (same name), or added.
 void replace_tensor(const fs::path& dir, const TensorView& replacement) {
     const fs::path path = dir / "model.safetensors";
     std::vector<TensorView> views;
     std::vector<std::vector<uint8_t>> keep;
     {
         const SafetensorsFile f(path.string());
+        bool replaced = false;
         for (const auto& info : f.tensors()) {
+            replaced |= info.name == replacement.name;
             const TensorView v = info.name == replacement.name ? replacement : f.view(info);
             keep.emplace_back(v.data.begin(), v.data.end());
             views.push_back({v.name, v.dtype, v.shape, keep.back()});
+        }
+        if (!replaced) {
+            keep.emplace_back(replacement.data.begin(), replacement.data.end());
+            views.push_back(replacement);
         }
     }
     for (size_t i = 0; i < views.size(); ++i) views[i].data = keep[i];
     fs::remove(path);
     write_safetensors(path.string(), views);
+}
+
+// The Error converting a copy of fixture `name` gives once `edit` changed its `file`, which the
+// Error must name first.
+std::string refused_with_config(const ScratchDir& dir, const std::string& name,
+                                const std::string& file,
+                                const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path d = copy_case(name, dir);
+    edit_config(d / file, edit);
+    const std::string e = convert_error(d, dir);
+    CHECK_THAT(e, Catch::StartsWith((d / file).string() + ": "));
+    return e;
+}
+
+// The same with one tensor replaced (or added), which the Error must name.
+std::string refused_with_tensor(const ScratchDir& dir, const std::string& name,
+                                const TensorView& v) {
+    const fs::path d = copy_case(name, dir);
+    replace_tensor(d, v);
+    const std::string e = convert_error(d, dir);
+    CHECK_THAT(
+        e, Catch::StartsWith((d / "model.safetensors").string() + ": tensor '" + v.name + "': "));
+    return e;
 }
 
 }  // namespace
@@ -91,7 +120,12 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
                                                 {"gptq_4bit_sym_g128", QType::q4s_g128},
                                                 {"gptq_4bit_asym_gm1", QType::q4_g128},
                                                 {"gptq_8bit_sym_g64", QType::q8_g32},
-                                                {"awq_4bit_g64", QType::q4_g64}};
+                                                {"awq_4bit_g64", QType::q4_g64},
+                                                // compressed-tensors' own compressor wrote
+                                                // these (make_compressed_tensors_fixtures.py)
+                                                {"ct_4bit_asym_g32", QType::q4_g32},
+                                                {"ct_4bit_sym_g32_bf16", QType::q4s_g32},
+                                                {"ct_8bit_sym_channel", QType::q8}};
     ScratchDir dir("hf-quantized-import");
     for (const auto& [name, qtype] : cases) {
         INFO(name);
@@ -100,7 +134,9 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
         const SafetensorsFile ref((kFixtures / name / "reference.safetensors").string());
         CHECK(qf.has_tokenizer());
         const auto& recipe = qf.header().at("provenance").at("recipe");
-        CHECK(recipe.at("source_format") == (name.starts_with("awq") ? "awq" : "gptq"));
+        CHECK(recipe.at("source_format") == (name.starts_with("awq")   ? "awq"
+                                             : name.starts_with("ct_") ? "compressed-tensors"
+                                                                       : "gptq"));
         CHECK(recipe.at("imported_qtype") == qtype_traits(qtype).name);
         uint64_t linears = 0, exact = 0, weights = 0;
         for (const TensorSpec& s : expected_tensors(cfg)) {
@@ -164,11 +200,7 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
 
     auto refused_config = [&](const std::string& name, const std::string& file,
                               const std::function<void(nlohmann::json&)>& edit) {
-        const fs::path d = copy_case(name, dir);
-        edit_config(d / file, edit);
-        const std::string e = convert_error(d, dir);
-        CHECK_THAT(e, Catch::StartsWith((d / file).string() + ": "));
-        return e;
+        return refused_with_config(dir, name, file, edit);
     };
     auto qc = [](nlohmann::json& j) -> nlohmann::json& { return j["quantization_config"]; };
     CHECK_THAT(
@@ -197,12 +229,7 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
     // checkpoint's quantized parts without a declaration.
     const std::string q = "model.layers.0.self_attn.q_proj";
     auto refused_tensor = [&](const std::string& name, const TensorView& v) {
-        const fs::path d = copy_case(name, dir);
-        replace_tensor(d, v);
-        const std::string e = convert_error(d, dir);
-        CHECK_THAT(e, Catch::StartsWith((d / "model.safetensors").string() + ": tensor '" + v.name +
-                                        "': "));
-        return e;
+        return refused_with_tensor(dir, name, v);
     };
     std::vector<uint8_t> words(4 * 8 * 32, 0);
     CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qweight", DType::i32, {8, 32}, words}),
@@ -230,6 +257,62 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
         CHECK_THAT(convert_error(d, dir), Catch::Contains("a GPTQ/AWQ tensor, but") &&
                                               Catch::Contains("declares no quantization_config"));
     }
+}
+
+TEST_CASE("compressed-tensors import: what it cannot hold exactly is refused by name",
+          "[interop]") {
+    ScratchDir dir("ct-import-refused");
+    auto qc = [](nlohmann::json& j) -> nlohmann::json& { return j["quantization_config"]; };
+    auto w = [&](nlohmann::json& j) -> nlohmann::json& {
+        return qc(j)["config_groups"]["group_0"]["weights"];
+    };
+    auto refused_config = [&](const std::function<void(nlohmann::json&)>& edit) {
+        return refused_with_config(dir, "ct_4bit_asym_g32", "config.json", edit);
+    };
+    CHECK_THAT(refused_config([&](auto& j) { qc(j)["format"] = "int-quantized"; }),
+               Catch::Contains("format 'int-quantized' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { qc(j)["quantization_status"] = "frozen"; }),
+               Catch::Contains("quantization_status 'frozen' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["actorder"] = "group"; }),
+               Catch::Contains("weights.actorder \"group\" is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["num_bits"] = 3; }),
+               Catch::Contains("weights.num_bits 3 is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["strategy"] = "tensor"; }),
+               Catch::Contains("weights.strategy 'tensor' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) {
+                   qc(j)["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}};
+               }),
+               Catch::Contains("'input_activations'") && Catch::Contains("weight-only"));
+    CHECK_THAT(refused_config([&](auto& j) {
+                   qc(j)["config_groups"]["group_1"] = qc(j)["config_groups"]["group_0"];
+               }),
+               Catch::Contains("2 config_groups"));
+
+    const std::string q = "model.layers.0.self_attn.q_proj";
+    auto refused_tensor = [&](const std::string& name, const TensorView& v) {
+        return refused_with_tensor(dir, name, v);
+    };
+    const int64_t wrong_shape[2] = {32, 64};
+    CHECK_THAT(
+        refused_tensor("ct_4bit_asym_g32", {q + ".weight_shape",
+                                            DType::i64,
+                                            {2},
+                                            {reinterpret_cast<const uint8_t*>(wrong_shape), 16}}),
+        Catch::Contains("holds 64 at dimension 1, but config.json implies 32"));
+    std::vector<uint8_t> words(4 * 32 * 8, 0);
+    CHECK_THAT(
+        refused_tensor("ct_4bit_asym_g32", {q + ".weight_packed", DType::i32, {32, 8}, words}),
+        Catch::Contains("shape [32, 8], expected [32, 4]"));
+    // A bfloat16 scale below binary16's smallest subnormal cannot be stored in our rows.
+    std::vector<uint8_t> tiny(2 * 32, 0);
+    for (size_t i = 0; i < tiny.size(); i += 2) tiny[i + 1] = 0x10;  // bf16 ~2.5e-29
+    CHECK_THAT(
+        refused_tensor("ct_4bit_sym_g32_bf16", {q + ".weight_scale", DType::bf16, {32, 1}, tiny}),
+        Catch::Contains("scale of output 0, group 0") &&
+            Catch::Contains("is not exact in binary16"));
+    CHECK_THAT(refused_tensor("ct_4bit_asym_g32",
+                              {q + ".weight_g_idx", DType::i32, {32}, {words.data(), 4 * 32}}),
+               Catch::Contains("permuted group assignment"));
 }
 
 TEST_CASE("GPTQ/AWQ import: group sizes map to the largest table group that divides them",
