@@ -37,7 +37,7 @@ std::string hf_base(const std::string& hf_weight_name) {
 }
 
 // One quantized linear [n, k] of type t (rows in `rows`) as GPTQ v1 or AWQ GEMM parts.
-std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string& file,
+std::vector<Packed> pack_linear(HfQuantMethod format, bool v2, QType t, const std::string& file,
                                 const std::string& tensor, const std::string& hf_weight_name,
                                 std::span<const uint8_t> rows, uint64_t n, uint64_t k) {
     const QTypeTraits& tr = qtype_traits(t);
@@ -78,14 +78,18 @@ std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string
         for (uint64_t g = 0; g < groups; ++g) {
             std::memcpy(&scales.bytes[2 * (g * n + o)], row + l.scales_offset + 2 * g, 2);
             const int32_t zero = row_group_zero(t, row, k, g) + code_offset;
-            if (gptq) {
+            if (gptq && v2) {
+                or_bits(qzeros.bytes, g * zero_words + o / per_word, static_cast<uint32_t>(zero),
+                        bits * static_cast<uint32_t>(o % per_word));
+            } else if (gptq) {
                 // v1 stores zero - 1; a zero of 0 would wrap to 2^bits - 1 and read back as 2^bits.
                 if (zero == 0)
                     throw Error(file, tensor,
                                 "row " + std::to_string(o) + ", group " + std::to_string(g) +
                                     ": zero point 0 cannot be written to GPTQ v1 (it stores "
                                     "zero - 1, so 0 reads back as " +
-                                    std::to_string(1 << bits) + "); export --format awq instead");
+                                    std::to_string(1 << bits) +
+                                    "); export --format gptq_v2 or awq instead");
                 or_bits(qzeros.bytes, g * zero_words + o / per_word,
                         static_cast<uint32_t>(zero - 1) & mask,
                         bits * static_cast<uint32_t>(o % per_word));
@@ -163,16 +167,18 @@ json hf_config_json(const ModelConfig& c) {
     return j;
 }
 
-json quantization_config_json(HfQuantMethod format, QType t,
+json quantization_config_json(HfQuantMethod format, bool v2, QType t,
                               const std::vector<std::string>& not_converted) {
     const QTypeTraits& tr = qtype_traits(t);
     const int64_t group = tr.group == 0 ? -1 : static_cast<int64_t>(tr.group);
     if (format == HfQuantMethod::gptq)
         // desc_act false and g_idx = i / group: our groups are contiguous. damp_percent and
         // true_sequential describe how GPTQ quantizes; loaders read them but do not use them.
-        return {{"quant_method", "gptq"}, {"bits", tr.bits},         {"group_size", group},
-                {"desc_act", false},      {"sym", tr.symmetric},     {"checkpoint_format", "gptq"},
-                {"static_groups", false}, {"true_sequential", true}, {"damp_percent", 0.01}};
+        return {{"quant_method", "gptq"}, {"bits", tr.bits},
+                {"group_size", group},    {"desc_act", false},
+                {"sym", tr.symmetric},    {"checkpoint_format", v2 ? "gptq_v2" : "gptq"},
+                {"static_groups", false}, {"true_sequential", true},
+                {"damp_percent", 0.01}};
     return {
         {"quant_method", "awq"},
         {"bits", tr.bits},
@@ -368,8 +374,8 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                                                                 t.shape[0], t.shape[1]))
                     packed.push_back(std::move(p));
             } else if (item->quantized_linear) {
-                for (Packed& p : pack_linear(o.format, t.qtype, qf.path(), t.name, hf_name, bytes,
-                                             t.shape[0], t.shape[1]))
+                for (Packed& p : pack_linear(o.format, o.gptq_v2, t.qtype, qf.path(), t.name,
+                                             hf_name, bytes, t.shape[0], t.shape[1]))
                     packed.push_back(std::move(p));
             } else {
                 packed.push_back(float_tensor(t, hf_name, bytes));
@@ -409,7 +415,8 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
         cfg["torch_dtype"] = "float16";
         cfg["quantization_config"] = compressed_tensors_config_json(qtype, ct_group, not_converted);
     } else {
-        cfg["quantization_config"] = quantization_config_json(o.format, qtype, not_converted);
+        cfg["quantization_config"] =
+            quantization_config_json(o.format, o.gptq_v2, qtype, not_converted);
     }
     if (!in_block.is_null()) cfg["quantization_config"]["modules_in_block_to_quantize"] = in_block;
     write_in_tmp("config.json", [&](const std::string& path) { write_json(path, cfg); });

@@ -131,10 +131,12 @@ HfQuantConfig parse_quant_config(const json& j, const std::string& file,
         qc.bits = static_cast<uint32_t>(bits);
         qc.sym = bool_key(j, "sym", true, file, ctx);
         const std::string format = string_key(j, "checkpoint_format", "gptq", file, ctx);
-        if (format != "gptq")
+        if (format != "gptq" && format != "gptq_v2")
             throw Error(file, {},
                         "GPTQ checkpoint_format '" + format +
-                            "' is not supported (supported: gptq, AutoGPTQ's v1 layout)");
+                            "' is not supported (supported: gptq and gptq_v2, whose zeros "
+                            "qforge tells apart)");
+        qc.gptq_v2 = format == "gptq_v2";
         if (bool_key(j, "is_marlin_format", false, file, ctx))
             throw Error(file, {}, "GPTQ is_marlin_format checkpoints are not supported");
     } else if (method == "awq") {
@@ -199,6 +201,55 @@ std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path
             return parse_quant_config(read_json_file(p.string()), p.string(), method);
     }
     return std::nullopt;
+}
+
+std::optional<std::string> resolve_gptq_zeros(HfQuantConfig& qc,
+                                              const SafetensorsCheckpoint& ckpt) {
+    if (qc.method != HfQuantMethod::gptq || !qc.sym) return std::nullopt;
+    const uint32_t bits = qc.bits, per_word = 32 / bits, mask = (1u << bits) - 1;
+    const uint32_t v1 = (1u << (bits - 1)) - 1, v2 = 1u << (bits - 1);
+    auto kind = [](bool is_v2) { return std::string(is_v2 ? "v2" : "v1"); };
+    std::optional<bool> found_v2;
+    std::string first;  // the tensor that settled it
+    for (const std::string& name : ckpt.tensor_names()) {
+        const SafetensorsTensorInfo* info = ckpt.find(name);
+        // A qzeros of the wrong dtype or shape is named by the import.
+        if (!name.ends_with(kQzeros) || info->dtype != DType::i32 || info->shape.size() != 2 ||
+            info->shape[1] == 0)
+            continue;
+        const Part zeros{name, ckpt.file_of(name), ckpt.tensor(name).data};
+        const uint64_t words = zeros.data.size() / 4, row = info->shape[1];
+        std::optional<bool> is_v2;
+        for (uint64_t w = 0; w < words; ++w)
+            for (uint32_t j = 0; j < per_word; ++j) {
+                const uint32_t z = (zeros.word(w) >> (bits * j)) & mask;
+                const bool known = z == v1 || z == v2;
+                if (!known || (is_v2 && *is_v2 != (z == v2)))
+                    throw Error(zeros.file, zeros.name,
+                                "group " + std::to_string(w / row) + ", output " +
+                                    std::to_string(w % row * per_word + j) + " stores zero " +
+                                    std::to_string(z) +
+                                    ": the zeros of a sym=true checkpoint are " + "all " +
+                                    std::to_string(v1) + " (GPTQ v1, zero - 1) or all " +
+                                    std::to_string(v2) + " (v2), so they fit neither" +
+                                    (is_v2 ? " (the tensor's first zero is " + kind(*is_v2) + ")"
+                                           : std::string()));
+                is_v2 = z == v2;
+            }
+        if (!is_v2) continue;
+        if (found_v2 && *found_v2 != *is_v2)
+            throw Error(zeros.file, zeros.name,
+                        "stores GPTQ " + kind(*is_v2) + " zeros, but " + first + " stores " +
+                            kind(*found_v2) + " zeros: a checkpoint holds one kind");
+        if (!found_v2) first = name;
+        found_v2 = is_v2;
+    }
+    if (!found_v2 || *found_v2 == qc.gptq_v2) return std::nullopt;
+    const bool label_v2 = qc.gptq_v2;
+    qc.gptq_v2 = *found_v2;
+    return qc.file + ": checkpoint_format says " + (label_v2 ? "gptq_v2" : "gptq") +
+           " but the zeros (" + first + ": all " + std::to_string(*found_v2 ? v2 : v1) +
+           ") are GPTQ " + kind(*found_v2) + ": read as " + kind(*found_v2);
 }
 
 QType hf_quant_target(const HfQuantConfig& qc) {
@@ -300,15 +351,18 @@ void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
         if (gptq)
             return static_cast<int32_t>(
                        (qzeros.word(g * words + o / per_word) >> (bits * (o % per_word))) & mask) +
-                   1;  // v1 stores zero - 1
+                   (qc.gptq_v2 ? 0 : 1);  // v1 stores zero - 1
         return static_cast<int32_t>((qzeros.word(g * words + o / 8) >> (4 * kAwqNibble[o % 8])) &
                                     mask);
     };
 
     repack_rows(
         target, n, k, group, qweight, scales, qzeros,
-        gptq ? " (GPTQ v1 stores zero - 1, so a zero of 0 wraps to 16)" : "", code_of,
-        [&](uint64_t g, uint64_t o) { return scales.half(g * n + o); }, zero_of, out);
+        gptq && !qc.gptq_v2
+            ? " (GPTQ v1 stores zero - 1, so a zero of 0 wraps to 16; a v2 checkpoint stores the "
+              "zero itself: declare checkpoint_format gptq_v2)"
+            : "",
+        code_of, [&](uint64_t g, uint64_t o) { return scales.half(g * n + o); }, zero_of, out);
     for (std::string_view suffix : kQuantizedParts)
         if (ckpt.contains(base + std::string(suffix))) ckpt.release(base + std::string(suffix));
 }

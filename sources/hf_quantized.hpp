@@ -5,7 +5,8 @@
 //
 // Per linear X (X.weight in a float checkpoint) with n outputs and k inputs, g = group_size:
 //
-//   GPTQ (checkpoint_format "gptq", AutoGPTQ's v1), bits b in {4, 8}, p = 32 / b codes a word:
+//   GPTQ (checkpoint_format "gptq", AutoGPTQ's v1; "gptq_v2" stores the zeros themselves, see
+//   resolve_gptq_zeros), bits b in {4, 8}, p = 32 / b codes a word:
 //     X.qweight  I32 [k / p, n]            code of (input i, output o): bits [b (i % p), +b) of
 //                                          word [i / p][o] (packed along the input)
 //     X.qzeros   I32 [ceil(k / g), n / p]  zero - 1 of (group, o): bits [b (o % p), +b) of word
@@ -65,6 +66,9 @@ struct HfQuantConfig {
     int64_t group_size = 0;   // -1: one group per output row; else a positive multiple of 32
     bool sym = false;         // GPTQ: zeros are 2^(bits-1); AWQ: always false
     nlohmann::json declared;  // the object as written, for provenance
+    // GPTQ: qzeros hold the true zeros (v2) rather than zero - 1 (v1). Parsed from
+    // checkpoint_format ("gptq_v2"), then settled by the zeros themselves (resolve_gptq_zeros).
+    bool gptq_v2 = false;
 };
 
 // The quantization the checkpoint beside config.json declares: config.json's
@@ -72,6 +76,14 @@ struct HfQuantConfig {
 // folder; nullopt for a float checkpoint. An unsupported method, bit width, group size,
 // checkpoint_format or AWQ version is an Error naming the file and the key.
 std::optional<HfQuantConfig> read_hf_quant_config(const std::string& config_path);
+
+// GPTQ v1 stores zero - 1, v2 the zero: told apart by the stored zeros, not the label. A
+// symmetric checkpoint's zeros are all 2^(b-1) - 1 (v1) or all 2^(b-1) (v2), in every tensor; any
+// other value, or tensors of both kinds, is an Error naming the tensor. An asymmetric one's zeros
+// fit both (any stored value is a zero of either), so checkpoint_format decides; a v1 tensor
+// whose stored zero reads as 2^b is refused by the import, naming it. Sets qc.gptq_v2; returns a
+// warning when the zeros contradict the label. No-op for AWQ and compressed-tensors.
+std::optional<std::string> resolve_gptq_zeros(HfQuantConfig& qc, const SafetensorsCheckpoint& ckpt);
 
 // The row type a linear of this checkpoint becomes (see the header comment); an Error naming
 // the config file when there is none.

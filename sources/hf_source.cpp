@@ -45,6 +45,7 @@ class HfSource final : public ModelSource {
         config_ = config;
         model_json_ = model_config_to_json(config_);
         if (quant_) {
+            if (auto w = resolve_gptq_zeros(*quant_, ckpt_)) warnings_.push_back(*w);
             quant_target_ = hf_quant_target(*quant_);
             if (quant_->method == HfQuantMethod::compressed_tensors)
                 quant_target_ = compressed_tensors_target(*quant_, quant_target_, ckpt_);

@@ -469,7 +469,7 @@ TEST_CASE("stories260K exports with its unpackable linears kept float", "[intero
     }
 }
 
-TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, AWQ can", "[interop][export]") {
+TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, GPTQ v2 and AWQ can", "[interop][export]") {
     ScratchDir dir("hf_export_zero");
     const fs::path qf = quantize(make_float_model(dir, true), dir, "q4_g32");
     const auto gptq = run_export(qf, dir / "gptq", "gptq");
@@ -482,6 +482,44 @@ TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, AWQ can", "[interop][exp
     REQUIRE(awq.exit_code == 0);
     REQUIRE(run_qforge("convert " + q(dir / "awq") + " -o " + q(dir / "re.qf")).exit_code == 0);
     require_same_tensors(qf, dir / "re.qf");
+
+    // v2 stores the zeros themselves and says so; the v1 reader's formula would be one step off,
+    // so the import reads them as v2 (asymmetric zeros fit both: checkpoint_format decides).
+    const auto v2 = run_export(qf, dir / "v2", "gptq_v2");
+    INFO(v2.output);
+    REQUIRE(v2.exit_code == 0);
+    const auto qc =
+        nlohmann::json::parse(read_file(dir / "v2" / "config.json")).at("quantization_config");
+    CHECK(qc.at("checkpoint_format") == "gptq_v2");
+    const SafetensorsCheckpoint ck((dir / "v2").string());
+    uint32_t zero;  // layers.0.attn.q is non-negative: its first group's zero is 0, stored as 0
+    std::memcpy(&zero, ck.tensor("model.layers.0.self_attn.q_proj.qzeros").data.data(), 4);
+    CHECK((zero & 0xf) == 0);
+    fs::remove(dir / "re.qf");
+    REQUIRE(run_qforge("convert " + q(dir / "v2") + " -o " + q(dir / "re.qf")).exit_code == 0);
+    require_same_tensors(qf, dir / "re.qf");
+}
+
+TEST_CASE("GPTQ export writes v1 with an explicit checkpoint_format, v2 on request",
+          "[interop][export]") {
+    ScratchDir dir("hf_export_v1_v2");
+    const fs::path qf = quantize(make_float_model(dir), dir, "q4s_g128");
+    for (const std::string format : {"gptq", "gptq_v2"}) {
+        INFO(format);
+        const fs::path out = dir / format;
+        REQUIRE(run_export(qf, out, format).exit_code == 0);
+        const auto qc =
+            nlohmann::json::parse(read_file(out / "config.json")).at("quantization_config");
+        CHECK(qc.at("checkpoint_format") == format);
+        // sym: zero 8, stored 7 by v1 (zero - 1) and 8 by v2, in all eight nibbles of a word.
+        const SafetensorsCheckpoint ck(out.string());
+        uint32_t word;
+        std::memcpy(&word, ck.tensor("model.layers.0.mlp.down_proj.qzeros").data.data(), 4);
+        CHECK(word == (format == "gptq" ? 0x77777777u : 0x88888888u));
+        const fs::path re = dir / (format + ".qf");
+        REQUIRE(run_qforge("convert " + q(out) + " -o " + q(re)).exit_code == 0);
+        require_same_tensors(qf, re);
+    }
 }
 
 TEST_CASE("large exports are sharded with an index", "[interop][export]") {

@@ -121,6 +121,8 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
                                                 {"gptq_4bit_asym_gm1", QType::q4_g128},
                                                 {"gptq_8bit_sym_g64", QType::q8_g32},
                                                 {"awq_4bit_g64", QType::q4_g64},
+                                                {"gptq_4bit_asym_g32_v2", QType::q4_g32},
+                                                {"gptq_4bit_sym_g128_v2_as_gptq", QType::q4s_g128},
                                                 // compressed-tensors' own compressor wrote
                                                 // these (make_compressed_tensors_fixtures.py)
                                                 {"ct_4bit_asym_g32", QType::q4_g32},
@@ -245,8 +247,9 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
     const std::vector<uint8_t> all_ones(16, 0xff), all_zero(16, 0x00);
     CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qzeros", DType::i32, {1, 4}, all_ones}),
                Catch::Contains("group 0, output 0: zero 16 is outside q4_g32's 0..15"));
-    CHECK_THAT(refused_tensor("gptq_4bit_sym_g128", {q + ".qzeros", DType::i32, {1, 4}, all_zero}),
-               Catch::Contains("group 0, output 0: zero 1 but sym=true means 8"));
+    CHECK_THAT(
+        refused_tensor("gptq_4bit_sym_g128", {q + ".qzeros", DType::i32, {1, 4}, all_zero}),
+        Catch::Contains("group 0, output 0 stores zero 0") && Catch::Contains("fit neither"));
     std::vector<uint8_t> inf_scales(2 * 32, 0);
     for (size_t i = 0; i < inf_scales.size(); i += 2) inf_scales[i + 1] = 0x7c;  // fp16 +inf
     CHECK_THAT(refused_tensor("awq_4bit_g64", {q + ".scales", DType::f16, {1, 32}, inf_scales}),
@@ -257,6 +260,55 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
         CHECK_THAT(convert_error(d, dir), Catch::Contains("a GPTQ/AWQ tensor, but") &&
                                               Catch::Contains("declares no quantization_config"));
     }
+}
+
+TEST_CASE("GPTQ v1 and v2 are told apart by their zeros, not their label", "[interop]") {
+    ScratchDir dir("gptq-v1-v2");
+    // The same codes and scales with v1 zeros (stored 7) and with v2 zeros (8) under v1's label:
+    // the same rows, and a warning that the label was wrong.
+    ConvertOptions o;
+    o.input = (kFixtures / "gptq_4bit_sym_g128").string();
+    o.output = (dir / "v1.qf").string();
+    CHECK(convert_checkpoint(o).warnings.empty());
+    o.input = (kFixtures / "gptq_4bit_sym_g128_v2_as_gptq").string();
+    o.output = (dir / "v2.qf").string();
+    const auto report = convert_checkpoint(o);
+    REQUIRE(report.warnings.size() == 1);
+    CHECK_THAT(report.warnings[0], Catch::Contains("checkpoint_format says gptq but the zeros") &&
+                                       Catch::Contains("are GPTQ v2: read as v2"));
+    {
+        const QfFile a((dir / "v1.qf").string()), b((dir / "v2.qf").string());
+        std::vector<uint8_t> sa, sb;
+        for (const QfTensorInfo& t : a.tensors()) {
+            INFO(t.name);
+            const auto ba = a.tensor_bytes(t, sa), bb = b.tensor_bytes(b.at(t.name), sb);
+            CHECK(std::equal(ba.begin(), ba.end(), bb.begin(), bb.end()));
+        }
+    }
+    // v1 zeros under v2's label read as v1, with the warning.
+    const fs::path relabeled = copy_case("gptq_4bit_sym_g128", dir);
+    edit_config(relabeled / "config.json",
+                [](auto& j) { j["quantization_config"]["checkpoint_format"] = "gptq_v2"; });
+    o.input = relabeled.string();
+    o.output = (dir / "relabeled.qf").string();
+    CHECK_THAT(convert_checkpoint(o).warnings.at(0), Catch::Contains("read as v1"));
+
+    // Zeros that fit neither, or both kinds in one checkpoint, are refused naming the tensor.
+    ScratchDir refused("gptq-v1-v2-refused");
+    const std::string q = "model.layers.0.self_attn.q_proj";
+    std::vector<uint8_t> fives(16, 0x55), eights(16, 0x88);
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, fives}),
+               Catch::Contains("group 0, output 0 stores zero 5") &&
+                   Catch::Contains("so they fit neither"));
+    eights[15] = 0x78;  // output 31 (the top nibble of the last word) stores v1's 7
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, eights}),
+               Catch::Contains("output 31 stores zero 7") && Catch::Contains("first zero is v2"));
+    eights[15] = 0x88;  // q_proj all v2, the others v1
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, eights}),
+               Catch::Contains("stores GPTQ v") && Catch::Contains("a checkpoint holds one kind"));
 }
 
 TEST_CASE("compressed-tensors import: what it cannot hold exactly is refused by name",
