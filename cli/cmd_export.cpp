@@ -54,7 +54,7 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
                     "to a temporary .qf first)")
         ->required();
     add_choice_option(app, "--format", a->format,
-                      {"gptq", "gptq_v2", "awq", "compressed-tensors", "gguf"},
+                      {"gptq", "awq", "compressed-tensors", "gguf", "gptq_v2"},
                       "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types), gptq_v2 (the same with true "
                       "zeros, GPTQModel's layout), awq (GEMM: q4_g* only), "
                       "compressed-tensors (pack-quantized, for vLLM/SGLang: q4_g*, q4s_g*, q8 "
