@@ -39,7 +39,10 @@ std::string hf_base(const std::string& hf_weight_name) {
 // One quantized linear [n, k] of type t (rows in `rows`) as GPTQ v1 or AWQ GEMM parts.
 std::vector<Packed> pack_linear(HfQuantMethod format, bool v2, QType t, const std::string& file,
                                 const std::string& tensor, const std::string& hf_weight_name,
-                                std::span<const uint8_t> rows, uint64_t n, uint64_t k) {
+                                std::span<const uint8_t> rows, uint64_t n, uint64_t k,
+                                const std::vector<uint32_t>& perm) {
+    // Stored column j holds input perm[j] (act-order); g_idx says so below.
+    auto input = [&](uint64_t j) -> uint64_t { return perm.empty() ? j : perm[j]; };
     const QTypeTraits& tr = qtype_traits(t);
     const QRowLayout l = *qtype_row_layout(t, k);
     const bool gptq = format == HfQuantMethod::gptq;
@@ -67,8 +70,9 @@ std::vector<Packed> pack_linear(HfQuantMethod format, bool v2, QType t, const st
 
     for (uint64_t o = 0; o < n; ++o) {
         const uint8_t* row = rows.data() + o * l.row_bytes;
-        for (uint64_t i = 0; i < k; ++i) {
-            const auto code = static_cast<uint32_t>(row_code(t, row, i) + code_offset);
+        for (uint64_t j = 0; j < k; ++j) {
+            const auto code = static_cast<uint32_t>(row_code(t, row, j) + code_offset);
+            const uint64_t i = input(j);
             if (gptq)
                 or_bits(qweight.bytes, i / per_word * n + o, code,
                         bits * static_cast<uint32_t>(i % per_word));
@@ -105,8 +109,8 @@ std::vector<Packed> pack_linear(HfQuantMethod format, bool v2, QType t, const st
     parts.push_back(std::move(scales));
     if (gptq) {
         Packed g_idx{base + ".g_idx", DType::i32, {k}, std::vector<uint8_t>(4 * k)};
-        for (uint64_t i = 0; i < k; ++i)
-            put_word(g_idx.bytes, i, static_cast<uint32_t>(i / l.group));
+        for (uint64_t j = 0; j < k; ++j)
+            put_word(g_idx.bytes, input(j), static_cast<uint32_t>(j / l.group));
         parts.push_back(std::move(g_idx));
     }
     return parts;
@@ -211,6 +215,10 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
         } else if (tr.bits == 3)
             throw Error(qf.path(), t.name,
                         what + "GPTQ and AWQ loaders have no 3-bit layout qforge can write");
+        if (!t.col_perm.empty() && format != HfQuantMethod::gptq)
+            throw Error(qf.path(), t.name,
+                        "has a column permutation (an act-order GPTQ import): only GPTQ stores "
+                        "one (as g_idx); export --format gptq");
         if (format == HfQuantMethod::awq && (tr.bits != 4 || tr.symmetric))
             throw Error(qf.path(), t.name,
                         what + "AWQ holds 4-bit asymmetric groups (q4_g32/g64/g128) only");
@@ -375,7 +383,7 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                     packed.push_back(std::move(p));
             } else if (item->quantized_linear) {
                 for (Packed& p : pack_linear(o.format, o.gptq_v2, t.qtype, qf.path(), t.name,
-                                             hf_name, bytes, t.shape[0], t.shape[1]))
+                                             hf_name, bytes, t.shape[0], t.shape[1], t.col_perm))
                     packed.push_back(std::move(p));
             } else {
                 packed.push_back(float_tensor(t, hf_name, bytes));

@@ -1,7 +1,9 @@
 // .qf -> a Hugging Face GPTQ (AutoGPTQ v1) or AWQ (GEMM) checkpoint directory that transformers
 // and vLLM load: the exact inverse of sources/hf_quantized.hpp, which documents both layouts.
 // Every quantized linear's codes, fp16 scales and integer zeros are repacked without
-// re-quantizing, so importing the export gives back the same row bytes.
+// re-quantizing, so importing the export gives back the same row bytes. A linear with a column
+// permutation (an act-order import) is written to GPTQ with its g_idx (stored column j is input
+// col_perm[j], in group j / group); AWQ and compressed-tensors refuse it by name.
 //
 // What each format can express (anything else is an Error naming the tensor and its type):
 //   gptq: q4_g* (sym false), q4s_g* (sym true; zero 8 stored as 7), q8 / q8_g32 / q8_g128 (sym

@@ -36,7 +36,8 @@ reference is scale * (q - zero) in float32, exact (an 11-bit scale times an inte
 
 Per case OUT_DIR/<case>/: config.json (with quantization_config, or a quantize_config.json
 beside it), model.safetensors, reference.safetensors (float32 [out, in] per linear, under the
-linear's X.weight name; absent for the act-order case, which qforge must refuse).
+linear's X.weight name). Act-order cases (desc_act) quantize the columns in a random order
+perm, in groups of g along it, and store g_idx[perm[j]] = j // g with each code at its input.
 Deterministic: the same numpy gives the same bytes.
 """
 import json
@@ -66,6 +67,7 @@ CASES = {
     "awq_4bit_g64": ("awq", 4, 64, False, False, False),
     "gptq_4bit_asym_g32_v2": ("gptq", 4, 32, False, False, False),
     "gptq_4bit_sym_g128_v2_as_gptq": ("gptq", 4, 128, True, False, False),
+    "gptq_4bit_sym_act_order": ("gptq", 4, 32, True, True, False),
 }
 # GPTQ v2 (GPTQModel's internal layout, checkpoint_format "gptq_v2"): qzeros hold the true zeros.
 # name: the checkpoint_format written. The asymmetric case makes row 0 of q_proj non-negative, so
@@ -185,7 +187,7 @@ def pack_gptq(q, scales, zeros, bits, group, act_order_perm, v2=False):
     g = k if group == -1 else group
     g_idx = np.arange(k, dtype=np.int32) // g
     if act_order_perm is not None:
-        # Static groups after an act-order permutation: input perm[j] is in group j // g.
+        # desc_act: input perm[j] is in group j // g.
         g_idx = np.zeros(k, dtype=np.int32)
         g_idx[act_order_perm] = np.arange(k, dtype=np.int32) // g
     return {"qweight": qweight.view(np.int32), "qzeros": qzeros.view(np.int32),
@@ -210,7 +212,7 @@ def quant_config(method, bits, group, sym, act_order, checkpoint_format="gptq"):
                 "version": "gemm", "modules_to_not_convert": None}
     return {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order,
             "sym": sym, "checkpoint_format": checkpoint_format, "damp_percent": 0.01,
-            "true_sequential": True, "static_groups": act_order}
+            "true_sequential": True, "static_groups": False}
 
 
 def main():
@@ -240,13 +242,25 @@ def main():
             if case in V2_CASES and not sym and lin == "self_attn.q_proj":
                 x = x.copy()
                 x[0] = np.abs(x[0])  # one group whose zero is 0
-            q, scales, zeros = rtn(x, bits, group, sym, method == "awq")
+            perm = rng.permutation(x.shape[1]) if act_order else None
+            if act_order:
+                # desc_act: the columns are quantized in the order perm, groups of g in that
+                # order, so input perm[j] lies in group j // g and its code sits at input perm[j].
+                q_perm, scales, zeros = rtn(x[:, perm], bits, group, sym, False)
+                q = np.empty_like(q_perm)
+                q[:, perm] = q_perm
+                g_idx = np.empty(x.shape[1], dtype=np.int64)
+                g_idx[perm] = np.arange(x.shape[1]) // group
+                # The published formula: W[:, i] = scale[g_idx[i]] * (q[:, i] - zero[g_idx[i]]).
+                reference[name + ".weight"] = (scales[g_idx].T.astype(np.float32) *
+                                               (q - zeros[g_idx].T).astype(np.float32))
+            else:
+                q, scales, zeros = rtn(x, bits, group, sym, method == "awq")
+                reference[name + ".weight"] = dequantize(q, scales, zeros, x.shape[1], group)
             codes_seen.update(np.unique(q).tolist())
-            reference[name + ".weight"] = dequantize(q, scales, zeros, x.shape[1], group)
             if method == "awq":
                 parts = pack_awq(q, scales, zeros)
             else:
-                perm = rng.permutation(x.shape[1]) if act_order else None
                 parts = pack_gptq(q, scales, zeros, bits, group, perm, v2=case in V2_CASES)
             for part, t in parts.items():
                 tensors[name + "." + part] = t
@@ -260,8 +274,7 @@ def main():
             config["quantization_config"] = qc
         (d / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         write_safetensors(d / "model.safetensors", tensors)
-        if not act_order:
-            write_safetensors(d / "reference.safetensors", reference)
+        write_safetensors(d / "reference.safetensors", reference)
         print(f"{case}: {len(tensors)} tensors, codes {min(codes_seen)}..{max(codes_seen)}")
 
 

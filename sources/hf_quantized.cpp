@@ -294,6 +294,45 @@ std::string hf_qweight_name(std::string_view hf_weight_name, HfQuantMethod metho
            std::string(method == HfQuantMethod::compressed_tensors ? kCtPacked : kQweight);
 }
 
+std::vector<uint32_t> hf_quantized_col_perm(const HfQuantConfig& qc,
+                                            const SafetensorsCheckpoint& ckpt,
+                                            const std::string& hf_weight_name, uint64_t n,
+                                            uint64_t k) {
+    (void)n;
+    const std::string qweight = hf_qweight_name(hf_weight_name, qc.method);
+    const std::string name =
+        qweight.substr(0, qweight.size() - kQweight.size()) + std::string(kGIdx);
+    if (qc.method != HfQuantMethod::gptq || !ckpt.contains(name)) return {};
+    const uint64_t group = qc.group_size == -1 ? k : static_cast<uint64_t>(qc.group_size);
+    const uint64_t groups = (k + group - 1) / group;
+    const Part g_idx = checked_part(ckpt, name, DType::i32, {k}, "[in] group per input");
+    std::vector<uint64_t> count(groups, 0);
+    bool contiguous = true;
+    for (uint64_t i = 0; i < k; ++i) {
+        const auto g = static_cast<int32_t>(g_idx.word(i));
+        if (g < 0 || static_cast<uint64_t>(g) >= groups)
+            throw Error(g_idx.file, g_idx.name,
+                        "g_idx[" + std::to_string(i) + "] is " + std::to_string(g) +
+                            ", outside the " + std::to_string(groups) + " groups");
+        ++count[static_cast<uint64_t>(g)];
+        contiguous &= static_cast<uint64_t>(g) == i / group;
+    }
+    if (contiguous) return {};
+    for (uint64_t g = 0; g < groups; ++g)
+        if (count[g] != std::min(group, k - g * group))
+            throw Error(g_idx.file, g_idx.name,
+                        "act-order checkpoint: group " + std::to_string(g) + " holds " +
+                            std::to_string(count[g]) + " inputs, not " +
+                            std::to_string(std::min(group, k - g * group)) +
+                            ", so its inputs cannot be stored as one contiguous group");
+    // Inputs sorted by group, stably: a counting sort.
+    std::vector<uint64_t> next(groups);
+    for (uint64_t g = 0; g < groups; ++g) next[g] = g * group;
+    std::vector<uint32_t> perm(k);
+    for (uint64_t i = 0; i < k; ++i) perm[next[g_idx.word(i)]++] = static_cast<uint32_t>(i);
+    return perm;
+}
+
 void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
                                 const SafetensorsCheckpoint& ckpt,
                                 const std::string& hf_weight_name, uint64_t n, uint64_t k,
@@ -327,24 +366,15 @@ void import_hf_quantized_linear(const HfQuantConfig& qc, QType target,
                      "[groups, out / " + std::to_string(per_word) + "] zeros");
     const Part scales =
         checked_part(ckpt, base + std::string(kScales), DType::f16, {groups, n}, "[groups, out]");
-    if (gptq && ckpt.contains(base + std::string(kGIdx))) {
-        const Part g_idx =
-            checked_part(ckpt, base + std::string(kGIdx), DType::i32, {k}, "[in] group per input");
-        for (uint64_t i = 0; i < k; ++i) {
-            const auto g = static_cast<int32_t>(g_idx.word(i));
-            if (g != static_cast<int64_t>(i / group))
-                throw Error(g_idx.file, g_idx.name,
-                            "act-order checkpoint: g_idx[" + std::to_string(i) + "] is " +
-                                std::to_string(g) + ", not " + std::to_string(i / group) +
-                                " (i / group_size); qforge's groups are contiguous, so it cannot "
-                                "import this exactly: quantize the float model with `qforge "
-                                "quantize --method gptq --act-order` instead");
-        }
-    }
+    // Stored column j holds input perm[j] (act-order), or input j.
+    const std::vector<uint32_t> perm = hf_quantized_col_perm(qc, ckpt, hf_weight_name, n, k);
 
-    auto code_of = [&](uint64_t i, uint64_t o) -> uint32_t {
+    auto input_code = [&](uint64_t i, uint64_t o) -> uint32_t {
         if (gptq) return (qweight.word(i / per_word * n + o) >> (bits * (i % per_word))) & mask;
         return (qweight.word(i * (n / 8) + o / 8) >> (4 * kAwqNibble[o % 8])) & mask;
+    };
+    auto code_of = [&](uint64_t j, uint64_t o) {
+        return input_code(perm.empty() ? j : perm[j], o);
     };
     auto zero_of = [&](uint64_t g, uint64_t o) -> int32_t {
         const uint64_t words = n / per_word;

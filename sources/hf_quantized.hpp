@@ -12,7 +12,8 @@
 //     X.qzeros   I32 [ceil(k / g), n / p]  zero - 1 of (group, o): bits [b (o % p), +b) of word
 //                                          [group][o / p] (packed along the output)
 //     X.scales   F16 [ceil(k / g), n]
-//     X.g_idx    I32 [k]                   group of input i; must be i / g (below)
+//     X.g_idx    I32 [k]                   group of input i: i / g, or a permutation of the
+//                                          groups (act-order, below)
 //     W[o][i] = scales[g_idx[i]][o] * (q[i][o] - (qzeros[g_idx[i]][o] + 1))
 //   AWQ (version "gemm"), 4 bits:
 //     X.qweight  I32 [k, n / 8]            code of (i, o): nibble inv[o % 8] of word [i][o / 8],
@@ -33,9 +34,9 @@
 // (sources/compressed_tensors.hpp has their layout): quant_method "compressed-tensors" here, their
 // parts' reader there.
 //
-// Act-order checkpoints (g_idx not i / g) are refused: our groups are contiguous ranges of a
-// row, so a permuted group assignment would need a g_idx at inference. `qforge quantize
-// --method gptq --act-order` from the float model gets act-order's accuracy with static groups.
+// Act-order checkpoints (desc_act: g_idx not i / g) import losslessly: our groups are contiguous
+// ranges of a row, so the columns are stored sorted by group, with the permutation beside them
+// (hf_quantized_col_perm, QfTensorInfo::col_perm), and the CPU backend gathers activations by it.
 #pragma once
 
 #include <array>
@@ -101,6 +102,16 @@ std::optional<std::string> hf_quantized_part_of(std::string_view name);
 // X.weight_packed); empty for a name that does not end in ".weight".
 std::string hf_qweight_name(std::string_view hf_weight_name,
                             HfQuantMethod method = HfQuantMethod::gptq);
+
+// An act-order GPTQ linear's column permutation: empty when its X.g_idx is absent or i / g;
+// otherwise perm, the inputs sorted by group (stably), so stored column j holds input perm[j]
+// and lies in group j / g as our rows need. A g_idx whose groups do not hold g inputs each
+// (the last one k - g (groups - 1)) cannot be a permutation of contiguous groups: an Error
+// naming it. Only GPTQ has a g_idx.
+std::vector<uint32_t> hf_quantized_col_perm(const HfQuantConfig& qc,
+                                            const SafetensorsCheckpoint& ckpt,
+                                            const std::string& hf_weight_name, uint64_t n,
+                                            uint64_t k);
 
 // The linear whose float name is `hf_weight_name` (X.weight), [n, k], repacked into rows of
 // `target` (n * row_bytes bytes in `out`). Every part's dtype and shape is checked; a wrong one,

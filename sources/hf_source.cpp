@@ -133,6 +133,8 @@ class HfSource final : public ModelSource {
                     throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
                                 "both a float weight and " + qweight + " are present");
                 add(s, quant_target_, true);
+                tensors_.back().col_perm =
+                    hf_quantized_col_perm(*quant_, ckpt_, s.hf_name, s.shape[0], s.shape[1]);
                 continue;
             }
             if (!ckpt_.contains(s.hf_name))

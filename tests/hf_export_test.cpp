@@ -391,6 +391,8 @@ TEST_CASE("exporting an imported checkpoint gives back its tensors byte for byte
          std::vector<std::pair<std::string, std::string>>{{"gptq_4bit_asym_g32", "gptq"},
                                                           {"gptq_4bit_sym_g128", "gptq"},
                                                           {"gptq_4bit_asym_gm1", "gptq"},
+                                                          {"gptq_4bit_act_order", "gptq"},
+                                                          {"gptq_4bit_sym_act_order", "gptq"},
                                                           {"awq_4bit_g64", "awq"}}) {
         INFO(name);
         const fs::path qf = dir / (name + ".qf");

@@ -19,6 +19,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
+#include "qf_support.hpp"
 #include "sources/hf_quantized.hpp"
 #include "test_support.hpp"
 
@@ -123,6 +124,10 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
                                                 {"awq_4bit_g64", QType::q4_g64},
                                                 {"gptq_4bit_asym_g32_v2", QType::q4_g32},
                                                 {"gptq_4bit_sym_g128_v2_as_gptq", QType::q4s_g128},
+                                                // desc_act: rows stored sorted by group, with
+                                                // the column permutation beside them
+                                                {"gptq_4bit_act_order", QType::q4_g32},
+                                                {"gptq_4bit_sym_act_order", QType::q4s_g32},
                                                 // compressed-tensors' own compressor wrote
                                                 // these (make_compressed_tensors_fixtures.py)
                                                 {"ct_4bit_asym_g32", QType::q4_g32},
@@ -140,7 +145,7 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
                                              : name.starts_with("ct_") ? "compressed-tensors"
                                                                        : "gptq"));
         CHECK(recipe.at("imported_qtype") == qtype_traits(qtype).name);
-        uint64_t linears = 0, exact = 0, weights = 0;
+        uint64_t linears = 0, exact = 0, weights = 0, permuted = 0;
         for (const TensorSpec& s : expected_tensors(cfg)) {
             const QfTensorInfo& t = qf.at(s.name);
             INFO(s.name);
@@ -160,13 +165,20 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
             for (uint64_t o = 0; o < rows; ++o) {
                 dequantize_row_ref(qtype, bytes.data() + o * row_bytes, k, got.data());
                 std::memcpy(want.data(), r.data.data() + o * k * 4, k * 4);
+                // Stored column i holds input col_perm[i] (act-order), or input i.
                 for (uint64_t i = 0; i < k; ++i)
-                    exact += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+                    exact += std::memcmp(&got[i], &want[t.col_perm.empty() ? i : t.col_perm[i]],
+                                         sizeof(float)) == 0;
             }
             weights += rows * k;
             ++linears;
+            // Only mlp.down (k = 128, four groups) has groups to permute; k = 32 is one group.
+            permuted += !t.col_perm.empty();
+            CHECK(t.col_perm.empty() ==
+                  (!name.ends_with("act_order") || s.name != "layers.0.mlp.down"));
         }
         CHECK(linears == 7);
+        CHECK(permuted == (name.ends_with("act_order") ? 1 : 0));
         CHECK(exact == weights);
         CHECK(weights == 32 * 32 * 2 + 16 * 32 * 2 + 128 * 32 * 3);
     }
@@ -193,12 +205,26 @@ TEST_CASE("GPTQ/AWQ import: the imported model runs (ppl, finite)", "[interop][c
 
 TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by name", "[interop]") {
     ScratchDir dir("hf-quantized-refused");
-    // The linears with k = 32 have one group, so any permutation leaves g_idx all 0 = i / 32
-    // and they import exactly; mlp.down (k = 128, four groups) is the one refused.
-    CHECK_THAT(convert_error(kFixtures / "gptq_4bit_act_order", dir),
-               Catch::Contains("model.safetensors: tensor 'model.layers.0.mlp.down_proj.g_idx': "
-                               "act-order checkpoint: g_idx[") &&
-                   Catch::Contains("qforge quantize --method gptq --act-order"));
+    // A g_idx that is no permutation of whole groups (group 0 holding 31 inputs) is refused.
+    {
+        const std::string down = "model.layers.0.mlp.down_proj";
+        std::vector<int32_t> g_idx(128);
+        for (int32_t i = 0; i < 128; ++i) g_idx[static_cast<size_t>(i)] = i / 32;
+        g_idx[0] = 1;
+        CHECK_THAT(refused_with_tensor(dir, "gptq_4bit_act_order",
+                                       {down + ".g_idx",
+                                        DType::i32,
+                                        {128},
+                                        {reinterpret_cast<const uint8_t*>(g_idx.data()), 512}}),
+                   Catch::Contains("group 0 holds 31 inputs, not 32"));
+        g_idx[0] = 4;
+        CHECK_THAT(refused_with_tensor(dir, "gptq_4bit_act_order",
+                                       {down + ".g_idx",
+                                        DType::i32,
+                                        {128},
+                                        {reinterpret_cast<const uint8_t*>(g_idx.data()), 512}}),
+                   Catch::Contains("g_idx[0] is 4, outside the 4 groups"));
+    }
 
     auto refused_config = [&](const std::string& name, const std::string& file,
                               const std::function<void(nlohmann::json&)>& edit) {
@@ -260,6 +286,53 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
         CHECK_THAT(convert_error(d, dir), Catch::Contains("a GPTQ/AWQ tensor, but") &&
                                               Catch::Contains("declares no quantization_config"));
     }
+}
+
+TEST_CASE("act-order import: the column permutation is kept, checked and refused where unusable",
+          "[interop]") {
+    ScratchDir dir("act-order");
+    const fs::path qf = convert_case(kFixtures / "gptq_4bit_act_order", dir, "ao");
+    // quantize cannot re-plan permuted rows; GGUF has no place for the permutation.
+    const auto q = run_qforge("quantize '" + qf.string() + "' -o '" + (dir / "q.qf").string() +
+                              "' --qtype q4_g32");
+    CHECK(q.exit_code == 1);
+    CHECK_THAT(q.output,
+               Catch::Contains("layers.0.mlp.down") && Catch::Contains("column permutation"));
+    // (q4s_g32 rows: the type GGUF holds, so the permutation is what it refuses.)
+    const std::string sym = convert_case(kFixtures / "gptq_4bit_sym_act_order", dir, "sym");
+    const auto g =
+        run_qforge("export '" + sym + "' --format gguf -o '" + (dir / "ao.gguf").string() + "'");
+    CHECK(g.exit_code == 1);
+    CHECK_THAT(g.output, Catch::Contains("layers.0.mlp.down") && Catch::Contains("g_idx"));
+
+    // The reader checks col_perm: a permutation of the columns, on quantized matrices only.
+    const std::string header = qf_header_text(qf);
+    auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+        nlohmann::json h = nlohmann::json::parse(header);
+        for (auto& t : h["tensors"]) edit(t);
+        const fs::path broken = dir / "broken.qf";
+        fs::copy_file(qf, broken, fs::copy_options::overwrite_existing);
+        replace_qf_header(broken, h.dump());
+        try {
+            QfFile f(broken.string());
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        FAIL("opened");
+        return std::string();
+    };
+    CHECK_THAT(refused([](auto& t) {
+                   if (t.contains("col_perm")) t["col_perm"][1] = t["col_perm"][0];
+               }),
+               Catch::Contains("layers.0.mlp.down") && Catch::Contains("not a permutation"));
+    CHECK_THAT(refused([](auto& t) {
+                   if (t.contains("col_perm")) t["col_perm"].erase(0);
+               }),
+               Catch::Contains("col_perm has 127 entries for 128 columns"));
+    CHECK_THAT(refused([](auto& t) {
+                   if (t["name"] == "final_norm") t["col_perm"] = {0};
+               }),
+               Catch::Contains("only quantized matrices are permuted"));
 }
 
 TEST_CASE("GPTQ v1 and v2 are told apart by their zeros, not their label", "[interop]") {
