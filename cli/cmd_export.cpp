@@ -53,12 +53,17 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
                     "quantized .qf file, or a GPTQ/AWQ checkpoint directory or GGUF (converted "
                     "to a temporary .qf first)")
         ->required();
-    add_choice_option(app, "--format", a->format, {"gptq", "awq", "gguf"},
-                      "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types), awq (GEMM: q4_g* only) or "
-                      "gguf (llama.cpp: q4s_g32 as Q4_0, q8_g32 as Q8_0, f32/f16/bf16)")
+    add_choice_option(app, "--format", a->format,
+                      {"gptq", "awq", "compressed-tensors", "gguf", "gptq_v2"},
+                      "gptq (AutoGPTQ v1: q4_g*, q4s_g*, q8 types), gptq_v2 (the same with true "
+                      "zeros, GPTQModel's layout), awq (GEMM: q4_g* only), "
+                      "compressed-tensors (pack-quantized, for vLLM/SGLang: q4_g*, q4s_g*, q8 "
+                      "types) or gguf (llama.cpp: q4s_g32 as Q4_0, q8_g32 as Q8_0, f32/f16/bf16)")
         ->required();
     app.add_option("-o,--output", a->opts.output_dir,
-                   "output directory (gptq, awq: must not exist, or be empty) or .gguf file")
+                   "output directory (gptq, gptq_v2, awq, compressed-tensors: must not exist, or "
+                   "be empty) or "
+                   ".gguf file")
         ->required();
     add_json_option(app, common);
 
@@ -66,7 +71,10 @@ Runner register_export(CLI::App& app, CommonOptions& common) {
         if (a->format == "gguf")
             return run_gguf_export(a->opts.input, a->opts.output_dir, common.json);
         check_output_path(a->opts.output_dir, {a->opts.input}, OutputKind::directory);
-        a->opts.format = a->format == "awq" ? HfQuantMethod::awq : HfQuantMethod::gptq;
+        a->opts.gptq_v2 = a->format == "gptq_v2";
+        a->opts.format = a->format == "awq"                  ? HfQuantMethod::awq
+                         : a->format == "compressed-tensors" ? HfQuantMethod::compressed_tensors
+                                                             : HfQuantMethod::gptq;
         const auto input = open_qf_input(a->opts.input);
         ExportOptions opts = a->opts;
         opts.input = input->path();

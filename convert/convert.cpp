@@ -26,7 +26,7 @@ void write_tensors(const ModelSource& src, const std::optional<QType>& dtype, Qf
         const SourceTensor& t = src.tensors()[i];
         const std::span<const uint8_t> bytes = src.bytes(i, scratch);
         if (qtype_is_quantized(t.qtype)) {
-            writer.add_tensor(t.name, t.qtype, t.shape, bytes);
+            writer.add_tensor(t.name, t.qtype, t.shape, bytes, t.col_perm);
         } else {
             const TensorView view{src.label(i), qtype_traits(t.qtype).dtype, t.shape, bytes};
             const QType target = target_qtype(t.shape, t.qtype, dtype);

@@ -35,6 +35,10 @@ constexpr uint32_t kQuantizationVersion = 2;  // ggml's GGML_QNT_VERSION, Q4_0/Q
 
 // Every tensor's ggml type, or an Error naming the first one GGUF cannot hold.
 GgmlType export_type(const QfFile& qf, const QfTensorInfo& t) {
+    if (!t.col_perm.empty())
+        throw Error(qf.path(), t.name,
+                    "has a column permutation (an act-order GPTQ import): GGUF rows are in input "
+                    "order; export it as GPTQ (--format gptq writes its g_idx)");
     if (const auto g = gguf_export_type(t.qtype)) {
         if (!qtype_is_quantized(t.qtype)) return *g;
         if (t.shape.size() == 2 && t.shape[1] % ggml_type_traits(*g).block_elems == 0) return *g;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "convert/compressed_tensors_export.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/output_path.hpp"
@@ -29,28 +30,19 @@ namespace {
 // Tensors of a block start with this prefix in our naming (formats/architectures.cpp).
 constexpr std::string_view kBlockPrefix = "layers.";
 
-struct Packed {
-    std::string name;
-    DType dtype;
-    std::vector<uint64_t> shape;
-    std::vector<uint8_t> bytes;
-};
-
-void put_word(std::vector<uint8_t>& b, uint64_t i, uint32_t v) { std::memcpy(&b[4 * i], &v, 4); }
-uint32_t get_word(const std::vector<uint8_t>& b, uint64_t i) {
-    uint32_t v;
-    std::memcpy(&v, &b[4 * i], 4);
-    return v;
-}
+using namespace hf_export_detail;
 
 std::string hf_base(const std::string& hf_weight_name) {
     return hf_weight_name.substr(0, hf_weight_name.size() - std::string_view(".weight").size());
 }
 
 // One quantized linear [n, k] of type t (rows in `rows`) as GPTQ v1 or AWQ GEMM parts.
-std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string& file,
+std::vector<Packed> pack_linear(HfQuantMethod format, bool v2, QType t, const std::string& file,
                                 const std::string& tensor, const std::string& hf_weight_name,
-                                std::span<const uint8_t> rows, uint64_t n, uint64_t k) {
+                                std::span<const uint8_t> rows, uint64_t n, uint64_t k,
+                                const std::vector<uint32_t>& perm) {
+    // Stored column j holds input perm[j] (act-order); g_idx says so below.
+    auto input = [&](uint64_t j) -> uint64_t { return perm.empty() ? j : perm[j]; };
     const QTypeTraits& tr = qtype_traits(t);
     const QRowLayout l = *qtype_row_layout(t, k);
     const bool gptq = format == HfQuantMethod::gptq;
@@ -76,13 +68,11 @@ std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string
     Packed scales{
         base + ".scales", DType::f16, {groups, n}, std::vector<uint8_t>(2 * groups * n, 0)};
 
-    auto or_bits = [](std::vector<uint8_t>& b, uint64_t word, uint32_t value, uint32_t shift) {
-        put_word(b, word, get_word(b, word) | (value << shift));
-    };
     for (uint64_t o = 0; o < n; ++o) {
         const uint8_t* row = rows.data() + o * l.row_bytes;
-        for (uint64_t i = 0; i < k; ++i) {
-            const auto code = static_cast<uint32_t>(row_code(t, row, i) + code_offset);
+        for (uint64_t j = 0; j < k; ++j) {
+            const auto code = static_cast<uint32_t>(row_code(t, row, j) + code_offset);
+            const uint64_t i = input(j);
             if (gptq)
                 or_bits(qweight.bytes, i / per_word * n + o, code,
                         bits * static_cast<uint32_t>(i % per_word));
@@ -92,14 +82,18 @@ std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string
         for (uint64_t g = 0; g < groups; ++g) {
             std::memcpy(&scales.bytes[2 * (g * n + o)], row + l.scales_offset + 2 * g, 2);
             const int32_t zero = row_group_zero(t, row, k, g) + code_offset;
-            if (gptq) {
+            if (gptq && v2) {
+                or_bits(qzeros.bytes, g * zero_words + o / per_word, static_cast<uint32_t>(zero),
+                        bits * static_cast<uint32_t>(o % per_word));
+            } else if (gptq) {
                 // v1 stores zero - 1; a zero of 0 would wrap to 2^bits - 1 and read back as 2^bits.
                 if (zero == 0)
                     throw Error(file, tensor,
                                 "row " + std::to_string(o) + ", group " + std::to_string(g) +
                                     ": zero point 0 cannot be written to GPTQ v1 (it stores "
                                     "zero - 1, so 0 reads back as " +
-                                    std::to_string(1 << bits) + "); export --format awq instead");
+                                    std::to_string(1 << bits) +
+                                    "); export --format gptq_v2 or awq instead");
                 or_bits(qzeros.bytes, g * zero_words + o / per_word,
                         static_cast<uint32_t>(zero - 1) & mask,
                         bits * static_cast<uint32_t>(o % per_word));
@@ -115,8 +109,8 @@ std::vector<Packed> pack_linear(HfQuantMethod format, QType t, const std::string
     parts.push_back(std::move(scales));
     if (gptq) {
         Packed g_idx{base + ".g_idx", DType::i32, {k}, std::vector<uint8_t>(4 * k)};
-        for (uint64_t i = 0; i < k; ++i)
-            put_word(g_idx.bytes, i, static_cast<uint32_t>(i / l.group));
+        for (uint64_t j = 0; j < k; ++j)
+            put_word(g_idx.bytes, input(j), static_cast<uint32_t>(j / l.group));
         parts.push_back(std::move(g_idx));
     }
     return parts;
@@ -177,16 +171,18 @@ json hf_config_json(const ModelConfig& c) {
     return j;
 }
 
-json quantization_config_json(HfQuantMethod format, QType t,
+json quantization_config_json(HfQuantMethod format, bool v2, QType t,
                               const std::vector<std::string>& not_converted) {
     const QTypeTraits& tr = qtype_traits(t);
     const int64_t group = tr.group == 0 ? -1 : static_cast<int64_t>(tr.group);
     if (format == HfQuantMethod::gptq)
         // desc_act false and g_idx = i / group: our groups are contiguous. damp_percent and
         // true_sequential describe how GPTQ quantizes; loaders read them but do not use them.
-        return {{"quant_method", "gptq"}, {"bits", tr.bits},         {"group_size", group},
-                {"desc_act", false},      {"sym", tr.symmetric},     {"checkpoint_format", "gptq"},
-                {"static_groups", false}, {"true_sequential", true}, {"damp_percent", 0.01}};
+        return {{"quant_method", "gptq"}, {"bits", tr.bits},
+                {"group_size", group},    {"desc_act", false},
+                {"sym", tr.symmetric},    {"checkpoint_format", v2 ? "gptq_v2" : "gptq"},
+                {"static_groups", false}, {"true_sequential", true},
+                {"damp_percent", 0.01}};
     return {
         {"quant_method", "awq"},
         {"bits", tr.bits},
@@ -213,9 +209,16 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
         const QTypeTraits& tr = qtype_traits(t.qtype);
         const std::string what = "type " + std::string(tr.name) + " cannot be exported to " +
                                  std::string(hf_quant_method_name(format)) + ": ";
-        if (tr.bits == 3)
+        if (format == HfQuantMethod::compressed_tensors) {
+            if (const std::string why = compressed_tensors_refusal(t.qtype); !why.empty())
+                throw Error(qf.path(), t.name, why);
+        } else if (tr.bits == 3)
             throw Error(qf.path(), t.name,
                         what + "GPTQ and AWQ loaders have no 3-bit layout qforge can write");
+        if (!t.col_perm.empty() && format != HfQuantMethod::gptq)
+            throw Error(qf.path(), t.name,
+                        "has a column permutation (an act-order GPTQ import): only GPTQ stores "
+                        "one (as g_idx); export --format gptq");
         if (format == HfQuantMethod::awq && (tr.bits != 4 || tr.symmetric))
             throw Error(qf.path(), t.name,
                         what + "AWQ holds 4-bit asymmetric groups (q4_g32/g64/g128) only");
@@ -254,6 +257,7 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                         "(qkv_proj, gate_up_proj), which the GPTQ/AWQ writers do not pack yet");
     if (qf.has_tokenizer()) validate_tokenizer_schema(qf.tokenizer(), qf.path());
     const QType qtype = common_linear_type(qf, o.format);
+    const bool ct = o.format == HfQuantMethod::compressed_tensors;
     ExportReport report;
     report.quant_type = std::string(qtype_traits(qtype).name);
 
@@ -306,7 +310,9 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
                                       std::string(hf_quant_method_name(o.format)) +
                                       " keeps it float");
         uint64_t bytes = 0;
-        if (linear && quantized) {
+        if (linear && quantized && ct) {
+            bytes = 0;  // sized below, once the exported group is known
+        } else if (linear && quantized) {
             const uint64_t n = t.shape[0], k = t.shape[1],
                            groups = qtype_row_layout(t.qtype, k)->groups;
             const uint32_t per_word = 32 / qtype_traits(t.qtype).bits;
@@ -316,6 +322,23 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
             bytes = quantized ? 4 * t.shape[0] * t.shape[1] : t.length;
         }
         items.push_back({&t, linear && quantized, bytes});
+    }
+
+    // compressed-tensors: one group size for every linear, whole within each k.
+    uint64_t ct_group = 0;
+    if (ct) {
+        std::vector<uint64_t> ks;
+        std::vector<std::string> names;
+        for (const Item& item : items)
+            if (item.quantized_linear) {
+                ks.push_back(item.t->shape[1]);
+                names.push_back(item.t->name);
+            }
+        ct_group = compressed_tensors_group(qtype, ks, names, qf.path());
+        for (Item& item : items)
+            if (item.quantized_linear)
+                item.bytes = compressed_tensors_linear_bytes(qtype, item.t->shape[0],
+                                                             item.t->shape[1], ct_group);
     }
 
     // GPTQ names the quantized linears of a block (the same in every block) instead of the float
@@ -354,9 +377,13 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
             const QfTensorInfo& t = *item->t;
             const std::span<const uint8_t> bytes = qf.tensor_bytes(t, scratch, true);
             const std::string& hf_name = hf_of.at(t.name);
-            if (item->quantized_linear) {
-                for (Packed& p : pack_linear(o.format, t.qtype, qf.path(), t.name, hf_name, bytes,
-                                             t.shape[0], t.shape[1]))
+            if (item->quantized_linear && ct) {
+                for (Packed& p : pack_compressed_tensors_linear(t.qtype, ct_group, hf_name, bytes,
+                                                                t.shape[0], t.shape[1]))
+                    packed.push_back(std::move(p));
+            } else if (item->quantized_linear) {
+                for (Packed& p : pack_linear(o.format, o.gptq_v2, t.qtype, qf.path(), t.name,
+                                             hf_name, bytes, t.shape[0], t.shape[1], t.col_perm))
                     packed.push_back(std::move(p));
             } else {
                 packed.push_back(float_tensor(t, hf_name, bytes));
@@ -387,7 +414,18 @@ ExportReport export_hf_quantized(const ExportOptions& o) {
     }
 
     json cfg = hf_config_json(config);
-    cfg["quantization_config"] = quantization_config_json(o.format, qtype, not_converted);
+    if (ct) {
+        // lm_head is a Linear the scheme would target: it is written float, so it is ignored
+        // with the blocks' float linears. The scales are binary16: a bfloat16 model would round
+        // them on load (vLLM copies them into parameters of the model's dtype), so the model is
+        // declared float16.
+        not_converted.insert(not_converted.begin(), "lm_head");
+        cfg["torch_dtype"] = "float16";
+        cfg["quantization_config"] = compressed_tensors_config_json(qtype, ct_group, not_converted);
+    } else {
+        cfg["quantization_config"] =
+            quantization_config_json(o.format, o.gptq_v2, qtype, not_converted);
+    }
     if (!in_block.is_null()) cfg["quantization_config"]["modules_in_block_to_quantize"] = in_block;
     write_in_tmp("config.json", [&](const std::string& path) { write_json(path, cfg); });
     report.files.push_back("config.json");

@@ -22,6 +22,8 @@ constexpr uint64_t qf_row_align(uint32_t version) {
     return version == 1 ? kQfV1RowAlign : kQuantRowAlign;
 }
 
+class JsonView;
+
 struct QfTensorInfo {
     std::string name;
     QType qtype;
@@ -31,6 +33,10 @@ struct QfTensorInfo {
     uint64_t stored_length;  // bytes in the file (== length for raw)
     QfEncoding encoding;
     std::string checksum;  // "xxh3-64:<hex>" of the decoded bytes
+    // Quantized matrices only: stored column j holds input col_perm[j] (an act-order GPTQ
+    // import, docs/FORMAT.md "Column permutations"), so y = W x is computed with x gathered by
+    // it. Empty: columns in input order (every other tensor).
+    std::vector<uint32_t> col_perm = {};
 };
 
 struct QfOpenOptions {
@@ -82,6 +88,7 @@ class QfFile {
     void parse_preamble();
     void parse_header();
     void parse_tensors();
+    void parse_col_perm(const JsonView& v, QfTensorInfo& t) const;
 
     MappedFile file_;
     QfPreamble preamble_{};
@@ -111,8 +118,9 @@ class QfWriter {
     void set_provenance(nlohmann::json provenance) { provenance_ = std::move(provenance); }
 
     // Writes the tensor now; `bytes` must hold exactly qtype_tensor_bytes(qtype, shape).
+    // col_perm: a quantized matrix's column permutation (QfTensorInfo), or empty.
     void add_tensor(const std::string& name, QType qtype, std::vector<uint64_t> shape,
-                    std::span<const uint8_t> bytes);
+                    std::span<const uint8_t> bytes, std::vector<uint32_t> col_perm = {});
     void finish();
 
     uint64_t bytes_written() const { return out_.position(); }

@@ -18,6 +18,10 @@ inline constexpr char kQfMagic[8] = {'Q', 'F', 'O', 'R', 'G', 'E', '\r', '\n'};
 // The newest version this code reads and writes. 2: quantized rows packed tight (no per-row
 // padding); 1: every quantized row padded to 64 bytes (read and repacked on load).
 inline constexpr uint32_t kQfVersion = 2;
+// 3: as 2, and a tensor may carry a column permutation (col_perm, docs/FORMAT.md). Written only
+// by files that hold one (act-order imports), so every other file stays version 2 and an older
+// reader refuses the permuted ones instead of misreading them. The newest version read.
+inline constexpr uint32_t kQfColPermVersion = 3;
 inline constexpr uint32_t kQfEndianTag = 0x01020304;  // reads as 0x04030201 on a big-endian host
 inline constexpr uint64_t kQfDataAlignment = 4096;  // page: the data section can be mmap'd in place
 inline constexpr uint32_t kQfTensorAlignment = 64;  // cache line, AVX2 (32 B) and 16 B GPU loads

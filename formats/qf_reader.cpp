@@ -50,11 +50,11 @@ void QfFile::parse_preamble() {
         throw Error(
             p, {},
             "byte-order tag is wrong: .qf files are little-endian and this file or host is not");
-    if (preamble_.version > kQfVersion)
+    if (preamble_.version > kQfColPermVersion)
         throw Error(p, {},
                     ".qf format version " + std::to_string(preamble_.version) +
-                        " is newer than this qforge reads (up to " + std::to_string(kQfVersion) +
-                        "): upgrade qforge to read it");
+                        " is newer than this qforge reads (up to " +
+                        std::to_string(kQfColPermVersion) + "): upgrade qforge to read it");
     if (preamble_.version == 0) throw Error(p, {}, ".qf format version 0 is not a valid version");
     if (preamble_.tensor_alignment == 0 ||
         (preamble_.tensor_alignment & (preamble_.tensor_alignment - 1)))
@@ -111,6 +111,31 @@ void QfFile::parse_header() {
     if (!h["tokenizer"].raw()->is_null()) h["tokenizer"].object();
     h["provenance"].object();
     h["tensors"].array();
+}
+
+// A quantized matrix's col_perm: cols distinct integers below cols.
+void QfFile::parse_col_perm(const JsonView& v, QfTensorInfo& t) const {
+    if (!qtype_is_quantized(t.qtype))
+        throw Error(path(), t.name,
+                    "col_perm on a " + std::string(qtype_traits(t.qtype).name) +
+                        " tensor: only quantized matrices are permuted");
+    const uint64_t cols = t.shape[1];
+    if (v.array_size() != cols)
+        throw Error(path(), t.name,
+                    "col_perm has " + std::to_string(v.array_size()) + " entries for " +
+                        std::to_string(cols) + " columns");
+    std::vector<bool> seen(cols, false);
+    t.col_perm.reserve(cols);
+    v.for_each_element([&](const JsonView& d) {
+        const uint64_t c = d.unsigned_integer();
+        if (c >= cols || seen[c])
+            throw Error(path(), t.name,
+                        "col_perm entry " + std::to_string(t.col_perm.size()) + " is " +
+                            std::to_string(c) + ": not a permutation of 0.." +
+                            std::to_string(cols - 1));
+        seen[c] = true;
+        t.col_perm.push_back(static_cast<uint32_t>(c));
+    });
 }
 
 void QfFile::parse_tensors() {
@@ -179,6 +204,14 @@ void QfFile::parse_tensors() {
                             std::to_string(t.stored_length) +
                             ") lies outside the data section of " +
                             std::to_string(preamble_.data_length) + " bytes");
+        if (e.has("col_perm")) {
+            if (preamble_.version < kQfColPermVersion)
+                throw Error(p, t.name,
+                            "col_perm in a version " + std::to_string(preamble_.version) +
+                                " file: column permutations need version " +
+                                std::to_string(kQfColPermVersion));
+            parse_col_perm(e["col_perm"], t);
+        }
         tensors_.push_back(std::move(t));
     });
     // No two tensors may share bytes.
@@ -256,14 +289,16 @@ void QfFile::verify_tensor(const QfTensorInfo& t, std::vector<uint8_t>& scratch)
 }
 
 nlohmann::json qf_tensor_to_json(const QfTensorInfo& t) {
-    return {{"name", t.name},
-            {"qtype", qtype_traits(t.qtype).name},
-            {"shape", t.shape},
-            {"offset", t.offset},
-            {"length", t.length},
-            {"stored_length", t.stored_length},
-            {"encoding", qf_encoding_name(t.encoding)},
-            {"checksum", t.checksum}};
+    nlohmann::json j = {{"name", t.name},
+                        {"qtype", qtype_traits(t.qtype).name},
+                        {"shape", t.shape},
+                        {"offset", t.offset},
+                        {"length", t.length},
+                        {"stored_length", t.stored_length},
+                        {"encoding", qf_encoding_name(t.encoding)},
+                        {"checksum", t.checksum}};
+    if (!t.col_perm.empty()) j["col_perm"] = t.col_perm;  // absent otherwise: older readers
+    return j;
 }
 
 }  // namespace qforge

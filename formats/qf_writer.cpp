@@ -21,7 +21,7 @@ QfWriter::QfWriter(std::string path, QfWriteOptions options)
 }
 
 void QfWriter::add_tensor(const std::string& name, QType qtype, std::vector<uint64_t> shape,
-                          std::span<const uint8_t> bytes) {
+                          std::span<const uint8_t> bytes, std::vector<uint32_t> col_perm) {
     const std::string& p = out_.final_path();
     if (finished_) throw Error(p, name, "internal error: tensor added after finish()");
     for (const auto& t : tensors_)
@@ -48,6 +48,10 @@ void QfWriter::add_tensor(const std::string& name, QType qtype, std::vector<uint
             stored = {compressed_.data(), n};
         }
     }
+    if (!col_perm.empty() && (!qtype_is_quantized(qtype) || t.shape.size() != 2 ||
+                              col_perm.size() != t.shape[1] || options_.version != kQfVersion))
+        throw Error(p, name, "internal error: a column permutation that does not fit the matrix");
+    t.col_perm = std::move(col_perm);
     out_.write(stored);
     tensors_.push_back(std::move(t));
 }
@@ -60,11 +64,14 @@ void QfWriter::finish() {
     const uint64_t data_length = out_.position() - kQfDataAlignment;
 
     nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& t : tensors_) tensors.push_back(qf_tensor_to_json(t));
+    uint32_t version = options_.version;
+    for (const auto& t : tensors_) {
+        tensors.push_back(qf_tensor_to_json(t));
+        if (!t.col_perm.empty()) version = kQfColPermVersion;  // kQfColPermVersion says why
+    }
     nlohmann::json header = {
-        {"format", "qforge"},        {"format_version", options_.version},
-        {"model", model_},           {"tokenizer", tokenizer_},
-        {"provenance", provenance_}, {"tensors", std::move(tensors)},
+        {"format", "qforge"},      {"format_version", version}, {"model", model_},
+        {"tokenizer", tokenizer_}, {"provenance", provenance_}, {"tensors", std::move(tensors)},
     };
     const std::string text = header.dump(1);
     const uint64_t header_offset = out_.position();
@@ -72,7 +79,7 @@ void QfWriter::finish() {
 
     QfPreamble pre{};
     std::memcpy(pre.magic, kQfMagic, sizeof kQfMagic);
-    pre.version = options_.version;
+    pre.version = version;
     pre.endian_tag = kQfEndianTag;
     pre.header_offset = header_offset;
     pre.header_length = text.size();

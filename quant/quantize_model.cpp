@@ -142,6 +142,10 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         const SourceTensor& t = src->tensors()[i];
         TensorPlan p{t.name, t.shape, t.qtype,
                      choose_tensor_qtype(options.recipe, t.name, t.shape, t.qtype, tied)};
+        if (!t.col_perm.empty())
+            throw Error(src->file_of(i), t.name,
+                        "has a column permutation (an act-order GPTQ import): quantize cannot "
+                        "re-plan it; run the imported .qf as it is, or quantize the float model");
         if (qtype_is_quantized(t.qtype) && p.choice.qtype != t.qtype)
             throw Error(src->file_of(i), t.name,
                         "already quantized as " + std::string(qname(t.qtype)) +

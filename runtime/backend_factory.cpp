@@ -41,8 +41,16 @@ BackendKind resolve_backend_kind(BackendKind kind, std::string* why) {
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, const Model& model, ThreadPool& pool,
                                       const BackendOptions& options) {
-    if (resolve_backend_kind(kind) == BackendKind::cuda)
+    if (resolve_backend_kind(kind) == BackendKind::cuda) {
+        // The CUDA kernels read activations in column order; only the CPU backend gathers them.
+        for (uint64_t layer = 0; layer < model.config().num_layers; ++layer)
+            for (int w = 0; w < kBlockLinears; ++w)
+                if (const Matrix& m = model.weight(layer, Weight(w)); m.col_perm)
+                    throw Error(model.path(), m.name,
+                                "has a column permutation (an act-order GPTQ import), which the "
+                                "CUDA backend does not gather yet: use --backend cpu");
         return make_cuda_backend(model, options.cuda);
+    }
     return make_cpu_backend(model, pool, options.cpu);
 }
 

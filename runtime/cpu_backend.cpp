@@ -243,7 +243,35 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
         }
 }
 
+void CpuBackend::own_product(const Matrix& w, const float* x, uint64_t n, float* y, uint64_t ldy,
+                             const float* bias, bool accumulate) {
+    const uint64_t cols = w.cols;
+    if (w.col_perm) {
+        gathered_.resize(n * cols);
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t j = 0; j < cols; ++j)
+                gathered_[t * cols + j] = x[t * cols + w.col_perm[j]];
+        x = gathered_.data();
+    }
+    const Matrix* one[] = {&w};
+    prepare_activations(one, x, n);
+    split(w.rows, w.rows * cols * n, [&](uint64_t b, uint64_t e, int thread) {
+        rows_times_tokens(w, b, e, x, n, y, ldy, bias, accumulate,
+                          row_scratch_[static_cast<size_t>(thread)].data());
+    });
+}
+
 void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
+    // A part with a column permutation has an input of its own: each part is then its own
+    // product (act-order imports only; every other model keeps the fused path below).
+    bool permuted = false;
+    for (const auto& p : parts) permuted |= model_.weight(layer, p.weight).col_perm != nullptr;
+    if (permuted) {
+        for (const auto& p : parts)
+            own_product(model_.weight(layer, p.weight), in.data, n, p.out.data, p.out.ld,
+                        p.bias ? model_.bias(layer, p.weight).data() : nullptr, p.accumulate);
+        return;
+    }
     const Matrix* matrices[3] = {};  // fused products have at most three parts
     for (size_t i = 0; i < parts.size() && i < 3; ++i)
         matrices[i] = &model_.weight(layer, parts[i].weight);
@@ -379,9 +407,18 @@ void CpuBackend::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
     const Matrix& gate = model_.weight(layer, Weight::gate);
     const Matrix& up = model_.weight(layer, Weight::up);
     const uint64_t inter = gate.rows;
+    float (*const activation)(float) = activation_fn(act);
+    if (gate.col_perm || up.col_perm) {  // act-order imports: each product gathers its input
+        own_product(gate, in.data, n, out.data, out.ld, nullptr, false);
+        own_product(up, in.data, n, up_.data(), inter, nullptr, false);
+        for (uint64_t t = 0; t < n; ++t)
+            for (uint64_t r = 0; r < inter; ++r)
+                out.data[t * out.ld + r] =
+                    activation(out.data[t * out.ld + r]) * up_[t * inter + r];
+        return;
+    }
     const Matrix* both[] = {&gate, &up};
     prepare_activations(both, in.data, n);
-    float (*const activation)(float) = activation_fn(act);
     split(inter, 2 * inter * gate.cols * n, [&](uint64_t b, uint64_t e, int thread) {
         float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
         rows_times_tokens(gate, b, e, in.data, n, out.data, out.ld, nullptr, false, scratch);

@@ -67,6 +67,11 @@ class CpuBackend final : public Backend, private ForwardOps {
     BlockActivations prepare_step(uint64_t capacity, uint64_t batch);
     // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized.
     void prepare_activations(std::span<const Matrix* const> matrices, const float* x, uint64_t n);
+    // w's product over an input of its own: x gathered by w.col_perm where w has one (into
+    // gathered_), prepared, then rows [0, w.rows) into y. Only the products of a layer with a
+    // column permutation (act-order imports) take this path; the rest share prepared inputs.
+    void own_product(const Matrix& w, const float* x, uint64_t n, float* y, uint64_t ldy,
+                     const float* bias, bool accumulate);
     // y[t * ldy + r] (=, or += when accumulate) W[r] . x[t * w.cols] (+ bias[r]) for rows
     // [r0, r1) and tokens [0, n): activations are packed with the matrix's input width; quantized
     // matrices read them from acts_ (prepare_activations).
@@ -101,7 +106,8 @@ class CpuBackend final : public Backend, private ForwardOps {
 
     // Activations for up to kMaxBatch tokens, row-major [token][...].
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;
-    QActivations acts_;  // the current product input, prepared for quantized matrices
+    std::vector<float> gathered_;  // permuted_product's input, gathered by a column permutation
+    QActivations acts_;            // the current product input, prepared for quantized matrices
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

@@ -98,7 +98,8 @@ std::span<const uint8_t> Model::bytes(const QfTensorInfo& t) {
 
 Matrix Model::load_matrix(const std::string& name) {
     const QfTensorInfo& t = file_.at(name);
-    return Matrix{name, t.qtype, bytes(t).data(), t.shape.at(0), t.shape.at(1)};
+    return Matrix{name,          t.qtype,       bytes(t).data(),
+                  t.shape.at(0), t.shape.at(1), t.col_perm.empty() ? nullptr : t.col_perm.data()};
 }
 
 std::vector<float> Model::load_vector(const std::string& name) {

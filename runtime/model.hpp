@@ -23,6 +23,9 @@ struct Matrix {
     QType qtype = QType::f32;
     const uint8_t* data = nullptr;
     uint64_t rows = 0, cols = 0;
+    // Stored column j holds input col_perm[j] (an act-order GPTQ import; QfTensorInfo): a
+    // product gathers its input by it first. nullptr: columns in input order.
+    const uint32_t* col_perm = nullptr;
 
     uint64_t row_bytes() const { return *qtype_row_bytes(qtype, cols); }
     const uint8_t* row(uint64_t r) const { return data + r * row_bytes(); }

@@ -19,6 +19,11 @@ Vec matvec(const Matrix& w, const Vec& x, const std::vector<float>* bias = nullp
     std::vector<float> row(w.cols);
     for (uint64_t r = 0; r < w.rows; ++r) {
         dequantize_row_ref(w.qtype, w.row(r), w.cols, row.data());
+        if (w.col_perm) {  // stored column j multiplies input col_perm[j]
+            std::vector<float> in_order(w.cols);
+            for (uint64_t j = 0; j < w.cols; ++j) in_order[w.col_perm[j]] = row[j];
+            row = std::move(in_order);
+        }
         double s = 0.0;
         for (uint64_t c = 0; c < w.cols; ++c) s += static_cast<double>(row[c]) * x[c];
         y[r] = s + (bias && !bias->empty() ? (*bias)[r] : 0.0);

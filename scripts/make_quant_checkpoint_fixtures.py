@@ -29,12 +29,15 @@ checkpoints keep it. Its seven linears are round-to-nearest quantized per group 
   order; scales fp16 [groups, out]. W[o, i] = scales[i // g, o] * (q[i, o] - z[i // g, o]).
   Grid (AutoAWQ's): scale = (hi - lo) / 15 (at least 1e-5), zero = clamp(-round(lo / scale)).
 
+  GPTQ v2 (GPTQModel, checkpoint_format "gptq_v2"): as v1 with the true zeros in qzeros.
+
 Scales are rounded to fp16 before the codes are chosen (they are what the file stores). The
 reference is scale * (q - zero) in float32, exact (an 11-bit scale times an integer below 2^9).
 
 Per case OUT_DIR/<case>/: config.json (with quantization_config, or a quantize_config.json
 beside it), model.safetensors, reference.safetensors (float32 [out, in] per linear, under the
-linear's X.weight name; absent for the act-order case, which qforge must refuse).
+linear's X.weight name). Act-order cases (desc_act) quantize the columns in a random order
+perm, in groups of g along it, and store g_idx[perm[j]] = j // g with each code at its input.
 Deterministic: the same numpy gives the same bytes.
 """
 import json
@@ -62,7 +65,15 @@ CASES = {
     "gptq_8bit_sym_g64": ("gptq", 8, 64, True, False, True),
     "gptq_4bit_act_order": ("gptq", 4, 32, False, True, False),
     "awq_4bit_g64": ("awq", 4, 64, False, False, False),
+    "gptq_4bit_asym_g32_v2": ("gptq", 4, 32, False, False, False),
+    "gptq_4bit_sym_g128_v2_as_gptq": ("gptq", 4, 128, True, False, False),
+    "gptq_4bit_sym_act_order": ("gptq", 4, 32, True, True, False),
 }
+# GPTQ v2 (GPTQModel's internal layout, checkpoint_format "gptq_v2"): qzeros hold the true zeros.
+# name: the checkpoint_format written. The asymmetric case makes row 0 of q_proj non-negative, so
+# its zero is 0, which v1 cannot store; the symmetric one stores v2 zeros (8) under v1's label, as
+# some tools do: qforge reads the zeros, not the label.
+V2_CASES = {"gptq_4bit_asym_g32_v2": "gptq_v2", "gptq_4bit_sym_g128_v2_as_gptq": "gptq"}
 
 DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32"}
 
@@ -157,7 +168,7 @@ def dequantize(q, scales, zeros, k, group):
     return out
 
 
-def pack_gptq(q, scales, zeros, bits, group, act_order_perm):
+def pack_gptq(q, scales, zeros, bits, group, act_order_perm, v2=False):
     n, k = q.shape
     per = 32 // bits
     mask = 2 ** bits - 1
@@ -165,15 +176,18 @@ def pack_gptq(q, scales, zeros, bits, group, act_order_perm):
     qweight = np.zeros((k // per, n), dtype=np.uint32)
     for j in range(per):
         qweight |= (qt[j::per] & mask) << np.uint32(bits * j)
-    stored = (zeros - 1) & mask  # v1 stores zero - 1
-    assert np.all(zeros >= 1), "a zero of 0 would wrap to 16 in GPTQ v1"
+    if v2:
+        stored = zeros & mask  # v2 stores the zero itself
+    else:
+        stored = (zeros - 1) & mask  # v1 stores zero - 1
+        assert np.all(zeros >= 1), "a zero of 0 would wrap to 16 in GPTQ v1"
     qzeros = np.zeros((zeros.shape[0], n // per), dtype=np.uint32)
     for j in range(per):
         qzeros |= stored[:, j::per].astype(np.uint32) << np.uint32(bits * j)
     g = k if group == -1 else group
     g_idx = np.arange(k, dtype=np.int32) // g
     if act_order_perm is not None:
-        # Static groups after an act-order permutation: input perm[j] is in group j // g.
+        # desc_act: input perm[j] is in group j // g.
         g_idx = np.zeros(k, dtype=np.int32)
         g_idx[act_order_perm] = np.arange(k, dtype=np.int32) // g
     return {"qweight": qweight.view(np.int32), "qzeros": qzeros.view(np.int32),
@@ -192,13 +206,13 @@ def pack_awq(q, scales, zeros):
     return {"qweight": qweight.view(np.int32), "qzeros": qzeros.view(np.int32), "scales": scales}
 
 
-def quant_config(method, bits, group, sym, act_order):
+def quant_config(method, bits, group, sym, act_order, checkpoint_format="gptq"):
     if method == "awq":
         return {"quant_method": "awq", "bits": bits, "group_size": group, "zero_point": True,
                 "version": "gemm", "modules_to_not_convert": None}
     return {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order,
-            "sym": sym, "checkpoint_format": "gptq", "damp_percent": 0.01,
-            "true_sequential": True, "static_groups": act_order}
+            "sym": sym, "checkpoint_format": checkpoint_format, "damp_percent": 0.01,
+            "true_sequential": True, "static_groups": False}
 
 
 def main():
@@ -225,28 +239,42 @@ def main():
         for lin in LINEARS:
             name = "model.layers.0." + lin
             x = w[name + ".weight"]
-            q, scales, zeros = rtn(x, bits, group, sym, method == "awq")
+            if case in V2_CASES and not sym and lin == "self_attn.q_proj":
+                x = x.copy()
+                x[0] = np.abs(x[0])  # one group whose zero is 0
+            perm = rng.permutation(x.shape[1]) if act_order else None
+            if act_order:
+                # desc_act: the columns are quantized in the order perm, groups of g in that
+                # order, so input perm[j] lies in group j // g and its code sits at input perm[j].
+                q_perm, scales, zeros = rtn(x[:, perm], bits, group, sym, False)
+                q = np.empty_like(q_perm)
+                q[:, perm] = q_perm
+                g_idx = np.empty(x.shape[1], dtype=np.int64)
+                g_idx[perm] = np.arange(x.shape[1]) // group
+                # The published formula: W[:, i] = scale[g_idx[i]] * (q[:, i] - zero[g_idx[i]]).
+                reference[name + ".weight"] = (scales[g_idx].T.astype(np.float32) *
+                                               (q - zeros[g_idx].T).astype(np.float32))
+            else:
+                q, scales, zeros = rtn(x, bits, group, sym, method == "awq")
+                reference[name + ".weight"] = dequantize(q, scales, zeros, x.shape[1], group)
             codes_seen.update(np.unique(q).tolist())
-            reference[name + ".weight"] = dequantize(q, scales, zeros, x.shape[1], group)
             if method == "awq":
                 parts = pack_awq(q, scales, zeros)
             else:
-                perm = rng.permutation(x.shape[1]) if act_order else None
-                parts = pack_gptq(q, scales, zeros, bits, group, perm)
+                parts = pack_gptq(q, scales, zeros, bits, group, perm, v2=case in V2_CASES)
             for part, t in parts.items():
                 tensors[name + "." + part] = t
         if bits == 8 and sym:
             assert 0 in codes_seen, "the 8-bit case must hold code 0 (int8 -128)"
         config = dict(base_config)
-        qc = quant_config(method, bits, group, sym, act_order)
+        qc = quant_config(method, bits, group, sym, act_order, V2_CASES.get(case, "gptq"))
         if beside:
             (d / "quantize_config.json").write_text(json.dumps(qc, indent=2, sort_keys=True) + "\n")
         else:
             config["quantization_config"] = qc
         (d / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         write_safetensors(d / "model.safetensors", tensors)
-        if not act_order:
-            write_safetensors(d / "reference.safetensors", reference)
+        write_safetensors(d / "reference.safetensors", reference)
         print(f"{case}: {len(tensors)} tensors, codes {min(codes_seen)}..{max(codes_seen)}")
 
 

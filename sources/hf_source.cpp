@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "formats/architectures.hpp"
 #include "formats/safetensors.hpp"
+#include "sources/compressed_tensors.hpp"
 #include "sources/hf_quantized.hpp"
 #include "sources/source_common.hpp"
 #include "sources/source_kinds.hpp"
@@ -44,7 +45,10 @@ class HfSource final : public ModelSource {
         config_ = config;
         model_json_ = model_config_to_json(config_);
         if (quant_) {
+            if (auto w = resolve_gptq_zeros(*quant_, ckpt_)) warnings_.push_back(*w);
             quant_target_ = hf_quant_target(*quant_);
+            if (quant_->method == HfQuantMethod::compressed_tensors)
+                quant_target_ = compressed_tensors_target(*quant_, quant_target_, ckpt_);
             recipe_extra_ = {{"source_format", hf_quant_method_name(quant_->method)},
                              {"source_quantization", quant_->declared},
                              {"imported_qtype", qtype_traits(quant_target_).name}};
@@ -68,7 +72,8 @@ class HfSource final : public ModelSource {
         return scratch;
     }
     const std::string& file_of(size_t i) const override {
-        return ckpt_.file_of(imported_[i] ? hf_qweight_name(hf_names_[i]) : hf_names_[i]);
+        return ckpt_.file_of(imported_[i] ? hf_qweight_name(hf_names_[i], quant_->method)
+                                          : hf_names_[i]);
     }
     void release(size_t i) const override {
         // A fused tensor is released with its last part (the others read it before).
@@ -77,7 +82,8 @@ class HfSource final : public ModelSource {
     }
     std::string label(size_t i) const override { return hf_names_[i]; }
     uint64_t source_bytes(size_t i) const override {
-        const auto* t = ckpt_.find(imported_[i] ? hf_qweight_name(hf_names_[i]) : hf_names_[i]);
+        const auto* t =
+            ckpt_.find(imported_[i] ? hf_qweight_name(hf_names_[i], quant_->method) : hf_names_[i]);
         return (t->end - t->begin) / slices_[i].of * tensors_[i].shape[0];
     }
 
@@ -121,12 +127,14 @@ class HfSource final : public ModelSource {
                 add_part(s);
                 continue;
             }
-            const std::string qweight = hf_qweight_name(s.hf_name);
+            const std::string qweight = quant_ ? hf_qweight_name(s.hf_name, quant_->method) : "";
             if (quant_ && s.shape.size() == 2 && !qweight.empty() && ckpt_.contains(qweight)) {
                 if (ckpt_.contains(s.hf_name))
                     throw Error(ckpt_.file_of(s.hf_name), s.hf_name,
                                 "both a float weight and " + qweight + " are present");
                 add(s, quant_target_, true);
+                tensors_.back().col_perm =
+                    hf_quantized_col_perm(*quant_, ckpt_, s.hf_name, s.shape[0], s.shape[1]);
                 continue;
             }
             add(s, float_tensor(s.hf_name, s.shape, ""), false);

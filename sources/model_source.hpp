@@ -37,6 +37,9 @@ struct SourceTensor {
     std::string name;  // our name ("layers.3.attn.q")
     QType qtype;       // as bytes() returns it
     std::vector<uint64_t> shape;
+    // A quantized matrix's column permutation (QfTensorInfo::col_perm: an act-order GPTQ
+    // import), written with it; empty for every other tensor.
+    std::vector<uint32_t> col_perm = {};
 };
 
 class ModelSource {

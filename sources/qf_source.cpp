@@ -22,7 +22,8 @@ class QfSource final : public ModelSource {
         if (!tokenizer_.is_null()) validate_tokenizer_schema(tokenizer_, path);
         input_provenance_ = qf_.header().at("provenance");
         sources_.push_back(source_entry(path));
-        for (const auto& t : qf_.tensors()) tensors_.push_back({t.name, t.qtype, t.shape});
+        for (const auto& t : qf_.tensors())
+            tensors_.push_back({t.name, t.qtype, t.shape, t.col_perm});
     }
 
     std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override {

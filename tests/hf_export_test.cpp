@@ -9,8 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <tuple>
 
 #include "cli_support.hpp"
 #include "convert/convert.hpp"
@@ -36,16 +39,17 @@ std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 // A float F16 checkpoint in `dir`/float: the fixtures' one-layer Llama widened (hidden 128,
 // intermediate 256: every linear packs into 8-code words) with deterministic pseudo-random weights,
 // and tok512.bin beside it so every .qf carries the same tokenizer. Returns the converted .qf.
-fs::path make_float_model(const ScratchDir& dir, bool non_negative_q = false) {
-    const fs::path src = dir / "float";
+fs::path make_float_model(const ScratchDir& dir, bool non_negative_q = false,
+                          uint64_t hidden = 128) {
+    const fs::path src = dir / ("float" + std::to_string(hidden));
     fs::create_directories(src);
     nlohmann::json cfg =
         nlohmann::json::parse(read_file(kFixtures / "gptq_4bit_asym_g32" / "config.json"));
     cfg.erase("quantization_config");
     // Rows of 128 and 256 weights: narrower ones would pack no smaller than f16, and the recipe
     // keeps those float.
-    cfg["hidden_size"] = 128;
-    cfg["head_dim"] = 32;
+    cfg["hidden_size"] = hidden;
+    cfg["head_dim"] = hidden / 4;
     cfg["intermediate_size"] = 256;
     write_file(src / "config.json", cfg.dump(2));
     fs::copy_file(kFixtures / "tok512.bin", dir / "tok512.bin", fs::copy_options::skip_existing);
@@ -74,7 +78,7 @@ fs::path make_float_model(const ScratchDir& dir, bool non_negative_q = false) {
 
     ConvertOptions o;
     o.input = src.string();
-    o.output = (dir / "float.qf").string();
+    o.output = (dir / ("float" + std::to_string(hidden) + ".qf")).string();
     convert_checkpoint(o);
     return o.output;
 }
@@ -138,6 +142,67 @@ std::vector<float> dequantize_exported(const SafetensorsCheckpoint& ck, const st
     return w;
 }
 
+// W[o][i] of one compressed-tensors linear by its published layout (pack_to_int32: code i of a
+// row at bits [b i, +b) of the row's words, signed codes and zeros stored + 2^(b-1), zeros packed
+// along the output), read straight from the safetensors parts.
+std::vector<float> dequantize_ct_exported(const SafetensorsCheckpoint& ck, const std::string& base,
+                                          uint32_t bits, bool sym, uint64_t n, uint64_t k) {
+    const auto packed = ck.tensor(base + ".weight_packed").data,
+               scales = ck.tensor(base + ".weight_scale").data,
+               zeros = sym ? packed : ck.tensor(base + ".weight_zero_point").data;
+    auto word = [&](std::span<const uint8_t> part, uint64_t i) {
+        uint32_t v;
+        std::memcpy(&v, part.data() + 4 * i, 4);
+        return v;
+    };
+    const uint64_t groups = ck.find(base + ".weight_scale")->shape[1], group = k / groups;
+    const uint64_t bit_row = ck.find(base + ".weight_packed")->shape[1] * 32;
+    const int32_t offset = 1 << (bits - 1), mask = (1 << bits) - 1;
+    std::vector<float> w(n * k);
+    for (uint64_t o = 0; o < n; ++o)
+        for (uint64_t i = 0; i < k; ++i) {
+            const uint64_t bit = o * bit_row + bits * i, g = i / group;
+            const int32_t q = static_cast<int32_t>(word(packed, bit / 32) >> (bit % 32)) & mask;
+            int32_t zero = offset;
+            if (!sym) {
+                const uint64_t zbit = bits * o;
+                zero =
+                    static_cast<int32_t>(word(zeros, zbit / 32 * groups + g) >> (zbit % 32)) & mask;
+            }
+            uint16_t h;
+            std::memcpy(&h, scales.data() + 2 * (o * groups + g), 2);
+            w[o * k + i] = f16_to_f32(h) * static_cast<float>((q - offset) - (zero - offset));
+        }
+    return w;
+}
+
+// Every quantized linear of `qf` (X.weight -> the base name X given to `dequantized`) dequantizes
+// with dequantize_row_ref to exactly `dequantized`'s weights; returns how many were compared.
+uint64_t require_linears_equal(
+    const fs::path& qf,
+    const std::function<std::vector<float>(const std::string&, const QfTensorInfo&)>& dequantized) {
+    const QfFile f(qf.string());
+    const ModelConfig config = model_config_from_json(f.model(), qf.string());
+    std::vector<uint8_t> scratch;
+    uint64_t linears = 0;
+    for (const TensorSpec& s : expected_tensors(config)) {
+        const QfTensorInfo& t = f.at(s.name);
+        if (!qtype_is_quantized(t.qtype) || s.name == "embed") continue;
+        INFO(s.name);
+        const uint64_t n = t.shape[0], k = t.shape[1];
+        const auto got = dequantized(s.hf_name.substr(0, s.hf_name.size() - 7), t);
+        const auto bytes = f.tensor_bytes(t, scratch);
+        const uint64_t row_bytes = *qtype_row_bytes(t.qtype, k);
+        std::vector<float> ref(k);
+        for (uint64_t o = 0; o < n; ++o) {
+            dequantize_row_ref(t.qtype, bytes.data() + o * row_bytes, k, ref.data());
+            REQUIRE(std::memcmp(ref.data(), &got[o * k], 4 * k) == 0);
+        }
+        ++linears;
+    }
+    return linears;
+}
+
 void require_same_tensors(const fs::path& a, const fs::path& b) {
     const QfFile fa(a.string()), fb(b.string());
     CHECK(fa.model() == fb.model());
@@ -181,28 +246,78 @@ TEST_CASE("export then import gives back the same tensor bytes", "[interop][expo
             require_same_tensors(qf, dir / "re.qf");
 
             // (2) every exported linear, dequantized by the formulas, equals our reference.
-            const QfFile f(qf.string());
-            const ModelConfig config = model_config_from_json(f.model(), qf.string());
             const SafetensorsCheckpoint ck(out.string());
-            std::vector<uint8_t> scratch;
-            for (const TensorSpec& s : expected_tensors(config)) {
-                const QfTensorInfo& t = f.at(s.name);
-                if (!qtype_is_quantized(t.qtype) || s.name == "embed") continue;
-                INFO(s.name);
-                const uint64_t n = t.shape[0], k = t.shape[1];
-                const std::string hf = s.hf_name.substr(0, s.hf_name.size() - 7);
-                const auto w =
-                    dequantize_exported(ck, hf, format == "gptq", qtype_traits(t.qtype).bits, n, k);
-                const auto bytes = f.tensor_bytes(t, scratch);
-                const uint64_t row_bytes = *qtype_row_bytes(t.qtype, k);
-                std::vector<float> ref(k);
-                for (uint64_t o = 0; o < n; ++o) {
-                    dequantize_row_ref(t.qtype, bytes.data() + o * row_bytes, k, ref.data());
-                    REQUIRE(std::memcmp(ref.data(), &w[o * k], 4 * k) == 0);
-                }
-            }
+            require_linears_equal(qf, [&](const std::string& hf, const QfTensorInfo& t) {
+                return dequantize_exported(ck, hf, format == "gptq", qtype_traits(t.qtype).bits,
+                                           t.shape[0], t.shape[1]);
+            });
         }
     }
+}
+
+TEST_CASE("compressed-tensors export then import gives back the same tensor bytes",
+          "[interop][export]") {
+    ScratchDir dir("ct_export_roundtrip");
+    // hidden 192: k = 192 is not a whole number of 128-groups, so q4_g128 is written in groups
+    // of 64 (each scale twice) and merged back on import.
+    const std::vector<std::tuple<std::string, uint64_t, int64_t>> cases = {
+        {"q4_g32", 128, 32},   {"q4_g64", 128, 64},    {"q4_g128", 128, 128}, {"q4s_g32", 128, 32},
+        {"q4s_g64", 128, 64},  {"q4s_g128", 128, 128}, {"q8", 128, -1},       {"q8_g32", 128, 32},
+        {"q8_g128", 128, 128}, {"q4_g128", 192, 64},   {"q4s_g128", 192, 64}};
+    const std::map<uint64_t, fs::path> models = {{128, make_float_model(dir, false, 128)},
+                                                 {192, make_float_model(dir, false, 192)}};
+    for (const auto& [qtype, hidden, group] : cases) {
+        {
+            INFO(qtype << " at hidden " << hidden);
+            const fs::path qf = quantize(models.at(hidden), dir, qtype);
+            const fs::path out = dir / (qtype + "_" + std::to_string(hidden) + "_ct");
+            ExportOptions o;
+            o.input = qf.string();
+            o.output_dir = out.string();
+            o.format = HfQuantMethod::compressed_tensors;
+            export_hf_quantized(o);
+            const auto cfg = nlohmann::json::parse(read_file(out / "config.json"));
+            const auto& qc = cfg.at("quantization_config");
+            const QTypeTraits& tr = qtype_traits(*qtype_from_name(qtype));
+            CHECK(qc.at("quant_method") == "compressed-tensors");
+            CHECK(qc.at("format") == "pack-quantized");
+            CHECK(qc.at("quantization_status") == "compressed");
+            CHECK(qc.at("ignore") == nlohmann::json::array({"lm_head"}));
+            const auto& w = qc.at("config_groups").at("group_0").at("weights");
+            CHECK(w.at("num_bits") == tr.bits);
+            CHECK(w.at("symmetric") == tr.symmetric);
+            CHECK(w.at("strategy") == (group == -1 ? "channel" : "group"));
+            CHECK(w.at("group_size") == (group == -1 ? nlohmann::json() : nlohmann::json(group)));
+
+            ConvertOptions c;
+            c.input = out.string();
+            c.output = (dir / "re.qf").string();
+            fs::remove(c.output);
+            convert_checkpoint(c);
+            require_same_tensors(qf, c.output);
+
+            // Every exported linear, dequantized by the published layout, equals our reference.
+            const SafetensorsCheckpoint ck(out.string());
+            const uint64_t linears =
+                require_linears_equal(qf, [&](const std::string& hf, const QfTensorInfo& t) {
+                    return dequantize_ct_exported(ck, hf, tr.bits, tr.symmetric, t.shape[0],
+                                                  t.shape[1]);
+                });
+            CHECK(linears == 7);
+        }
+    }
+}
+
+TEST_CASE("compressed-tensors export refuses the types it cannot hold, naming the nearest",
+          "[interop][export]") {
+    ScratchDir dir("ct_export_refusals");
+    const fs::path base = make_float_model(dir);
+    const auto r = run_export(quantize(base, dir, "q3_g128"), dir / "out", "compressed-tensors");
+    CHECK(r.exit_code == 1);
+    CHECK(!fs::exists(dir / "out"));
+    CHECK_THAT(r.output, Catch::Contains("layers.0.attn.q") && Catch::Contains("q3_g128") &&
+                             Catch::Contains("cannot be exported to compressed-tensors") &&
+                             Catch::Contains("--qtype q4_g128 instead"));
 }
 
 TEST_CASE("export refuses what GPTQ and AWQ cannot express", "[interop][export]") {
@@ -276,6 +391,8 @@ TEST_CASE("exporting an imported checkpoint gives back its tensors byte for byte
          std::vector<std::pair<std::string, std::string>>{{"gptq_4bit_asym_g32", "gptq"},
                                                           {"gptq_4bit_sym_g128", "gptq"},
                                                           {"gptq_4bit_asym_gm1", "gptq"},
+                                                          {"gptq_4bit_act_order", "gptq"},
+                                                          {"gptq_4bit_sym_act_order", "gptq"},
                                                           {"awq_4bit_g64", "awq"}}) {
         INFO(name);
         const fs::path qf = dir / (name + ".qf");
@@ -354,7 +471,7 @@ TEST_CASE("stories260K exports with its unpackable linears kept float", "[intero
     }
 }
 
-TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, AWQ can", "[interop][export]") {
+TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, GPTQ v2 and AWQ can", "[interop][export]") {
     ScratchDir dir("hf_export_zero");
     const fs::path qf = quantize(make_float_model(dir, true), dir, "q4_g32");
     const auto gptq = run_export(qf, dir / "gptq", "gptq");
@@ -367,6 +484,44 @@ TEST_CASE("GPTQ v1 cannot hold a 4-bit zero point of 0, AWQ can", "[interop][exp
     REQUIRE(awq.exit_code == 0);
     REQUIRE(run_qforge("convert " + q(dir / "awq") + " -o " + q(dir / "re.qf")).exit_code == 0);
     require_same_tensors(qf, dir / "re.qf");
+
+    // v2 stores the zeros themselves and says so; the v1 reader's formula would be one step off,
+    // so the import reads them as v2 (asymmetric zeros fit both: checkpoint_format decides).
+    const auto v2 = run_export(qf, dir / "v2", "gptq_v2");
+    INFO(v2.output);
+    REQUIRE(v2.exit_code == 0);
+    const auto qc =
+        nlohmann::json::parse(read_file(dir / "v2" / "config.json")).at("quantization_config");
+    CHECK(qc.at("checkpoint_format") == "gptq_v2");
+    const SafetensorsCheckpoint ck((dir / "v2").string());
+    uint32_t zero;  // layers.0.attn.q is non-negative: its first group's zero is 0, stored as 0
+    std::memcpy(&zero, ck.tensor("model.layers.0.self_attn.q_proj.qzeros").data.data(), 4);
+    CHECK((zero & 0xf) == 0);
+    fs::remove(dir / "re.qf");
+    REQUIRE(run_qforge("convert " + q(dir / "v2") + " -o " + q(dir / "re.qf")).exit_code == 0);
+    require_same_tensors(qf, dir / "re.qf");
+}
+
+TEST_CASE("GPTQ export writes v1 with an explicit checkpoint_format, v2 on request",
+          "[interop][export]") {
+    ScratchDir dir("hf_export_v1_v2");
+    const fs::path qf = quantize(make_float_model(dir), dir, "q4s_g128");
+    for (const std::string format : {"gptq", "gptq_v2"}) {
+        INFO(format);
+        const fs::path out = dir / format;
+        REQUIRE(run_export(qf, out, format).exit_code == 0);
+        const auto qc =
+            nlohmann::json::parse(read_file(out / "config.json")).at("quantization_config");
+        CHECK(qc.at("checkpoint_format") == format);
+        // sym: zero 8, stored 7 by v1 (zero - 1) and 8 by v2, in all eight nibbles of a word.
+        const SafetensorsCheckpoint ck(out.string());
+        uint32_t word;
+        std::memcpy(&word, ck.tensor("model.layers.0.mlp.down_proj.qzeros").data.data(), 4);
+        CHECK(word == (format == "gptq" ? 0x77777777u : 0x88888888u));
+        const fs::path re = dir / (format + ".qf");
+        REQUIRE(run_qforge("convert " + q(out) + " -o " + q(re)).exit_code == 0);
+        require_same_tensors(qf, re);
+    }
 }
 
 TEST_CASE("large exports are sharded with an index", "[interop][export]") {

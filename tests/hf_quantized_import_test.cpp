@@ -19,6 +19,7 @@
 #include "formats/model_config.hpp"
 #include "formats/qf.hpp"
 #include "formats/safetensors.hpp"
+#include "qf_support.hpp"
 #include "sources/hf_quantized.hpp"
 #include "test_support.hpp"
 
@@ -65,22 +66,51 @@ void edit_config(const fs::path& config, const std::function<void(nlohmann::json
     write_file(config, j.dump(2));
 }
 
-// Rewrites model.safetensors with one tensor replaced by `replacement` (same name).
+// Rewrites model.safetensors with one tensor replaced by `replacement` (same name), or added.
 void replace_tensor(const fs::path& dir, const TensorView& replacement) {
     const fs::path path = dir / "model.safetensors";
     std::vector<TensorView> views;
     std::vector<std::vector<uint8_t>> keep;
     {
         const SafetensorsFile f(path.string());
+        bool replaced = false;
         for (const auto& info : f.tensors()) {
+            replaced |= info.name == replacement.name;
             const TensorView v = info.name == replacement.name ? replacement : f.view(info);
             keep.emplace_back(v.data.begin(), v.data.end());
             views.push_back({v.name, v.dtype, v.shape, keep.back()});
+        }
+        if (!replaced) {
+            keep.emplace_back(replacement.data.begin(), replacement.data.end());
+            views.push_back(replacement);
         }
     }
     for (size_t i = 0; i < views.size(); ++i) views[i].data = keep[i];
     fs::remove(path);
     write_safetensors(path.string(), views);
+}
+
+// The Error converting a copy of fixture `name` gives once `edit` changed its `file`, which the
+// Error must name first.
+std::string refused_with_config(const ScratchDir& dir, const std::string& name,
+                                const std::string& file,
+                                const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path d = copy_case(name, dir);
+    edit_config(d / file, edit);
+    const std::string e = convert_error(d, dir);
+    CHECK_THAT(e, Catch::StartsWith((d / file).string() + ": "));
+    return e;
+}
+
+// The same with one tensor replaced (or added), which the Error must name.
+std::string refused_with_tensor(const ScratchDir& dir, const std::string& name,
+                                const TensorView& v) {
+    const fs::path d = copy_case(name, dir);
+    replace_tensor(d, v);
+    const std::string e = convert_error(d, dir);
+    CHECK_THAT(
+        e, Catch::StartsWith((d / "model.safetensors").string() + ": tensor '" + v.name + "': "));
+    return e;
 }
 
 }  // namespace
@@ -91,7 +121,18 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
                                                 {"gptq_4bit_sym_g128", QType::q4s_g128},
                                                 {"gptq_4bit_asym_gm1", QType::q4_g128},
                                                 {"gptq_8bit_sym_g64", QType::q8_g32},
-                                                {"awq_4bit_g64", QType::q4_g64}};
+                                                {"awq_4bit_g64", QType::q4_g64},
+                                                {"gptq_4bit_asym_g32_v2", QType::q4_g32},
+                                                {"gptq_4bit_sym_g128_v2_as_gptq", QType::q4s_g128},
+                                                // desc_act: rows stored sorted by group, with
+                                                // the column permutation beside them
+                                                {"gptq_4bit_act_order", QType::q4_g32},
+                                                {"gptq_4bit_sym_act_order", QType::q4s_g32},
+                                                // compressed-tensors' own compressor wrote
+                                                // these (make_compressed_tensors_fixtures.py)
+                                                {"ct_4bit_asym_g32", QType::q4_g32},
+                                                {"ct_4bit_sym_g32_bf16", QType::q4s_g32},
+                                                {"ct_8bit_sym_channel", QType::q8}};
     ScratchDir dir("hf-quantized-import");
     for (const auto& [name, qtype] : cases) {
         INFO(name);
@@ -100,9 +141,11 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
         const SafetensorsFile ref((kFixtures / name / "reference.safetensors").string());
         CHECK(qf.has_tokenizer());
         const auto& recipe = qf.header().at("provenance").at("recipe");
-        CHECK(recipe.at("source_format") == (name.starts_with("awq") ? "awq" : "gptq"));
+        CHECK(recipe.at("source_format") == (name.starts_with("awq")   ? "awq"
+                                             : name.starts_with("ct_") ? "compressed-tensors"
+                                                                       : "gptq"));
         CHECK(recipe.at("imported_qtype") == qtype_traits(qtype).name);
-        uint64_t linears = 0, exact = 0, weights = 0;
+        uint64_t linears = 0, exact = 0, weights = 0, permuted = 0;
         for (const TensorSpec& s : expected_tensors(cfg)) {
             const QfTensorInfo& t = qf.at(s.name);
             INFO(s.name);
@@ -122,13 +165,20 @@ TEST_CASE("GPTQ/AWQ import: every linear dequantizes exactly to the format's own
             for (uint64_t o = 0; o < rows; ++o) {
                 dequantize_row_ref(qtype, bytes.data() + o * row_bytes, k, got.data());
                 std::memcpy(want.data(), r.data.data() + o * k * 4, k * 4);
+                // Stored column i holds input col_perm[i] (act-order), or input i.
                 for (uint64_t i = 0; i < k; ++i)
-                    exact += std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+                    exact += std::memcmp(&got[i], &want[t.col_perm.empty() ? i : t.col_perm[i]],
+                                         sizeof(float)) == 0;
             }
             weights += rows * k;
             ++linears;
+            // Only mlp.down (k = 128, four groups) has groups to permute; k = 32 is one group.
+            permuted += !t.col_perm.empty();
+            CHECK(t.col_perm.empty() ==
+                  (!name.ends_with("act_order") || s.name != "layers.0.mlp.down"));
         }
         CHECK(linears == 7);
+        CHECK(permuted == (name.ends_with("act_order") ? 1 : 0));
         CHECK(exact == weights);
         CHECK(weights == 32 * 32 * 2 + 16 * 32 * 2 + 128 * 32 * 3);
     }
@@ -155,20 +205,30 @@ TEST_CASE("GPTQ/AWQ import: the imported model runs (ppl, finite)", "[interop][c
 
 TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by name", "[interop]") {
     ScratchDir dir("hf-quantized-refused");
-    // The linears with k = 32 have one group, so any permutation leaves g_idx all 0 = i / 32
-    // and they import exactly; mlp.down (k = 128, four groups) is the one refused.
-    CHECK_THAT(convert_error(kFixtures / "gptq_4bit_act_order", dir),
-               Catch::Contains("model.safetensors: tensor 'model.layers.0.mlp.down_proj.g_idx': "
-                               "act-order checkpoint: g_idx[") &&
-                   Catch::Contains("qforge quantize --method gptq --act-order"));
+    // A g_idx that is no permutation of whole groups (group 0 holding 31 inputs) is refused.
+    {
+        const std::string down = "model.layers.0.mlp.down_proj";
+        std::vector<int32_t> g_idx(128);
+        for (int32_t i = 0; i < 128; ++i) g_idx[static_cast<size_t>(i)] = i / 32;
+        g_idx[0] = 1;
+        CHECK_THAT(refused_with_tensor(dir, "gptq_4bit_act_order",
+                                       {down + ".g_idx",
+                                        DType::i32,
+                                        {128},
+                                        {reinterpret_cast<const uint8_t*>(g_idx.data()), 512}}),
+                   Catch::Contains("group 0 holds 31 inputs, not 32"));
+        g_idx[0] = 4;
+        CHECK_THAT(refused_with_tensor(dir, "gptq_4bit_act_order",
+                                       {down + ".g_idx",
+                                        DType::i32,
+                                        {128},
+                                        {reinterpret_cast<const uint8_t*>(g_idx.data()), 512}}),
+                   Catch::Contains("g_idx[0] is 4, outside the 4 groups"));
+    }
 
     auto refused_config = [&](const std::string& name, const std::string& file,
                               const std::function<void(nlohmann::json&)>& edit) {
-        const fs::path d = copy_case(name, dir);
-        edit_config(d / file, edit);
-        const std::string e = convert_error(d, dir);
-        CHECK_THAT(e, Catch::StartsWith((d / file).string() + ": "));
-        return e;
+        return refused_with_config(dir, name, file, edit);
     };
     auto qc = [](nlohmann::json& j) -> nlohmann::json& { return j["quantization_config"]; };
     CHECK_THAT(
@@ -197,12 +257,7 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
     // checkpoint's quantized parts without a declaration.
     const std::string q = "model.layers.0.self_attn.q_proj";
     auto refused_tensor = [&](const std::string& name, const TensorView& v) {
-        const fs::path d = copy_case(name, dir);
-        replace_tensor(d, v);
-        const std::string e = convert_error(d, dir);
-        CHECK_THAT(e, Catch::StartsWith((d / "model.safetensors").string() + ": tensor '" + v.name +
-                                        "': "));
-        return e;
+        return refused_with_tensor(dir, name, v);
     };
     std::vector<uint8_t> words(4 * 8 * 32, 0);
     CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qweight", DType::i32, {8, 32}, words}),
@@ -218,8 +273,9 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
     const std::vector<uint8_t> all_ones(16, 0xff), all_zero(16, 0x00);
     CHECK_THAT(refused_tensor("gptq_4bit_asym_g32", {q + ".qzeros", DType::i32, {1, 4}, all_ones}),
                Catch::Contains("group 0, output 0: zero 16 is outside q4_g32's 0..15"));
-    CHECK_THAT(refused_tensor("gptq_4bit_sym_g128", {q + ".qzeros", DType::i32, {1, 4}, all_zero}),
-               Catch::Contains("group 0, output 0: zero 1 but sym=true means 8"));
+    CHECK_THAT(
+        refused_tensor("gptq_4bit_sym_g128", {q + ".qzeros", DType::i32, {1, 4}, all_zero}),
+        Catch::Contains("group 0, output 0 stores zero 0") && Catch::Contains("fit neither"));
     std::vector<uint8_t> inf_scales(2 * 32, 0);
     for (size_t i = 0; i < inf_scales.size(); i += 2) inf_scales[i + 1] = 0x7c;  // fp16 +inf
     CHECK_THAT(refused_tensor("awq_4bit_g64", {q + ".scales", DType::f16, {1, 32}, inf_scales}),
@@ -230,6 +286,158 @@ TEST_CASE("GPTQ/AWQ import: act-order and hostile checkpoints are refused by nam
         CHECK_THAT(convert_error(d, dir), Catch::Contains("a GPTQ/AWQ tensor, but") &&
                                               Catch::Contains("declares no quantization_config"));
     }
+}
+
+TEST_CASE("act-order import: the column permutation is kept, checked and refused where unusable",
+          "[interop]") {
+    ScratchDir dir("act-order");
+    const fs::path qf = convert_case(kFixtures / "gptq_4bit_act_order", dir, "ao");
+    // quantize cannot re-plan permuted rows; GGUF has no place for the permutation.
+    const auto q = run_qforge("quantize '" + qf.string() + "' -o '" + (dir / "q.qf").string() +
+                              "' --qtype q4_g32");
+    CHECK(q.exit_code == 1);
+    CHECK_THAT(q.output,
+               Catch::Contains("layers.0.mlp.down") && Catch::Contains("column permutation"));
+    // (q4s_g32 rows: the type GGUF holds, so the permutation is what it refuses.)
+    const std::string sym = convert_case(kFixtures / "gptq_4bit_sym_act_order", dir, "sym");
+    const auto g =
+        run_qforge("export '" + sym + "' --format gguf -o '" + (dir / "ao.gguf").string() + "'");
+    CHECK(g.exit_code == 1);
+    CHECK_THAT(g.output, Catch::Contains("layers.0.mlp.down") && Catch::Contains("g_idx"));
+
+    // The reader checks col_perm: a permutation of the columns, on quantized matrices only.
+    const std::string header = qf_header_text(qf);
+    auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+        nlohmann::json h = nlohmann::json::parse(header);
+        for (auto& t : h["tensors"]) edit(t);
+        const fs::path broken = dir / "broken.qf";
+        fs::copy_file(qf, broken, fs::copy_options::overwrite_existing);
+        replace_qf_header(broken, h.dump());
+        try {
+            QfFile f(broken.string());
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        FAIL("opened");
+        return std::string();
+    };
+    CHECK_THAT(refused([](auto& t) {
+                   if (t.contains("col_perm")) t["col_perm"][1] = t["col_perm"][0];
+               }),
+               Catch::Contains("layers.0.mlp.down") && Catch::Contains("not a permutation"));
+    CHECK_THAT(refused([](auto& t) {
+                   if (t.contains("col_perm")) t["col_perm"].erase(0);
+               }),
+               Catch::Contains("col_perm has 127 entries for 128 columns"));
+    CHECK_THAT(refused([](auto& t) {
+                   if (t["name"] == "final_norm") t["col_perm"] = {0};
+               }),
+               Catch::Contains("only quantized matrices are permuted"));
+}
+
+TEST_CASE("GPTQ v1 and v2 are told apart by their zeros, not their label", "[interop]") {
+    ScratchDir dir("gptq-v1-v2");
+    // The same codes and scales with v1 zeros (stored 7) and with v2 zeros (8) under v1's label:
+    // the same rows, and a warning that the label was wrong.
+    ConvertOptions o;
+    o.input = (kFixtures / "gptq_4bit_sym_g128").string();
+    o.output = (dir / "v1.qf").string();
+    CHECK(convert_checkpoint(o).warnings.empty());
+    o.input = (kFixtures / "gptq_4bit_sym_g128_v2_as_gptq").string();
+    o.output = (dir / "v2.qf").string();
+    const auto report = convert_checkpoint(o);
+    REQUIRE(report.warnings.size() == 1);
+    CHECK_THAT(report.warnings[0], Catch::Contains("checkpoint_format says gptq but the zeros") &&
+                                       Catch::Contains("are GPTQ v2: read as v2"));
+    {
+        const QfFile a((dir / "v1.qf").string()), b((dir / "v2.qf").string());
+        std::vector<uint8_t> sa, sb;
+        for (const QfTensorInfo& t : a.tensors()) {
+            INFO(t.name);
+            const auto ba = a.tensor_bytes(t, sa), bb = b.tensor_bytes(b.at(t.name), sb);
+            CHECK(std::equal(ba.begin(), ba.end(), bb.begin(), bb.end()));
+        }
+    }
+    // v1 zeros under v2's label read as v1, with the warning.
+    const fs::path relabeled = copy_case("gptq_4bit_sym_g128", dir);
+    edit_config(relabeled / "config.json",
+                [](auto& j) { j["quantization_config"]["checkpoint_format"] = "gptq_v2"; });
+    o.input = relabeled.string();
+    o.output = (dir / "relabeled.qf").string();
+    CHECK_THAT(convert_checkpoint(o).warnings.at(0), Catch::Contains("read as v1"));
+
+    // Zeros that fit neither, or both kinds in one checkpoint, are refused naming the tensor.
+    ScratchDir refused("gptq-v1-v2-refused");
+    const std::string q = "model.layers.0.self_attn.q_proj";
+    std::vector<uint8_t> fives(16, 0x55), eights(16, 0x88);
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, fives}),
+               Catch::Contains("group 0, output 0 stores zero 5") &&
+                   Catch::Contains("so they fit neither"));
+    eights[15] = 0x78;  // output 31 (the top nibble of the last word) stores v1's 7
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, eights}),
+               Catch::Contains("output 31 stores zero 7") && Catch::Contains("first zero is v2"));
+    eights[15] = 0x88;  // q_proj all v2, the others v1
+    CHECK_THAT(refused_with_tensor(refused, "gptq_4bit_sym_g128",
+                                   {q + ".qzeros", DType::i32, {1, 4}, eights}),
+               Catch::Contains("stores GPTQ v") && Catch::Contains("a checkpoint holds one kind"));
+}
+
+TEST_CASE("compressed-tensors import: what it cannot hold exactly is refused by name",
+          "[interop]") {
+    ScratchDir dir("ct-import-refused");
+    auto qc = [](nlohmann::json& j) -> nlohmann::json& { return j["quantization_config"]; };
+    auto w = [&](nlohmann::json& j) -> nlohmann::json& {
+        return qc(j)["config_groups"]["group_0"]["weights"];
+    };
+    auto refused_config = [&](const std::function<void(nlohmann::json&)>& edit) {
+        return refused_with_config(dir, "ct_4bit_asym_g32", "config.json", edit);
+    };
+    CHECK_THAT(refused_config([&](auto& j) { qc(j)["format"] = "int-quantized"; }),
+               Catch::Contains("format 'int-quantized' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { qc(j)["quantization_status"] = "frozen"; }),
+               Catch::Contains("quantization_status 'frozen' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["actorder"] = "group"; }),
+               Catch::Contains("weights.actorder \"group\" is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["num_bits"] = 3; }),
+               Catch::Contains("weights.num_bits 3 is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) { w(j)["strategy"] = "tensor"; }),
+               Catch::Contains("weights.strategy 'tensor' is not supported"));
+    CHECK_THAT(refused_config([&](auto& j) {
+                   qc(j)["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}};
+               }),
+               Catch::Contains("'input_activations'") && Catch::Contains("weight-only"));
+    CHECK_THAT(refused_config([&](auto& j) {
+                   qc(j)["config_groups"]["group_1"] = qc(j)["config_groups"]["group_0"];
+               }),
+               Catch::Contains("2 config_groups"));
+
+    const std::string q = "model.layers.0.self_attn.q_proj";
+    auto refused_tensor = [&](const std::string& name, const TensorView& v) {
+        return refused_with_tensor(dir, name, v);
+    };
+    const int64_t wrong_shape[2] = {32, 64};
+    CHECK_THAT(
+        refused_tensor("ct_4bit_asym_g32", {q + ".weight_shape",
+                                            DType::i64,
+                                            {2},
+                                            {reinterpret_cast<const uint8_t*>(wrong_shape), 16}}),
+        Catch::Contains("holds 64 at dimension 1, but config.json implies 32"));
+    std::vector<uint8_t> words(4 * 32 * 8, 0);
+    CHECK_THAT(
+        refused_tensor("ct_4bit_asym_g32", {q + ".weight_packed", DType::i32, {32, 8}, words}),
+        Catch::Contains("shape [32, 8], expected [32, 4]"));
+    // A bfloat16 scale below binary16's smallest subnormal cannot be stored in our rows.
+    std::vector<uint8_t> tiny(2 * 32, 0);
+    for (size_t i = 0; i < tiny.size(); i += 2) tiny[i + 1] = 0x10;  // bf16 ~2.5e-29
+    CHECK_THAT(
+        refused_tensor("ct_4bit_sym_g32_bf16", {q + ".weight_scale", DType::bf16, {32, 1}, tiny}),
+        Catch::Contains("scale of output 0, group 0") &&
+            Catch::Contains("is not exact in binary16"));
+    CHECK_THAT(refused_tensor("ct_4bit_asym_g32",
+                              {q + ".weight_g_idx", DType::i32, {32}, {words.data(), 4 * 32}}),
+               Catch::Contains("permuted group assignment"));
 }
 
 TEST_CASE("GPTQ/AWQ import: group sizes map to the largest table group that divides them",

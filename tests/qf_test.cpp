@@ -226,7 +226,7 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
     }
     SECTION("newer version") {
         fresh();
-        edit_preamble(p, [](QfPreamble& q) { q.version = kQfVersion + 1; });
+        edit_preamble(p, [](QfPreamble& q) { q.version = kQfColPermVersion + 1; });
         expect("is newer than this qforge reads");
     }
     SECTION("big-endian byte-order tag") {

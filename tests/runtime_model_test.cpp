@@ -2,9 +2,11 @@
 // biases, tied and untied heads, llama3 RoPE scaling, f32/f16/bf16 weights) against the float64
 // reference forward, and its invariants: identical logits for any thread count, prefill equal to
 // token-by-token decode, long batches equal to short ones. Plus the loader's refusals.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "quant/block_forward.hpp"
 #include "quant/hessian.hpp"
 #include "runtime/backend.hpp"
+#include "runtime/backend_factory.hpp"
 #include "runtime/model.hpp"
 #include "runtime/reference_forward.hpp"
 #include "runtime/thread_pool.hpp"
@@ -362,6 +365,53 @@ TEST_CASE("cpu backend runs every quantized qtype: exact with float activations,
         REQUIRE(err_i8 <= 3e-2);
         fs::remove(path);
     }
+}
+
+TEST_CASE("cpu backend: a matrix with a column permutation gathers its input first",
+          "[runtime][quant]") {
+    test::ScratchDir dir("runtime-col-perm");
+    ThreadPool pool(2);
+    Variant v = kVariants[2];  // qwen2: fused q/k/v with biases, tied head
+    v.qtype = QType::q4_g32;
+    const fs::path plain = dir / "m.qf", permuted = dir / "p.qf";
+    write_model(plain, variant_config(v), v.qtype, 3);
+    // The same rows with a random column permutation on every linear (as act-order imports
+    // store them): another model, which reference_forward evaluates by its own gather.
+    {
+        const QfFile f(plain.string());
+        QfWriter w(permuted.string());
+        w.set_model(f.model());
+        w.set_tokenizer(f.header().at("tokenizer"));
+        std::mt19937 rng(5);
+        std::vector<uint8_t> scratch;
+        for (const QfTensorInfo& t : f.tensors()) {
+            std::vector<uint32_t> perm;
+            if (t.name.starts_with("layers.") && qtype_is_quantized(t.qtype)) {
+                perm.resize(t.shape[1]);
+                std::iota(perm.begin(), perm.end(), 0u);
+                std::shuffle(perm.begin(), perm.end(), rng);
+            }
+            w.add_tensor(t.name, t.qtype, t.shape, f.tensor_bytes(t, scratch), perm);
+        }
+        w.finish();
+    }
+    const Model model(permuted.string());
+    for (Weight w : {Weight::q, Weight::gate, Weight::down})
+        REQUIRE(model.weight(1, w).col_perm != nullptr);
+    const auto tokens = some_tokens(29, model.config().vocab_size, 5);
+    const auto ref = reference_forward(model, tokens);
+    // The bounds of the unpermuted test above: float activations 1e-5, int8 3e-2.
+    auto exact = make_cpu_backend(model, pool, {.int8_activations = false});
+    CHECK(worst_rel_l2(run(*exact, tokens), ref) <= 1e-5);
+    auto fast = make_cpu_backend(model, pool);
+    CHECK(worst_rel_l2(run(*fast, tokens), ref) <= 3e-2);
+    // The permutation matters: the same rows in column order give other logits.
+    const Model unpermuted(plain.string());
+    auto other = make_cpu_backend(unpermuted, pool, {.int8_activations = false});
+    CHECK(worst_rel_l2(run(*other, tokens), ref) > 1e-2);
+    // The CUDA backend does not gather: refused by name, before any device is looked for.
+    CHECK_THROWS_WITH(make_backend(BackendKind::cuda, model, pool, {}),
+                      Contains("layers.0.attn.q") && Contains("column permutation"));
 }
 
 TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefill == decode",
