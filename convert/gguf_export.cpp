@@ -138,10 +138,14 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
     const QfFile qf(o.input);
     const ModelConfig& c = qf.config();
     const GgufArchitecture* a = gguf_architecture_of(c.arch);
-    if (!a)
+    if (!a) {
+        std::string names;
+        for (const GgufArchitecture& g : gguf_architectures())
+            names += (names.empty() ? "" : ", ") + std::string(g.name);
         throw Error(qf.path(), {},
                     "architecture '" + std::string(architecture_name(c.arch)) +
-                        "' has no GGUF form qforge reads back (supported: llama, qwen2)");
+                        "' has no GGUF form qforge reads back (supported: " + names + ")");
+    }
     if (const std::string why = gguf_gemma_mismatch(c); !why.empty())
         throw Error(qf.path(), {},
                     "this Gemma model has no GGUF form llama.cpp reads back: " + why);
