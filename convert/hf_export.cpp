@@ -213,6 +213,11 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
         const QTypeTraits& tr = qtype_traits(t.qtype);
         const std::string what = "type " + std::string(tr.name) + " cannot be exported to " +
                                  std::string(hf_quant_method_name(format)) + ": ";
+        if (tr.super_block)
+            throw Error(qf.path(), t.name,
+                        what +
+                            "GPTQ and AWQ store an fp16 scale and an integer zero per group, "
+                            "not 6-bit scales and mins against a super-scale");
         if (tr.bits == 3)
             throw Error(qf.path(), t.name,
                         what + "GPTQ and AWQ loaders have no 3-bit layout qforge can write");
