@@ -212,9 +212,15 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
         if (format == HfQuantMethod::compressed_tensors) {
             if (const std::string why = compressed_tensors_refusal(t.qtype); !why.empty())
                 throw Error(qf.path(), t.name, why);
-        } else if (tr.bits == 3)
+        } else if (tr.super_block) {
+            throw Error(qf.path(), t.name,
+                        what +
+                            "GPTQ and AWQ store an fp16 scale and an integer zero per group, "
+                            "not 6-bit scales and mins against a super-scale");
+        } else if (tr.bits == 3) {
             throw Error(qf.path(), t.name,
                         what + "GPTQ and AWQ loaders have no 3-bit layout qforge can write");
+        }
         if (!t.col_perm.empty() && format != HfQuantMethod::gptq)
             throw Error(qf.path(), t.name,
                         "has a column permutation (an act-order GPTQ import): only GPTQ stores "

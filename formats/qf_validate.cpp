@@ -182,7 +182,16 @@ std::optional<std::string> find_non_finite(const QfTensorInfo& t, std::span<cons
     if (!layout || t.shape.size() != 2) return std::nullopt;
     for (uint64_t r = 0; r < t.shape[0]; ++r) {
         const uint8_t* scales = bytes.data() + r * layout->row_bytes + layout->scales_offset;
-        for (uint64_t g = 0; g < layout->groups; ++g) {
+        // Super-block types: each record's fp16 d and dmin (the 6-bit values are integers).
+        for (uint64_t g = 0; qtype_has_super_blocks(t.qtype) && g < layout->groups; g += 8) {
+            for (uint64_t which = 0; which < 2; ++which) {
+                const uint16_t s = load_u16(scales + sizeof(QSuperRecord) * (g / 8) + 2 * which);
+                if (is_non_finite_f16(s))
+                    return "row " + std::to_string(r) + ", super-block " + std::to_string(g / 8) +
+                           ": " + (which ? "dmin" : "d") + " is " + nan_or_inf((s & 0x03FFu) != 0);
+            }
+        }
+        for (uint64_t g = 0; !qtype_has_super_blocks(t.qtype) && g < layout->groups; ++g) {
             const uint16_t s = load_u16(scales + 2 * g);
             if (is_non_finite_f16(s))
                 return "row " + std::to_string(r) + ", group " + std::to_string(g) +

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
 
 namespace qforge {
@@ -68,7 +72,148 @@ int32_t get_code(const QTypeTraits& tr, const uint8_t* row, uint64_t j) {
     return i < 16 ? (b & 0x0f) : (b >> 4);
 }
 
+// Super-block records (QSuperRecord): value i of sm (group i / 2's sc for even i, its mn for
+// odd i) is 6 bits at bit 6 i. A value never reaches past the record's stored bytes.
+const uint8_t* super_record(const QRowLayout& l, const uint8_t* row, uint64_t g) {
+    return row + l.scales_offset + sizeof(QSuperRecord) * (g / 8);
+}
+
+uint32_t get_sm(const uint8_t* sm, uint64_t i) {
+    const uint64_t bit = 6 * i, byte = bit / 8, shift = bit % 8;
+    uint32_t v = sm[byte] >> shift;
+    if (shift > 2) v |= static_cast<uint32_t>(sm[byte + 1]) << (8 - shift);
+    return v & 63u;
+}
+
+void put_sm(uint8_t* sm, uint64_t i, uint32_t v) {
+    const uint64_t bit = 6 * i, byte = bit / 8, shift = bit % 8;
+    sm[byte] = static_cast<uint8_t>(sm[byte] | (v << shift));
+    if (shift > 2) sm[byte + 1] = static_cast<uint8_t>(sm[byte + 1] | (v >> (8 - shift)));
+}
+
+struct SuperGroup {
+    float d, dmin;
+    uint32_t sc, mn;
+};
+
+SuperGroup super_group(const QRowLayout& l, const uint8_t* row, uint64_t g) {
+    const uint8_t* rec = super_record(l, row, g);
+    const uint8_t* sm = rec + offsetof(QSuperRecord, sm);
+    return {f16_to_f32(get_f16(rec + offsetof(QSuperRecord, d))),
+            f16_to_f32(get_f16(rec + offsetof(QSuperRecord, dmin))), get_sm(sm, 2 * (g % 8)),
+            get_sm(sm, 2 * (g % 8) + 1)};
+}
+
+// The smallest n in 0 .. 63 with unit * n >= v (63 when none is): a 6-bit multiple that covers
+// v, checked in float so the stored product really does.
+uint8_t cover_6bit(float v, float unit) {
+    if (!(v > 0.0f) || !(unit > 0.0f)) return 0;
+    float n = std::min(std::ceil(v / unit), static_cast<float>(kSuperCodeMax));
+    while (n < static_cast<float>(kSuperCodeMax) && unit * n < v) n += 1.0f;
+    return static_cast<uint8_t>(std::max(n, 1.0f));
+}
+
+uint8_t nearest_6bit(float v, float unit) {
+    if (!(v > 0.0f) || !(unit > 0.0f)) return 0;
+    return static_cast<uint8_t>(
+        std::clamp(std::nearbyint(v / unit), 0.0f, static_cast<float>(kSuperCodeMax)));
+}
+
+// A group's step for a span: span / (2^bits - 1), and never 0 for a non-zero span (float-subnormal
+// weights), so the stored scale is at least the smallest fp16 one as for the other types.
+float group_step(QType t, float span) {
+    const float s = span / static_cast<float>(qtype_max_code(t));
+    return span > 0.0f && s == 0.0f ? std::numeric_limits<float>::denorm_min() : s;
+}
+
+QGroupParams super_group_params(const QSuperParams& sp, uint8_t sc, uint8_t mn) {
+    QGroupParams p;
+    p.sc = sc;
+    p.mn = mn;
+    p.d_bits = sp.d_bits;
+    p.dmin_bits = sp.dmin_bits;
+    p.scale = sp.d * static_cast<float>(sc);   // exact: 11 by 6 bits
+    p.min = sp.dmin * static_cast<float>(mn);  // exact
+    return p;
+}
+
+// Groups [g0, g0 + count) of a super-block type's row from w (the row's weights).
+QuantStatus super_block_grids(QType t, const float* w, uint64_t k, QGroupParams* groups) {
+    const uint64_t sb = qtype_traits(t).super_block, group = qtype_traits(t).group;
+    for (uint64_t b = 0; b < k; b += sb) {
+        const uint64_t e = std::min(k, b + sb);
+        const auto sp = qtype_super_params(t, w + b, e - b);
+        if (!sp) return QuantStatus::scale_overflow;
+        for (uint64_t g = b; g < e; g += group)
+            groups[g / group] = qtype_group_params_in(t, *sp, w + g, std::min(e, g + group) - g);
+    }
+    return QuantStatus::ok;
+}
+
 }  // namespace
+
+std::optional<QSuperParams> qtype_super_from_groups(const float* scale, const float* min,
+                                                    uint64_t groups) {
+    float smax = 0.0f, mmax = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g) {
+        smax = std::max(smax, scale[g]);
+        mmax = std::max(mmax, min[g]);
+    }
+    QSuperParams sp;
+    const float top = static_cast<float>(kSuperCodeMax);
+    if (smax > 0.0f) {
+        auto h = f16_round_up(smax / top);
+        if (!h) return std::nullopt;
+        sp.d_bits = *h;
+    }
+    if (mmax > 0.0f) {
+        auto h = f16_round_up(mmax / top);
+        if (!h) return std::nullopt;
+        sp.dmin_bits = *h;
+    }
+    sp.d = f16_to_f32(sp.d_bits);
+    sp.dmin = f16_to_f32(sp.dmin_bits);
+    return sp;
+}
+
+std::optional<QSuperParams> qtype_super_params(QType t, const float* w, uint64_t n) {
+    const uint64_t group = qtype_traits(t).group, groups = (n + group - 1) / group;
+    std::vector<float> lo(groups, 0.0f), hi(groups, 0.0f), scale(groups), min(groups);
+    for (uint64_t j = 0; j < n; ++j) {
+        lo[j / group] = std::min(lo[j / group], w[j]);
+        hi[j / group] = std::max(hi[j / group], w[j]);
+    }
+    for (uint64_t g = 0; g < groups; ++g) min[g] = -lo[g];
+    // dmin first: the scales must cover hi + the rounded-up min.
+    const std::vector<float> zero(groups, 0.0f);
+    auto mins = qtype_super_from_groups(zero.data(), min.data(), groups);
+    if (!mins) return std::nullopt;
+    for (uint64_t g = 0; g < groups; ++g) {
+        const float m = mins->dmin * static_cast<float>(cover_6bit(min[g], mins->dmin));
+        scale[g] = group_step(t, hi[g] + m);
+    }
+    auto sp = qtype_super_from_groups(scale.data(), zero.data(), groups);
+    if (!sp) return std::nullopt;
+    sp->dmin_bits = mins->dmin_bits;
+    sp->dmin = mins->dmin;
+    return sp;
+}
+
+QGroupParams qtype_group_params_in(QType t, const QSuperParams& sp, const float* w, uint64_t n) {
+    float lo = 0.0f, hi = 0.0f;
+    for (uint64_t j = 0; j < n; ++j) {
+        lo = std::min(lo, w[j]);
+        hi = std::max(hi, w[j]);
+    }
+    const uint8_t mn = cover_6bit(-lo, sp.dmin);
+    const float m = sp.dmin * static_cast<float>(mn);
+    const uint8_t sc = cover_6bit(group_step(t, hi + m), sp.d);
+    return super_group_params(sp, sc, mn);
+}
+
+QGroupParams qtype_group_nearest(const QSuperParams& sp, float scale, float min) {
+    return super_group_params(sp, nearest_6bit(scale, sp.d), nearest_6bit(min, sp.dmin));
+}
 
 uint64_t store_float_row(QType t, const float* x, uint64_t n, uint8_t* out) {
     const DType d = qtype_traits(t).dtype;
@@ -95,6 +240,14 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
     const QRowLayout l = *qtype_row_layout(t, k);
     std::vector<int32_t> codes(k);
     std::vector<QGroupParams> groups(l.groups);
+    if (tr.super_block) {
+        if (super_block_grids(t, w, k, groups.data()) != QuantStatus::ok)
+            return QuantStatus::scale_overflow;
+        for (uint64_t j = 0; j < k; ++j)
+            codes[j] = qtype_quantize_value(t, groups[j / l.group], w[j]);
+        pack_row(t, codes.data(), groups.data(), k, row);
+        return QuantStatus::ok;
+    }
     for (uint64_t g = 0; g < l.groups; ++g) {
         const uint64_t b = g * l.group, e = std::min(k, b + l.group);  // real elements only
         auto p = qtype_group_params(t, w + b, e - b);
@@ -108,6 +261,11 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
 
 std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n) {
     const QTypeTraits& tr = qtype_traits(t);
+    if (tr.super_block) {  // the group as a super-block of its own (qtype.hpp)
+        const auto sp = qtype_super_params(t, w, n);
+        if (!sp) return std::nullopt;
+        return qtype_group_params_in(t, *sp, w, n);
+    }
     QGroupParams p;
     p.zero = tr.implicit_zero;
     if (tr.symmetric) {
@@ -142,6 +300,11 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
 }
 
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
+    if (qtype_has_super_blocks(t)) {  // w = scale * code - min
+        if (p.scale == 0.0f) return 0;
+        const float r = std::nearbyint((w + p.min) / p.scale);
+        return static_cast<int32_t>(std::clamp(r, 0.0f, static_cast<float>(qtype_max_code(t))));
+    }
     if (p.scale == 0.0f) return p.zero;
     const float r = std::nearbyint(w / p.scale) + static_cast<float>(p.zero);
     return static_cast<int32_t>(std::clamp(r, static_cast<float>(qtype_min_code(t)),
@@ -153,6 +316,20 @@ void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_
     const QRowLayout l = *qtype_row_layout(t, k);
     std::memset(row, 0, l.row_bytes);
     for (uint64_t j = 0; j < k; ++j) put_code(tr, row, j, codes[j]);
+    if (tr.super_block) {  // records; codes past k stay 0 (they meet zero activations)
+        for (uint64_t g = 0; g < l.groups; ++g) {
+            uint8_t* rec = row + (super_record(l, row, g) - row);
+            const QGroupParams& first = groups[g / 8 * 8];
+            if (groups[g].d_bits != first.d_bits || groups[g].dmin_bits != first.dmin_bits)
+                throw Error("pack_row: group " + std::to_string(g) + " of a " +
+                            std::string(tr.name) + " row has another super-block's d or dmin");
+            put_f16(rec + offsetof(QSuperRecord, d), first.d_bits);
+            put_f16(rec + offsetof(QSuperRecord, dmin), first.dmin_bits);
+            put_sm(rec + offsetof(QSuperRecord, sm), 2 * (g % 8), groups[g].sc);
+            put_sm(rec + offsetof(QSuperRecord, sm), 2 * (g % 8) + 1, groups[g].mn);
+        }
+        return;
+    }
     for (uint64_t g = 0; g < l.groups; ++g) {
         put_f16(row + l.scales_offset + 2 * g, groups[g].scale_bits);
         if (!tr.symmetric) row[l.zeros_offset + g] = static_cast<uint8_t>(groups[g].zero);
@@ -176,6 +353,15 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
         return;
     }
     const QRowLayout l = *qtype_row_layout(t, k);
+    if (tr.super_block) {
+        for (uint64_t j = 0; j < k; ++j) {
+            const SuperGroup sg = super_group(l, row, j / l.group);
+            const float scale = sg.d * static_cast<float>(sg.sc),
+                        min = sg.dmin * static_cast<float>(sg.mn);
+            out[j] = scale * static_cast<float>(get_code(tr, row, j)) - min;
+        }
+        return;
+    }
     for (uint64_t j = 0; j < k; ++j) {
         const uint64_t g = j / l.group;
         const float s = f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
@@ -186,7 +372,36 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
 
 float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
     const QRowLayout l = *qtype_row_layout(t, k);
+    if (qtype_has_super_blocks(t)) {
+        const SuperGroup sg = super_group(l, row, g);
+        return sg.d * static_cast<float>(sg.sc);
+    }
     return f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
+}
+
+float row_group_min(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
+    if (!qtype_has_super_blocks(t)) return 0.0f;
+    const SuperGroup sg = super_group(*qtype_row_layout(t, k), row, g);
+    return sg.dmin * static_cast<float>(sg.mn);
+}
+
+QSuperParams row_super_params(QType t, const uint8_t* row, uint64_t k, uint64_t s) {
+    const QRowLayout l = *qtype_row_layout(t, k);
+    const uint8_t* rec = super_record(l, row, 8 * s);
+    QSuperParams sp;
+    sp.d_bits = get_f16(rec + offsetof(QSuperRecord, d));
+    sp.dmin_bits = get_f16(rec + offsetof(QSuperRecord, dmin));
+    sp.d = f16_to_f32(sp.d_bits);
+    sp.dmin = f16_to_f32(sp.dmin_bits);
+    return sp;
+}
+
+uint8_t row_group_sc(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
+    return static_cast<uint8_t>(super_group(*qtype_row_layout(t, k), row, g).sc);
+}
+
+uint8_t row_group_mn(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
+    return static_cast<uint8_t>(super_group(*qtype_row_layout(t, k), row, g).mn);
 }
 
 int32_t row_code(QType t, const uint8_t* row, uint64_t j) {
@@ -195,7 +410,7 @@ int32_t row_code(QType t, const uint8_t* row, uint64_t j) {
 
 int32_t row_group_zero(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
     const QTypeTraits& tr = qtype_traits(t);
-    if (tr.symmetric) return tr.implicit_zero;
+    if (tr.symmetric || tr.super_block) return tr.implicit_zero;  // super-blocks: a min instead
     return row[qtype_row_layout(t, k)->zeros_offset + g];
 }
 

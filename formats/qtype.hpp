@@ -54,6 +54,8 @@ enum class QType : uint8_t {
     q4s_g128,
     q3_g32,
     q3_g128,
+    q4k_g32,
+    q3k_g32,
 };
 
 struct QTypeTraits {
@@ -70,6 +72,11 @@ struct QTypeTraits {
     // rounding gives 1/2; a clamped extreme code or the fp16 rounding of the scale add to it
     // (docs/FORMAT.md derives each value). Tests allow this plus float rounding and no more.
     double error_bound;
+    // Weights per super-block (256) for types whose group scales and mins are 6-bit integers
+    // against one fp16 super-scale d and super-min dmin per super-block (llama.cpp's K-quants):
+    // w = d * sc[g] * code - dmin * mn[g]. 0: each group's scale is stored as fp16 (and its zero
+    // as an integer code).
+    uint32_t super_block = 0;
 };
 
 // Scales are rounded up (away from zero) to fp16, so no group's range exceeds its codes' range:
@@ -81,6 +88,9 @@ struct QTypeTraits {
 // q4s_*: symmetric, scale = m / -8 for the element m of largest magnitude (llama.cpp's Q4_0): 16
 //        levels; an element of the opposite sign and equal magnitude lands on +8 and clamps to
 //        +7: one whole step.
+// q4k_*, q3k_*: the reference rounds each group's 6-bit min up (m' >= -lo) and then its 6-bit
+//        scale up against (hi + m') / (2^bits - 1), so the grid [-m', (2^bits - 1) s' - m']
+//        covers the group and rounding gives 1/2 of the group's own step s' = d * sc.
 // Each bound adds 2^-10 for the float rounding of w / scale (relative 2^-24 times at most 2^8).
 inline constexpr double kHalfStepBound = 0.5 + 1.0 / 1024;
 inline constexpr double kSymClampBound = 1.0 + 1.0 / 1024;
@@ -101,6 +111,8 @@ inline constexpr QTypeTraits kQTypes[] = {
     {QType::q4s_g128, "q4s_g128", 4, false, DType::f32, 128, true, false, 8, kSymClampBound},
     {QType::q3_g32, "q3_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound},
     {QType::q3_g128, "q3_g128", 3, false, DType::f32, 128, false, false, 0, kHalfStepBound},
+    {QType::q4k_g32, "q4k_g32", 4, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
+    {QType::q3k_g32, "q3k_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
 };
 
 inline constexpr size_t kQTypeCount = std::size(kQTypes);
@@ -119,16 +131,21 @@ constexpr bool qtype_table_consistent() {
         if (r.bits == 3 && r.symmetric) return false;  // the reference has no symmetric 3-bit grid
         if (r.signed_codes != (r.bits == 8)) return false;
         if (!r.symmetric && r.implicit_zero != 0) return false;
+        // Super-blocks: 8 groups of 32 (one 8-lane vector of scales), asymmetric, 3 or 4 bits.
+        if (r.super_block != 0 &&
+            (r.super_block != 256 || r.group != 32 || r.symmetric || r.bits == 8))
+            return false;
     }
     return true;
 }
-static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q3_g128) + 1,
+static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q3k_g32) + 1,
               "every QType needs a row");
 static_assert(qtype_table_in_enum_order(), "kQTypes rows must follow the enum order");
 static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rules");
 
 constexpr const QTypeTraits& qtype_traits(QType t) { return kQTypes[static_cast<size_t>(t)]; }
 constexpr bool qtype_is_quantized(QType t) { return !qtype_traits(t).is_float; }
+constexpr bool qtype_has_super_blocks(QType t) { return qtype_traits(t).super_block != 0; }
 
 inline std::optional<QType> qtype_from_name(std::string_view s) {
     for (const auto& row : kQTypes)
@@ -186,6 +203,22 @@ constexpr Q3CodePosition q3_code_position(uint64_t j) {
             at + offsetof(Q3Chunk, high) + i % 16, odd + 2 * half + 4 * upper};
 }
 
+// Super-block types: after the codes, one record per super-block of 256 weights (8 groups of 32)
+// in order. Group i's 6-bit scale sc is bits [12 i, 12 i + 6) of sm (little-endian bit order:
+// bit b is bit b % 8 of sm[b / 8]) and its 6-bit min mn bits [12 i + 6, 12 i + 12), so the first
+// G groups' values fill the first ceil(12 G / 8) bytes: a last super-block of G < 8 groups (k not
+// a multiple of 256) stores only those, 4 + ceil(1.5 G) bytes. Records are read with memcpy
+// (rows are packed tight: no alignment).
+struct QSuperRecord {
+    uint16_t d;      // fp16 super-scale: group scale = d * sc
+    uint16_t dmin;   // fp16 super-min: group min = dmin * mn
+    uint8_t sm[12];  // 8 x (6-bit sc, 6-bit mn)
+};
+static_assert(sizeof(QSuperRecord) == 16, "two fp16 and 96 bits of 6-bit values, no padding");
+constexpr uint64_t qtype_super_record_bytes(uint64_t groups) {
+    return groups == 0 ? 0 : 4 + (12 * groups + 7) / 8;
+}
+
 struct QRowLayout {
     uint64_t k = 0;              // weights per row (the tensor's second dimension)
     uint64_t group = 0;          // weights per scale (k for one scale per row)
@@ -210,6 +243,15 @@ constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k,
     l.groups = (k + l.group - 1) / l.group;
     l.codes_bytes = round_up(k, qtype_code_chunk(t)) * tr.bits / 8;
     l.scales_offset = l.codes_bytes;
+    if (tr.super_block) {  // super-block records (QSuperRecord), no zeros
+        const uint64_t full = k / tr.super_block;
+        const uint64_t rest = (k % tr.super_block + l.group - 1) / l.group;
+        l.row_bytes =
+            round_up(l.scales_offset + full * sizeof(QSuperRecord) + qtype_super_record_bytes(rest),
+                     row_align);
+        l.zeros_offset = l.row_bytes;
+        return l;
+    }
     l.zeros_offset = l.scales_offset + 2 * l.groups;
     const uint64_t end = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
     l.row_bytes = round_up(end, row_align);
@@ -278,17 +320,49 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row);
 // zero for asymmetric types; the implicit zero otherwise); nullopt when the scale does not fit
 // fp16. Weights must be finite. GPTQ and AWQ choose groups on updated or scaled weights with the
 // same function, so every method shares one grid.
+//
+// Super-block types (qtype_has_super_blocks): a group's grid is w = scale * code - min with
+// scale = d * sc and min = dmin * mn (sc, mn in 0 .. 63; d, dmin the fp16 of the group's
+// super-block; both products exact in float32: 11 by 6 bits). qtype_group_params then treats
+// the group as a super-block of its own (AWQ's fake quantization uses it so); rows are built from
+// a QSuperParams per super-block and qtype_group_params_in per group (quantize_row_ref).
 struct QGroupParams {
-    uint16_t scale_bits = 0;  // binary16, as stored
-    float scale = 0.0f;       // the same value as float
-    int32_t zero = 0;         // the integer zero point (implicit for symmetric types)
+    uint16_t scale_bits = 0;             // binary16, as stored (super-block types: unused)
+    float scale = 0.0f;                  // the same value as float (super-block types: d * sc)
+    int32_t zero = 0;                    // the integer zero point (implicit for symmetric types)
+    float min = 0.0f;                    // super-block types: dmin * mn, subtracted; 0 otherwise
+    uint8_t sc = 0, mn = 0;              // super-block types: the 6-bit scale and min as stored
+    uint16_t d_bits = 0, dmin_bits = 0;  // super-block types: the super-block's fp16 d and dmin
 };
 std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n);
 
+// One super-block's fp16 super-scale and super-min.
+struct QSuperParams {
+    uint16_t d_bits = 0, dmin_bits = 0;
+    float d = 0.0f, dmin = 0.0f;
+};
+inline constexpr int32_t kSuperCodeMax = 63;  // 6-bit group scales and mins
+
+// The reference super-block grid of n <= super_block weights (docs/FORMAT.md): per group g of
+// 32, m_g = -min(0, lo_g); dmin = fp16 round-up of max m_g / 63; m'_g = dmin * ceil(m_g / dmin);
+// s_g = (hi_g + m'_g) / (2^bits - 1); d = fp16 round-up of max s_g / 63. nullopt when d or dmin
+// does not fit fp16.
+std::optional<QSuperParams> qtype_super_params(QType t, const float* w, uint64_t n);
+// The super-block of float group scales and mins (scale, min: `groups` of each, min >= 0), as a
+// search chose them: d and dmin the fp16 nearest max / 63 (rounded up when that is below it).
+std::optional<QSuperParams> qtype_super_from_groups(const float* scale, const float* min,
+                                                    uint64_t groups);
+// Group grids against a super-block: the reference rule (mn then sc rounded up, clamped to 63),
+// or the nearest 6-bit values to a searched scale and min (clamped to 0 .. 63).
+QGroupParams qtype_group_params_in(QType t, const QSuperParams& sp, const float* w, uint64_t n);
+QGroupParams qtype_group_nearest(const QSuperParams& sp, float scale, float min);
+
 // The code of weight w on a group's grid: round to nearest even, clamped to the type's codes.
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w);
+// (min is 0 for every type without super-blocks, and x - 0.0f == x, so their values are
+// scale * (code - zero) bit for bit.)
 inline float qtype_dequantize_value(const QGroupParams& p, int32_t code) {
-    return p.scale * static_cast<float>(code - p.zero);
+    return p.scale * static_cast<float>(code - p.zero) - p.min;
 }
 constexpr int32_t qtype_max_code(QType t) {
     return qtype_traits(t).bits == 8 ? 127 : (1 << qtype_traits(t).bits) - 1;
@@ -308,5 +382,11 @@ float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g);
 // Code j and zero point of a quantized row, as integers (for importers, exporters and tests).
 int32_t row_code(QType t, const uint8_t* row, uint64_t j);
 int32_t row_group_zero(QType t, const uint8_t* row, uint64_t k, uint64_t g);
+// Super-block types: group g's min (dmin * mn, subtracted after scale * code); 0 otherwise.
+float row_group_min(QType t, const uint8_t* row, uint64_t k, uint64_t g);
+// Super-block types: the bytes of super-block s's record (QSuperRecord) and its decoded values.
+QSuperParams row_super_params(QType t, const uint8_t* row, uint64_t k, uint64_t s);
+uint8_t row_group_sc(QType t, const uint8_t* row, uint64_t k, uint64_t g);
+uint8_t row_group_mn(QType t, const uint8_t* row, uint64_t k, uint64_t g);
 
 }  // namespace qforge

@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "quant/hessian.hpp"
 #include "quant/rtn_importance.hpp"
+#include "quant/rtn_super.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
@@ -77,6 +78,16 @@ std::string where(uint64_t r, uint64_t c) {
     return "[" + std::to_string(r) + "][" + std::to_string(c) + "]";
 }
 
+// Super-block types: the super-block's d and dmin from n weights, and a group's grid against
+// them; importance-weighted (quant/rtn_super.hpp) when a is given, else the reference min-max.
+std::optional<QSuperParams> super_grid(QType t, const float* v, uint64_t n, const double* a) {
+    return a ? importance_super_grid(t, v, a, n) : qtype_super_params(t, v, n);
+}
+QGroupParams super_group_grid(QType t, const QSuperParams& sp, const float* v, uint64_t n,
+                              const double* a) {
+    return a ? importance_super_group(t, sp, v, a, n) : qtype_group_params_in(t, sp, v, n);
+}
+
 }  // namespace
 
 std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n,
@@ -116,6 +127,37 @@ std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v,
     return best;
 }
 
+namespace {
+
+// The grids of row r fixed before the column loop (one per row, or act-order's static groups),
+// from W with its dead inputs zeroed (weight(r, c)); importance_at(c): column c's importance or
+// null. Super-block types: each super-block's d and dmin, then its groups' grids against them.
+template <class Weight, class Importance>
+void static_row_grids(const GptqOptions& o, uint64_t k, uint64_t r, const Weight& weight,
+                      const Importance& importance_at, QGroupParams* params) {
+    const QRowLayout l = *qtype_row_layout(o.qtype, k);
+    const uint64_t group = l.group, super = qtype_traits(o.qtype).super_block;
+    std::vector<float> vals(super ? super : group);
+    for (uint64_t b = 0; super && b < k; b += super) {
+        const uint64_t e = std::min(k, b + super);
+        for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
+        const auto sp = super_grid(o.qtype, vals.data(), e - b, importance_at(b));
+        if (!sp) throw Error("GPTQ: the scale of group " + where(r, b / group) + " overflows fp16");
+        for (uint64_t g = b; g < e; g += group)
+            params[g / group] = super_group_grid(o.qtype, *sp, vals.data() + (g - b),
+                                                 std::min(e, g + group) - g, importance_at(g));
+    }
+    for (uint64_t g = 0; !super && g < l.groups; ++g) {
+        const uint64_t b = g * group, e = std::min(k, b + group);
+        for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
+        auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b, importance_at(b));
+        if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
+        params[g] = *p;
+    }
+}
+
+}  // namespace
+
 GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<double> h,
                          const GptqOptions& o, ThreadPool* pool) {
     const QTypeTraits& tr = qtype_traits(o.qtype);
@@ -133,6 +175,10 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
         throw Error("GPTQ: damp " + std::to_string(o.damp) + " is not a finite value >= 0");
     if (o.importance && o.mse > 0.0)
         throw Error("GPTQ: the importance-weighted grid search and mse choose grids differently");
+    const uint64_t super = tr.super_block;
+    if (super && o.mse > 0.0)
+        throw Error("GPTQ: mse's range search has no super-block form; " + std::string(tr.name) +
+                    " takes the importance-weighted search or the min-max grid");
     for (uint64_t r = 0; r < rows; ++r)
         for (uint64_t c = 0; c < k; ++c)
             if (!std::isfinite(w[r * k + c]))
@@ -171,18 +217,9 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     // Grids fixed before the loop: one per row (group 0 types), or static groups (act-order).
     const bool dynamic_groups = !o.act_order && tr.group != 0;
     std::vector<QGroupParams> params(rows * groups);
-    if (!dynamic_groups) {
-        std::vector<float> vals(group);
-        for (uint64_t r = 0; r < rows; ++r) {
-            for (uint64_t g = 0; g < groups; ++g) {
-                const uint64_t b = g * group, e = std::min(k, b + group);
-                for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
-                auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b, importance_at(b));
-                if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
-                params[r * groups + g] = *p;
-            }
-        }
-    }
+    if (!dynamic_groups)
+        for (uint64_t r = 0; r < rows; ++r)
+            static_row_grids(o, k, r, weight, importance_at, params.data() + r * groups);
 
     // W in visiting order, float64.
     std::vector<double> wk(*rk);
@@ -224,11 +261,12 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     const uint64_t block = std::min(o.block, k);
     const uint64_t panels = (rows + kPanelRows - 1) / kPanelRows;
     std::vector<int32_t> codes(*rk);
-    std::vector<double> row_loss(rows, 0.0), row_sq_error(rows, 0.0);
+    std::vector<double> row_loss(rows, 0.0), row_sq_error(rows, 0.0), row_dead_sq_error(rows, 0.0);
     std::vector<uint64_t> failed_group(rows, UINT64_MAX);
+    std::vector<QSuperParams> supers(super ? rows : 0);  // each row's current super-block
     auto run_panels = [&](size_t pb, size_t pe) {
         std::vector<double> err(kPanelRows * block);
-        std::vector<float> vals(dynamic_groups ? group : 0);
+        std::vector<float> vals(dynamic_groups ? std::max(group, super) : 0);
         for (uint64_t panel = pb; panel < pe; ++panel) {
             const uint64_t r0 = panel * kPanelRows, r1 = std::min(rows, r0 + kPanelRows);
             for (uint64_t i1 = 0; i1 < k; i1 += block) {
@@ -240,18 +278,39 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                     for (uint64_t i = 0; i < count; ++i) {
                         const uint64_t col = i1 + i;
                         if (dynamic_groups && col % group == 0) {
-                            // The group's weights as updated by columns 0 .. col - 1: those in
+                            // Weights [col, end) as updated by columns 0 .. col - 1: those in
                             // this block are; those past it still lack this block's updates.
-                            const uint64_t gend = std::min(col + group, k);
-                            for (uint64_t c = col; c < gend; ++c) {
-                                double v = wr[c];
-                                if (c >= i2)
-                                    for (uint64_t j = i1; j < col; ++j) v -= er[j - i1] * u(j, c);
-                                vals[c - col] = static_cast<float>(v);
+                            auto updated = [&](uint64_t end) {
+                                for (uint64_t c = col; c < end; ++c) {
+                                    double v = wr[c];
+                                    if (c >= i2)
+                                        for (uint64_t j = i1; j < col; ++j)
+                                            v -= er[j - i1] * u(j, c);
+                                    vals[c - col] = static_cast<float>(v);
+                                }
+                            };
+                            // Super-block types: d and dmin fixed at the super-block's first
+                            // column, each group's 6-bit sc and mn at its own, so the error
+                            // feedback always sees the grid the file will hold.
+                            if (super && col % super == 0) {
+                                const uint64_t send = std::min(col + super, k);
+                                updated(send);
+                                const auto sp = super_grid(o.qtype, vals.data(), send - col,
+                                                           importance_at(col));
+                                if (!sp) {
+                                    failed_group[r] = col / group;
+                                    break;
+                                }
+                                supers[r] = *sp;
                             }
+                            const uint64_t gend = std::min(col + group, k);
+                            updated(gend);
                             // Without act-order, visiting order is column order.
-                            auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), gend - col,
-                                                     importance_at(col));
+                            const auto p = super ? std::optional<QGroupParams>(super_group_grid(
+                                                       o.qtype, supers[r], vals.data(), gend - col,
+                                                       importance_at(col)))
+                                                 : gptq_group_grid(o.qtype, o.mse, vals.data(),
+                                                                   gend - col, importance_at(col));
                             if (!p) {
                                 failed_group[r] = col / group;
                                 break;
@@ -269,6 +328,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                         codes[r * k + oc] = code;
                         row_loss[r] += e * e / 2.0;
                         row_sq_error[r] += e0 * e0;
+                        if (dead[oc]) row_dead_sq_error[r] += e0 * e0;
                         er[i] = e;
                         const double* urow = a + col * k;
                         for (uint64_t j = col + 1; j < i2; ++j) wr[j] -= e * urow[j];
@@ -291,17 +351,19 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
         if (failed_group[r] != UINT64_MAX)
             throw Error("GPTQ: the scale of group " + where(r, failed_group[r]) +
                         " overflows fp16 on the updated weights");
-    double sq_error = 0.0;
+    double sq_error = 0.0, dead_sq_error = 0.0;
     for (uint64_t r = 0; r < rows; ++r) {
         res.loss += row_loss[r];
         sq_error += row_sq_error[r];
+        dead_sq_error += row_dead_sq_error[r];
     }
     // W - Q = Err U (each column's error is err_i U[i][i] plus what earlier columns moved into
     // it), and U H_damped U^T = I, so trace((W - Q) H_damped (W - Q)^T) = ||Err||^2 = 2 * loss
-    // exactly; H_damped = H + damp * mean * I (dead inputs: W - Q is 0 there, so their changed
-    // diagonal does not count).
+    // exactly; H_damped = H + damp * mean * I with the dead inputs' diagonal 0 made 1. W - Q is
+    // 0 there on grids that hold 0 exactly (integer zeros); super-block grids round 0 to their
+    // nearest point, so the dead columns' squared error counts once more (0 otherwise).
     // (Clamped at 0: when W is all but exact on the grid, rounding could make it -1e-17.)
-    res.output_error = std::max(0.0, 2.0 * res.loss - damp * mean_diag * sq_error);
+    res.output_error = std::max(0.0, 2.0 * res.loss - damp * mean_diag * sq_error - dead_sq_error);
 
     const uint64_t row_bytes = layout.row_bytes;
     res.packed.resize(rows * row_bytes);

@@ -33,6 +33,11 @@
 //     With `importance`, the importance-weighted search instead (quant/rtn_importance.hpp), the
 //     importance of column c being H[c][c] as given (0 for dead inputs): the grid that minimises
 //     sum_c H[c][c] (w_c - q(w_c))^2, the output error if the inputs were uncorrelated.
+//     Super-block types (q4k_g32, q3k_g32): the super-block's fp16 d and dmin are fixed when the
+//     loop reaches its first column (from its 256 weights as updated so far: the reference
+//     min-max rule, or with importance quant/rtn_super.hpp's search), each group's 6-bit scale
+//     and min at the group's first column against them, so every column is rounded on the grid
+//     the file stores. mse > 0 is refused for them.
 //
 // Determinism: OpenBLAS runs single-threaded (BlasSingleThread, quant/hessian.hpp: its own
 // threads change results in the last bits); rows are processed in fixed panels, one thread per

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/half.hpp"
+#include "quant/rtn_super.hpp"
 
 namespace qforge {
 
@@ -38,20 +39,9 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
     for (uint64_t j = 0; j < n; ++j) codes[j] = qtype_quantize_value(t, trial, w[j]);
     int32_t zero = tr.implicit_zero;
     if (!tr.symmetric) {
-        double s = 0, sc = 0, scc = 0, sw = 0, swc = 0;
-        for (uint64_t j = 0; j < n; ++j) {
-            const double aj = weight_of(a, j), c = codes[j], x = w[j];
-            s += aj;
-            sc += aj * c;
-            scc += aj * c * c;
-            sw += aj * x;
-            swc += aj * x * c;
-        }
-        const double det = s * scc - sc * sc;
-        if (!(det > 0)) return std::nullopt;
-        const double scale = (s * swc - sc * sw) / det, offset = (scc * sw - sc * swc) / det;
-        if (!(scale > 0)) return std::nullopt;
-        zero = clamp_zero(t, -offset / scale);
+        const auto fit = weighted_line_fit(codes.data(), w, a, n);
+        if (!fit || !(fit->scale > 0)) return std::nullopt;
+        zero = clamp_zero(t, -fit->offset / fit->scale);
     }
     double num = 0, den = 0;
     for (uint64_t j = 0; j < n; ++j) {
@@ -67,6 +57,22 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
 
 }  // namespace
 
+std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, const double* a,
+                                         uint64_t n) {
+    double s = 0, sc = 0, scc = 0, sw = 0, swc = 0;
+    for (uint64_t j = 0; j < n; ++j) {
+        const double aj = weight_of(a, j), c = codes[j], x = w[j];
+        s += aj;
+        sc += aj * c;
+        scc += aj * c * c;
+        sw += aj * x;
+        swc += aj * x * c;
+    }
+    const double det = s * scc - sc * sc;
+    if (!(det > 0)) return std::nullopt;
+    return LineFit{(s * swc - sc * sw) / det, (scc * sw - sc * swc) / det, scc, swc};
+}
+
 double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
                              uint64_t n) {
     double e = 0.0;
@@ -80,6 +86,11 @@ double importance_grid_error(QType t, const QGroupParams& p, const float* w, con
 
 std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
                                                   uint64_t n) {
+    if (qtype_has_super_blocks(t)) {  // the group as a super-block of its own (qtype.hpp)
+        const auto sp = importance_super_grid(t, w, a, n);
+        if (!sp) return std::nullopt;
+        return importance_super_group(t, *sp, w, a, n);
+    }
     std::optional<QGroupParams> best = qtype_group_params(t, w, n);
     if (!best || best->scale == 0.0f || n == 0) return best;
     const QTypeTraits& tr = qtype_traits(t);
@@ -120,6 +131,7 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
 QuantStatus quantize_row_importance(QType t, const float* w, const double* importance, uint64_t k,
                                     uint8_t* row) {
     if (!qtype_is_quantized(t) || !importance) return quantize_row_ref(t, w, k, row);
+    if (qtype_has_super_blocks(t)) return quantize_row_super(t, w, importance, k, row);
     for (uint64_t j = 0; j < k; ++j)
         if (!std::isfinite(w[j])) return QuantStatus::non_finite;
     const QRowLayout l = *qtype_row_layout(t, k);

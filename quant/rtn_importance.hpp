@@ -41,6 +41,15 @@ namespace qforge {
 
 inline constexpr int kImportanceSteps = 21;  // d from L - 1 to L + 1 in tenths
 
+// The weighted least-squares line w ~ scale * c + offset through n (code, weight) pairs with
+// importance a (null: all 1), its sums in float64 in order; scc = sum a c^2 and swc = sum a w c
+// give the best line through the origin (scale = swc / scc). nullopt when the codes do not vary.
+struct LineFit {
+    double scale, offset, scc, swc;
+};
+std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, const double* a,
+                                         uint64_t n);
+
 // The weighted error E(p) of grid p for n weights w with importance a (a null: all 1), float64.
 double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
                              uint64_t n);
@@ -52,6 +61,8 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
 
 // One row of k weights quantized with each group's importance_group_grid (importance: k
 // columns), packed as quantize_row_ref packs (pack_row). Same statuses as quantize_row_ref.
+// Super-block types: quantize_row_super's search (quant/rtn_super.hpp); importance_group_grid
+// for them treats the group as a super-block of its own.
 QuantStatus quantize_row_importance(QType t, const float* w, const double* importance, uint64_t k,
                                     uint8_t* row);
 

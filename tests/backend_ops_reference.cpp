@@ -47,7 +47,10 @@ RefMatrix ref_matrix(QType qtype, const uint8_t* data, uint64_t rows, uint64_t c
                 std::fabs(static_cast<double>(row_group_scale(qtype, bytes, cols, j / group)));
             const double z = std::abs(row_group_zero(qtype, bytes, cols, j / group));
             m.w[r * cols + j] = row[j];
-            m.magnitude[r * cols + j] = s * (std::abs(row_code(qtype, bytes, j)) + z);
+            // Super-block types: |scale * code - min| <= scale * |code| + |min| (min 0 otherwise).
+            const double mn =
+                std::fabs(static_cast<double>(row_group_min(qtype, bytes, cols, j / group)));
+            m.magnitude[r * cols + j] = s * (std::abs(row_code(qtype, bytes, j)) + z) + mn;
         }
     }
     return m;

@@ -35,8 +35,8 @@ TEST_CASE("cuBLAS is opened on first use and its entry points reach the library"
     using StatusString = const char* (*)(cublasStatus_t);
     auto real = reinterpret_cast<StatusString>(dlsym(lib, "cublasGetStatusString"));
     REQUIRE(real);
-    for (cublasStatus_t s : {CUBLAS_STATUS_SUCCESS, CUBLAS_STATUS_INVALID_VALUE,
-                             CUBLAS_STATUS_NOT_SUPPORTED})
+    for (cublasStatus_t s :
+         {CUBLAS_STATUS_SUCCESS, CUBLAS_STATUS_INVALID_VALUE, CUBLAS_STATUS_NOT_SUPPORTED})
         CHECK(std::string(cublasGetStatusString(s)) == real(s));
     CHECK(cublas_mapped());
     dlclose(lib);

@@ -15,7 +15,10 @@
 //   int8 mode, activations a_j = d_b q_j exactly, M = sum_b |scale_g| d_b (sum_i |c_i| |q_i| +
 //   |zero_g| sum_i |q_i|) (every integer partial sum, and the zero correction, is bounded by it):
 //     scalar:  per block an exact integer sum times fl(scale * d) (2 roundings), summed in
-//              sequence: n = blocks + 2.
+//              sequence: n = blocks + 2. Super-block types (w = scale * c - min) also subtract
+//              fl(min * fl(d * sum q)) per block (2 more roundings and one more add per block):
+//              n = 2 blocks + 4; M adds sum_b |min_g| d_b sum_i |q_i|.
+//              (Their AVX2 path subtracts the mins as the zero correction: n <= blocks + 8.)
 //     AVX2:    exact integer lanes times fl(scale * d); per lane one add per pair of blocks and
 //              one zero correction per 8 blocks, then 3 levels of lane adds: n <= blocks + 8.
 //   avx512 is not given a bound of its own: it must equal avx2 bit for bit (tested below).
@@ -108,6 +111,7 @@ Reference reference(const Matrix& m, uint64_t r, const QActivations& a, uint64_t
         const uint64_t g = b * kBlock / group;
         const double s = std::fabs(static_cast<double>(row_group_scale(m.t, m.row(r), k, g)));
         const double z = std::abs(row_group_zero(m.t, m.row(r), k, g));
+        const double mn = std::fabs(static_cast<double>(row_group_min(m.t, m.row(r), k, g)));
         double cq = 0.0, q = 0.0;
         for (uint64_t j = b * kBlock; j < (b + 1) * kBlock; ++j) {
             const int8_t qj = a.codes(t)[j];
@@ -115,15 +119,16 @@ Reference reference(const Matrix& m, uint64_t r, const QActivations& a, uint64_t
             cq += std::abs(row_code(m.t, m.row(r), j) * qj);
             q += std::abs(qj);
         }
-        ref.magnitude += s * d * (cq + z * q);
+        ref.magnitude += s * d * (cq + z * q) + mn * d * q;
     }
     return ref;
 }
 
 // Roundings on the longest path from a term to a result (header comment).
-double roundings(QActivations::Mode mode, bool scalar, uint64_t k) {
+double roundings(QActivations::Mode mode, bool scalar, uint64_t k, QType t) {
     const double blocks = static_cast<double>((k + kBlock - 1) / kBlock);
     if (mode == QActivations::Mode::f32) return scalar ? static_cast<double>(k) + 1 : blocks + 8;
+    if (scalar && qtype_has_super_blocks(t)) return 2 * blocks + 4;
     return scalar ? blocks + 2 : blocks + 8;
 }
 
@@ -179,7 +184,7 @@ TEST_CASE("qmatmul at every level agrees with a float64 product within derived b
                                               << isa_name(isa) << " row " << r << " token " << tok);
                                 const Reference ref = reference(m, r, a, tok);
                                 REQUIRE(std::fabs(out[tok * (n + 2) + r] - ref.value) <=
-                                        1.01 * roundings(mode, scalar, k) * kU * ref.magnitude);
+                                        1.01 * roundings(mode, scalar, k, t) * kU * ref.magnitude);
                             }
                         // Above AVX2 the same bits as AVX2 (kernels/cpu/qdot_avx512.cpp).
                         if (isa == Isa::avx2) avx2 = out;
@@ -219,7 +224,7 @@ TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight"
                     REQUIRE(std::fabs(f - exact.value) <=
                             bound + 1.01 *
                                         roundings(QActivations::Mode::int8,
-                                                  cpu_isa() == Isa::scalar, k) *
+                                                  cpu_isa() == Isa::scalar, k, t) *
                                         kU * int8.magnitude);
                 }
         }

@@ -105,7 +105,8 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
             REQUIRE(rows[i].at(4) == "exact");
         } else {
             REQUIRE(rows[i].at(2) == (t.group ? std::to_string(t.group) : std::string("row")));
-            const std::string zero = !t.symmetric ? "stored"
+            const std::string zero = t.super_block  ? "6-bit min"
+                                     : !t.symmetric ? "stored"
                                      : t.signed_codes
                                          ? std::to_string(t.implicit_zero) + " (int8 codes)"
                                          : std::to_string(t.implicit_zero);
@@ -132,4 +133,21 @@ TEST_CASE("FORMAT.md lists every key of the normalized model config", "[formats]
         INFO("model key " << key);
         REQUIRE(section.find("`" + key + "`") != std::string::npos);
     }
+}
+
+TEST_CASE("FORMAT.md super-block record matches QSuperRecord", "[formats][spec]") {
+    const auto rows = table_after(read_doc(), "### Super-block rows");
+    REQUIRE(rows.size() == 3);
+    const std::string first[] = {"0 .. 1", "2 .. 3", "4 .. 15"};
+    const size_t offsets[] = {offsetof(QSuperRecord, d), offsetof(QSuperRecord, dmin),
+                              offsetof(QSuperRecord, sm)};
+    const size_t ends[] = {offsetof(QSuperRecord, dmin), offsetof(QSuperRecord, sm),
+                           sizeof(QSuperRecord)};
+    for (size_t i = 0; i < 3; ++i) {
+        INFO(rows[i].at(0));
+        REQUIRE(rows[i].at(0) == first[i]);
+        REQUIRE(rows[i].at(0) == std::to_string(offsets[i]) + " .. " + std::to_string(ends[i] - 1));
+    }
+    REQUIRE(rows[0].at(1).starts_with("d, binary16"));
+    REQUIRE(rows[1].at(1).starts_with("dmin, binary16"));
 }

@@ -60,6 +60,8 @@ void check_round_trip(QType t, const std::vector<float>& w) {
     for (uint64_t g = 0; g * group < k; ++g) {
         const float s = row_group_scale(t, q.row.data(), k, g);
         const int32_t z = row_group_zero(t, q.row.data(), k, g);
+        const float mn = row_group_min(t, q.row.data(), k, g);  // super-block types; else 0
+        REQUIRE(mn >= 0.0f);
         REQUIRE(std::isfinite(s));
         REQUIRE(z >= 0);
         REQUIRE(z <= (tr.symmetric ? 15 : (1 << tr.bits) - 1));
@@ -69,7 +71,7 @@ void check_round_trip(QType t, const std::vector<float>& w) {
             const int32_t c = row_code(t, q.row.data(), j);
             REQUIRE(c >= (tr.signed_codes ? -127 : 0));
             REQUIRE(c <= (tr.signed_codes ? 127 : (1 << tr.bits) - 1));
-            REQUIRE(static_cast<double>(q.back[j]) == static_cast<double>(s) * (c - z));
+            REQUIRE(q.back[j] == s * static_cast<float>(c - z) - mn);
             REQUIRE(std::fabs(static_cast<double>(q.back[j]) - w[j]) <=
                     tr.error_bound * std::fabs(static_cast<double>(s)));
             lo = std::min(lo, w[j]);
@@ -79,7 +81,13 @@ void check_round_trip(QType t, const std::vector<float>& w) {
         const double range = tr.symmetric ? amax : static_cast<double>(hi) - lo;
         const double levels = levels_of(t);
         // fp16 rounds up by at most one ulp: relative 2^-10 for normals, 2^-24 for subnormals.
-        const double max_scale = range / levels * (1.0 + 0x1p-10 + 0x1p-20) + 0x1p-24;
+        double max_scale = range / levels * (1.0 + 0x1p-10 + 0x1p-20) + 0x1p-24;
+        if (tr.super_block) {
+            // The min rounds up by less than one dmin and the 6-bit scale by less than one d.
+            const QSuperParams sp = row_super_params(t, q.row.data(), k, g / 8);
+            REQUIRE(static_cast<double>(mn) < -lo + sp.dmin + 0x1p-24);
+            max_scale = (range + sp.dmin) / levels * (1.0 + 0x1p-20) + sp.d + 0x1p-24;
+        }
         REQUIRE(std::fabs(static_cast<double>(s)) <= max_scale);
         if (range == 0.0) REQUIRE(s == 0.0f);
     }
@@ -116,7 +124,14 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             uint64_t chunks = 0;
             while (chunks * chunk_weights < k) ++chunks;
             const uint64_t codes = chunks * (tr.bits == 8 ? 32 : tr.bits == 4 ? 16 : 48);
-            const uint64_t end = codes + 2 * groups + (tr.symmetric ? 0 : groups);
+            uint64_t end = codes + 2 * groups + (tr.symmetric ? 0 : groups);
+            if (tr.super_block) {
+                // 16-byte records per 256 weights; a last partial one of G groups holds 4 bytes
+                // of d and dmin and 12 bits per group.
+                const uint64_t last_groups = (groups % 8 != 0) ? groups % 8 : 0;
+                end =
+                    codes + 16 * (groups / 8) + (last_groups ? 4 + (12 * last_groups + 7) / 8 : 0);
+            }
             const uint64_t row = end;  // no padding (format version 2)
             uint64_t v1_row = 0;
             while (v1_row < end) v1_row += 64;
@@ -125,7 +140,7 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             REQUIRE(l->groups == groups);
             REQUIRE(l->codes_bytes == codes);
             REQUIRE(l->scales_offset == codes);
-            REQUIRE(l->zeros_offset == (tr.symmetric ? row : codes + 2 * groups));
+            REQUIRE(l->zeros_offset == (tr.symmetric || tr.super_block ? row : codes + 2 * groups));
             REQUIRE(l->row_bytes == row);
             REQUIRE(*qtype_row_bytes(tr.type, k) == row);
             const uint64_t shape[2] = {3, k};
@@ -134,7 +149,7 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             const auto v1 = qtype_row_layout(tr.type, k, kQfV1RowAlign);
             REQUIRE(v1->row_bytes == v1_row);
             REQUIRE(v1->scales_offset == l->scales_offset);
-            if (!tr.symmetric) REQUIRE(v1->zeros_offset == l->zeros_offset);
+            if (!tr.symmetric && !tr.super_block) REQUIRE(v1->zeros_offset == l->zeros_offset);
             REQUIRE(*qtype_tensor_bytes(tr.type, shape, kQfV1RowAlign) == 3 * v1_row);
         }
     }
@@ -294,10 +309,17 @@ TEST_CASE(
             auto w = normal_weights(k, 1.0f, 3);
             for (auto& v : w) v = -std::fabs(v) - 0.1f;
             const Quantized a = quantize_ok(t, w, 0xff);
-            const uint64_t used =
-                tr.symmetric ? l.scales_offset + 2 * l.groups : l.zeros_offset + l.groups;
+            const uint64_t used = tr.super_block ? l.row_bytes
+                                  : tr.symmetric ? l.scales_offset + 2 * l.groups
+                                                 : l.zeros_offset + l.groups;
             for (uint64_t i = used; i < l.row_bytes; ++i) REQUIRE(a.row[i] == 0);
             const uint64_t last = l.groups - 1;
+            if (tr.super_block) {  // codes past k are 0 (they meet zero activations), see below
+                for (uint64_t j = k; j < round_up(k, qtype_code_chunk(t)); ++j)
+                    REQUIRE(row_code(t, a.row.data(), j) == 0);
+                REQUIRE(quantize_ok(t, w, 0x00).row == a.row);
+                continue;
+            }
             const int32_t z = row_group_zero(t, a.row.data(), k, last);
             if (!tr.symmetric) REQUIRE(z > 0);
             const float s = row_group_scale(t, a.row.data(), k, last);

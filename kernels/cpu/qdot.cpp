@@ -147,7 +147,9 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
             continue;
         }
         // int8 mode: per 32-block an exact integer dot product with the zero folded in, scaled
-        // by the group's scale times the block's activation scale.
+        // by the group's scale times the block's activation scale (super-block types: minus the
+        // group's
+        // min times the block's scaled code sum).
         const QRowLayout l = *qtype_row_layout(t, k);
         for (uint64_t tok = t0; tok < t1; ++tok) {
             const int8_t* q = a.codes(tok);
@@ -161,6 +163,9 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
                 isum -= z * a.sums(tok)[b];
                 const float s = row_group_scale(t, row, k, g);
                 acc += (s * a.scales(tok)[b]) * static_cast<float>(isum);
+                if (tr.super_block)  // w = scale * code - min: the min times the block's sum
+                    acc -= row_group_min(t, row, k, g) *
+                           (a.scales(tok)[b] * static_cast<float>(a.sums(tok)[b]));
             }
             out[(tok - t0) * ldo + (r - r0)] = acc;
         }

@@ -51,7 +51,7 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
         prefetch_part(row, s);
         const __m256 wsb = superblock_scales<T>(row, s);
         if constexpr (Kind<T>::unsigned_codes) {
-            const __m256 wz = _mm256_mul_ps(wsb, superblock_zeros<T>(row, s));
+            const __m256 wz = superblock_offsets<T>(row, s, wsb);
             for (int t = 0; t < NT; ++t)
                 acc[0][t] =
                     _mm256_fnmadd_ps(wz, _mm256_loadu_ps(x.sums[t] + kSuper * s), acc[0][t]);
@@ -107,7 +107,7 @@ QF_AVX2 void f32_tile(const Row& row, const QActivations& a, uint64_t tok, float
         x[t] = a.floats(tok + t);
         acc[t] = _mm256_setzero_ps();
     }
-    alignas(32) float sc[kSuper];
+    alignas(32) float sc[kSuper], mins[kSuper] = {};
     for (uint64_t b = 0; b < blocks; ++b) {
         if (b % kSuper == 0) {
             prefetch_part(row, b / kSuper);
@@ -115,10 +115,20 @@ QF_AVX2 void f32_tile(const Row& row, const QActivations& a, uint64_t tok, float
                 _mm256_store_ps(sc, superblock_scales<T>(row, b / kSuper));
             else
                 for (uint64_t i = 0; b + i < blocks; ++i) sc[i] = block_scale<T>(row, b + i);
+            if constexpr (Kind<T>::super)
+                for (uint64_t i = 0; i < kSuper && b + i < blocks; ++i)
+                    mins[i] = block_offset<T>(row, b + i);
         }
         __m256 f[4];
         block_values<T>(row, b, f);
-        const __m256 ws = _mm256_broadcast_ss(&sc[b % kSuper]);
+        __m256 ws = _mm256_broadcast_ss(&sc[b % kSuper]);
+        if constexpr (Kind<T>::super) {
+            // The exact weights scale * code - min (one rounding, as the reference), then
+            // accumulated with a unit scale.
+            const __m256 wm = _mm256_broadcast_ss(&mins[b % kSuper]);
+            for (int i = 0; i < 4; ++i) f[i] = _mm256_fmsub_ps(f[i], ws, wm);
+            ws = _mm256_set1_ps(1.0f);
+        }
         for (int t = 0; t < NT; ++t) {
             const float* xb = x[t] + kBlock * b;
             __m256 p = _mm256_mul_ps(f[0], _mm256_loadu_ps(xb));
@@ -167,12 +177,15 @@ QF_AVX2 void dequantize_t(QType, const uint8_t* w, uint64_t stride, uint64_t n, 
             block_values<T>(row, b, f);
             // scale * (code - zero), the reference's product: exact, so the same bits.
             const __m256 ws = _mm256_set1_ps(block_scale<T>(row, b));
+            // Super-block types: scale * code - min, scale * code exact, so one rounding.
+            const __m256 wm = _mm256_set1_ps(Kind<T>::super ? block_offset<T>(row, b) : 0.0f);
+            for (int i = 0; i < 4; ++i)
+                f[i] = Kind<T>::super ? _mm256_fmsub_ps(f[i], ws, wm) : _mm256_mul_ps(f[i], ws);
             if (kBlock * (b + 1) <= k) {
-                for (int i = 0; i < 4; ++i)
-                    _mm256_storeu_ps(o + kBlock * b + 8 * i, _mm256_mul_ps(f[i], ws));
+                for (int i = 0; i < 4; ++i) _mm256_storeu_ps(o + kBlock * b + 8 * i, f[i]);
             } else {
                 alignas(32) float tmp[kBlock];
-                for (int i = 0; i < 4; ++i) _mm256_store_ps(tmp + 8 * i, _mm256_mul_ps(f[i], ws));
+                for (int i = 0; i < 4; ++i) _mm256_store_ps(tmp + 8 * i, f[i]);
                 std::copy(tmp, tmp + (k - kBlock * b), o + kBlock * b);
             }
         }

@@ -107,7 +107,7 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
         prefetch_part(row, s);
         const __m256 wsb = superblock_scales<T>(row, s);
         if constexpr (Kind<T>::unsigned_codes) {
-            const __m256 wz = _mm256_mul_ps(wsb, superblock_zeros<T>(row, s));
+            const __m256 wz = superblock_offsets<T>(row, s, wsb);
             for (int t = 0; t < NT; ++t)
                 acc[t] = _mm512_mask3_fnmadd_ps(
                     _mm512_zextps256_ps512(wz),

@@ -47,7 +47,9 @@ struct Kind {
     static constexpr bool q3 = qtype_traits(T).bits == 3;
     static constexpr bool q8 = qtype_traits(T).bits == 8;
     static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes;  // q4 and q3
-    static constexpr bool zero_stored = !qtype_traits(T).symmetric;
+    // Super-block types: 6-bit scales and mins against fp16 d, dmin (QSuperRecord), no zeros.
+    static constexpr bool super = qtype_traits(T).super_block != 0;
+    static constexpr bool zero_stored = !qtype_traits(T).symmetric && !super;
     static constexpr int32_t implicit_zero = qtype_traits(T).implicit_zero;
     static constexpr uint64_t group_blocks = qtype_traits(T).group / kBlock;  // 0: one per row
 };
@@ -91,8 +93,22 @@ inline uint64_t group_of_block(uint64_t b) {
         return b / Kind<T>::group_blocks;
 }
 
+// Super-block types: block b's 6-bit scale (which = 0) or min (which = 1) times the record's d
+// (or dmin): exact products, so every path below sees the reference's values.
+inline float super_value(const Row& row, uint64_t b, uint64_t which) {
+    const uint8_t* rec = row.scales + sizeof(QSuperRecord) * (b / kSuper);
+    uint16_t h;
+    std::memcpy(&h, rec + 2 * which, 2);
+    const uint8_t* sm = rec + offsetof(QSuperRecord, sm);
+    const uint64_t bit = 12 * (b % kSuper) + 6 * which, at = bit / 8, shift = bit % 8;
+    uint32_t v = sm[at] >> shift;
+    if (shift > 2) v |= static_cast<uint32_t>(sm[at + 1]) << (8 - shift);
+    return f16_to_f32(h) * static_cast<float>(v & 63u);
+}
+
 template <QType T>
 inline float block_scale(const Row& row, uint64_t b) {
+    if constexpr (Kind<T>::super) return super_value(row, b, 0);
     uint16_t h;
     std::memcpy(&h, row.scales + 2 * group_of_block<T>(b), 2);
     return f16_to_f32(h);
@@ -106,11 +122,39 @@ inline int32_t block_zero(const Row& row, uint64_t b) {
         return Kind<T>::implicit_zero;
 }
 
+// What block b subtracts per unit of activation: scale * zero, or a super-block type's min.
+template <QType T>
+inline float block_offset(const Row& row, uint64_t b) {
+    if constexpr (Kind<T>::super)
+        return super_value(row, b, 1);
+    else
+        return block_scale<T>(row, b) * static_cast<float>(block_zero<T>(row, b));
+}
+
+// A whole super-block record's 8 scales (which = 0) or mins (1), one per lane. Lane g's 12 bits
+// start at bit 12 g of sm, so a 16-bit window from byte 4 + floor(1.5 g) of the record, shifted
+// right by 4 for odd g, holds them (sc in bits 0-5, mn in 6-11).
+QF_AVX2 inline __m256 super_lanes(const Row& row, uint64_t s, int which) {
+    const uint8_t* rec = row.scales + sizeof(QSuperRecord) * s;
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec));
+    const __m128i win =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11, 12, 13, 14, 14, 15));
+    __m256i x =
+        _mm256_srlv_epi32(_mm256_cvtepu16_epi32(win), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    if (which) x = _mm256_srli_epi32(x, 6);
+    const __m256 code = _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(63)));
+    uint16_t h;
+    std::memcpy(&h, rec + 2 * which, 2);
+    return _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(h)), code);  // exact, as super_value
+}
+
 // The scales of superblock s's 8 blocks, one per lane (groups of 64 or 128 repeat their scale).
 template <QType T>
 QF_AVX2 inline __m256 superblock_scales(const Row& row, uint64_t s) {
     constexpr uint64_t gb = Kind<T>::group_blocks;
-    if constexpr (gb == 0) {
+    if constexpr (Kind<T>::super) {
+        return super_lanes(row, s, 0);
+    } else if constexpr (gb == 0) {
         uint16_t h;
         std::memcpy(&h, row.scales, 2);
         return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
@@ -150,6 +194,15 @@ QF_AVX2 inline __m256 superblock_zeros(const Row& row, uint64_t s) {
                                     : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
         return _mm256_permutevar8x32_ps(f, idx);
     }
+}
+
+// Superblock s's offsets (block_offset), one per lane, given its scales wsb.
+template <QType T>
+QF_AVX2 inline __m256 superblock_offsets(const Row& row, uint64_t s, __m256 wsb) {
+    if constexpr (Kind<T>::super)
+        return super_lanes(row, s, 1);
+    else
+        return _mm256_mul_ps(wsb, superblock_zeros<T>(row, s));
 }
 
 // Lanes 0-3 take lane 2j of v, lanes 4-7 lane 2j + 1: the scales of pair j's two blocks.
@@ -322,7 +375,7 @@ QF_AVX2 inline void int8_rest(const Row& row, const Int8Tokens<NT>& x, uint64_t 
     alignas(32) float sc[kSuper] = {}, sz[kSuper] = {}, cst[NT][kSuper] = {};
     for (uint64_t b = 0; b < rest; ++b) {
         sc[b] = block_scale<T>(row, full * kSuper + b);
-        sz[b] = sc[b] * static_cast<float>(block_zero<T>(row, full * kSuper + b));
+        sz[b] = block_offset<T>(row, full * kSuper + b);
         for (int t = 0; t < NT; ++t) cst[t][b] = sc[b] * x.d[t][full * kSuper + b];
     }
     if constexpr (Kind<T>::unsigned_codes) {

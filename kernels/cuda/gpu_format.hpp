@@ -73,6 +73,9 @@ inline constexpr CudaQTypeRow kCudaQTypes[] = {
     // 3-bit codes (48-byte chunks of 128 weights) have no CUDA kernels yet; kind is unused.
     {QType::q3_g32, false, WeightKind::q4, false},
     {QType::q3_g128, false, WeightKind::q4, false},
+    // Super-block types (6-bit scales and mins against fp16 d, dmin) have no CUDA kernels yet.
+    {QType::q4k_g32, false, WeightKind::q4, false},
+    {QType::q3k_g32, false, WeightKind::q4, false},
 };
 
 constexpr bool cuda_qtype_table_in_enum_order() {
