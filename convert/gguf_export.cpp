@@ -138,6 +138,13 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
         throw Error(qf.path(), {},
                     "architecture '" + std::string(architecture_name(c.arch)) +
                         "' has no GGUF form qforge reads back (supported: llama, qwen2)");
+    // llama.cpp's phi3 needs ffn_up fused with the gate (and reads attention.sliding_window),
+    // which this writer does not produce; the converter reads such files.
+    if (architecture_has_fused_tensors(c.arch))
+        throw Error(qf.path(), {},
+                    "GGUF export of a " + std::string(architecture_name(c.arch)) +
+                        " model is not supported: llama.cpp stores its gate/up (and q/k/v) "
+                        "projections fused, which this writer does not write");
     if (const std::string why = gguf_gemma_mismatch(c); !why.empty())
         throw Error(qf.path(), {},
                     "this Gemma model has no GGUF form llama.cpp reads back: " + why);

@@ -7,8 +7,8 @@
 // checkpoints with transformers' logits, in
 // tests/data/hf_models (written by scripts/make_hf_reference_fixtures.py, run by hand). Each is
 // converted to .qf like a user's checkpoint, then prefill and token-by-token decode are compared
-// with transformers. The same Qwen3 and Gemma models written as llama.cpp's GGUF convert to the
-// same tensors.
+// with transformers. The same Qwen3, Gemma and Phi-3 models written as llama.cpp's GGUF convert
+// to the same tensors.
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.hpp"
+#include "convert/gguf_export.hpp"
 #include "formats/qf.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/device_info.hpp"
@@ -253,4 +254,36 @@ TEST_CASE(
         REQUIRE(a.find("layers.1.mlp_post_norm"));
         check_same_tensors(a, b);
     }
+}
+
+TEST_CASE(
+    "a Phi-3 GGUF (llama.cpp's fused attn_qkv and ffn_up, phi3 keys) converts to the "
+    "safetensors path's tensors",
+    "[runtime][gguf]") {
+    test::ScratchDir dir("runtime-phi3-gguf");
+    ConvertOptions st, gg;
+    st.input = (test::fixture("hf_models") / "phi3_fused_window").string();
+    st.output = (dir / "st.qf").string();
+    gg.input = (test::fixture("gguf") / "tiny_phi3.gguf").string();
+    gg.output = (dir / "gguf.qf").string();
+    convert_checkpoint(st);
+    convert_checkpoint(gg);
+    const QfFile a(st.output), b(gg.output);
+    ModelConfig ca = a.config(), cb = b.config();
+    CHECK(cb.arch == Architecture::phi3);
+    CHECK(cb.sliding_window == 6u);  // phi3.attention.sliding_window, every layer
+    ca.bos_token_id = cb.bos_token_id;
+    ca.eos_token_ids = cb.eos_token_ids;
+    ca.torch_dtype = cb.torch_dtype;
+    CHECK(ca == cb);
+    // Split by rows on both paths: q, k, v of attn_qkv and gate, up of ffn_up.
+    REQUIRE(b.at("layers.1.attn.v").shape == std::vector<uint64_t>{16, 32});
+    REQUIRE(b.at("layers.1.mlp.up").shape == std::vector<uint64_t>{86, 32});
+    check_same_tensors(a, b);
+    // llama.cpp's phi3 reads gate and up fused, which the GGUF writer does not write: refused.
+    GgufExportOptions ex;
+    ex.input = gg.output;
+    ex.output = (dir / "back.gguf").string();
+    REQUIRE_THROWS_WITH(export_gguf(ex), Catch::Contains("phi3") && Catch::Contains("fused"));
+    REQUIRE_FALSE(fs::exists(ex.output));
 }
