@@ -141,11 +141,19 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
     if (!a) {
         std::string names;
         for (const GgufArchitecture& g : gguf_architectures())
-            names += (names.empty() ? "" : ", ") + std::string(g.name);
+            if (!architecture_has_fused_tensors(g.arch))
+                names += (names.empty() ? "" : ", ") + std::string(g.name);
         throw Error(qf.path(), {},
                     "architecture '" + std::string(architecture_name(c.arch)) +
                         "' has no GGUF form qforge reads back (supported: " + names + ")");
     }
+    // llama.cpp's phi3 needs ffn_up fused with the gate (and reads attention.sliding_window),
+    // which this writer does not produce; the converter reads such files.
+    if (architecture_has_fused_tensors(c.arch))
+        throw Error(qf.path(), {},
+                    "GGUF export of a " + std::string(architecture_name(c.arch)) +
+                        " model is not supported: llama.cpp stores its gate/up (and q/k/v) "
+                        "projections fused, which this writer does not write");
     if (const std::string why = gguf_gemma_mismatch(c); !why.empty())
         throw Error(qf.path(), {},
                     "this Gemma model has no GGUF form llama.cpp reads back: " + why);

@@ -94,19 +94,31 @@ constexpr LayoutRow kLayouts[] = {
 
 // Tensors stored inside fused ones. Phi3Attention splits qkv_proj's output at q_dim and
 // q_dim + kv_dim; Phi3MLP chunks gate_up_proj's in two halves, gate first (modeling_phi3.py).
+// llama.cpp's phi3 keeps both fused under its own names, in the same row order: build_phi3
+// views attn_qkv's output as q, k, v at 0, n_embd and n_embd + n_embd_gqa, and LLM_FFN_SWIGLU
+// takes silu of ffn_up's first half times its second (convert_hf_to_gguf.py Phi3MiniModel
+// renames the tensors and reorders nothing).
 namespace fused_rows {
 using enum Dim;
 using K = TensorKind;
 constexpr std::string_view kQkv = "model.layers.{i}.self_attn.qkv_proj.weight";
 constexpr std::string_view kGateUp = "model.layers.{i}.mlp.gate_up_proj.weight";
+constexpr std::string_view kGgufQkv = "blk.{i}.attn_qkv.weight";
+constexpr std::string_view kGgufGateUp = "blk.{i}.ffn_up.weight";
 constexpr FusedPart kFusedParts[] = {
-    {Architecture::phi3, K::attn_q, kQkv, {none, none}, {q, kv, kv}},
-    {Architecture::phi3, K::attn_k, kQkv, {q, none}, {q, kv, kv}},
-    {Architecture::phi3, K::attn_v, kQkv, {q, kv}, {q, kv, kv}},
-    {Architecture::phi3, K::mlp_gate, kGateUp, {none, none}, {intermediate, intermediate, none}},
+    {Architecture::phi3, K::attn_q, kQkv, kGgufQkv, {none, none}, {q, kv, kv}},
+    {Architecture::phi3, K::attn_k, kQkv, kGgufQkv, {q, none}, {q, kv, kv}},
+    {Architecture::phi3, K::attn_v, kQkv, kGgufQkv, {q, kv}, {q, kv, kv}},
+    {Architecture::phi3,
+     K::mlp_gate,
+     kGateUp,
+     kGgufGateUp,
+     {none, none},
+     {intermediate, intermediate, none}},
     {Architecture::phi3,
      K::mlp_up,
      kGateUp,
+     kGgufGateUp,
      {intermediate, none},
      {intermediate, intermediate, none}},
 };

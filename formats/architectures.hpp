@@ -124,14 +124,15 @@ struct TensorSpec {
 
 // A tensor a Hugging Face checkpoint of the architecture stores inside a fused one, its rows
 // concatenated with its siblings' (Phi-3's self_attn.qkv_proj: q, k, v; mlp.gate_up_proj: gate,
-// up). Conversion splits it by rows (sources/hf_source.cpp), so the model and every .qf hold
-// the separate tensors of the table above.
+// up). Conversion splits it by rows (sources/hf_source.cpp, sources/gguf.cpp), so the model and
+// every .qf hold the separate tensors of the table above.
 struct FusedPart {
     Architecture arch;
     TensorKind kind;
     std::string_view hf_pattern;  // the fused tensor: "model.layers.{i}.self_attn.qkv_proj.weight"
-    std::array<Dim, 2> offset;    // summed: the fused rows before this part
-    std::array<Dim, 3> total;     // summed: the fused tensor's rows
+    std::string_view gguf_pattern;  // llama.cpp's name of it: "blk.{i}.attn_qkv.weight"
+    std::array<Dim, 2> offset;      // summed: the fused rows before this part
+    std::array<Dim, 3> total;       // summed: the fused tensor's rows
 };
 // The part `kind` of `arch` is stored as; nullptr when it is stored on its own.
 const FusedPart* fused_part(Architecture arch, TensorKind kind);

@@ -8,6 +8,9 @@
 // and fp32 activations, like the CPU; batched products of more than 8 tokens round the
 // activations to fp16 for the tensor cores (and f16 / cuBLAS-path weights are fp16), and keys and
 // values are stored in fp16. Logits agree with the CPU within relative L2 ~1e-3 (tested).
+// Every architecture of the table runs, Gemma 2 and 3 too (post-norms, embedding scale, GeGLU,
+// soft-caps, the sliding layers' RoPE table); their large activations are where fp16 rounding
+// would clamp first, which fp16_saturations() counts.
 //
 // Built without CUDA, the constructors throw qforge::Error saying so; backend_factory.hpp picks
 // the CPU then.

@@ -10,11 +10,6 @@ CudaEngine::CudaEngine(const ModelConfig& config, std::string path, CudaBackendO
     std::string why;
     const auto gpus = list_gpus(&why);
     if (gpus.empty()) throw Error("cuda backend: " + why);
-    if (architecture_features(c_.arch).sandwich_norms)
-        throw Error(path_, {},
-                    "cuda backend: architecture '" + std::string(architecture_name(c_.arch)) +
-                        "' (Gemma's sandwich norms, GeGLU, soft-capping) is not implemented on "
-                        "CUDA yet; use --backend cpu");
     if (o_.device < 0 || static_cast<size_t>(o_.device) >= gpus.size())
         throw Error("cuda backend: device " + std::to_string(o_.device) + " does not exist (" +
                     std::to_string(gpus.size()) + " visible)");
@@ -131,6 +126,8 @@ void CudaEngine::upload(const Model& model) {
         l.mlp_norm = upload_vector(w.mlp_norm);
         if (!w.q_norm.empty()) l.q_norm = upload_vector(w.q_norm);
         if (!w.k_norm.empty()) l.k_norm = upload_vector(w.k_norm);
+        if (!w.attn_post_norm.empty()) l.attn_post_norm = upload_vector(w.attn_post_norm);
+        if (!w.mlp_post_norm.empty()) l.mlp_post_norm = upload_vector(w.mlp_post_norm);
         if (c_.attention_bias) {
             l.q_bias = upload_vector(w.q_bias);
             l.k_bias = upload_vector(w.k_bias);
@@ -162,7 +159,7 @@ void CudaEngine::randomize(QType qtype, uint64_t seed) {
         l.gate = random_matrix(qtype, inter, d, ++s);
         l.up = random_matrix(qtype, inter, d, ++s);
         l.down = random_matrix(qtype, d, inter, ++s);
-        l.attn_norm = l.mlp_norm = norm;
+        l.attn_norm = l.mlp_norm = l.attn_post_norm = l.mlp_post_norm = norm;
         l.q_norm = l.k_norm = head_norm;
         l.q_bias = bias_q;
         l.k_bias = l.v_bias = bias_kv;
@@ -244,14 +241,24 @@ void CudaEngine::allocate_activations() {
 
 void CudaEngine::ensure_rope(uint64_t positions) {
     if (positions <= rope_positions_) return;
+    auto to_device = [](const std::vector<float>& v) {
+        DeviceBuffer<float> b(v.size());
+        b.upload(v);
+        return b;
+    };
     const RopeTable t(c_, positions);
-    DeviceBuffer<float> cs(t.cos.size()), sn(t.sin.size());
-    cs.upload(t.cos);
-    sn.upload(t.sin);
+    DeviceBuffer<float> cs = to_device(t.cos), sn = to_device(t.sin), cs_local, sn_local;
+    if (c_.rope_local_theta > 0.0) {  // gemma3's sliding layers
+        const RopeTable local(c_, positions, true);
+        cs_local = to_device(local.cos);
+        sn_local = to_device(local.sin);
+    }
     QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
     clear_graphs();  // they point at the old tables
     cos_ = std::move(cs);
     sin_ = std::move(sn);
+    cos_local_ = std::move(cs_local);
+    sin_local_ = std::move(sn_local);
     rope_positions_ = positions;
 }
 

@@ -98,6 +98,8 @@ class CudaEngine final : private ForwardOps {
         const float* mlp_norm = nullptr;
         const float* q_norm = nullptr;  // QK-norm architectures only
         const float* k_norm = nullptr;
+        const float* attn_post_norm = nullptr;  // sandwich-norm architectures only (Gemma)
+        const float* mlp_post_norm = nullptr;
         const float* q_bias = nullptr;
         const float* k_bias = nullptr;
         const float* v_bias = nullptr;
@@ -108,7 +110,7 @@ class CudaEngine final : private ForwardOps {
     // and the first position are read on the device (step_), so a graph replays for any step.
     void embed(const int32_t* tokens, uint64_t n, Rows out) override;
     void norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
-    // Gemma's operations: refused at construction (cuda_engine.cpp), so never reached.
+    // Gemma's: the post-norm's residual add, the embedding scale, the final logit soft-cap.
     void norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) override;
     void scale(Rows rows, uint64_t n, uint64_t width, float s) override;
     void softcap(Rows rows, uint64_t n, uint64_t width, float cap) override;
@@ -116,6 +118,7 @@ class CudaEngine final : private ForwardOps {
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
     const DeviceMatrix& weight(uint64_t layer, Weight w) const;
+    const float* norm_weight(uint64_t layer, Norm which) const;  // throws when not uploaded
 
     DeviceMatrix upload_matrix(const Matrix& m);
     DeviceMatrix random_matrix(QType qtype, uint64_t rows, uint64_t cols, uint64_t seed);
@@ -170,6 +173,7 @@ class CudaEngine final : private ForwardOps {
     int32_t* fault_host_ = nullptr;  // pinned host copy of fault_
     DeviceBuffer<unsigned long long> saturated_;  // fp16 saturations (f16_saturate.cuh)
     DeviceBuffer<float> cos_, sin_;
+    DeviceBuffer<float> cos_local_, sin_local_;  // the sliding layers' (ModelConfig::local_rope)
     uint64_t rope_positions_ = 0;
     cuda::MatmulContext mctx_;
     std::map<std::pair<uint64_t, int>, cudaGraphExec_t> graphs_;

@@ -20,18 +20,24 @@ void CudaEngine::embed(const int32_t* tokens, uint64_t n, Rows out) {
                             out.data, out.ld, stream_);
 }
 
-void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+const float* CudaEngine::norm_weight(uint64_t layer, Norm which) const {
     const float* w = nullptr;
     if (which == Norm::final) {
         w = final_norm_;
     } else {
         const Layer& l = layers_.at(layer);
-        w = which == Norm::attn  ? l.attn_norm
-            : which == Norm::mlp ? l.mlp_norm
-            : which == Norm::q   ? l.q_norm
-                                 : l.k_norm;
+        const float* by_role[kNorms] = {l.attn_norm, l.mlp_norm,       nullptr,        l.q_norm,
+                                        l.k_norm,    l.attn_post_norm, l.mlp_post_norm};
+        w = by_role[static_cast<int>(which)];
     }
-    if (!w) throw Error("cuda backend: a norm weight is not uploaded");
+    if (!w)
+        throw Error("cuda backend: norm " + std::to_string(static_cast<int>(which)) + " of layer " +
+                    std::to_string(layer) + " is not uploaded");
+    return w;
+}
+
+void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    const float* w = norm_weight(layer, which);
     // One launch per group (QK-norm: per head), each over the n tokens' rows of that group.
     const NormShape shape = norm_shape(c_, which);
     for (uint64_t g = 0; g < shape.groups; ++g)
@@ -39,16 +45,21 @@ void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n)
                               u32(shape.width), out.data + g * shape.width, out.ld, stream_);
 }
 
-void CudaEngine::norm_add(uint64_t, Norm, Rows, Rows, uint64_t) {
-    throw Error("cuda backend: post-norms (Gemma) are not implemented");
+void CudaEngine::norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    const float* w = norm_weight(layer, which);
+    if (in.data == out.data) throw Error("cuda backend: norm_add's output is its input");
+    const NormShape shape = norm_shape(c_, which);
+    for (uint64_t g = 0; g < shape.groups; ++g)
+        cuda::rms_norm_add_launch(in.data + g * shape.width, in.ld, w, c_.rms_norm_eps, u32(n),
+                                  u32(shape.width), out.data + g * shape.width, out.ld, stream_);
 }
 
-void CudaEngine::scale(Rows, uint64_t, uint64_t, float) {
-    throw Error("cuda backend: embedding scaling (Gemma) is not implemented");
+void CudaEngine::scale(Rows rows, uint64_t n, uint64_t width, float s) {
+    cuda::scale_rows_launch(rows.data, rows.ld, u32(n), u32(width), s, stream_);
 }
 
-void CudaEngine::softcap(Rows, uint64_t, uint64_t, float) {
-    throw Error("cuda backend: logit soft-capping (gemma2) is not implemented");
+void CudaEngine::softcap(Rows rows, uint64_t n, uint64_t width, float cap) {
+    cuda::softcap_rows_launch(rows.data, rows.ld, u32(n), u32(width), cap, stream_);
 }
 
 void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
@@ -75,8 +86,10 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     rp.heads = u32(c_.num_heads);
     rp.kv_heads = u32(c_.num_kv_heads);
     rp.head_dim = u32(c_.head_dim);
-    rp.cos = cos_.get();
-    rp.sin = sin_.get();
+    // gemma3's sliding layers rotate with their own base (ensure_rope made their table).
+    const bool local = c_.local_rope(layer);
+    rp.cos = local ? cos_local_.get() : cos_.get();
+    rp.sin = local ? sin_local_.get() : sin_.get();
     rp.pos0 = step_.get();
     rp.k_cache = cache_->keys(layer);
     rp.v_cache = cache_->values(layer);
@@ -97,18 +110,24 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     ap.out = out.data;
     ap.ldo = out.ld;
     ap.window = u32(c_.attention_window(layer));
+    ap.scale = desc_.query_scale;
+    ap.softcap = desc_.attn_softcap;
     ap.capacity = rp.capacity;
     ap.fault = rp.fault;
     cuda::attention_launch(ap, dims_per_lane_, stream_);
 }
 
 void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {
-    if (act != Activation::silu)
+    if (act != Activation::silu && act != Activation::gelu_tanh)
         throw Error("cuda backend: unknown activation " + std::to_string(static_cast<int>(act)));
     if (out.ld != ld_i_) throw Error("cuda backend: the gated product's rows must be ld_i_ apart");
     mm(weight(layer, Weight::gate), in.data, in.ld, n, out.data, out.ld, nullptr, false);
     mm(weight(layer, Weight::up), in.data, in.ld, n, up_.get(), ld_i_, nullptr, false);
-    cuda::swiglu_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size), stream_);
+    if (act == Activation::silu)
+        cuda::swiglu_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size), stream_);
+    else
+        cuda::geglu_tanh_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size),
+                                stream_);
 }
 
 BlockActivations CudaEngine::step_rows() const {

@@ -15,14 +15,19 @@
 #      ../shared/data/wikitext-2-raw/wiki.test.lf.raw (llamacpp protocol, ctx 512).
 #
 #   3. Gemma 3 270M (its "float" model is the dequantized Q4_K_M GGUF; scripts/get_models.sh gemma3
-#      makes it): rtn, gptq and awq at q4_g128 and rtn at q8, calibrated and evaluated as 2. but
-#      on the first $CHUNKS270 chunks (40: the figure the issue asks for), then `qforge bench` of
-#      f32, q8 and q4_g128 (GPTQ) on $threads threads.
+#      makes it in $QFORGE_MODELS_DIR): rtn, gptq and awq at q4_g128 and rtn at q8 ($ROWS270),
+#      calibrated and evaluated as 2. but on the first $CHUNKS270 chunks (40: the figure the issue
+#      asks for), then (unless BENCH=0) `qforge bench` of f32, q8 and q4_g128 (GPTQ) on $threads
+#      threads.
 #
 #   usage: scripts/calib_report.sh [stories|135m|gemma3|all]   (default all; gemma3 is not in all)
 #   env:   BUILD_DIR (default build), THREADS (default 2), CHUNKS (stories chunks, default 200),
 #          CHUNKS135 (default 100), CHUNKS270 (default 40), NSAMPLES (stories calibration windows,
-#          default 128), BENCH_ARGS (gemma3's bench, default "-p 128 -n 64 -r 3")
+#          default 128), BENCH_ARGS (gemma3's bench, default "-p 128 -n 64 -r 3"), BENCH (0: no
+#          bench, for a shared machine), ROWS270 (gemma3's QTYPE:METHOD rows, default
+#          "q4_g128:rtn q4_g128:gptq q4_g128:awq q8:rtn"), QFORGE_MODELS_DIR (where get_models.sh
+#          put the float models; default models), QFORGE_BIN (a qforge binary to run as it is,
+#          instead of building BUILD_DIR's: a rebuild during a long run changes nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +37,7 @@ chunks270=${CHUNKS270:-40}
 nsamples=${NSAMPLES:-128}
 # shellcheck source=scripts/report_common.sh
 . scripts/report_common.sh
+models=${QFORGE_MODELS_DIR:-models}
 if [ ! -d "$data" ]; then
   echo "calib_report: $data is absent; nothing to measure" >&2
   exit 1
@@ -122,14 +128,17 @@ wikitext_rows() {
 }
 
 if [ "$what" = 135m ] || [ "$what" = all ]; then
-  wikitext_rows models/SmolLM2-135M-Instruct.qf SmolLM2-135M-Instruct "the dequantized Q4_1 GGUF" \
+  wikitext_rows "$models/SmolLM2-135M-Instruct.qf" SmolLM2-135M-Instruct "the dequantized Q4_1 GGUF" \
     SmolLM2-135M "$chunks135" smollm2 q4_g128:rtn q4_g128:gptq q4_g128:awq q3_g128:rtn \
     q3_g128:gptq q3_g128:awq
 fi
 if [ "$what" = gemma3 ]; then
-  base=models/gemma-3-270m.qf
+  base=$models/gemma-3-270m.qf
+  # shellcheck disable=SC2086
   wikitext_rows "$base" "Gemma 3 270M" "the dequantized Q4_K_M GGUF" gemma-3-270m "$chunks270" \
-    gemma3 q4_g128:rtn q4_g128:gptq q4_g128:awq q8:rtn
+    gemma3 ${ROWS270:-q4_g128:rtn q4_g128:gptq q4_g128:awq q8:rtn}
+fi
+if [ "$what" = gemma3 ] && [ "${BENCH:-1}" != 0 ]; then
   echo "| model | file bytes | prefill tok/s | decode tok/s | weight bytes / token |"
   echo "|---|---|---|---|---|"
   for m in "$base" models/calib/gemma-3-270m-q8-rtn.qf models/calib/gemma-3-270m-q4_g128-gptq.qf; do

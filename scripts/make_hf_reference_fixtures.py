@@ -155,7 +155,8 @@ WITH_BYTE_TOKENIZER = {"qwen3_qknorm_window", "gemma2_softcap_window", "gemma3_q
 # (GGUF architecture, file under tests/data/gguf).
 GGUF_MODELS = {"qwen3_qknorm_window": ("qwen3", "tiny_qwen3.gguf"),
                "gemma2_softcap_window": ("gemma2", "tiny_gemma2.gguf"),
-               "gemma3_qknorm_local_rope": ("gemma3", "tiny_gemma3.gguf")}
+               "gemma3_qknorm_local_rope": ("gemma3", "tiny_gemma3.gguf"),
+               "phi3_fused_window": ("phi3", "tiny_phi3.gguf")}
 
 
 def init_weights(model, seed):
@@ -266,7 +267,10 @@ def write_gguf(model, arch, path):
     """The model as llama.cpp's converter writes it: its tensor names, F32, rotate-half q/k
     (qwen2/qwen3/gemma use NEOX RoPE, no permutation), and the metadata keys of LLM_ARCH_QWEN3,
     LLM_ARCH_GEMMA2 or LLM_ARCH_GEMMA3 (convert_hf_to_gguf.py's Gemma2Model / Gemma3Model: norm
-    weights + 1, no output.weight, sliding_window, soft-capping, rope scaling type linear)."""
+    weights + 1, no output.weight, sliding_window, soft-capping, rope scaling type linear), or
+    LLM_ARCH_PHI3 (Phi3MiniModel: qkv_proj and gate_up_proj kept fused as attn_qkv and ffn_up,
+    no key_length, rope.dimension_count hidden / heads, rope.scaling.original_context_length,
+    sliding_window or 0)."""
     import gguf
     c = model.config
     gemma = arch.startswith("gemma")
@@ -281,7 +285,9 @@ def write_gguf(model, arch, path):
                  "self_attn.k_norm.weight": "attn_k_norm.weight",
                  "post_attention_layernorm.weight": "ffn_norm.weight",
                  "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-                 "mlp.down_proj.weight": "ffn_down.weight"}
+                 "mlp.down_proj.weight": "ffn_down.weight",
+                 "self_attn.qkv_proj.weight": "attn_qkv.weight",
+                 "mlp.gate_up_proj.weight": "ffn_up.weight"}
     w = gguf.GGUFWriter(str(path), arch=arch)
     w.add_name("qforge tiny " + arch)
     w.add_context_length(c.max_position_embeddings)
@@ -290,8 +296,13 @@ def write_gguf(model, arch, path):
     w.add_feed_forward_length(c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
     w.add_head_count_kv(c.num_key_value_heads)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
+    if arch == "phi3":
+        w.add_rope_scaling_orig_ctx_len(c.original_max_position_embeddings)
+        w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+        w.add_sliding_window(c.sliding_window or 0)
+    else:
+        w.add_key_length(c.head_dim)
+        w.add_value_length(c.head_dim)
     rope = c.rope_parameters
     if arch == "gemma3":
         rope = rope["full_attention"]  # the global layers' (the local base is llama.cpp's 10000)

@@ -37,6 +37,9 @@ constexpr GgufArchitecture kGgufArchitectures[] = {
     // weights stored as 1 + w (convert_hf_to_gguf.py adds the 1), which is our stored form too.
     {"gemma2", Architecture::gemma2, false},
     {"gemma3", Architecture::gemma3, false},
+    // Phi-3 (LLM_ARCH_PHI3): rotate-half RoPE, q/k/v fused in attn_qkv and gate/up in ffn_up
+    // (formats/architectures.cpp, kFusedParts), split by rows at conversion as from Hugging Face.
+    {"phi3", Architecture::phi3, false},
 };
 
 // What llama.cpp hard-codes for Gemma instead of reading it from the GGUF (its converter writes
@@ -245,6 +248,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         throw Error(file, "rope_freqs.weight",
                     "per-frequency RoPE factors (Llama 3.1-style scaling as llama.cpp stores it) "
                     "are not supported");
+    // Phi-3's 128k models: convert_hf_to_gguf.py writes longrope / su scaling as these.
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+        if (f.find_tensor(name))
+            throw Error(file, name,
+                        "Phi-3's longrope / su RoPE scaling (per-frequency long and short "
+                        "factors) is not supported");
     const auto eps = keys.opt_float("attention.layer_norm_rms_epsilon");
     if (!eps)
         throw Error(
@@ -272,6 +281,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.torch_dtype = "";  // GGUF declares no Hugging Face dtype
     for (const GemmaGgufDefaults& g : kGemmaGgufDefaults)
         if (g.arch == c.arch) gemma_config(f, keys, g, c);
+    // Phi-3: every layer windowed when attention.sliding_window is above 0 (the converter
+    // writes 0 for a config without one: Phi-4), as Phi3Config's sliding_window.
+    if (c.arch == Architecture::phi3)
+        if (const auto window = f.get_uint(keys.key("attention.sliding_window")); window && *window)
+            c.sliding_window = keys.dim("attention.sliding_window");
     // The cross-field checks every config gets (heads, RoPE, eps), through the normalized form.
     return model_config_from_json(model_config_to_json(c), file);
 }
@@ -308,21 +322,40 @@ class GgufSource final : public ModelSource {
 
     std::span<const uint8_t> bytes(size_t i, std::vector<uint8_t>& scratch) const override;
     const std::string& file_of(size_t) const override { return path_; }
-    void release(size_t i) const override { file_.release(*parts_[i].info); }
-    std::string label(size_t i) const override {
-        const GgufTensorInfo& t = *parts_[i].info;
-        return tensors_[i].name + " (GGUF " + t.name + ", " +
-               std::string(ggml_type_traits(t.type).name) + ")";
+    void release(size_t i) const override {
+        // A fused tensor is released with its last part (the others read it before).
+        const Part& p = parts_[i];
+        if (p.row0 + tensors_[i].shape[0] == p.of) file_.release(*p.info);
     }
-    uint64_t source_bytes(size_t i) const override { return parts_[i].info->bytes; }
+    std::string label(size_t i) const override {
+        const Part& p = parts_[i];
+        const std::string rows = p.of == tensors_[i].shape[0]
+                                     ? ""
+                                     : " rows " + std::to_string(p.row0) + ".." +
+                                           std::to_string(p.row0 + tensors_[i].shape[0]) + " of " +
+                                           std::to_string(p.of);
+        return tensors_[i].name + " (GGUF " + p.info->name + rows + ", " +
+               std::string(ggml_type_traits(p.info->type).name) + ")";
+    }
+    uint64_t source_bytes(size_t i) const override {
+        return parts_[i].info->bytes / parts_[i].of * tensors_[i].shape[0];
+    }
 
   private:
+    // The GGUF tensor that holds tensor i: its rows [row0, row0 + shape[0]) of `of` (all of them
+    // unless it is fused, as Phi-3's attn_qkv and ffn_up).
     struct Part {
         const GgufTensorInfo* info;
         const TensorRow* row;
+        uint64_t row0 = 0, of = 0;
     };
 
     void match_tensors();
+    // A part of a fused GGUF tensor (TensorSpec::fused_rows), found in `fused` by name.
+    Part fused_part_of(const TensorSpec& s,
+                       const std::map<std::string, const GgufTensorInfo*>& fused) const;
+    // The stored tensor's bytes (as read, converted or kept), then tensor i's rows of them.
+    std::span<const uint8_t> stored_bytes(size_t i, std::vector<uint8_t>& scratch) const;
     void read_tokenizer(const std::string& given);
     // The RoPE reordering tensor i needs: its head count, 0 for none.
     uint64_t rope_heads(size_t i) const {
@@ -343,10 +376,19 @@ class GgufSource final : public ModelSource {
 // tensor the metadata's model expects found with its shape and a type qforge can read.
 void GgufSource::match_tensors() {
     const std::string& path = path_;
-    std::map<std::string, Part> by_name;  // our name -> GGUF tensor
+    std::map<std::string, Part> by_name;                 // our name -> GGUF tensor
+    std::map<std::string, const GgufTensorInfo*> fused;  // fused GGUF tensors by name
     for (const GgufTensorInfo& t : file_.tensors()) {
         const TensorRow* row = nullptr;
         uint64_t layer = 0;
+        bool is_fused = false;
+        for (const TensorRow& r : tensor_rows(arch_.arch))
+            if (const FusedPart* f = fused_part(arch_.arch, r.kind))
+                is_fused = is_fused || match_tensor_pattern(f->gguf_pattern, t.name, &layer);
+        if (is_fused) {
+            fused.emplace(t.name, &t);
+            continue;
+        }
         for (const TensorRow& r : tensor_rows(arch_.arch))
             if (match_tensor_pattern(r.gguf_pattern, t.name, &layer)) {
                 row = &r;
@@ -356,12 +398,24 @@ void GgufSource::match_tensors() {
             throw Error(path, t.name,
                         "unexpected tensor for GGUF architecture '" + std::string(arch_.name) +
                             "' (not in qforge's table of llama.cpp tensor names)");
-        by_name.emplace(tensor_name_for_layer(row->name_pattern, layer), Part{&t, row});
+        by_name.emplace(tensor_name_for_layer(row->name_pattern, layer), Part{&t, row, 0, 0});
     }
     check_layers_fit(config_.num_layers, file_.tensors().size(), path,
                      std::string(arch_.name) + ".block_count");
     const std::vector<TensorSpec> specs = expected_tensors(config_);
+    std::map<std::string, bool> fused_used;
+    uint64_t separate = 0;  // specs stored as tensors of their own
     for (const TensorSpec& s : specs) {
+        if (s.fused_rows) {
+            const Part p = fused_part_of(s, fused);
+            fused_used[p.info->name] = true;
+            tensors_.push_back({s.name, QType::f32, s.shape});
+            if (keep_quant_)
+                tensors_.back().qtype = gguf_kept_qtype(p.info->type, s.shape).value_or(QType::f32);
+            parts_.push_back(p);
+            continue;
+        }
+        ++separate;
         const auto it = by_name.find(s.name);
         if (it == by_name.end())
             throw Error(path, {},
@@ -380,8 +434,12 @@ void GgufSource::match_tensors() {
         const auto kept = keep_quant_ ? gguf_kept_qtype(t.type, s.shape) : std::nullopt;
         tensors_.push_back({s.name, kept.value_or(QType::f32), s.shape});
         parts_.push_back(it->second);
+        parts_.back().of = s.shape[0];
     }
-    if (by_name.size() != specs.size()) {
+    for (const auto& [name, info] : fused)
+        if (!fused_used.count(name))
+            throw Error(path, name, "is not part of the model the metadata describes");
+    if (by_name.size() != separate) {
         for (const auto& [name, part] : by_name) {
             bool expected = false;
             for (const auto& s : specs) expected = expected || s.name == name;
@@ -390,6 +448,30 @@ void GgufSource::match_tensors() {
                             "is not part of the model the metadata describes (as '" + name + "')");
         }
     }
+}
+
+GgufSource::Part GgufSource::fused_part_of(
+    const TensorSpec& s, const std::map<std::string, const GgufTensorInfo*>& fused) const {
+    const FusedPart* f = fused_part(arch_.arch, s.row->kind);
+    const std::string name = tensor_name_for_layer(f->gguf_pattern, s.layer);
+    const std::vector<uint64_t> shape = {s.fused_rows, s.shape[1]};
+    const auto it = fused.find(name);
+    if (it == fused.end())
+        throw Error(path_, {},
+                    "tensor '" + name + "' (shape " + shape_to_string(shape) + ", holding '" +
+                        s.name + "') is missing from the GGUF file");
+    const GgufTensorInfo& t = *it->second;
+    if (t.shape() != shape)
+        throw Error(path_, t.name,
+                    "shape " + shape_to_string(t.shape()) + " but the metadata implies " +
+                        shape_to_string(shape) + " (the fused rows of " + s.name +
+                        " and its siblings)");
+    if (!ggml_type_traits(t.type).to_float)
+        throw Error(
+            path_, t.name,
+            "ggml type " + std::string(ggml_type_traits(t.type).name) +
+                " cannot be dequantized by qforge (supported: " + gguf_dequantizable_types() + ")");
+    return {&t, s.row, s.fused_row0, s.fused_rows};
 }
 
 // The tokenizer: given, else the GGUF's own; a file without one converts with a warning.
@@ -417,8 +499,17 @@ void GgufSource::read_tokenizer(const std::string& given) {
 }
 
 std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scratch) const {
+    const Part& p = parts_[i];
+    const std::span<const uint8_t> stored = stored_bytes(i, scratch);
+    if (p.of == tensors_[i].shape[0]) return stored;
+    const uint64_t row_bytes = stored.size() / p.of;  // rows are independent in every layout
+    return stored.subspan(p.row0 * row_bytes, tensors_[i].shape[0] * row_bytes);
+}
+
+std::span<const uint8_t> GgufSource::stored_bytes(size_t i, std::vector<uint8_t>& scratch) const {
     const GgufTensorInfo& t = *parts_[i].info;
     const SourceTensor& s = tensors_[i];
+    const uint64_t rows = parts_[i].of;  // the stored tensor's: a fused part's are more
     const uint64_t heads = rope_heads(i);
     if (s.qtype == QType::f16 || s.qtype == QType::bf16) {
         // Kept as stored (--keep-quant): the file's half-precision bits, rows reordered as below.
@@ -428,8 +519,7 @@ std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scrat
             std::copy(raw.begin(), raw.end(), scratch.begin());
             return scratch;
         }
-        permute_rope_pairs_to_halves(raw, scratch, heads, config_.head_dim,
-                                     raw.size() / s.shape[0]);
+        permute_rope_pairs_to_halves(raw, scratch, heads, config_.head_dim, raw.size() / rows);
         return scratch;
     }
     if (s.qtype != QType::f32) {
@@ -437,9 +527,9 @@ std::span<const uint8_t> GgufSource::bytes(size_t i, std::vector<uint8_t>& scrat
         // whole rows, so it applies to packed rows as to float ones.
         const uint64_t row_bytes = *qtype_row_bytes(s.qtype, s.shape[1]);
         std::vector<uint8_t>& packed = heads ? unpermuted_ : scratch;
-        resize_for(packed, s.shape[0] * row_bytes, path_, t.name);
-        repack_gguf_rows(t.type, s.qtype, file_.tensor_data(t), s.shape[0], s.shape[1], packed,
-                         path_, t.name);
+        resize_for(packed, rows * row_bytes, path_, t.name);
+        repack_gguf_rows(t.type, s.qtype, file_.tensor_data(t), rows, s.shape[1], packed, path_,
+                         t.name);
         if (!heads) return scratch;
         scratch.resize(packed.size());
         permute_rope_pairs_to_halves(packed, scratch, heads, config_.head_dim, row_bytes);

@@ -122,6 +122,16 @@ RefValue ref_gated(const RefValue& g, const RefValue& up) {
     return {y, kSecondOrder * bound};
 }
 
+RefValue ref_gated_gelu(const RefValue& g, const RefValue& up) {
+    const double v = g.value, k = std::sqrt(2.0 / std::acos(-1.0));
+    const double gelu = 0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v)));
+    const double y = gelu * up.value;
+    const double bound = 1.13 * g.bound * std::fabs(up.value) + std::fabs(gelu) * up.bound +
+                         1.13 * g.bound * up.bound + 8 * kU * std::fabs(y) +
+                         3 * kU * std::fabs(v * up.value);
+    return {y, kSecondOrder * bound};
+}
+
 void ref_rope(const float* x, uint64_t head_dim, const std::vector<double>& inv_freq, uint64_t pos,
               std::vector<double>& rotated, std::vector<double>& bound) {
     const uint64_t half = head_dim / 2;

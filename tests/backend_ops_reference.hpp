@@ -27,6 +27,14 @@
 //   gated     y = silu(g) * up with g, up products bounded as above (Bg, Bu): |silu'| <= 1.1
 //             (its maximum, 1.0998 at 2.40), so |dy| <= 1.1 Bg |up| + |silu(g)| Bu + 1.1 Bg Bu,
 //             plus exp (<= 2 ulp), the add, the divide and the product: 5 u |y|.
+//   geglu     y = gelu_tanh(g) * up, as gated with |gelu_tanh'| <= 1.13 (its maximum, 1.129
+//             at 1.5), and its arithmetic: the cube, the sums and products, tanh (2 ulp), 8 u |y|;
+//             and 1 + tanh cancels for negative g: tanh's 2 ulp of 1 and the argument's 4 u
+//             (through sech^2 z |z| <= 0.45) reach y as 3 u |g up|.
+//   post-norm out += norm(x) * w: the norm's bound plus the add, u |out|.
+//   scale     x * s, one rounding: u |x s|.
+//   softcap   tanh(x / cap) * cap: the divide passes through the tanh's slope (<= 0.45 u cap
+//             since |z| sech^2 z <= 0.45), tanh's 2 ulp and the product: 4 u cap.
 //   rope      each rotated pair element a c - b s: two products, one add, and the float table's
 //             cos and sin rounded once each: 4 u (|a| + |b|).
 //   attention the score of key j: E = (hd + 16) u scale |q| max_j |k_j| (the dot product hd + 1,
@@ -94,6 +102,8 @@ void ref_norm(const float* x, const std::vector<float>& weight, double eps, uint
 
 // silu(g) * up from the two products' references.
 RefValue ref_gated(const RefValue& g, const RefValue& up);
+// gelu_tanh(g) * up (GeGLU), likewise.
+RefValue ref_gated_gelu(const RefValue& g, const RefValue& up);
 
 // A head vector rotated at `pos` (rotate-half layout) in float64, and each element's bound.
 void ref_rope(const float* x, uint64_t head_dim, const std::vector<double>& inv_freq, uint64_t pos,

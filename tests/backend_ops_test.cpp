@@ -7,8 +7,9 @@
 // compared with a float64 reference computed from the dequantized weights within a bound derived
 // from how that backend computes (tests/backend_ops_reference.hpp has every derivation):
 // embedding lookup, RMSNorm (block and final weights), the fused q/k/v products (with biases in
-// one shape), the output and down products accumulated into the residual, the gated product,
-// the logits, RoPE on q and k, and attention over the cache (GQA; positions 0 .. 21).
+// one shape), the output and down products accumulated into the residual, the gated product
+// (SwiGLU and GeGLU), Gemma's post-norm residual add, embedding scale and logit soft-cap, the
+// logits, RoPE on q and k, and attention over the cache (GQA; positions 0 .. 21).
 //
 // Shapes: "odd" k = 100 ends inside a 32-block, a 64 and a 128 group and a 3-bit chunk; down's k
 // = 172 inside a block; GQA 2; untied head. "wide": k = 200, a whole 3-bit chunk and a partial
@@ -60,9 +61,24 @@ constexpr uint64_t kStepTokens[] = {1, 3, 17};
 constexpr uint64_t kPrefix = 5;  // attention runs at positions 0 .. 4 first
 constexpr uint64_t kCapacity = 32;
 
-enum Op : int { embed, norm, qkv, residual, gated, logits, rope, attention, kOps };
-constexpr const char* kOpNames[kOps] = {"embed", "norm",   "qkv",  "residual",
-                                        "gated", "logits", "rope", "attention"};
+enum Op : int {
+    embed,
+    norm,
+    qkv,
+    residual,
+    gated,
+    logits,
+    rope,
+    attention,
+    post_norm,
+    geglu,
+    embed_scale,
+    logit_softcap,
+    kOps
+};
+constexpr const char* kOpNames[kOps] = {"embed",     "norm",   "qkv",   "residual",
+                                        "gated",     "logits", "rope",  "attention",
+                                        "post_norm", "geglu",  "scale", "softcap"};
 
 // One layer of llama (qf_support's smallest config, which has the eps, theta and token ids) at
 // the shape's sizes.
@@ -174,6 +190,45 @@ void check_products(Tally& tally, Op op, Fixture& f, Weight role, const std::vec
     for (size_t i = 0; i < refs.size(); ++i) tally.add(op, got[i], refs[i].at(num), where);
 }
 
+// Gemma's operations on one step of n tokens: a post-norm's residual add (with the block's MLP
+// norm weight: the operation is the same for every norm of the hidden width), the embedding scale
+// and the logit soft-cap.
+void check_gemma_ops(OpsStep& s, const Fixture& f, uint64_t n, std::mt19937& rng, Tally& tally,
+                     const std::string& where) {
+    const ModelConfig& c = f.c;
+    const uint64_t d = c.hidden_size;
+    const BlockActivations& a = s.rows();
+    ForwardOps& ops = s.ops();
+    const auto x = activations(n, d, rng), prior = activations(n, d, rng);
+    put(s, a.h, x, n, d);
+    put(s, a.x, prior, n, d);
+    ops.norm_add(0, Norm::mlp, a.h, a.x, n);
+    const auto added = get(s, a.x, n, d);
+    std::vector<RefValue> ref;
+    for (uint64_t t = 0; t < n; ++t) {
+        ref_norm(x.data() + t * d, f.model.norm(0, Norm::mlp), c.rms_norm_eps, d, ref);
+        for (uint64_t i = 0; i < d; ++i) {
+            const double want = prior[t * d + i] + ref[i].value;
+            tally.add(post_norm, added[t * d + i],
+                      {want, ref[i].bound + 1.01 * kUnitRoundoff * std::fabs(want)}, where);
+        }
+    }
+    const float factor = std::sqrt(static_cast<float>(d)), cap = 3.0f;
+    put(s, a.h, x, n, d);
+    ops.scale(a.h, n, d, factor);
+    const auto scaled = get(s, a.h, n, d);
+    for (uint64_t i = 0; i < n * d; ++i) {
+        const double want = double{x[i]} * factor;
+        tally.add(embed_scale, scaled[i], {want, 1.01 * kUnitRoundoff * std::fabs(want)}, where);
+    }
+    put(s, a.h, x, n, d);
+    ops.softcap(a.h, n, d, cap);
+    const auto capped = get(s, a.h, n, d);
+    for (uint64_t i = 0; i < n * d; ++i)
+        tally.add(logit_softcap, capped[i],
+                  {std::tanh(double{x[i]} / cap) * cap, 1.01 * 4 * kUnitRoundoff * cap}, where);
+}
+
 // Every operation but attention on one step of n tokens (inputs from rng).
 void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens, std::mt19937& rng,
                      const Numerics& num, Tally& tally, const std::string& where) {
@@ -225,6 +280,13 @@ void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens, st
     const auto& up_refs = product_refs(f, Weight::up, h, {}, n);
     for (size_t i = 0; i < mlp.size(); ++i)
         tally.add(gated, mlp[i], ref_gated(gate_refs[i].at(num), up_refs[i].at(num)), where);
+    // GeGLU (Gemma) on the same products.
+    put(s, a.mlp, {}, n, inter);
+    ops.gated_products(0, a.h, Activation::gelu_tanh, a.mlp, n);
+    const auto mlp_gelu = get(s, a.mlp, n, inter);
+    for (size_t i = 0; i < mlp_gelu.size(); ++i)
+        tally.add(geglu, mlp_gelu[i], ref_gated_gelu(gate_refs[i].at(num), up_refs[i].at(num)),
+                  where);
 
     put(s, s.logits(), {}, n, c.vocab_size);
     const Product head[] = {{Weight::lm_head, s.logits(), false, false}};
@@ -242,6 +304,7 @@ void check_block_ops(OpsStep& s, Fixture& f, std::span<const int32_t> tokens, st
         ops.products(0, in, part, n);
         check_products(tally, residual, f, role, x, prior, get(s, a.x, n, d), n, num, where);
     }
+    check_gemma_ops(s, f, n, rng, tally, where);
 }
 
 // RoPE, the cache writes and attention on one step at positions hist's size onwards.

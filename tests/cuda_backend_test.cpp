@@ -1,9 +1,10 @@
 // The CUDA backend end to end: logits of random models written here (every architecture feature,
-// float and quantized qtypes, the SmolLM2-135M and TinyLlama-1.1B shapes with fewer layers) against
-// the float64 reference forward, prefill through every matmul path and token-by-token decode
-// through the captured CUDA graph; graph replay equal to eager launches bit for bit; greedy
-// decoding on the device equal to the host loop; stories260K against the CPU backend; the errors
-// of the Backend contract. Skipped with a printed reason when no CUDA device is present.
+// Gemma 2 and 3's among them, float and quantized qtypes, the SmolLM2-135M and TinyLlama-1.1B
+// shapes with fewer layers) against the float64 reference forward, prefill through every matmul
+// path and token-by-token decode through the captured CUDA graph; graph replay equal to eager
+// launches bit for bit; greedy decoding on the device equal to the host loop; stories260K against
+// the CPU backend; the errors of the Backend contract. Skipped with a printed reason when no CUDA
+// device is present.
 //
 // Tolerance: relative L2 distance of each position's logits <= 1e-3, for the fp16 paths (fp16 KV
 // cache, fp16 activations in batched products, fp16 weights on the cuBLAS path): one fp16
@@ -198,6 +199,38 @@ TEST_CASE("CUDA backend matches the float64 reference on random models", "[cuda]
         // 40 tokens: prefill batches above the GEMV limit take the tensor-core paths.
         check_model_against_reference(p, 40, seed++);
     }
+}
+
+// Gemma on CUDA: sandwich norms, the embedding scale, GeGLU, the query scale, windows on
+// alternating (gemma2) or 2 of 3 (gemma3) layers, soft-capping (gemma2), QK-norm and the local
+// layers' RoPE base with linear scaling on the global one (gemma3), over 40 tokens so the windows
+// of 5 slide and prefill takes the batched paths; float and quantized weights.
+TEST_CASE("CUDA backend matches the float64 reference on random Gemma 2 and 3 models", "[cuda]") {
+    QF_REQUIRE_GPU();
+    test::ScratchDir dir("cuda-gemma");
+    uint32_t seed = 40;
+    for (const Architecture arch : {Architecture::gemma2, Architecture::gemma3})
+        for (const QType qtype : {QType::f32, QType::q8_g32, QType::q4_g128}) {
+            INFO(architecture_name(arch) << " " << qtype_traits(qtype).name);
+            ModelConfig c = tiny_config(arch);
+            c.num_layers = 3;
+            c.tie_word_embeddings = true;
+            c.sliding_window = 5;
+            c.query_pre_attn_scalar = 24.0;
+            if (arch == Architecture::gemma2) {
+                c.sliding_window_pattern = 2;
+                c.attn_logit_softcapping = 2.0;
+                c.final_logit_softcapping = 3.0;
+            } else {
+                c.sliding_window_pattern = 3;
+                c.rope_local_theta = 100.0;
+                c.rope_scaling.type = "linear";
+                c.rope_scaling.factor = 8.0;
+            }
+            const fs::path p = dir / (std::to_string(seed) + ".qf");
+            write_random_model(p, c, qtype, seed, WeightSpread::trained);
+            check_model_against_reference(p, 40, seed++);
+        }
 }
 
 TEST_CASE("CUDA backend on SmolLM2 and TinyLlama shapes", "[cuda]") {

@@ -22,6 +22,7 @@
 #include "core/half.hpp"
 #include "formats/qtype.hpp"
 #include "kernels/device_info.hpp"
+#include "runtime/transformer.hpp"
 #include "test_support.hpp"
 
 #ifdef QFORGE_HAVE_CUDA
@@ -55,6 +56,13 @@ int sm_count() { return list_gpus().at(0).sm_count; }
 
 constexpr float kU32 = 1.0f / 16777216.0f;  // 2^-24
 constexpr double kHalfRel = 1.0 / 2048.0;   // 2^-11
+
+// The CPU backend's RMSNorm scale of one row: the sum of squares in double, rounded once.
+float cpu_rms_scale(const float* x, uint32_t d, double eps) {
+    double ss = 0.0;
+    for (uint32_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
+    return static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+}
 
 uint32_t poison_bits(float f) {
     uint32_t u;
@@ -410,9 +418,7 @@ TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas"
     s.sync();
     auto out = dout.download();
     for (uint32_t t = 0; t < n; ++t) {
-        double ss = 0.0;
-        for (uint32_t i = 0; i < d; ++i) ss += static_cast<double>(x[t * ld + i]) * x[t * ld + i];
-        const auto scale = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+        const float scale = cpu_rms_scale(x.data() + t * ld, d, eps);
         for (uint32_t i = 0; i < d; ++i) {
             const float want = w[i] * (x[t * ld + i] * scale);
             REQUIRE(std::fabs(out[t * ld + i] - want) <= 2e-7f * std::fabs(want) + 1e-30f);
@@ -457,16 +463,92 @@ TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas"
     }
 }
 
+// Gemma's elementwise operations against the CPU backend's formulas (runtime/cpu_backend.cpp and
+// runtime/transformer.hpp's gelu_tanh): the post-norm's residual add, GeGLU, the embedding scale
+// and the logit soft-cap; padding columns stay as they were.
+TEST_CASE("CUDA post-norm add, GeGLU, scale and soft-cap match the CPU formulas", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    const uint32_t n = 5, d = 300;
+    const uint64_t ld = 320;
+    std::mt19937 rng(6);
+    std::normal_distribution<float> dist(0.0f, 2.0f);
+    std::vector<float> x(n * ld), w(d), y(n * ld);
+    for (auto& v : x) v = dist(rng);
+    for (auto& v : w) v = 1.0f + 0.1f * dist(rng);
+    for (auto& v : y) v = dist(rng);
+    DeviceBuffer<float> dx(x.size()), dw(d), dy(y.size());
+    dx.upload(x);
+    dw.upload(w);
+    dy.upload(y);
+    const double eps = 1e-6;
+    rms_norm_add_launch(dx.get(), ld, dw.get(), eps, n, d, dy.get(), ld, s.get());
+    s.sync();
+    auto out = dy.download();
+    for (uint32_t t = 0; t < n; ++t) {
+        const float scale = cpu_rms_scale(x.data() + t * ld, d, eps);
+        for (uint32_t i = 0; i < d; ++i) {
+            // The scale may differ by the order of the double sum: 2 ulp of the added term.
+            const float term = w[i] * (x[t * ld + i] * scale), want = y[t * ld + i] + term;
+            REQUIRE(std::fabs(out[t * ld + i] - want) <=
+                    2.5e-7f * (std::fabs(term) + std::fabs(want)) + 1e-30f);
+        }
+        for (uint64_t i = d; i < ld; ++i) REQUIRE(out[t * ld + i] == y[t * ld + i]);
+    }
+
+    DeviceBuffer<float> dg(x.size());
+    dg.upload(x);
+    geglu_tanh_launch(dg.get(), dy.get(), ld, n, d, s.get());
+    s.sync();
+    const auto g = dg.download();
+    for (uint32_t t = 0; t < n; ++t) {
+        for (uint32_t i = 0; i < d; ++i) {
+            // tanhf within 2 ulp of std::tanh; the rest the same operations: 1e-6 relative of the
+            // larger of the result and the factors' product (the 1 + tanh cancels near -1).
+            const float v = x[t * ld + i], u = out[t * ld + i];
+            const float want = gelu_tanh(v) * u;
+            REQUIRE(std::fabs(g[t * ld + i] - want) <= 1e-6f * std::fabs(v * u) + 1e-30f);
+        }
+        for (uint64_t i = d; i < ld; ++i) REQUIRE(g[t * ld + i] == x[t * ld + i]);
+    }
+
+    dg.upload(x);
+    scale_rows_launch(dg.get(), ld, n, d, 5.656854249f, s.get());
+    s.sync();
+    const auto scaled = dg.download();
+    for (uint32_t t = 0; t < n; ++t)
+        for (uint64_t i = 0; i < ld; ++i)
+            REQUIRE(scaled[t * ld + i] == (i < d ? x[t * ld + i] * 5.656854249f : x[t * ld + i]));
+
+    const float cap = 3.0f;
+    dg.upload(x);
+    softcap_rows_launch(dg.get(), ld, n, d, cap, s.get());
+    s.sync();
+    const auto capped = dg.download();
+    for (uint32_t t = 0; t < n; ++t)
+        for (uint64_t i = 0; i < ld; ++i) {
+            const float v = x[t * ld + i];
+            if (i >= d) {
+                REQUIRE(capped[t * ld + i] == v);
+                continue;
+            }
+            const float want = std::tanh(v / cap) * cap;
+            REQUIRE(std::fabs(capped[t * ld + i] - want) <= 4e-7f * cap);
+            REQUIRE(std::fabs(capped[t * ld + i]) <= cap);
+        }
+}
+
 namespace {
 
 // RoPE then attention on the CPU, in double, over the fp16-rounded cache the GPU stores.
 struct AttnCase {
     uint32_t hd, heads, kv_heads, n, pos0;
+    float scale = 0.0f, softcap = 0.0f;  // AttentionParams'; 0: head_dim^-1/2, no soft-cap
 };
 
 void check_attention(const AttnCase& c) {
     INFO("head_dim " << c.hd << " heads " << c.heads << "/" << c.kv_heads << " n " << c.n
-                     << " pos0 " << c.pos0);
+                     << " pos0 " << c.pos0 << " scale " << c.scale << " softcap " << c.softcap);
     Stream s;
     const uint32_t half = c.hd / 2, kvd = c.kv_heads * c.hd, qd = c.heads * c.hd;
     const uint64_t ld = qd + 2 * kvd + 5, capacity = c.pos0 + c.n + 3, ldo = qd + 2;
@@ -529,6 +611,8 @@ void check_attention(const AttnCase& c) {
     ap.ldo = ldo;
     ap.capacity = rp.capacity;
     ap.fault = rp.fault;
+    ap.scale = c.scale;
+    ap.softcap = c.softcap;
     attention_launch(ap, attention_dims_per_lane(c.hd), s.get());
     s.sync();
     REQUIRE(fault.download() == std::vector<int32_t>{0});
@@ -561,7 +645,7 @@ void check_attention(const AttnCase& c) {
             REQUIRE(poison_bits(gq[t * ld + j]) == poison_bits(rq[t * ld + j]));
 
     const auto got = dout.download();
-    const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+    const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
     for (uint32_t t = 0; t < c.n; ++t) {
         const uint64_t len = c.pos0 + t + 1;
         for (uint32_t h = 0; h < c.heads; ++h) {
@@ -578,13 +662,16 @@ void check_attention(const AttnCase& c) {
                     a += std::fabs(p);
                 }
                 sc[j] = d * scale;
+                if (c.softcap > 0.0f) sc[j] = std::tanh(sc[j] / c.softcap) * c.softcap;
                 mx = std::max(mx, sc[j]);
                 score_mag = std::max(score_mag, a * scale);
             }
             // A score's fp32 error (dot of head_dim terms, warp-tree sum, scale) shifts its
             // softmax weight by that much relatively; the output moves by at most twice the
             // largest shift times the value magnitude, plus fp32 rounding of the running sums.
-            const double ds = (c.hd + 8.0) * kU32 * score_mag + 4.0 * kU32;
+            // The soft-cap's tanh has slope <= 1, so it passes the error on, and adds its own
+            // divide, tanhf (2 ulp) and product: 4 ulp of the cap.
+            const double ds = (c.hd + 8.0) * kU32 * score_mag + 4.0 * kU32 + 4.0 * kU32 * c.softcap;
             const double factor = 2.0 * ds + (static_cast<double>(len) + 16.0) * 4.0 * kU32;
             double sum = 0.0;
             for (auto& v : sc) sum += (v = std::exp(v - mx));
@@ -608,8 +695,19 @@ void check_attention(const AttnCase& c) {
 TEST_CASE("CUDA RoPE, fp16 cache writes and attention match the CPU", "[cuda]") {
     QF_REQUIRE_GPU();
     const AttnCase cases[] = {
-        {8, 8, 8, 1, 0},      {8, 8, 2, 7, 37},   {64, 9, 3, 5, 100}, {96, 4, 4, 3, 10},
-        {128, 32, 8, 1, 300}, {128, 8, 2, 17, 0}, {256, 4, 1, 2, 65}, {66, 2, 2, 4, 3},
+        {8, 8, 8, 1, 0},
+        {8, 8, 2, 7, 37},
+        {64, 9, 3, 5, 100},
+        {96, 4, 4, 3, 10},
+        {128, 32, 8, 1, 300},
+        {128, 8, 2, 17, 0},
+        {256, 4, 1, 2, 65},
+        {66, 2, 2, 4, 3},
+        // Gemma: query_pre_attn_scalar's scale (24^-1/2), gemma2's soft-cap of 2 (scores of 1..3
+        // pass through the tanh's bend), and a scale alone.
+        {8, 8, 2, 7, 37, 0.2041241452f, 2.0f},
+        {256, 4, 1, 9, 20, 0.0625f, 50.0f},
+        {64, 9, 3, 5, 100, 0.2f},
     };
     for (const auto& c : cases) check_attention(c);
 }

@@ -270,7 +270,7 @@ TEST_CASE("GGUF convert: models qforge cannot run are refused by name", "[gguf]"
     g.kvs[0] = kv_str("general.architecture", "mamba");
     CHECK_THAT(convert_error(g),
                Catch::Contains("GGUF architecture 'mamba' is not supported (supported: llama, "
-                               "qwen2, qwen3, gemma2, gemma3)"));
+                               "qwen2, qwen3, gemma2, gemma3, phi3)"));
     g = base();
     g.kvs.erase(g.kvs.begin() + 6);
     CHECK_THAT(convert_error(g),
@@ -288,6 +288,22 @@ TEST_CASE("GGUF convert: models qforge cannot run are refused by name", "[gguf]"
     g.tensors.push_back({"blk.0.attn_rot_embd", {64}, 0, std::vector<uint8_t>(256, 0), {}});
     CHECK_THAT(convert_error(g),
                Catch::Contains("tensor 'blk.0.attn_rot_embd': unexpected tensor"));
+    // Phi-3: its 128k models' longrope factors, and a fused attn_qkv that is not there.
+    auto phi3 = [&] {
+        TestGguf p = base();
+        for (TestKv& kv : p.kvs)
+            if (kv.key.starts_with("llama.")) kv.key = "phi3." + kv.key.substr(6);
+        p.kvs[0] = kv_str("general.architecture", "phi3");
+        p.tensors.push_back({"blk.0.attn_norm.weight", {64}, 0, std::vector<uint8_t>(256, 0), {}});
+        return p;
+    };
+    g = phi3();
+    g.tensors.push_back({"rope_factors_long.weight", {8}, 0, std::vector<uint8_t>(32, 0), {}});
+    CHECK_THAT(convert_error(g), Catch::Contains("tensor 'rope_factors_long.weight': Phi-3's "
+                                                 "longrope / su RoPE scaling"));
+    CHECK_THAT(convert_error(phi3()),
+               Catch::Contains("tensor 'blk.0.attn_qkv.weight' (shape [192, 64], holding "
+                               "'layers.0.attn.q') is missing"));
     g = base();
     g.tensors[0].ne = {32, 8};
     g.tensors[0].data.resize(32 * 8 * 4);

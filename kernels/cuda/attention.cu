@@ -7,6 +7,8 @@
 //   heads     num_heads a multiple of num_kv_heads (GQA; MHA when equal)
 //   context   any length: an online softmax streams the cache once, no scores buffer;
 //             a sliding window (AttentionParams::window) starts the keys at pos - window + 1
+//   scores    times AttentionParams::scale (head_dim^-1/2 when 0; Gemma's
+//             query_pre_attn_scalar^-1/2), then soft-capped when softcap > 0 (gemma2)
 //   cache     fp16 keys and values, [position][kv_heads * head_dim] per layer; positions come
 //             from a device integer (pos0), so a captured CUDA graph serves every decode step;
 //             a position outside [0, capacity) touches nothing and raises the fault word
@@ -84,7 +86,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     }
     const uint64_t len = static_cast<uint64_t>(at) + 1;  // causal: keys 0 .. pos
     const uint64_t first = p.window && len > p.window ? len - p.window : 0;  // sliding window
-    const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
+    const float scale =
+        p.scale > 0.0f ? p.scale : static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
 
     const float* q = p.qkv + t * p.ld + static_cast<uint64_t>(h) * hd;
     float qv[D], o[D];
@@ -106,6 +109,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
             if (d < hd) s = fmaf(qv[i], __half2float(__ushort_as_half(kr[d])), s);
         }
         s = warp_sum(s) * scale;
+        // gemma2: the CPU's tanh(s / cap) * cap, before the softmax (every lane holds s).
+        if (p.softcap > 0.0f) s = __fmul_rn(tanhf(__fdiv_rn(s, p.softcap)), p.softcap);
         const float m_new = fmaxf(m, s);
         const float corr = expf(m - m_new), e = expf(s - m_new);
         l = l * corr + e;

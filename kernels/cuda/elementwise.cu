@@ -1,6 +1,7 @@
-// The small kernels of the forward pass: embedding lookup, RMSNorm, SwiGLU, residual and bias
-// adds, fp32 -> fp16 activation rows (saturating, f16_saturate.cuh), greedy argmax. Each matches
-// the CPU backend's formula (runtime/cpu_backend.cpp) operation for operation where that matters
+// The small kernels of the forward pass: embedding lookup, RMSNorm (and the post-norm's residual
+// add), SwiGLU and GeGLU, Gemma's embedding scale and logit soft-cap, residual and bias adds,
+// fp32 -> fp16 activation rows (saturating, f16_saturate.cuh), greedy argmax. Each matches the
+// CPU backend's formula (runtime/cpu_backend.cpp) operation for operation where that matters
 // for the tests.
 //
 // Supported configurations: any n, d, width below 2^31 (grid-stride loops; one block per token
@@ -79,9 +80,10 @@ __global__ void embed_rows_kernel(RowsParams e, const int32_t* tokens, uint32_t 
 }
 
 // One block per token. The sum of squares is accumulated in double, as on the CPU, so the scale
-// differs from the CPU's only by the order of a double sum.
+// differs from the CPU's only by the order of a double sum. `accumulate`: out += instead of =
+// (the CPU's rms_norm with accumulate: out + w * (x * s), each operation rounded).
 __global__ void rms_norm_kernel(const float* x, uint64_t ldx, const float* w, double eps,
-                                uint32_t d, float* out, uint64_t ldo) {
+                                uint32_t d, float* out, uint64_t ldo, bool accumulate) {
     const float* xi = x + blockIdx.x * ldx;
     double ss = 0.0;
     for (uint32_t i = threadIdx.x; i < d; i += blockDim.x) ss += static_cast<double>(xi[i]) * xi[i];
@@ -94,8 +96,10 @@ __global__ void rms_norm_kernel(const float* x, uint64_t ldx, const float* w, do
     }
     const float scale = static_cast<float>(1.0 / sqrt(part[0] / static_cast<double>(d) + eps));
     float* o = out + blockIdx.x * ldo;
-    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
-        o[i] = __fmul_rn(w[i], __fmul_rn(xi[i], scale));
+    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x) {
+        const float y = __fmul_rn(w[i], __fmul_rn(xi[i], scale));
+        o[i] = accumulate ? __fadd_rn(o[i], y) : y;
+    }
 }
 
 __global__ void swiglu_kernel(float* gate, const float* up, uint64_t ld, uint32_t n,
@@ -106,6 +110,41 @@ __global__ void swiglu_kernel(float* gate, const float* up, uint64_t ld, uint32_
         const uint64_t at = (i / width) * ld + i % width;
         const float v = gate[at];
         gate[at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), up[at]);
+    }
+}
+
+// The CPU's gelu_tanh (runtime/transformer.hpp) operation for operation, each rounded (no
+// fused multiply-add); tanhf is within 2 ulp of std::tanh.
+__global__ void geglu_tanh_kernel(float* gate, const float* up, uint64_t ld, uint32_t n,
+                                  uint32_t width) {
+    const float kSqrt2OverPi = 0.7978845608028654f;
+    const uint64_t total = static_cast<uint64_t>(n) * width;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t at = (i / width) * ld + i % width;
+        const float v = gate[at];
+        const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v);
+        const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(v, cube)));
+        const float g = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, t));
+        gate[at] = __fmul_rn(g, up[at]);
+    }
+}
+
+__global__ void scale_rows_kernel(float* x, uint64_t ld, uint32_t n, uint32_t width, float s) {
+    const uint64_t total = static_cast<uint64_t>(n) * width;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t at = (i / width) * ld + i % width;
+        x[at] = __fmul_rn(x[at], s);
+    }
+}
+
+__global__ void softcap_rows_kernel(float* x, uint64_t ld, uint32_t n, uint32_t width, float cap) {
+    const uint64_t total = static_cast<uint64_t>(n) * width;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t at = (i / width) * ld + i % width;
+        x[at] = __fmul_rn(tanhf(__fdiv_rn(x[at], cap)), cap);
     }
 }
 
@@ -174,7 +213,13 @@ void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, u
 
 void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
                      uint32_t d, float* out, uint64_t ldo, cudaStream_t stream) {
-    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo);
+    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, false);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
+                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream) {
+    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, true);
     QF_CUDA_CHECK_LAUNCH();
 }
 
@@ -182,6 +227,27 @@ void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32
                    cudaStream_t stream) {
     swiglu_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(gate, up, ld,
                                                                                        n, width);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void geglu_tanh_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
+                       cudaStream_t stream) {
+    geglu_tanh_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
+        gate, up, ld, n, width);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void scale_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, float s,
+                       cudaStream_t stream) {
+    scale_rows_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
+        x, ld, n, width, s);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void softcap_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, float cap,
+                         cudaStream_t stream) {
+    softcap_rows_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
+        x, ld, n, width, cap);
     QF_CUDA_CHECK_LAUNCH();
 }
 

@@ -87,9 +87,23 @@ void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, u
 // the CPU backend does), for t < n, i < d.
 void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
                      uint32_t d, float* out, uint64_t ldo, cudaStream_t stream);
+// out[t][i] += w[i] * (x[t][i] * s_t), the same s_t: a post-norm's residual add (Gemma's
+// sandwich norms); out must not overlap x.
+void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
+                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream);
 // gate[t][i] = silu(gate[t][i]) * up[t][i] for t < n, i < width.
 void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
                    cudaStream_t stream);
+// gate[t][i] = gelu_tanh(gate[t][i]) * up[t][i] (GeGLU, runtime/transformer.hpp's gelu_tanh:
+// 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))) for t < n, i < width.
+void geglu_tanh_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
+                       cudaStream_t stream);
+// x[t][i] *= s for t < n, i < width (Gemma's embedding scale).
+void scale_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, float s,
+                       cudaStream_t stream);
+// x[t][i] = tanh(x[t][i] / cap) * cap for t < n, i < width (gemma2's final logit soft-cap).
+void softcap_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, float cap,
+                         cudaStream_t stream);
 // y[i] += x[i] for i < count.
 void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t stream);
 // Index of the largest value of each row (the first on ties), for greedy sampling on the device.
@@ -131,8 +145,10 @@ struct AttentionParams {
     const int32_t* pos0 = nullptr;  // device: token t attends to positions 0 .. pos0 + t
     float* out = nullptr;           // [t][heads * head_dim], stride ldo
     uint64_t ldo = 0;
-    uint32_t window = 0;       // > 0: only the last `window` positions up to pos (sliding window)
-    uint32_t capacity = 0;     // positions the cache holds
+    uint32_t window = 0;    // > 0: only the last `window` positions up to pos (sliding window)
+    float scale = 0.0f;     // the query scale; 0: head_dim^-1/2 (Gemma: query_pre_attn_scalar's)
+    float softcap = 0.0f;   // > 0: scores tanh(s / softcap) * softcap before the softmax (gemma2)
+    uint32_t capacity = 0;  // positions the cache holds
     int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
 };
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
