@@ -56,7 +56,7 @@ fi
 
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-# -O1 -g: stacks with lines, and the usual level for fuzzing. The CI's 10 s smoke builds at -O0
+# -O1 -g: stacks with lines, and the usual level for fuzzing. The CI's 5 s smoke builds at -O0
 # (FUZZ_OPT=-O0): with the sanitizers, -O1 compiles about 40% more slowly, and a smoke needs the
 # harnesses built and run, not speed.
 cmake -S . -B "$build" -DQFORGE_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" -DQFORGE_CUDA=OFF \

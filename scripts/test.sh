@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, checks the formatting (scripts/check_format.sh), builds and runs every
 # test: a release build (CUDA code compiled for one architecture when nvcc is present, to keep
-# CI short) and an AddressSanitizer+UBSan build of the CPU code, then a 10 s libFuzzer smoke of
+# CI short) and an AddressSanitizer+UBSan build of the CPU code, then a 5 s libFuzzer smoke of
 # every reader (scripts/fuzz.sh). Tests that need ../shared or a GPU print "SKIPPED: <reason>"
 # when it is absent.
 set -euo pipefail
@@ -25,9 +25,11 @@ ctest --test-dir build-test --output-on-failure -j"$jobs"
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
 # At -O0: with the sanitizers' instrumentation, -O1 compiles twice as slowly (cli/cmd_ppl.cpp
 # 32 s against 16 s; kernels/cpu/qdot_avx2.cpp 81 s against 10 s), more than its faster tests
-# would give back.
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQFORGE_CUDA=OFF -DQFORGE_SANITIZE=ON \
-  -DQFORGE_WERROR=ON >/dev/null
+# would give back. Without -g (assertions stay on): debug info costs about 10% of each compile
+# (cmd_ppl.cpp 13.2 s against 11.9 s) and the links; sanitizer reports still name the functions
+# of each frame, and a failure is rerun locally with -g for lines.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DQFORGE_CUDA=OFF \
+  -DQFORGE_SANITIZE=ON -DQFORGE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 # The seven longest numerics and scaling checks (two 16-window perplexity reproductions, GPTQ,
 # AWQ and importance-RTN quality on stories260K, stories260K's perplexity through a GGUF round
@@ -35,14 +37,21 @@ cmake --build build-asan -j"$jobs"
 # run in the release build only, to keep CI within its 30 minutes on 2 cores; their code paths
 # run under the sanitizers in the other ppl, GPTQ, AWQ, RTN, resume, GGUF export and tokenizer
 # tests.
-asan_skip='^(ppl gptq --ctx 512: stories260K FP(32|16) reproduces|gptq on stories260K beats RTN|qforge quantize --method awq on stories260K: no worse|GGUF export: stories260K q4s_g32 round-trips with the same perplexity|rtn --calib: importance-weighted RTN beats RTN|llama2.c merges are built in linear time)'
+#
+# Likewise the four CLI catalogues that spawn the qforge binary hundreds of times (every command
+# on every malformed .qf; convert's and quantize's refusals of outputs that are inputs, devices or
+# FIFOs; every usage error): an ASan process takes about 0.19 s to start, so they took 128 s of
+# test time (about 64 s of the run at 2 jobs). The library code behind them (qf validation,
+# output-path checks, option parsing) runs under the sanitizers in qf_validate_test's,
+# output_safety_test's and the other CLI tests' cases.
+asan_skip='^(ppl gptq --ctx 512: stories260K FP(32|16) reproduces|gptq on stories260K beats RTN|qforge quantize --method awq on stories260K: no worse|GGUF export: stories260K q4s_g32 round-trips with the same perplexity|rtn --calib: importance-weighted RTN beats RTN|llama2.c merges are built in linear time|validate: every command refuses a .qf that disagrees with its config|quantize \(RTN and GPTQ\) refuses an output or --resume that is an input|convert refuses an output that is an input, a device, a FIFO|every usage error: exit 2, one line naming the option)'
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs" -E "$asan_skip"
 
-# 10 s per harness: a smoke that every harness builds, replays its corpus and runs; the long runs
+# 5 s per harness: a smoke that every harness builds, replays its corpus and runs; the long runs
 # (15 minutes each, scripts/fuzz.sh 900) are done by hand, as the CI's 30 minutes have no room.
-stage "libFuzzer smoke: every reader's harness for 10 s (scripts/fuzz.sh)"
+stage "libFuzzer smoke: every reader's harness for 5 s (scripts/fuzz.sh)"
 if reason=$(bash scripts/fuzz.sh --probe); then
-  FUZZ_JOBS=$jobs FUZZ_OPT=-O0 bash scripts/fuzz.sh 10
+  FUZZ_JOBS=$jobs FUZZ_OPT=-O0 bash scripts/fuzz.sh 5
 else
   echo "SKIPPED: fuzz smoke: $reason"
 fi
