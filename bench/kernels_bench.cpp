@@ -327,11 +327,15 @@ void register_all() {
             [=](benchmark::State& st) {
                 bm_float(st, t, {2048, 2048}, 128, 1);
             });
-    for (QType t : quant)
-        reg("gemm/" + std::string(qtype_traits(t).name) + "/2048x2048/m:128/int8/threads:1",
-            [=](benchmark::State& st) {
-                bm_quant(st, t, {2048, 2048}, 128, QActivations::Mode::int8, 1);
-            });
+    // And at 1536 x 576 (SmolLM2's gate/up: k = 576 ends in a partial superblock), where the
+    // per-row work around the inner loop weighs most.
+    for (Shape s : {Shape{2048, 2048}, Shape{1536, 576}})
+        for (QType t : quant)
+            reg("gemm/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                    "/m:128/int8/threads:1",
+                [=](benchmark::State& st) {
+                    bm_quant(st, t, s, 128, QActivations::Mode::int8, 1);
+                });
     // The inner loop's own speed: one copy of 512 x 1024 weights (<= 0.6 MiB) that stays in L2,
     // one thread, CPU time: the ceiling the DRAM-bound figures above are compared with.
     for (QType t : quant)

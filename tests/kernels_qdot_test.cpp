@@ -243,7 +243,7 @@ TEST_CASE("qmatmul: every row and token tiling gives the same bits", "[qdot]") {
                                   << mode_name(mode) << " isa " << isa_name(isa));
                     QActivations a;
                     a.prepare(mode, x.data(), tokens, k);
-                    const auto whole = run(isa, m, a);  // prefill: tiles of 4 tokens
+                    const auto whole = run(isa, m, a);  // prefill: the level's token tiles
                     const uint64_t ldo = n + 2;
                     // Decode: one token at a time, rows split as 2 and 3 threads would split them.
                     for (uint64_t parts : {1u, 2u, 3u}) {

@@ -63,6 +63,12 @@ class QActivations {
     // Each token's quads start on a 64-byte boundary (a zmm load that splits a cache line costs a
     // second access).
     const int8_t* quad_codes(uint64_t t) const { return quad_base() + t * quad_stride(); }
+    // The same quads with every code plus 128 as an unsigned byte (code XOR 0x80), for vpdpbusd
+    // against signed 8-bit weights: sum (q + 128) w = sum q w + 128 sum w, and the kernel starts
+    // each sum from -128 sum w, so the integer is the same exact one (qdot_avx512.cpp).
+    const uint8_t* quad_codes_biased(uint64_t t) const {
+        return reinterpret_cast<const uint8_t*>(quad_base() + (n_ + t) * quad_stride());
+    }
 
   private:
     uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }

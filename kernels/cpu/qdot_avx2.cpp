@@ -151,6 +151,7 @@ QF_AVX2 void tile(const Row& row, const QActivations& a, uint64_t tok, float* ou
 
 template <QType T>
 struct Avx2Tile {
+    static constexpr int kTokens = 4;  // 16 ymm: 2 accumulators and a scale vector per token
     template <int NT>
     static void run(const Row& row, const QActivations& a, uint64_t tok, float* out, uint64_t ldo) {
         tile<T, NT>(row, a, tok, out, ldo);

@@ -38,7 +38,8 @@ namespace {
 // tokens; cs[t]: the superblock's 8 combined scales in lanes 0-7.
 template <QType T, int NT>
 QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, const __m512* cs,
-                                const int8_t* const* quad, __m512* acc) {
+                                const int8_t* const* quad, const uint8_t* const* biased,
+                                __m512* acc) {
     const uint64_t p = kSuper / 2 * s + 2 * u;  // the first pair
     // Lanes 0-7: pair 2u's scales (blocks 4u, 4u + 1, four lanes each); 8-15: pair 2u + 1's.
     const int b = static_cast<int>(4 * u);
@@ -72,16 +73,18 @@ QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, co
         const __m512i v1 = _mm512_loadu_si512(codes + 64 * p + 64);
         const __m512i wa = _mm512_shuffle_i32x4(v0, v1, 0x88);
         const __m512i wb = _mm512_shuffle_i32x4(v0, v1, 0xdd);
-        // |w| * (a with w's sign), as AVX2: -128 gives |w| = 0x80, 128 as an unsigned byte; where
-        // w = 0 the product is 0 either way.
-        const __m512i ua = _mm512_abs_epi8(wa), ub = _mm512_abs_epi8(wb);
-        const __mmask64 na = _mm512_movepi8_mask(wa), nb = _mm512_movepi8_mask(wb);
-        const __m512i zero = _mm512_setzero_si512();
+        // vpdpbusd multiplies unsigned by signed bytes: the activations come biased to q + 128
+        // (0x01..0xff: q is in [-127, 127]) and every sum starts from -128 * (the dword's four
+        // weights), so it ends on sum q w, the same exact integer as AVX2's. No term can
+        // overflow: |start| <= 128 * 8 * 128 and each step adds at most 4 * 255 * 128 per lane.
+        const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+        const __m512i start = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wa), bias, wb));
         for (int t = 0; t < NT; ++t) {
-            const int8_t* x = quad[t] + 256 * s + 128 * u;
-            const __m512i alo = _mm512_loadu_si512(x), ahi = _mm512_loadu_si512(x + 64);
-            __m512i isum = _mm512_dpbusd_epi32(zero, ua, _mm512_mask_sub_epi8(alo, na, zero, alo));
-            isum = _mm512_dpbusd_epi32(isum, ub, _mm512_mask_sub_epi8(ahi, nb, zero, ahi));
+            const uint8_t* x = biased[t] + 256 * s + 128 * u;
+            __m512i isum = _mm512_dpbusd_epi32(start, _mm512_loadu_si512(x), wa);
+            isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(x + 64), wb);
             acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]), _mm512_cvtepi32_ps(isum),
                                      acc[t]);
         }
@@ -94,12 +97,14 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
     const uint64_t blocks = a.blocks();
     Int8Tokens<NT> x;
     const int8_t* quad[NT];
+    const uint8_t* biased[NT];
     __m512 acc[NT], cs[NT];  // acc lanes 0-7: AVX2's acc0, 8-15: its acc1
     for (int t = 0; t < NT; ++t) {
         x.q[t] = a.pair_codes(tok + t);
         x.d[t] = a.scales(tok + t);
         x.sums[t] = a.scaled_sums(tok + t);
         quad[t] = a.quad_codes(tok + t);
+        biased[t] = a.quad_codes_biased(tok + t);
         acc[t] = _mm512_setzero_ps();
     }
     const uint64_t full = blocks / kSuper;
@@ -117,8 +122,8 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
         for (int t = 0; t < NT; ++t)
             cs[t] =
                 _mm512_zextps256_ps512(_mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s)));
-        int8_quad<T, NT>(row.codes, s, 0, cs, quad, acc);
-        int8_quad<T, NT>(row.codes, s, 1, cs, quad, acc);
+        int8_quad<T, NT>(row.codes, s, 0, cs, quad, biased, acc);
+        int8_quad<T, NT>(row.codes, s, 1, cs, quad, biased, acc);
     }
     __m256 halves[2][NT];
     for (int t = 0; t < NT; ++t) {
@@ -132,6 +137,9 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
 
 template <QType T>
 struct Avx512Tile {
+    // 32 zmm: per token an accumulator and a scale vector, the rest for the row's codes and the
+    // products. 8 tokens per unpacked chunk: 1.07x to 1.2x faster than 4 (kernels/README.md).
+    static constexpr int kTokens = 8;
     template <int NT>
     static void run(const Row& row, const QActivations& a, uint64_t tok, float* out, uint64_t ldo) {
         int8_tile<T, NT>(row, a, tok, out, ldo);

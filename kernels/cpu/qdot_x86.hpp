@@ -25,7 +25,6 @@ namespace {
 
 constexpr uint64_t kBlock = 32;  // weights per activation block and per code chunk
 constexpr uint64_t kSuper = 8;   // blocks per superblock: one 8-lane vector of their scales
-constexpr int kTokenTile = 4;    // tokens sharing one unpacked code chunk in prefill
 constexpr uint64_t kRowTileBytes = 64 * 1024;  // weights kept hot in L2 while token tiles pass
 // Decode streams rows from DRAM. The hardware prefetcher alone loses the stream at every row's
 // scales and zeros (measured: q4_g32 at k = 5632 ran at a third of its speed), so while a row
@@ -392,9 +391,25 @@ QF_AVX2 inline void int8_rest(const Row& row, const Int8Tokens<NT>& x, uint64_t 
     }
 }
 
+// Tokens [tok, tok + nt) of one row, nt < 2 NT, as tiles of NT, NT / 2, ..., 1 tokens (the
+// binary digits of nt): each output is the same one sequence of operations whatever tile computes
+// it, so the split changes no bit.
+template <int NT, class Tile>
+inline void run_token_tiles(const Row& row, const QActivations& a, uint64_t tok, uint64_t nt,
+                            float* out, uint64_t ldo) {
+    if (nt >= NT) {
+        Tile::template run<NT>(row, a, tok, out, ldo);
+        tok += NT;
+        nt -= NT;
+        out += NT * ldo;
+    }
+    if constexpr (NT > 1) run_token_tiles<NT / 2, Tile>(row, a, tok, nt, out, ldo);
+}
+
 // Rows [r0, r1) against tokens [t0, t1): Tile::run<NT>(row, a, tok, out, ldo) computes one row
-// against NT <= kTokenTile tokens. Decode (one token) walks the rows; prefill keeps a tile of rows
-// in L2 while every tile of tokens passes over it.
+// against NT tokens, NT a power of two up to Tile::kTokens (the level's token tile: as many
+// tokens as its registers hold accumulators and scales for). Decode (one token) walks the rows;
+// prefill keeps a tile of rows in L2 while every tile of tokens passes over it.
 template <QType T, class Tile>
 void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                   const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
@@ -423,29 +438,16 @@ void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
         return;
     }
     // Prefill: a tile of rows stays in L2 while every tile of tokens passes over it, so each code
-    // chunk is read from memory once and unpacked once per kTokenTile tokens.
+    // chunk is read from memory once and unpacked once per Tile::kTokens tokens.
+    constexpr uint64_t tokens = Tile::kTokens;
     const uint64_t rows_per_tile = std::max<uint64_t>(1, kRowTileBytes / stride);
     for (uint64_t rb = r0; rb < r1; rb += rows_per_tile) {
         const uint64_t re = std::min(r1, rb + rows_per_tile);
-        for (uint64_t tt = t0; tt < t1; tt += kTokenTile) {
-            const uint64_t nt = std::min<uint64_t>(kTokenTile, t1 - tt);
+        for (uint64_t tt = t0; tt < t1; tt += tokens) {
+            const uint64_t nt = std::min<uint64_t>(tokens, t1 - tt);
             float* o = out + (tt - t0) * ldo;
-            for (uint64_t r = rb; r < re; ++r) {
-                switch (nt) {
-                    case 4:
-                        Tile::template run<4>(row_at(r), a, tt, o + (r - r0), ldo);
-                        break;
-                    case 3:
-                        Tile::template run<3>(row_at(r), a, tt, o + (r - r0), ldo);
-                        break;
-                    case 2:
-                        Tile::template run<2>(row_at(r), a, tt, o + (r - r0), ldo);
-                        break;
-                    default:
-                        Tile::template run<1>(row_at(r), a, tt, o + (r - r0), ldo);
-                        break;
-                }
-            }
+            for (uint64_t r = rb; r < re; ++r)
+                run_token_tiles<Tile::kTokens, Tile>(row_at(r), a, tt, nt, o + (r - r0), ldo);
         }
     }
 }
