@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/float_gemm.hpp"
 
@@ -16,6 +17,10 @@ namespace {
 // takes more rows per call: 512 at 128 tokens.
 constexpr uint64_t kQuantTile = 4096;
 constexpr uint64_t kFloatTile = 65536;
+// Parts of a parallel region per thread: enough that a thread the OS sets aside on a loaded
+// machine leaves work the others can take, few enough that each stays a whole number of the
+// kernels' row tiles (SmolLM2's 576 rows: 72 a part at 2 threads).
+constexpr size_t kChunksPerThread = 4;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
@@ -66,9 +71,11 @@ void CpuBackend::split(uint64_t n, uint64_t work, F&& fn) {
         fn(uint64_t{0}, n, 0);
         return;
     }
-    pool_.run([&](int thread) {
-        auto [b, e] =
-            split_range(n, static_cast<size_t>(pool_.size()), static_cast<size_t>(thread));
+    // A few chunks per thread, claimed as threads come free (ThreadPool::run_chunks): outputs
+    // never depend on which thread computes them, so neither do the results.
+    const size_t chunks = std::min<size_t>(n, static_cast<size_t>(pool_.size()) * kChunksPerThread);
+    pool_.run_chunks(chunks, [&](size_t chunk, int thread) {
+        auto [b, e] = split_range(n, chunks, chunk);
         if (b < e) fn(uint64_t{b}, uint64_t{e}, thread);
     });
 }
@@ -372,10 +379,12 @@ void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows ou
         const uint64_t first = window && pos0 + t + 1 > window ? pos0 + t + 1 - window : 0;
         const uint64_t len = pos0 + t + 1 - first;
         const float* qh = q.data + t * q.ld + kvh * group * hd;
-        for (uint64_t j = 0; j < len; ++j) {
-            const float* kj = cache.keys(layer, first + j) + kvh * hd;
-            for (uint64_t g = 0; g < group; ++g)
-                scores[g * len + j] = dot_short(qh + g * hd, kj, hd) * scale;
+        // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
+        // score and output element is computed the same way whatever the runs are).
+        for (uint64_t j = 0, run; j < len; j += run) {
+            run = std::min(len - j, CpuKvCache::run_from(first + j));
+            head_scores(isa_, qh, group, hd, cache.keys(layer, first + j) + kvh * hd, kvd, run,
+                        scale, scores + j, len);
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -390,9 +399,10 @@ void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows ou
             const float inv = 1.0f / sum;
             for (uint64_t j = 0; j < len; ++j) s[j] *= inv;
         }
-        for (uint64_t j = 0; j < len; ++j) {
-            const float* vj = cache.values(layer, first + j) + kvh * hd;
-            for (uint64_t g = 0; g < group; ++g) axpy(scores[g * len + j], vj, o + g * hd, hd);
+        for (uint64_t j = 0, run; j < len; j += run) {
+            run = std::min(len - j, CpuKvCache::run_from(first + j));
+            head_mix(isa_, scores + j, len, group, hd, cache.values(layer, first + j) + kvh * hd,
+                     kvd, run, o);
         }
     };
     const uint64_t tasks = n * c_.num_kv_heads;

@@ -53,6 +53,11 @@ class CpuKvCache : public KvCache {
 
     float* keys(uint64_t layer, uint64_t pos) { return row(layer, 0, pos); }
     float* values(uint64_t layer, uint64_t pos) { return row(layer, 1, pos); }
+    // Positions pos, pos + 1, ... whose rows follow each other kv_dim floats apart (the rest of
+    // pos's block).
+    static uint64_t run_from(uint64_t pos) {
+        return kBlockPositions - (pos & (kBlockPositions - 1));
+    }
 
   protected:
     // A cache whose blocks a derived class supplies (blocks_), of `capacity` positions.

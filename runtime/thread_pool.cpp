@@ -31,6 +31,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::dispatch(void* fn, Trampoline call) {
     job_ = fn;
     call_ = call;
+    chunked_.store(false, std::memory_order_relaxed);
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);  // publishes job_ and call_
     generation_.notify_all();
@@ -47,6 +48,53 @@ void ThreadPool::dispatch(void* fn, Trampoline call) {
     }
 }
 
+namespace {
+constexpr uint64_t kFieldBits = 20;
+constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
+uint64_t claim_next(uint64_t word) { return word & kFieldMask; }
+uint64_t claim_chunks(uint64_t word) { return (word >> kFieldBits) & kFieldMask; }
+}  // namespace
+
+void ThreadPool::dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call) {
+    if (chunks == 0) return;
+    if (chunks > kMaxChunks) chunks = kMaxChunks;  // callers ask for a few per thread
+    job_ = fn;
+    chunk_call_ = call;
+    chunked_.store(true, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    serial_ = (serial_ + 1) & ((uint64_t{1} << (64 - 2 * kFieldBits)) - 1);
+    claim_.store((serial_ << (2 * kFieldBits)) | (uint64_t{chunks} << kFieldBits),
+                 std::memory_order_release);  // publishes job_, chunk_call_ and done_ = 0
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    run_claimed(0);
+    // Every chunk is claimed; wait for the ones other threads still run (spin briefly, then
+    // sleep, as dispatch does).
+    const auto total = static_cast<uint32_t>(chunks);
+    int spins = 0;
+    for (uint32_t now; (now = done_.load(std::memory_order_acquire)) != total;) {
+        if (++spins < kSpinRounds)
+            QF_CPU_RELAX();
+        else
+            done_.wait(now, std::memory_order_acquire);
+    }
+}
+
+void ThreadPool::run_claimed(int thread) {
+    uint64_t word = claim_.load(std::memory_order_acquire);
+    for (;;) {
+        const uint64_t chunks = claim_chunks(word), next = claim_next(word);
+        if (next >= chunks) return;
+        if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                          std::memory_order_acquire))
+            continue;  // word now holds the current value
+        // Claimed: the region cannot end before this chunk is done, so job_ is its job.
+        chunk_call_(job_, next, thread);
+        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+        word = claim_.load(std::memory_order_acquire);
+    }
+}
+
 void ThreadPool::worker_loop(int index) {
     uint32_t seen = 0;
     for (;;) {
@@ -59,11 +107,18 @@ void ThreadPool::worker_loop(int index) {
                 generation_.wait(seen, std::memory_order_acquire);
             }
         }
+        // The region's kind, read for generation g: a chunked region may end (and another begin)
+        // without this worker, so the kind counts only if the generation is still g after it.
+        const bool chunked = chunked_.load(std::memory_order_acquire);
+        if (generation_.load(std::memory_order_acquire) != g) continue;
         seen = g;
         if (stop_.load(std::memory_order_relaxed)) return;
+        if (chunked) {
+            run_claimed(index);  // claims only what is left; none may be
+            continue;
+        }
         call_(job_, index);
         if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
     }
 }
-
 }  // namespace qforge

@@ -58,16 +58,48 @@ class ThreadPool {
         });
     }
 
+    // fn(chunk, thread) once for every chunk in [0, chunks), each on whichever thread claims it
+    // first (`thread` names the thread that runs it: 0 is the caller), returning when all have
+    // returned. The caller starts claiming at once and never waits for a worker that has not
+    // started: on a machine with more runnable threads than cores, a worker the scheduler has
+    // set aside leaves its chunks to the threads that run, instead of holding every region up by
+    // a time slice (static halves made 2 threads slower than 1 there: kernels/README.md). At most
+    // kMaxChunks chunks. `fn` must not throw and must not call the pool itself.
+    static constexpr size_t kMaxChunks = (size_t{1} << 20) - 1;
+    template <class F>
+    void run_chunks(size_t chunks, F&& fn) {
+        if (workers_.empty()) {
+            for (size_t c = 0; c < chunks; ++c) fn(c, 0);
+            return;
+        }
+        using Fn = std::remove_reference_t<F>;
+        dispatch_chunks(chunks, const_cast<void*>(static_cast<const void*>(&fn)),
+                        [](void* f, size_t c, int t) { (*static_cast<Fn*>(f))(c, t); });
+    }
+
   private:
     using Trampoline = void (*)(void*, int);
+    using ChunkTrampoline = void (*)(void*, size_t, int);
     void dispatch(void* fn, Trampoline call);
+    void dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call);
+    // Claims and runs chunks of the current chunked region until none is left.
+    void run_claimed(int thread);
     void worker_loop(int index);
 
     std::vector<std::thread> workers_;
     void* job_ = nullptr;
     Trampoline call_ = nullptr;
+    ChunkTrampoline chunk_call_ = nullptr;
+    std::atomic<bool> chunked_{false};     // the current region is a run_chunks() (else a run())
     std::atomic<uint32_t> generation_{0};  // bumped once per region (32 bits: a native futex)
-    std::atomic<int> pending_{0};          // workers still running the current region
+    std::atomic<int> pending_{0};          // workers still running the current run() region
+    // Chunked regions: one word holds (region serial : 24 | chunks : 20 | next chunk : 20), so a
+    // claim (a compare-exchange of the whole word) succeeds only for an unclaimed chunk of the
+    // region the claimer read, which cannot end before that chunk is done; the job pointers read
+    // after a successful claim are therefore that region's.
+    std::atomic<uint64_t> claim_{0};
+    std::atomic<uint32_t> done_{0};  // chunks of the current chunked region finished
+    uint64_t serial_ = 0;
     std::atomic<bool> stop_{false};
 };
 

@@ -1,0 +1,29 @@
+// The two products of one attention head group over a run of cached positions: the scores of
+// `group` query heads against n keys, and the probabilities times n values added into the
+// heads' outputs. The runtime calls them once per run of positions that lie together in its KV
+// cache (kv_cache.hpp's blocks), for prefill and decode alike.
+//
+// Each output is one fixed sequence of operations that depends only on hd and the position's
+// place in the sequence, never on n, the run boundaries or the thread: a score is one dot product
+// (its own order per level, then times scale), and each output element adds its positions'
+// products in position order, one rounding each. So prefill equals decode and any thread count
+// gives the same bits. Levels: scalar (8 lanes of separate multiplies and adds, the order the
+// runtime used before these kernels) and avx2 (8-lane FMA chains; avx512 runs the same code,
+// so the two give the same bits). scalar and avx2 differ by float rounding only.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.hpp"
+
+namespace qforge {
+
+// scores[g * ld + j] = scale * (q[g * hd ..] . keys[j * stride ..]) for g < group, j < n.
+void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld);
+
+// out[g * hd + i] += sum over j < n, in order, of p[g * ld + j] * values[j * stride + i].
+void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
+              const float* values, uint64_t stride, uint64_t n, float* out);
+
+}  // namespace qforge

@@ -1,0 +1,161 @@
+// kernels/cpu/attention: head_scores and head_mix at every instruction-set level this CPU has,
+// against float64 sums, on odd shapes (hd with and without a tail past its 8-blocks, groups that
+// are not a multiple of the 4-head tiles, runs of 1 to 23 positions, strides wider than hd);
+// outputs poisoned first (scores) or filled with values the sums must keep (mix). Then the
+// property the runtime relies on: splitting the positions into runs (as the KV cache's blocks
+// do) gives the same bits, and avx512 gives avx2's bits.
+//
+// Tolerances (u = 2^-24). A float sum whose terms pass through at most n roundings is within
+// n u sum |terms| of the exact sum (the factor 1.01 covers second-order terms):
+//   scores: per level at most hd / 8 chain steps (or hd / 8 lane adds), 3 tree levels, hd mod 8
+//           tail adds, each product rounded once, then the product with scale: n = hd + 5 bounds
+//           every path; terms |q_i k_i| |scale|.
+//   mix:    each output element adds its n positions' products to its start value in order,
+//           one (avx2: fused) or two (scalar) roundings per step: n = 2 n_pos + 1; terms |start|
+//           and |p_j v_j|.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/isa.hpp"
+
+using namespace qforge;
+
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);
+
+std::vector<Isa> levels() {
+    std::vector<Isa> v;
+    for (Isa isa : kIsaLevels)
+        if (isa <= cpu_isa()) v.push_back(isa);
+    return v;
+}
+
+std::vector<float> random_floats(uint64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+struct Shape {
+    uint64_t hd, group, n, stride;
+};
+
+std::vector<Shape> shapes() {
+    std::vector<Shape> s;
+    for (uint64_t hd : {4u, 8u, 12u, 64u, 72u})
+        for (uint64_t group : {1u, 3u, 5u, 8u})
+            for (uint64_t n : {1u, 7u, 16u, 23u}) s.push_back({hd, group, n, hd * 2 + 3});
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("attention: head_scores at every level agrees with a float64 dot within derived bounds",
+          "[kernels][attention]") {
+    uint32_t seed = 1;
+    for (const Shape& sh : shapes()) {
+        const auto q = random_floats(sh.group * sh.hd, seed++);
+        const auto keys = random_floats(sh.n * sh.stride, seed++);
+        const float scale = 0.125f;
+        const uint64_t ld = sh.n + 2;
+        for (Isa isa : levels()) {
+            std::vector<float> scores(sh.group * ld, std::nanf(""));
+            head_scores(isa, q.data(), sh.group, sh.hd, keys.data(), sh.stride, sh.n, scale,
+                        scores.data(), ld);
+            for (uint64_t g = 0; g < sh.group; ++g) {
+                for (uint64_t j = 0; j < sh.n; ++j) {
+                    double exact = 0, mag = 0;
+                    for (uint64_t i = 0; i < sh.hd; ++i) {
+                        const double t = static_cast<double>(q[g * sh.hd + i]) *
+                                         static_cast<double>(keys[j * sh.stride + i]);
+                        exact += t;
+                        mag += std::fabs(t);
+                    }
+                    exact *= scale;
+                    const double bound = 1.01 * static_cast<double>(sh.hd + 5) * kU * mag * scale;
+                    INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group
+                                << " n " << sh.n << " g " << g << " j " << j);
+                    REQUIRE(std::fabs(scores[g * ld + j] - exact) <= bound);
+                }
+                for (uint64_t j = sh.n; j < ld; ++j) REQUIRE(std::isnan(scores[g * ld + j]));
+            }
+        }
+    }
+}
+
+TEST_CASE("attention: head_mix at every level agrees with float64 sums within derived bounds",
+          "[kernels][attention]") {
+    uint32_t seed = 100;
+    for (const Shape& sh : shapes()) {
+        const uint64_t ld = sh.n + 1;
+        const auto p = random_floats(sh.group * ld, seed++);
+        const auto values = random_floats(sh.n * sh.stride, seed++);
+        const auto start = random_floats(sh.group * sh.hd, seed++);
+        for (Isa isa : levels()) {
+            std::vector<float> out = start;
+            head_mix(isa, p.data(), ld, sh.group, sh.hd, values.data(), sh.stride, sh.n,
+                     out.data());
+            for (uint64_t g = 0; g < sh.group; ++g)
+                for (uint64_t i = 0; i < sh.hd; ++i) {
+                    double exact = start[g * sh.hd + i], mag = std::fabs(exact);
+                    for (uint64_t j = 0; j < sh.n; ++j) {
+                        const double t = static_cast<double>(p[g * ld + j]) *
+                                         static_cast<double>(values[j * sh.stride + i]);
+                        exact += t;
+                        mag += std::fabs(t);
+                    }
+                    const double bound = 1.01 * static_cast<double>(2 * sh.n + 1) * kU * mag;
+                    INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group
+                                << " n " << sh.n << " g " << g << " i " << i);
+                    REQUIRE(std::fabs(out[g * sh.hd + i] - exact) <= bound);
+                }
+        }
+    }
+}
+
+TEST_CASE("attention: runs of positions give the same bits as one run, and avx512 gives avx2 bits",
+          "[kernels][attention]") {
+    uint32_t seed = 200;
+    for (const Shape& sh : shapes()) {
+        const uint64_t ld = sh.n;
+        const auto q = random_floats(sh.group * sh.hd, seed++);
+        const auto kv = random_floats(sh.n * sh.stride, seed++);
+        const auto start = random_floats(sh.group * sh.hd, seed++);
+        std::vector<float> avx2_scores, avx2_out;
+        for (Isa isa : levels()) {
+            std::vector<float> whole(sh.group * ld), split(sh.group * ld);
+            head_scores(isa, q.data(), sh.group, sh.hd, kv.data(), sh.stride, sh.n, 0.5f,
+                        whole.data(), ld);
+            std::vector<float> out_whole = start, out_split = start;
+            head_mix(isa, whole.data(), ld, sh.group, sh.hd, kv.data(), sh.stride, sh.n,
+                     out_whole.data());
+            // Runs of 5, 1, 5, 1, ... positions.
+            for (uint64_t j = 0, run; j < sh.n; j += run) {
+                run = std::min<uint64_t>(sh.n - j, j % 6 == 0 ? 5 : 1);
+                head_scores(isa, q.data(), sh.group, sh.hd, kv.data() + j * sh.stride, sh.stride,
+                            run, 0.5f, split.data() + j, ld);
+                head_mix(isa, whole.data() + j, ld, sh.group, sh.hd, kv.data() + j * sh.stride,
+                         sh.stride, run, out_split.data());
+            }
+            INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group << " n "
+                        << sh.n);
+            REQUIRE(std::memcmp(whole.data(), split.data(), 4 * whole.size()) == 0);
+            REQUIRE(std::memcmp(out_whole.data(), out_split.data(), 4 * out_whole.size()) == 0);
+            if (isa == Isa::avx2) {
+                avx2_scores = whole;
+                avx2_out = out_whole;
+            } else if (isa > Isa::avx2) {
+                REQUIRE(std::memcmp(whole.data(), avx2_scores.data(), 4 * whole.size()) == 0);
+                REQUIRE(std::memcmp(out_whole.data(), avx2_out.data(), 4 * out_whole.size()) == 0);
+            }
+        }
+    }
+}
