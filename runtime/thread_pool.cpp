@@ -23,18 +23,22 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
     stop_.store(true, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
+    publish(false);
     for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::publish(bool chunked) {
+    // Only the caller writes the counter: the next region's number, its kind in the low bit.
+    const uint32_t g = generation_.load(std::memory_order_relaxed);
+    generation_.store(((g >> 1) + 1) << 1 | (chunked ? 1u : 0u), std::memory_order_release);
+    generation_.notify_all();
 }
 
 void ThreadPool::dispatch(void* fn, Trampoline call) {
     job_ = fn;
     call_ = call;
-    chunked_.store(false, std::memory_order_relaxed);
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);  // publishes job_ and call_
-    generation_.notify_all();
+    publish(false);  // publishes job_ and call_
     call(fn, 0);
     // Spin briefly (the workers usually finish within microseconds of the caller), then sleep on
     // the counter: on a machine with more runnable threads than cores, spinning would take the
@@ -60,13 +64,11 @@ void ThreadPool::dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call) 
     if (chunks > kMaxChunks) chunks = kMaxChunks;  // callers ask for a few per thread
     job_ = fn;
     chunk_call_ = call;
-    chunked_.store(true, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     serial_ = (serial_ + 1) & ((uint64_t{1} << (64 - 2 * kFieldBits)) - 1);
     claim_.store((serial_ << (2 * kFieldBits)) | (uint64_t{chunks} << kFieldBits),
                  std::memory_order_release);  // publishes job_, chunk_call_ and done_ = 0
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
+    publish(true);
     run_claimed(0);
     // Every chunk is claimed; wait for the ones other threads still run (spin briefly, then
     // sleep, as dispatch does).
@@ -107,13 +109,12 @@ void ThreadPool::worker_loop(int index) {
                 generation_.wait(seen, std::memory_order_acquire);
             }
         }
-        // The region's kind, read for generation g: a chunked region may end (and another begin)
-        // without this worker, so the kind counts only if the generation is still g after it.
-        const bool chunked = chunked_.load(std::memory_order_acquire);
-        if (generation_.load(std::memory_order_acquire) != g) continue;
         seen = g;
         if (stop_.load(std::memory_order_relaxed)) return;
-        if (chunked) {
+        // The kind comes with the number, in one read: a chunked region may end (and another
+        // begin) without this worker, so a second read could pair one region's number with
+        // another's kind. A run() region cannot end without this worker, so its job stays put.
+        if (g & 1u) {
             run_claimed(index);  // claims only what is left; none may be
             continue;
         }

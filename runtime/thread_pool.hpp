@@ -80,6 +80,7 @@ class ThreadPool {
   private:
     using Trampoline = void (*)(void*, int);
     using ChunkTrampoline = void (*)(void*, size_t, int);
+    void publish(bool chunked);
     void dispatch(void* fn, Trampoline call);
     void dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call);
     // Claims and runs chunks of the current chunked region until none is left.
@@ -90,9 +91,10 @@ class ThreadPool {
     void* job_ = nullptr;
     Trampoline call_ = nullptr;
     ChunkTrampoline chunk_call_ = nullptr;
-    std::atomic<bool> chunked_{false};     // the current region is a run_chunks() (else a run())
-    std::atomic<uint32_t> generation_{0};  // bumped once per region (32 bits: a native futex)
-    std::atomic<int> pending_{0};          // workers still running the current run() region
+    // Bumped once per region (32 bits: a native futex): the region's number times 2, plus 1 for
+    // a run_chunks() region (publish).
+    std::atomic<uint32_t> generation_{0};
+    std::atomic<int> pending_{0};  // workers still running the current run() region
     // Chunked regions: one word holds (region serial : 24 | chunks : 20 | next chunk : 20), so a
     // claim (a compare-exchange of the whole word) succeeds only for an unclaimed chunk of the
     // region the claimer read, which cannot end before that chunk is done; the job pointers read

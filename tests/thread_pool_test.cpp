@@ -3,8 +3,8 @@
 // returned, also when the two kinds of region alternate quickly (a worker late for a chunked
 // region must neither run a chunk twice nor miss the run() region after it) and when the pool
 // has more threads than the machine has cores (workers the OS sets aside).
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "runtime/thread_pool.hpp"

@@ -22,8 +22,8 @@ void head_scores_scalar(const float* q, uint64_t group, uint64_t hd, const float
             scores[g * ld + j] = dot_short(q + g * hd, keys + j * stride, hd) * scale;
 }
 
-void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-                     const float* values, uint64_t stride, uint64_t n, float* out) {
+void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd, const float* values,
+                     uint64_t stride, uint64_t n, float* out) {
     for (uint64_t j = 0; j < n; ++j)
         for (uint64_t g = 0; g < group; ++g)
             axpy(p[g * ld + j], values + j * stride, out + g * hd, hd);
@@ -141,8 +141,7 @@ QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uin
 void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
                  uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld) {
 #if defined(__x86_64__)
-    if (isa >= Isa::avx2)
-        return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld);
+    if (isa >= Isa::avx2) return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld);
 #endif
     head_scores_scalar(q, group, hd, keys, stride, n, scale, scores, ld);
 }
