@@ -14,7 +14,7 @@
 #           CHUNKS (40), NSAMPLES (64), SEQLEN (256), THREADS (2), QFORGE_BIN (a qforge binary to
 #           run as it is; default: build/cli/qforge, built first), MAX_SECONDS (skip a
 #           quantization that would run longer: timeout, the row says so; default none),
-#           TYPES, METHODS (the lists the patterns choose from)
+#           TYPES, METHODS (the lists the patterns choose from), GNUPLOT (default gnuplot)
 #
 # Rows already in the CSV are kept and not measured again, so an interrupted sweep continues
 # where it stopped (delete the CSV to start over). Columns: type, method, file_bytes, bpw (file
@@ -113,8 +113,9 @@ for f in "${filters[@]}"; do
 done
 
 png=${out%.csv}.png
-if ! command -v gnuplot >/dev/null; then
-  echo "quality_sweep: plot SKIPPED: gnuplot is not installed (Debian: apt-get install gnuplot-nox); the CSV is $out" >&2
+gnuplot=${GNUPLOT:-gnuplot}
+if ! command -v "$gnuplot" >/dev/null; then
+  echo "quality_sweep: plot SKIPPED: $gnuplot is not installed (Debian: apt-get install gnuplot-nox); the CSV is $out" >&2
   exit 0
 fi
 # One data block per method (gnuplot index), the float model as a horizontal line.
@@ -130,7 +131,7 @@ with open(sys.argv[2], "w") as f:
         f.write("\n\n")
 EOF
 base_ppl=$(python3 -c "import csv,sys; print(next((r['ppl'] for r in csv.DictReader(open(sys.argv[1])) if r['type']=='float'), ''))" "$out")
-gnuplot <<EOF
+"$gnuplot" <<EOF
 set terminal pngcairo size 1200,520 font ",10"
 set output "$png"
 set datafile separator " "
