@@ -139,6 +139,7 @@ set termoption noenhanced
 set multiplot layout 1,2 title "$(basename "$model"): quality against file size (ctx $ctx, $chunks chunks of $(basename "$text"); calibration $nsamples x $seqlen of $(basename "$calib"))"
 set key top right
 set grid
+set offsets graph 0.05, graph 0.05, 0, 0
 set xlabel "file MB"
 set ylabel "KL divergence vs float (log)"
 set logscale y
