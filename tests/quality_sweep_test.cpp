@@ -56,8 +56,9 @@ TEST_CASE("quality_sweep.sh: rows equal quantize and ppl run directly, kept on a
     test::write_file(eval, text.substr(0, cut));
     test::write_file(calib, text.substr(cut));
 
-    const std::string sweep = "cd " + q(dir.path()) + " && QFORGE_NO_PROGRESS=1 QFORGE_BIN=" +
-                              q(QFORGE_BINARY) + " OUT=" + q(csv) +
+    const std::string sweep = "cd " + q(dir.path()) +
+                              " && QFORGE_NO_PROGRESS=1 QFORGE_BIN=" + q(QFORGE_BINARY) +
+                              " OUT=" + q(csv) +
                               " CTX=64 CHUNKS=3 NSAMPLES=4 SEQLEN=64 THREADS=1 "
                               "GNUPLOT=qforge-test-no-gnuplot bash " +
                               q(fs::path(QFORGE_SOURCE_DIR) / "scripts/quality_sweep.sh") + " " +
@@ -67,8 +68,8 @@ TEST_CASE("quality_sweep.sh: rows equal quantize and ppl run directly, kept on a
     REQUIRE(first.exit_code == 0);
     REQUIRE_THAT(first.output, Contains("plot SKIPPED: qforge-test-no-gnuplot is not installed"));
     const std::string table = text_of(csv);
-    REQUIRE(table.rfind(
-                "type,method,file_bytes,bpw,ppl,ppl_stderr,kld,top1,quantize_s,status\n", 0) == 0);
+    REQUIRE(table.rfind("type,method,file_bytes,bpw,ppl,ppl_stderr,kld,top1,quantize_s,status\n",
+                        0) == 0);
     REQUIRE(std::count(table.begin(), table.end(), '\n') == 4);  // header, float and two rows
 
     // The same quantization and evaluation run directly.
