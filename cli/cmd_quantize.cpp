@@ -114,6 +114,35 @@ std::string tensor_classes_help() {
     return text;
 }
 
+// "q3 = q3k_g32 (3.5 bits per weight: ...), ...".
+std::string qtype_families_help() {
+    std::string text;
+    for (const QTypeFamily& f : kQTypeFamilies)
+        text += (text.empty() ? "" : ", ") + std::string(f.name) + " = " +
+                std::string(qname(f.member)) + " (" + std::string(f.why) + ")";
+    return text;
+}
+
+// "rtn 128, gptq 128, ...": one default of every method, for help texts.
+template <typename Field>
+std::string method_defaults_help(Field field) {
+    std::string text;
+    for (const QuantMethodInfo& m : kQuantMethods)
+        text += (text.empty() ? "" : ", ") + std::string(m.name) + " " + field(m.defaults);
+    return text;
+}
+
+std::string on_off(bool on) { return on ? "on" : "off"; }
+
+// --NAME and --no-NAME: set `choice` to true or false (unset: the method's default).
+void add_choice_flags(CLI::App& app, const std::string& name, std::optional<bool>& choice,
+                      const std::string& help) {
+    app.add_flag_callback(
+        "--" + name, [&choice] { choice = true; }, help);
+    app.add_flag_callback(
+        "--no-" + name, [&choice] { choice = false; }, "turns --" + name + " off");
+}
+
 }  // namespace
 
 Runner register_quantize(CLI::App& app, CommonOptions& common) {
@@ -121,6 +150,7 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         QuantizeOptions opts;
         std::string method = "rtn", qtype;
         std::vector<std::string> tensor_types;
+        MethodChoices choices;
     };
     auto a = std::make_shared<Args>();
     add_input_option(app, "input", a->opts.input,
@@ -140,33 +170,51 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                      "calibration text files (plain text; gptq, awq; rtn: importance-weighted): "
                      "random windows of --seqlen tokens")
         ->take_all();
-    add_int_option(app, "--nsamples", co.calibration.nsamples, 1, uint64_t{1} << 20,
-                   "calibration windows");
+    MethodChoices& mc = a->choices;
+    app.add_option(
+           "--nsamples", mc.nsamples,
+           "calibration windows (default: " + method_defaults_help([](const MethodDefaults& d) {
+               return std::to_string(d.nsamples);
+           }) + ")")
+        ->transform(integer_range("--nsamples", 1, uint64_t{1} << 20));
     add_int_option(app, "--seqlen", co.calibration.seqlen, 2, uint64_t{1} << 20,
                    "tokens per calibration window (capped at the model's context)");
     // GPTQ raises a damp that fails up to kGptqMaxDamp (the mean diagonal itself); 0 starts
     // from no dampening at all.
-    add_real_option(app, "--damp", co.damp, {0.0, true}, {kGptqMaxDamp, true},
-                    "GPTQ dampening: this fraction of the mean diagonal of H is added to it; "
-                    "raised automatically (and reported) when the Cholesky factorization fails");
-    app.add_flag("--act-order", co.act_order,
-                 "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
-                 "static groups, so inference needs no permutation");
-    app.add_flag_callback(
-        "--mse", [&co] { co.mse = kGptqMseNorm; },
-        "GPTQ: choose each group's grid by shrinking its range (1.0 down to 0.21 in steps of "
-        "0.01) for the least sum |w - q|^2.4, as GPTQModel's mse option; clips outliers");
-    app.add_flag("--importance", co.importance,
-                 "every method: choose each group's scale and zero for the least error weighted "
-                 "by the mean squared activation of its input columns on the --calib text "
-                 "(diag H); with --method rtn, --calib alone turns it on (one calibration pass)");
+    app.add_option(
+           "--damp", mc.damp,
+           "GPTQ dampening: this fraction of the mean diagonal of H is added to it; "
+           "raised automatically (and reported) when the Cholesky factorization fails "
+           "(default: " +
+               method_defaults_help([](const MethodDefaults& d) { return json(d.damp).dump(); }) +
+               ")")
+        ->transform(real_range("--damp", {0.0, true}, {kGptqMaxDamp, true}, false));
+    add_choice_flags(
+        app, "act-order", mc.act_order,
+        "GPTQ: quantize columns by decreasing activation energy (diag H), always with "
+        "static groups, so inference needs no permutation (default: " +
+            method_defaults_help([](const MethodDefaults& d) { return on_off(d.act_order); }) +
+            ")");
+    add_choice_flags(app, "mse", mc.mse,
+                     "GPTQ: choose each group's grid by shrinking its range (1.0 down to 0.21 in "
+                     "steps of 0.01) for the least sum |w - q|^2.4, as GPTQModel's mse option; "
+                     "clips outliers; replaces the default importance search (default: off)");
+    add_choice_flags(
+        app, "importance", mc.importance,
+        "every method: choose each group's scale and zero for the least error weighted by the "
+        "mean squared activation of its input columns on the --calib text (diag H); with "
+        "--method rtn it applies when --calib is given (one calibration pass) (default: " +
+            method_defaults_help([](const MethodDefaults& d) { return on_off(d.importance); }) +
+            ")");
     app.add_option("--resume", co.resume_dir,
                    "calibrated methods: save each finished block's state in DIR (created if "
                    "absent); a rerun with the same DIR, input, recipe and calibration continues "
                    "after the last saved block and writes a byte-identical file. A DIR from a "
                    "different run is refused. DIR is kept; delete it when done.");
     add_seed_option(app, common);
-    app.add_option("--qtype", a->qtype, "the default type: " + qtype_names())
+    app.add_option("--qtype", a->qtype,
+                   "the default type: " + qtype_names() +
+                       "; or a family, standing for its default member: " + qtype_families_help())
         ->required()
         ->check(parsed_by([](const std::string& s) { parse_qtype_name(s); }));
     app.add_option("--tensor-type", a->tensor_types,
@@ -201,23 +249,19 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         a->opts.threads = resolved_threads(common);
         a->opts.calibrated.calibration.seed = common.seed;
         CalibratedOptions& cal = a->opts.calibrated;
-        // RTN with calibration text is importance-weighted RTN: the text's only use.
-        if (a->opts.recipe.method == QuantMethod::rtn && !cal.calibration.files.empty())
-            cal.importance = true;
-        const bool calibrated =
-            quant_method_info(a->opts.recipe.method).calibrated || cal.importance;
+        const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
         if (calibrated && cal.calibration.files.empty())
-            throw UsageError("--method " + a->method + (cal.importance ? " --importance" : "") +
-                             " needs calibration text: --calib FILE");
-        if (!calibrated && !cal.resume_dir.empty())
+            throw UsageError("--method " + a->method + " needs calibration text: --calib FILE");
+        try {
+            resolve_method_options(a->opts.recipe.method, a->choices, cal);
+        } catch (const Error& e) {
+            throw UsageError(e.detail());
+        }
+        if (!calibrated && !cal.importance && !cal.resume_dir.empty())
             throw UsageError(
                 "--resume is for calibrated methods (gptq, awq, rtn --calib); "
                 "--method " +
                 a->method + " runs in one pass");
-        if (cal.importance && cal.mse > 0.0)
-            throw UsageError(
-                "--importance and --mse choose each group's grid differently: "
-                "give one of them");
 
         // Nothing the run reads or keeps (inputs, calibration text, --resume state) is the output.
         std::vector<std::string> inputs = checkpoint_input_files(a->opts.input, a->opts.tokenizer);

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
+#include "quant/gptq.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/thread_pool.hpp"
 #include "sources/model_source.hpp"
@@ -125,6 +126,29 @@ std::vector<PlanGroup> group_plan(const std::vector<TensorPlan>& plan) {
         it->tensors += 1;
     }
     return groups;
+}
+
+void resolve_method_options(QuantMethod method, const MethodChoices& choices,
+                            CalibratedOptions& options) {
+    const QuantMethodInfo& info = quant_method_info(method);
+    const MethodDefaults& d = info.defaults;
+    const bool text = !options.calibration.files.empty();
+    const std::string m = "--method " + std::string(info.name);
+    if (choices.importance.value_or(false) && choices.mse.value_or(false))
+        throw Error(
+            "--importance and --mse choose each group's grid differently: give one of them");
+    const bool mse = choices.mse.value_or(false);
+    options.mse = mse ? kGptqMseNorm : 0.0;
+    // An explicit --mse replaces the default search; RTN weighs only when it has text to weigh by.
+    options.importance =
+        choices.importance.value_or(d.importance && !mse && (info.calibrated || text));
+    if (options.importance && !text)
+        throw Error(m + " --importance needs calibration text: --calib FILE");
+    if (!info.calibrated && text && !options.importance)
+        throw Error(m + " --no-importance reads no calibration text: drop --calib FILE");
+    options.act_order = choices.act_order.value_or(d.act_order);
+    options.damp = choices.damp.value_or(d.damp);
+    options.calibration.nsamples = choices.nsamples.value_or(d.nsamples);
 }
 
 QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback& on_plan) {

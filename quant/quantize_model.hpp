@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,21 @@ struct QuantizeOptions {
     CalibratedOptions calibrated;  // calibrated methods (gptq): data and method options
     int threads = 1;
 };
+
+// What the command line said about each method option; nullopt: the method's default
+// (recipe.hpp, kQuantMethods' MethodDefaults).
+struct MethodChoices {
+    std::optional<bool> importance, act_order, mse;
+    std::optional<double> damp;
+    std::optional<uint64_t> nsamples;
+};
+
+// Fills `options`' method options from `choices` over the method's defaults. RTN's importance
+// default applies only when calibration files are given (plain RTN reads no text). Throws
+// qforge::Error for choices that contradict each other or the method: importance and mse both
+// asked; importance (asked) without calibration text; RTN with text but without importance.
+void resolve_method_options(QuantMethod method, const MethodChoices& choices,
+                            CalibratedOptions& options);
 
 // One tensor's decision, known before any tensor is read.
 struct TensorPlan {

@@ -83,10 +83,19 @@ QuantMethod parse_quant_method(std::string_view name) {
     throw Error("--method '" + std::string(name) + "' is not a method (valid: " + valid + ")");
 }
 
+std::string qtype_family_names() {
+    std::string s;
+    for (const auto& f : kQTypeFamilies)
+        s += (s.empty() ? "" : ", ") + std::string(f.name) + " = " + std::string(qname(f.member));
+    return s;
+}
+
 QType parse_qtype_name(std::string_view name, std::string_view what) {
     if (auto t = qtype_from_name(name)) return *t;
+    for (const auto& f : kQTypeFamilies)
+        if (f.name == name) return f.member;
     throw Error(std::string(what) + ": unknown qtype '" + std::string(name) +
-                "' (valid: " + qtype_names() + ")");
+                "' (valid: " + qtype_names() + "; families: " + qtype_family_names() + ")");
 }
 
 TensorTypeOverride parse_tensor_type_override(const std::string& spec) {

@@ -36,18 +36,37 @@ namespace qforge {
 
 enum class QuantMethod : uint8_t { rtn, gptq, awq, awq_gptq };
 
+// The options a method runs with unless the command line says otherwise: the combination that
+// measured best (README, "Defaults"; scripts/quality_sweep.sh). The CLI's --X / --no-X flags
+// override each one; quantize_model.hpp's resolve_method_options applies them.
+struct MethodDefaults {
+    bool importance;    // grids by the diag(H)-weighted search (rtn: whenever --calib is given)
+    bool act_order;     // GPTQ: columns by decreasing diag(H), static groups
+    double damp;        // GPTQ: fraction of mean(diag H) added to its diagonal
+    uint64_t nsamples;  // calibration windows of --seqlen tokens
+};
+
 struct QuantMethodInfo {
     QuantMethod method;
     std::string_view name;  // as the CLI and the .qf header spell it
     bool implemented;
     bool calibrated;  // needs calibration text (--calib)
+    MethodDefaults defaults;
 };
 
+// Defaults, measured on stories260K (q4k_g32, 200 chunks of ctx 128; README "Defaults"):
+// importance-weighted grids beat the plain ones for every method; act-order loses with
+// super-block types (its grids are fixed before the error feedback moves the weights);
+// damp between 0.003 and 0.1 changes PPL by less than its noise.
 inline constexpr QuantMethodInfo kQuantMethods[] = {
-    {QuantMethod::rtn, "rtn", true, false},   // round to nearest, per group: no calibration data
-    {QuantMethod::gptq, "gptq", true, true},  // layer-sequential GPTQ (quant/layer_sequential)
-    {QuantMethod::awq, "awq", true, true},    // activation-aware scales, clipping, RTN (quant/awq)
-    {QuantMethod::awq_gptq, "awq+gptq", true, true},  // AWQ's scales and clipping, then GPTQ
+    // round to nearest, per group: no calibration data (with --calib: importance-weighted)
+    {QuantMethod::rtn, "rtn", true, false, {true, false, 0.01, 128}},
+    // layer-sequential GPTQ (quant/layer_sequential)
+    {QuantMethod::gptq, "gptq", true, true, {true, false, 0.01, 128}},
+    // activation-aware scales, clipping, RTN (quant/awq)
+    {QuantMethod::awq, "awq", true, true, {true, false, 0.01, 128}},
+    // AWQ's scales and clipping, then GPTQ
+    {QuantMethod::awq_gptq, "awq+gptq", true, true, {true, false, 0.01, 128}},
 };
 static_assert(std::size(kQuantMethods) == static_cast<size_t>(QuantMethod::awq_gptq) + 1,
               "every QuantMethod needs a row");
@@ -70,11 +89,45 @@ struct QuantRecipe {
 
 // Parsers for the CLI's values; each throws a one-line qforge::Error saying what is valid.
 QuantMethod parse_quant_method(std::string_view name);  // refuses the ones not implemented yet
+// A type's name, or a family's (its member).
 QType parse_qtype_name(std::string_view name, std::string_view what = "--qtype");
 TensorTypeOverride parse_tensor_type_override(const std::string& spec);
 
 // "f32, f16, ..., q3_g128": the table's names, for help and error texts.
 std::string qtype_names();
+
+// Families: a bit width's name that stands for its default member, wherever a qtype is named
+// (--qtype, --tensor-type). A type's own name always means that type, so a family named like a
+// type (q8) must have that type as its member (checked below).
+struct QTypeFamily {
+    std::string_view name;
+    QType member;
+    std::string_view why;  // for --help
+};
+inline constexpr QTypeFamily kQTypeFamilies[] = {
+    {"q3", QType::q3k_g32, "3.5 bits per weight: groups of 32, 6-bit scales and mins"},
+    {"q4", QType::q4k_g32, "4.5 bits per weight: groups of 32, 6-bit scales and mins"},
+    {"q8", QType::q8, "8 bits, one scale per row: the type q8 itself"},
+};
+
+constexpr bool qtype_families_consistent() {
+    for (const auto& f : kQTypeFamilies) {
+        const QTypeTraits& m = qtype_traits(f.member);
+        // "qN": N is the member's bit width.
+        if (f.name.size() != 2 || f.name[0] != 'q' || m.is_float ||
+            static_cast<uint32_t>(f.name[1] - '0') != m.bits)
+            return false;
+        for (const auto& row : kQTypes)
+            if (row.name == f.name && row.type != f.member) return false;
+    }
+    return true;
+}
+static_assert(qtype_families_consistent(),
+              "a family is qN with an N-bit member, and a type's name is never another type's "
+              "family");
+
+// "q3 = q3k_g32, q4 = q4k_g32, q8 = q8": the families, for help and error texts.
+std::string qtype_family_names();
 
 // What a tensor is, for the default policy.
 enum class TensorClass : uint8_t { vector, embed, tied_embed, lm_head, linear };

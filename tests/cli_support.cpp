@@ -22,8 +22,11 @@ fs::path convert_stories(const fs::path& data, const std::string& variant, const
 }
 
 CommandResult run_qforge(const std::string& args, const std::string& shell_prefix) {
-    std::string cmd =
-        shell_prefix + " QFORGE_NO_PROGRESS=1 '" + QFORGE_BINARY + "' " + args + " 2>&1";
+    return run_shell(shell_prefix + " QFORGE_NO_PROGRESS=1 '" + QFORGE_BINARY + "' " + args);
+}
+
+CommandResult run_shell(const std::string& command) {
+    const std::string cmd = command + " 2>&1";
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (!pipe) throw std::runtime_error("popen failed: " + cmd);
     std::string out;

@@ -23,5 +23,7 @@ struct CommandResult {
 // Runs the qforge binary with the given argument string (shell-quoted by the caller), after
 // `shell_prefix` (e.g. "ulimit -f 100;").
 CommandResult run_qforge(const std::string& args, const std::string& shell_prefix = "");
+// Runs a shell command line (sh -c), stdout and stderr together.
+CommandResult run_shell(const std::string& command);
 
 }  // namespace qforge::test

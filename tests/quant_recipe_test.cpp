@@ -8,6 +8,7 @@
 
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
+#include "quant/quantize_model.hpp"
 #include "quant/recipe.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/thread_pool.hpp"
@@ -47,6 +48,13 @@ TEST_CASE("recipe values: qtype names, methods, --tensor-type", "[quant][recipe]
     REQUIRE_THROWS_WITH(parse_qtype_name("q5"),
                         Contains("unknown qtype 'q5'") && Contains(qtype_names()));
     REQUIRE_THAT(qtype_names(), Contains("f32, f16, bf16, q8,") && Contains("q4s_g128"));
+    // Families stand for their member; a type's name is that type; unknown names list both.
+    REQUIRE(parse_qtype_name("q4") == QType::q4k_g32);
+    REQUIRE(parse_qtype_name("q3") == QType::q3k_g32);
+    REQUIRE(parse_qtype_name("q8") == QType::q8);
+    REQUIRE(qtype_family_names() == "q3 = q3k_g32, q4 = q4k_g32, q8 = q8");
+    REQUIRE_THROWS_WITH(parse_qtype_name("q2"), Contains("families: " + qtype_family_names()));
+    REQUIRE(parse_tensor_type_override("down=q4").qtype == QType::q4k_g32);
 
     REQUIRE(parse_quant_method("rtn") == QuantMethod::rtn);
     REQUIRE(parse_quant_method("gptq") == QuantMethod::gptq);
@@ -62,8 +70,8 @@ TEST_CASE("recipe values: qtype names, methods, --tensor-type", "[quant][recipe]
     REQUIRE_THROWS_WITH(parse_tensor_type_override("mlp"), Contains("expected REGEX=TYPE"));
     REQUIRE_THROWS_WITH(parse_tensor_type_override("=q8"), Contains("regex before '=' is empty"));
     REQUIRE_THROWS_WITH(parse_tensor_type_override("attn(=q8"), Contains("bad regex 'attn('"));
-    REQUIRE_THROWS_WITH(parse_tensor_type_override("attn=q3"),
-                        Contains("unknown qtype 'q3'") && Contains("q4s_g128"));
+    REQUIRE_THROWS_WITH(parse_tensor_type_override("attn=q5"),
+                        Contains("unknown qtype 'q5'") && Contains("q4s_g128"));
 }
 
 TEST_CASE("every architecture names the embedding and output head as the policy expects",
@@ -245,4 +253,52 @@ TEST_CASE("rtn_quantize reports the lowest bad row whatever the thread count", "
     REQUIRE(f);
     REQUIRE(f->status == QuantStatus::scale_overflow);
     REQUIRE(f->row == 1);
+}
+
+TEST_CASE("method options: the table's defaults, then the command line's choices",
+          "[quant][recipe]") {
+    auto resolved = [](QuantMethod m, const MethodChoices& c, bool text) {
+        CalibratedOptions o;
+        if (text) o.calibration.files = {"calib.txt"};
+        resolve_method_options(m, c, o);
+        return o;
+    };
+    for (const QuantMethodInfo& info : kQuantMethods) {
+        CAPTURE(info.name);
+        const CalibratedOptions o = resolved(info.method, {}, true);
+        REQUIRE(o.importance == info.defaults.importance);
+        REQUIRE(o.act_order == info.defaults.act_order);
+        REQUIRE(o.damp == info.defaults.damp);
+        REQUIRE(o.calibration.nsamples == info.defaults.nsamples);
+        REQUIRE(o.mse == 0.0);
+        // Every choice given wins over the default.
+        MethodChoices c;
+        c.act_order = !info.defaults.act_order;
+        c.damp = 0.25;
+        c.nsamples = 7;
+        c.mse = true;
+        // (RTN without importance has no use for text: given none.)
+        const CalibratedOptions x = resolved(info.method, c, info.calibrated);
+        REQUIRE(x.act_order == !info.defaults.act_order);
+        REQUIRE(x.damp == 0.25);
+        REQUIRE(x.calibration.nsamples == 7);
+        // An explicit --mse replaces the default importance search.
+        REQUIRE(x.mse == kGptqMseNorm);
+        REQUIRE_FALSE(x.importance);
+    }
+    // RTN weighs by importance only with calibration text, and has no other use for it.
+    REQUIRE_FALSE(resolved(QuantMethod::rtn, {}, false).importance);
+    REQUIRE(resolved(QuantMethod::rtn, {}, true).importance ==
+            quant_method_info(QuantMethod::rtn).defaults.importance);
+    MethodChoices on, off, both;
+    on.importance = true;
+    off.importance = false;
+    both.importance = both.mse = true;
+    REQUIRE_THROWS_WITH(resolved(QuantMethod::rtn, on, false),
+                        "--method rtn --importance needs calibration text: --calib FILE");
+    REQUIRE_THROWS_WITH(resolved(QuantMethod::rtn, off, true),
+                        Contains("--no-importance reads no calibration text"));
+    REQUIRE_FALSE(resolved(QuantMethod::gptq, off, true).importance);
+    REQUIRE_THROWS_WITH(resolved(QuantMethod::gptq, both, true),
+                        Contains("--importance and --mse choose each group's grid differently"));
 }
