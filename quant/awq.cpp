@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "quant/hessian.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
@@ -110,17 +111,12 @@ AwqScaleSearch awq_search_scales(const std::vector<double>& x_mean,
 }
 
 double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
-                         const std::vector<double>& h) {
+                         const std::vector<double>& h, ThreadPool* pool) {
     if (h.size() != k * k) throw Error("awq: H has the wrong size");
-    std::vector<double> e(rows * k), eh(rows * k);
-    for (uint64_t i = 0; i < rows * k; ++i)
-        e[i] = static_cast<double>(w[i]) - static_cast<double>(q[i]);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                static_cast<int>(k), static_cast<int>(k), 1.0, e.data(), static_cast<int>(k),
-                h.data(), static_cast<int>(k), 0.0, eh.data(), static_cast<int>(k));
-    double sum = 0.0;
-    for (uint64_t i = 0; i < rows * k; ++i) sum += e[i] * eh[i];
-    return sum;
+    return quadratic_forms(h.data(), k, rows, 1, pool, [&](uint64_t r, double* e) {
+        for (uint64_t c = 0; c < k; ++c)
+            e[c] = static_cast<double>(w[r * k + c]) - static_cast<double>(q[r * k + c]);
+    })[0];
 }
 
 std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s) {
@@ -140,8 +136,9 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
     std::vector<uint64_t> clipped(rows, 0);
     std::string failure;
     for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
-        std::vector<float> c(gs), best(gs);
-        std::vector<double> d(gs);
+        // Candidate i's clamped weights, and its error d_i = Q(c_i) - w: rows of d, and d H_gg.
+        std::vector<float> c(kAwqClipSteps * gs);
+        std::vector<double> d(kAwqClipSteps * gs), dh(d.size());
         for (uint64_t r = r0; r < r1; ++r) {
             for (uint64_t g = 0; g < groups; ++g) {
                 const uint64_t c0 = g * gs, n = std::min(gs, k - c0);
@@ -149,36 +146,40 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
                 float amax = 0.0f;
                 for (uint64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(wg[j]));
                 if (amax == 0.0f) continue;
-                double best_err = 0.0;
-                int best_i = 0;
                 for (int i = 0; i < kAwqClipSteps; ++i) {
                     const float m = amax * (1.0f - static_cast<float>(i) / kAwqClipGrid);
-                    for (uint64_t j = 0; j < n; ++j) c[j] = std::clamp(wg[j], -m, m);
-                    auto p = qtype_group_params(t, c.data(), n);
+                    float* ci = c.data() + static_cast<uint64_t>(i) * n;
+                    double* di = d.data() + static_cast<uint64_t>(i) * n;
+                    for (uint64_t j = 0; j < n; ++j) ci[j] = std::clamp(wg[j], -m, m);
+                    auto p = qtype_group_params(t, ci, n);
                     if (!p) {
                         if (failure.empty())
                             failure = std::to_string(r) + ", column " + std::to_string(c0);
                         return;
                     }
                     for (uint64_t j = 0; j < n; ++j)
-                        d[j] = static_cast<double>(
-                                   qtype_dequantize_value(*p, qtype_quantize_value(t, *p, c[j]))) -
-                               wg[j];
+                        di[j] = static_cast<double>(qtype_dequantize_value(
+                                    *p, qtype_quantize_value(t, *p, ci[j]))) -
+                                wg[j];
+                }
+                cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, kAwqClipSteps,
+                            static_cast<int>(n), 1.0, h.data() + c0 * k + c0, static_cast<int>(k),
+                            d.data(), static_cast<int>(n), 0.0, dh.data(), static_cast<int>(n));
+                double best_err = 0.0;
+                int best_i = 0;
+                for (int i = 0; i < kAwqClipSteps; ++i) {
                     double err = 0.0;
-                    for (uint64_t a = 0; a < n; ++a) {
-                        const double* ha = h.data() + (c0 + a) * k + c0;
-                        double row = 0.0;
-                        for (uint64_t b = 0; b < n; ++b) row += ha[b] * d[b];
-                        err += d[a] * row;
-                    }
+                    for (uint64_t j = 0; j < n; ++j)
+                        err += d[static_cast<uint64_t>(i) * n + j] *
+                               dh[static_cast<uint64_t>(i) * n + j];
                     if (i == 0 || err < best_err) {
                         best_err = err;
                         best_i = i;
-                        best.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n));
                     }
                 }
                 if (best_i > 0) {
-                    std::copy(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n), wg);
+                    const float* ci = c.data() + static_cast<uint64_t>(best_i) * n;
+                    std::copy(ci, ci + n, wg);
                     clipped[r] += 1;
                 }
             }

@@ -19,7 +19,8 @@
 //      the calibration inputs. AutoAWQ measures that error on 512 sampled tokens; here it is the
 //      exact error over every calibration token, d^T H_gg d with d the group's weight error and
 //      H_gg the group's diagonal block of the (scaled) inputs' H = 2/N X^T X: cheaper than a
-//      forward pass (group^2 flops per candidate) and without sampling noise.
+//      forward pass (group^2 flops per candidate) and without sampling noise. A group's
+//      candidates are one dsymm (kAwqClipSteps rows) and a dot product each.
 #pragma once
 
 #include <cstdint>
@@ -75,9 +76,10 @@ AwqScaleSearch awq_search_scales(const std::vector<double>& x_mean,
 
 // trace((W - Q) H (W - Q)^T) for w, q [rows][k] and h [k][k] (float64, symmetric, both triangles
 // filled): the summed squared output error of the linear on the inputs whose H this is, times
-// 2/N. Uses OpenBLAS (callers wanting thread-independent bits keep BlasSingleThread alive).
+// 2/N. quant/hessian.hpp's quadratic_forms: rows in fixed batches spread over `pool`, the same
+// bits for any thread count while BlasSingleThread is alive.
 double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
-                         const std::vector<double>& h);
+                         const std::vector<double>& h, ThreadPool* pool = nullptr);
 
 // The H of inputs x diag(1/s): H[i][j] / (s_i s_j).
 std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s);

@@ -150,15 +150,14 @@ void BlockForward::linear(const Matrix& w, const float* x, uint64_t n, float* y)
 void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, uint64_t n) {
     if (parts.empty()) return;
     if (hook) hook->before_products(parts.front().weight, in, n);
-    std::vector<float> sum;  // a residual add's product, before it is added
     for (const Product& p : parts) {
         const Matrix& w = weight(p.weight);
         require_dense(in, w.cols, "product input");
         require_dense(p.out, w.rows, "product output");
         float* y = p.out.data;
         if (p.accumulate) {
-            sum.resize(n * w.rows);
-            y = sum.data();
+            sum_.resize(n * w.rows);
+            y = sum_.data();
         }
         linear(w, in.data, n, y);
         const size_t bi = static_cast<size_t>(p.weight);
@@ -167,7 +166,7 @@ void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, u
             for (uint64_t t = 0; t < n; ++t)
                 for (uint64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += (*bias)[r];
         if (p.accumulate)
-            for (uint64_t i = 0; i < n * w.rows; ++i) p.out.data[i] += sum[i];
+            for (uint64_t i = 0; i < n * w.rows; ++i) p.out.data[i] += sum_[i];
     }
 }
 
@@ -198,30 +197,54 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
         }
     });
     const uint64_t window = c_.attention_window(layer);
-    // One task per (token, query head): scores over the keys of its sequence up to itself (the
-    // last `window` of them in a windowed layer). The task reads its query head in full before
-    // it writes its output head, so out may be q.
-    pool_.parallel_for(n * c_.num_heads, [&](size_t b, size_t e) {
-        std::vector<float> s(seq_len_);
+    // One task per (sequence, query head), its queries in blocks of kAttentionBlock positions:
+    // S = Q K^T over the keys any query of the block sees (one single-threaded sgemm; the keys
+    // a query may not see get weight 0), each row's softmax, then O = P V (a second sgemm).
+    // Every output's sums follow the shapes alone, never the threads. A block reads its queries
+    // (the first sgemm) before it writes their outputs, and no other block reads them: out may
+    // be q.
+    const uint64_t blocks = (seq_len_ + kAttentionBlock - 1) / kAttentionBlock;
+    pool_.parallel_for(sequences_ * c_.num_heads, [&](size_t b, size_t e) {
+        std::vector<float> p(kAttentionBlock * seq_len_);
         for (size_t task = b; task < e; ++task) {
-            const uint64_t t = task / c_.num_heads, h = task % c_.num_heads, kvh = h / group;
-            const uint64_t pos = t % seq_len_;
-            const uint64_t skip = window && pos + 1 > window ? pos + 1 - window : 0;
-            const uint64_t first = t - pos + skip, len = pos + 1 - skip;
-            const float* qh = q + t * qd + h * hd;
-            float m = -INFINITY;
-            for (uint64_t j = 0; j < len; ++j) {
-                s[j] = dot_short(qh, k + (first + j) * kvd + kvh * hd, hd) * scale;
-                if (cap > 0.0f) s[j] = std::tanh(s[j] / cap) * cap;
-                m = std::max(m, s[j]);
+            const uint64_t seq = task / c_.num_heads, h = task % c_.num_heads, kvh = h / group;
+            const uint64_t t0 = seq * seq_len_;  // the sequence's first token
+            const float* kh = k + t0 * kvd + kvh * hd;
+            const float* vh = v + t0 * kvd + kvh * hd;
+            for (uint64_t blk = 0; blk < blocks; ++blk) {
+                const uint64_t p0 = blk * kAttentionBlock,
+                               p1 = std::min(seq_len_, p0 + kAttentionBlock);
+                // Keys [k0, p1): the union of what the block's queries see.
+                const uint64_t k0 = window && p0 + 1 > window ? p0 + 1 - window : 0;
+                const uint64_t rows = p1 - p0, len = p1 - k0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                            static_cast<int>(len), static_cast<int>(hd), 1.0f,
+                            q + (t0 + p0) * qd + h * hd, static_cast<int>(qd), kh + k0 * kvd,
+                            static_cast<int>(kvd), 0.0f, p.data(), static_cast<int>(len));
+                for (uint64_t r = 0; r < rows; ++r) {
+                    const uint64_t pos = p0 + r;
+                    const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+                    float* pr = p.data() + r * len;
+                    // Seen keys: [first, pos], at [first - k0, pos - k0] in the row.
+                    const uint64_t lo = first - k0, hi = pos - k0 + 1;
+                    float m = -INFINITY;
+                    for (uint64_t j = lo; j < hi; ++j) {
+                        pr[j] *= scale;
+                        if (cap > 0.0f) pr[j] = std::tanh(pr[j] / cap) * cap;
+                        m = std::max(m, pr[j]);
+                    }
+                    float sum = 0.0f;
+                    for (uint64_t j = lo; j < hi; ++j) sum += (pr[j] = std::exp(pr[j] - m));
+                    const float inv = 1.0f / sum;
+                    std::fill(pr, pr + lo, 0.0f);
+                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= inv;
+                    std::fill(pr + hi, pr + len, 0.0f);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                            static_cast<int>(hd), static_cast<int>(len), 1.0f, p.data(),
+                            static_cast<int>(len), vh + k0 * kvd, static_cast<int>(kvd), 0.0f,
+                            out + (t0 + p0) * qd + h * hd, static_cast<int>(qd));
             }
-            float sum = 0.0f;
-            for (uint64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - m));
-            const float inv = 1.0f / sum;
-            float* o = out + t * qd + h * hd;
-            std::fill(o, o + hd, 0.0f);
-            for (uint64_t j = 0; j < len; ++j)
-                axpy(s[j] * inv, v + (first + j) * kvd + kvh * hd, o, hd);
         }
     });
 }
@@ -236,11 +259,14 @@ void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, u
     const uint64_t d = gate.cols, inter = gate.rows;
     require_dense(in, d, "gate/up input");
     require_dense(out, inter, "gate/up output");
-    std::vector<float> g(std::min(kGateChunk, n) * inter), u(g.size());
+    gate_.resize(std::min(kGateChunk, n) * inter);
+    up_.resize(gate_.size());
+    const float* g = gate_.data();
+    const float* u = up_.data();
     for (uint64_t t0 = 0; t0 < n; t0 += kGateChunk) {
         const uint64_t nt = std::min(kGateChunk, n - t0);
-        linear(gate, in.data + t0 * d, nt, g.data());
-        linear(up, in.data + t0 * d, nt, u.data());
+        linear(gate, in.data + t0 * d, nt, gate_.data());
+        linear(up, in.data + t0 * d, nt, up_.data());
         float* m = out.data + t0 * inter;
         pool_.parallel_for(nt * inter, [&](size_t b, size_t e) {
             if (gelu)

@@ -7,7 +7,8 @@
 // The batch is `sequences` independent sequences of `seq_len` tokens each, every one starting at
 // position 0 (causal attention within its sequence only). Float32 compute; the products are
 // OpenBLAS sgemm on weights dequantized to float32 once per call (f32 views are used in place),
-// which is what a calibration pass over tens of thousands of tokens needs. Products run in fixed
+// which is what a calibration pass over tens of thousands of tokens needs; attention is two
+// sgemms per block of queries and head. Products run in fixed
 // panels, so results do not depend on the thread count. Activations are dense: every Rows given
 // to an operation has ld equal to its width. Tested against the CPU backend's logits
 // (tests/quant_block_forward_test.cpp).
@@ -57,6 +58,10 @@ class BlockForward final : public BlockOps {
     static constexpr uint64_t kPanelRows = 256, kPanelTokens = 512;
     // Tokens per step of the gated products (bounds the gate and up outputs to this many rows).
     static constexpr uint64_t kGateChunk = 4096;
+    // Query positions per step of attention (see attention()): its two products are sgemms of
+    // this many rows; the keys past a block's diagonal, computed and given weight 0, are at most
+    // this many per row.
+    static constexpr uint64_t kAttentionBlock = 64;
 
     BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len, ThreadPool& pool);
 
@@ -95,6 +100,11 @@ class BlockForward final : public BlockOps {
                   NormShape shape, bool accumulate = false) const;
     // norm / norm_add: out (=, or += when accumulate) norm(in) * the view's weight.
     void apply_norm(Norm which, Rows in, Rows out, uint64_t n, bool accumulate);
+
+    // Scratch kept across calls (the calibration batch's sizes: allocating and zeroing them per
+    // call cost as much as the products they hold): gated_products' gate and up outputs, and a
+    // residual add's product before it is added.
+    std::vector<float> gate_, up_, sum_;
 
     const ModelConfig& c_;
     BlockDesc desc_;

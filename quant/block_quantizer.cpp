@@ -206,10 +206,11 @@ void BlockQuantizer::quantize_rtn(Weight w, const std::vector<float>& wf,
         rtn_quantize(QType::f32, in, rows, k, target, plain, &ctx_.pool))
         throw Error(ctx_.src.path(), t.name, "a group's scale overflows fp16");
     const std::vector<float> zero(rows * k, 0.0f);
-    const double norm = std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h), 1e-300);
+    const double norm =
+        std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h, &ctx_.pool), 1e-300);
     auto relative = [&](const std::vector<uint8_t>& p) {
         const std::vector<float> q = to_f32(Matrix{t.name, target, p.data(), rows, k});
-        return std::sqrt(awq_hessian_error(wf.data(), q.data(), rows, k, h) / norm);
+        return std::sqrt(awq_hessian_error(wf.data(), q.data(), rows, k, h, &ctx_.pool) / norm);
     };
     ctx_.linears.push_back({t.name, std::string(qtype_traits(target).name), relative(packed),
                             relative(plain), 0.0, 0});
@@ -251,8 +252,10 @@ void BlockQuantizer::quantize_awq(Weight w, const std::vector<float>& wf,
     // without this linear's own input scales and clipping (the output rows of v and up stay
     // divided by the v -> o and down scales: the same output coordinates).
     const std::vector<float> zero(rows * k, 0.0f);
-    const double norm = std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h), 1e-300);
-    rep.relative_error = std::sqrt(awq_hessian_error(wf.data(), qf.data(), rows, k, h) / norm);
+    const double norm =
+        std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h, &ctx_.pool), 1e-300);
+    rep.relative_error =
+        std::sqrt(awq_hessian_error(wf.data(), qf.data(), rows, k, h, &ctx_.pool) / norm);
     std::vector<float> w_in = wf, q_rtn(rows * k);
     std::vector<double> h_in = h;
     if (!s_in.empty()) {
@@ -263,7 +266,7 @@ void BlockQuantizer::quantize_awq(Weight w, const std::vector<float>& wf,
     }
     awq_fake_quantize(target, w_in.data(), rows, k, nullptr, q_rtn.data(), &ctx_.pool);
     rep.rtn_relative_error =
-        std::sqrt(awq_hessian_error(w_in.data(), q_rtn.data(), rows, k, h_in) / norm);
+        std::sqrt(awq_hessian_error(w_in.data(), q_rtn.data(), rows, k, h_in, &ctx_.pool) / norm);
     ctx_.linears.push_back(rep);
     ctx_.awq_clips.push_back(
         {{"name", t.name}, {"groups", clipped.groups}, {"clipped", clipped.clipped}});
@@ -281,10 +284,9 @@ std::vector<float> BlockQuantizer::search(const char* what, const std::vector<do
     return r.best == 0 ? std::vector<float>{} : r.scales;  // alpha 0: s = 1, nothing to fold
 }
 
-nlohmann::json BlockQuantizer::run(std::vector<float>& x) {
+nlohmann::json BlockQuantizer::run(std::vector<float>& x, BlockForward::Buffers& buffers) {
     load_block();
     set_view();
-    BlockForward::Buffers buffers;
     a_ = f_.activations(x.data(), buffers);
     f_.hook = this;
     try {
@@ -352,16 +354,16 @@ void BlockQuantizer::search_attention(Rows x, uint64_t n) {
     HessianStats hs = hessian(a_.h, d, n);
     auto target = [&](Weight w) { return ctx_.qtypes[at(w)]; };
     if (all_float({Weight::q, Weight::k, Weight::v}))
-        scales_.qkv =
-            search("qkv", hs.mean_abs,
-                   {{b_.q.data(), qd, target(Weight::q)},
-                    {b_.k.data(), kvd, target(Weight::k)},
-                    {b_.v.data(), kvd, target(Weight::v)}},
-                   d, [&](const std::vector<std::vector<float>>& cand) {
-                       return awq_hessian_error(b_.q.data(), cand[0].data(), qd, d, hs.h) +
-                              awq_hessian_error(b_.k.data(), cand[1].data(), kvd, d, hs.h) +
-                              awq_hessian_error(b_.v.data(), cand[2].data(), kvd, d, hs.h);
-                   });
+        scales_.qkv = search(
+            "qkv", hs.mean_abs,
+            {{b_.q.data(), qd, target(Weight::q)},
+             {b_.k.data(), kvd, target(Weight::k)},
+             {b_.v.data(), kvd, target(Weight::v)}},
+            d, [&](const std::vector<std::vector<float>>& cand) {
+                return awq_hessian_error(b_.q.data(), cand[0].data(), qd, d, hs.h, &ctx_.pool) +
+                       awq_hessian_error(b_.k.data(), cand[1].data(), kvd, d, hs.h, &ctx_.pool) +
+                       awq_hessian_error(b_.v.data(), cand[2].data(), kvd, d, hs.h, &ctx_.pool);
+            });
     else
         groups_["qkv"] = {{"skipped", "a source matrix is already quantized"}};
     if (!awq_scales_v_to_o(c_)) {
@@ -381,7 +383,8 @@ void BlockQuantizer::search_attention(Rows x, uint64_t n) {
         const HessianStats ha = hessian(t.att, qd, n);
         scales_.vo = search("vo", ha.mean_abs, {{b_.o.data(), d, target(Weight::o)}}, qd,
                             [&](const std::vector<std::vector<float>>& cand) {
-                                return awq_hessian_error(b_.o.data(), cand[0].data(), d, qd, ha.h);
+                                return awq_hessian_error(b_.o.data(), cand[0].data(), d, qd, ha.h,
+                                                         &ctx_.pool);
                             });
     }
     awq_fold(c_, b_, scales_);
@@ -436,11 +439,11 @@ void BlockQuantizer::search_mlp(Rows x, uint64_t n) {
             });
         f_.gated_products(layer_, a_.h, f_.desc().activation, a_.mlp, n);
         const HessianStats hm = hessian(a_.mlp, inter, n);
-        mlp.down =
-            search("down", hm.mean_abs, {{b_.down.data(), d, target(Weight::down)}}, inter,
-                   [&](const std::vector<std::vector<float>>& cand) {
-                       return awq_hessian_error(b_.down.data(), cand[0].data(), d, inter, hm.h);
-                   });
+        mlp.down = search("down", hm.mean_abs, {{b_.down.data(), d, target(Weight::down)}}, inter,
+                          [&](const std::vector<std::vector<float>>& cand) {
+                              return awq_hessian_error(b_.down.data(), cand[0].data(), d, inter,
+                                                       hm.h, &ctx_.pool);
+                          });
     }
     awq_fold(c_, b_, mlp);
     scales_.gate_up = mlp.gate_up;

@@ -48,7 +48,9 @@ class BlockQuantizer final : public ProductHook {
     // Runs the block on x ([tokens][hidden], in place: the next block's input, computed with
     // every weight quantized) and quantizes its linears. Returns the AWQ record of the block's
     // scale searches (null for GPTQ).
-    nlohmann::json run(std::vector<float>& x);
+    // `buffers`: the forward's activations (BlockForward::activations), kept by the caller from
+    // block to block.
+    nlohmann::json run(std::vector<float>& x, BlockForward::Buffers& buffers);
 
   private:
     void before_products(Weight first, Rows in, uint64_t n) override;

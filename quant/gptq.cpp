@@ -29,44 +29,7 @@ namespace qforge {
 
 namespace {
 
-constexpr uint64_t kPanelRows = 64;     // rows per lazy-update dgemm (one thread's unit)
-constexpr uint64_t kMeasureRows = 128;  // rows per dsymm when measuring output errors
-
-// For `forms` matrices E_f with rows filled by fill(r, s) (s: forms rows of k doubles, E_0[r]
-// first), returns sum_f-wise trace(E_f H E_f^T), H's lower triangle and diagonal read from h
-// (row-major). Rows go in fixed batches of kMeasureRows (one single-threaded dsymm each) and the
-// per-row values are summed in row order, so the sums do not depend on the threads.
-template <class Fill>
-std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
-                                    ThreadPool* pool, Fill fill) {
-    const uint64_t batches = (rows + kMeasureRows - 1) / kMeasureRows;
-    std::vector<double> per_row(rows * forms);
-    auto run = [&](size_t bb, size_t be) {
-        std::vector<double> s, hs;
-        for (uint64_t b = bb; b < be; ++b) {
-            const uint64_t r0 = b * kMeasureRows, m = std::min(kMeasureRows, rows - r0) * forms;
-            s.resize(m * k);
-            hs.resize(m * k);
-            for (uint64_t r = r0; r < r0 + m / forms; ++r) fill(r, s.data() + (r - r0) * forms * k);
-            cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, static_cast<int>(m),
-                        static_cast<int>(k), 1.0, h, static_cast<int>(k), s.data(),
-                        static_cast<int>(k), 0.0, hs.data(), static_cast<int>(k));
-            for (uint64_t i = 0; i < m; ++i) {
-                double acc = 0.0;
-                for (uint64_t j = 0; j < k; ++j) acc += s[i * k + j] * hs[i * k + j];
-                per_row[r0 * forms + i] = acc;
-            }
-        }
-    };
-    if (pool)
-        pool->parallel_for(batches, run);
-    else
-        run(0, batches);
-    std::vector<double> total(forms, 0.0);
-    for (uint64_t r = 0; r < rows; ++r)
-        for (uint64_t f = 0; f < forms; ++f) total[f] += per_row[r * forms + f];
-    return total;
-}
+constexpr uint64_t kPanelRows = 64;  // rows per lazy-update dgemm (one thread's unit)
 
 void check_blas_size(uint64_t v, const char* what) {
     if (v == 0 || v > static_cast<uint64_t>(std::numeric_limits<int>::max()))

@@ -9,17 +9,61 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace qforge {
 
+// OpenBLAS's run-time kernel choice (driver/others/dynamic.c), exported by DYNAMIC_ARCH builds
+// only: weak, so that another build links and keeps its kernels.
+extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+namespace {
+
+// The level of OpenBLAS's x86 kernel sets, by the names openblas_get_corename() gives; any other
+// name counts as below avx2 (Prescott, Core2, Nehalem, Sandybridge, ...).
+Isa blas_kernel_level(std::string_view name) {
+    for (const char* n : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+        if (name == n) return Isa::avx512;
+    for (const char* n : {"Haswell", "Zen"})
+        if (name == n) return Isa::avx2;
+    return Isa::scalar;
+}
+
+std::string choose_blas_kernels() {
+    const char* chosen = openblas_get_corename();
+    const std::string name = chosen ? chosen : "";
+    const Isa want = cpu_isa();
+    if (std::getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit ||
+        blas_kernel_level(name) >= want)
+        return name;
+    // dynamic.c reads OPENBLAS_CORETYPE when it chooses; the variable is removed again so that
+    // child processes choose for themselves.
+    setenv("OPENBLAS_CORETYPE", want == Isa::avx512 ? "SkylakeX" : "Haswell", 1);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+    chosen = openblas_get_corename();
+    return chosen ? chosen : "";
+}
+
+}  // namespace
+
+std::string blas_kernels() {
+    static const std::string name = choose_blas_kernels();
+    return name;
+}
+
 BlasSingleThread::BlasSingleThread() : saved_(openblas_get_num_threads()) {
+    blas_kernels();
     openblas_set_num_threads(1);
 }
 BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(saved_); }
@@ -41,9 +85,18 @@ void HessianAccumulator::add(const float* x, uint64_t n) {
         const float* row = x + r * k_;
         for (uint64_t c = 0; c < k_; ++c) abs_sum_[c] += std::fabs(static_cast<double>(row[c]));
     }
-    // Rows are always copied into the chunk buffer, so every product reads the same memory
-    // layout whatever the caller's pointer and split.
+    // Whole chunks are multiplied where the caller holds them, the rest goes through the chunk
+    // buffer; the products pack their operands first, so a chunk's product does not depend on
+    // where its rows are (the test of split add() calls checks it).
     while (n > 0) {
+        if (buffered_ == 0 && n >= kHessianChunk) {
+            const uint64_t chunks = n / kHessianChunk;
+            multiply_chunks(x, chunks, kHessianChunk);
+            count_ += chunks * kHessianChunk;
+            x += chunks * kHessianChunk * k_;
+            n -= chunks * kHessianChunk;
+            continue;
+        }
         const uint64_t take = std::min(n, kHessianChunk - buffered_);
         std::memcpy(chunk_.data() + buffered_ * k_, x, take * k_ * sizeof(float));
         buffered_ += take;
@@ -56,11 +109,19 @@ void HessianAccumulator::add(const float* x, uint64_t n) {
 
 void HessianAccumulator::flush_chunk() {
     if (buffered_ == 0) return;
+    multiply_chunks(chunk_.data(), 1, buffered_);
+    buffered_ = 0;
+}
+
+// Tile by tile (the tiles spread over the threads): the tile's float64 sum stays in cache while
+// the chunks' float32 products are added to it in chunk order, as one chunk at a time would.
+void HessianAccumulator::multiply_chunks(const float* x, uint64_t chunks, uint64_t rows) {
     const uint64_t tiles = (k_ + kHessianTile - 1) / kHessianTile;
     const uint64_t pairs = tiles * (tiles + 1) / 2;  // tiles (bi, bj) with bj >= bi
-    const int k = static_cast<int>(k_), n = static_cast<int>(buffered_);
+    const int k = static_cast<int>(k_), n = static_cast<int>(rows);
     auto run = [&](size_t begin, size_t end) {
         std::vector<float> tile(kHessianTile * kHessianTile);
+        std::vector<double> acc(kHessianTile * kHessianTile);
         uint64_t bi = 0, first = 0;  // pair index of (bi, bi)
         for (size_t p = begin; p < end; ++p) {
             while (p >= first + (tiles - bi)) first += tiles - bi++;
@@ -68,19 +129,26 @@ void HessianAccumulator::flush_chunk() {
             const uint64_t i0 = bi * kHessianTile, j0 = bj * kHessianTile;
             const uint64_t ni = std::min(kHessianTile, k_ - i0),
                            nj = std::min(kHessianTile, k_ - j0);
-            const float* a = chunk_.data() + i0;
-            if (bi == bj)
-                cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(ni), n, 1.0f, a,
-                            k, 0.0f, tile.data(), static_cast<int>(nj));
-            else
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(ni),
-                            static_cast<int>(nj), n, 1.0f, a, k, chunk_.data() + j0, k, 0.0f,
-                            tile.data(), static_cast<int>(nj));
-            for (uint64_t i = 0; i < ni; ++i) {
-                double* s = sum_.data() + (i0 + i) * k_ + j0;
-                const float* t = tile.data() + i * nj;
-                for (uint64_t j = bi == bj ? i : 0; j < nj; ++j) s[j] += static_cast<double>(t[j]);
+            for (uint64_t i = 0; i < ni; ++i)
+                std::copy_n(sum_.data() + (i0 + i) * k_ + j0, nj, acc.data() + i * nj);
+            for (uint64_t c = 0; c < chunks; ++c) {
+                const float* a = x + c * rows * k_ + i0;
+                if (bi == bj)
+                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(ni), n,
+                                1.0f, a, k, 0.0f, tile.data(), static_cast<int>(nj));
+                else
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(ni),
+                                static_cast<int>(nj), n, 1.0f, a, k, x + c * rows * k_ + j0, k,
+                                0.0f, tile.data(), static_cast<int>(nj));
+                for (uint64_t i = 0; i < ni; ++i) {
+                    double* s = acc.data() + i * nj;
+                    const float* t = tile.data() + i * nj;
+                    for (uint64_t j = bi == bj ? i : 0; j < nj; ++j)
+                        s[j] += static_cast<double>(t[j]);
+                }
             }
+            for (uint64_t i = 0; i < ni; ++i)
+                std::copy_n(acc.data() + i * nj, nj, sum_.data() + (i0 + i) * k_ + j0);
         }
     };
     BlasSingleThread single;
@@ -88,7 +156,6 @@ void HessianAccumulator::flush_chunk() {
         pool_->parallel_for(pairs, run);
     else
         run(0, pairs);
-    buffered_ = 0;
 }
 
 HessianStats HessianAccumulator::finish() {
@@ -115,6 +182,38 @@ HessianStats HessianAccumulator::finish() {
     for (uint64_t c = 0; c < k_; ++c) st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
     chunk_ = {};
     return st;
+}
+
+std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                    ThreadPool* pool,
+                                    const std::function<void(uint64_t, double*)>& fill) {
+    const uint64_t batches = (rows + kQuadraticRows - 1) / kQuadraticRows;
+    std::vector<double> per_row(rows * forms);
+    auto run = [&](size_t bb, size_t be) {
+        std::vector<double> s, hs;
+        for (uint64_t b = bb; b < be; ++b) {
+            const uint64_t r0 = b * kQuadraticRows, m = std::min(kQuadraticRows, rows - r0) * forms;
+            s.resize(m * k);
+            hs.resize(m * k);
+            for (uint64_t r = r0; r < r0 + m / forms; ++r) fill(r, s.data() + (r - r0) * forms * k);
+            cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, static_cast<int>(m),
+                        static_cast<int>(k), 1.0, h, static_cast<int>(k), s.data(),
+                        static_cast<int>(k), 0.0, hs.data(), static_cast<int>(k));
+            for (uint64_t i = 0; i < m; ++i) {
+                double acc = 0.0;
+                for (uint64_t j = 0; j < k; ++j) acc += s[i * k + j] * hs[i * k + j];
+                per_row[r0 * forms + i] = acc;
+            }
+        }
+    };
+    if (pool)
+        pool->parallel_for(batches, run);
+    else
+        run(0, batches);
+    std::vector<double> total(forms, 0.0);
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t f = 0; f < forms; ++f) total[f] += per_row[r * forms + f];
+    return total;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,9 +4,11 @@
 // Determinism: rows are buffered into chunks of kHessianChunk consecutive rows (chunk boundaries
 // are multiples of kHessianChunk counted from the first row ever added), each chunk's float32
 // product is computed as fixed kHessianTile x kHessianTile tiles, and the tiles are added to the
-// float64 sum chunk after chunk. Every tile is one single-threaded OpenBLAS call on the same
-// buffer whichever thread runs it. So H depends only on the rows and their order: never on how
-// the caller splits its add() calls, nor on the number of threads.
+// float64 sum chunk after chunk (tile by tile over a run of chunks, so each tile's float64 sum
+// stays in cache). Every tile is one single-threaded OpenBLAS call whichever thread runs it, on
+// the chunk's rows where the caller holds them or in the chunk buffer (OpenBLAS packs its
+// operands first: where they lie does not change the result). So H depends only on the rows and
+// their order: never on how the caller splits its add() calls, nor on the number of threads.
 //
 // OpenBLAS's own threads are NOT deterministic: it splits a product's output among its threads
 // at thread-count-dependent boundaries, and its kernels sum edge tiles in a different order (on
@@ -16,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace qforge {
@@ -32,9 +36,21 @@ inline constexpr uint64_t kHessianChunk = 256;
 // full speed, small enough to give every thread work (k = 2048: 36 tiles per chunk).
 inline constexpr uint64_t kHessianTile = 256;
 
+// OpenBLAS's kernels for this CPU, chosen once per process, by the first BlasSingleThread.
+// A DYNAMIC_ARCH OpenBLAS picks its kernels by CPU model when it loads, and a release older than
+// the CPU falls back to generic SSE3 kernels: OpenBLAS 0.3.21 (Debian 12) calls this project's
+// Xeons (family 6, model 207) "Prescott", and its sgemm then runs at 21 GFLOP/s on one core
+// against 92 with its SkylakeX kernels (the whole calibrated pipeline: its products, H, GPTQ's
+// factorisations and updates). So when OPENBLAS_CORETYPE is not set and the kernels OpenBLAS
+// chose use less than cpu_isa() (kernels/cpu/isa.hpp: the CPU's level, capped by QFORGE_ISA),
+// they are chosen again: SkylakeX for avx512, Haswell for avx2. A BLAS without the run-time
+// choice (not DYNAMIC_ARCH) is left as it is. Returns OpenBLAS's name of the kernels in use,
+// which the .qf header records (products and H depend on them in the last bits).
+std::string blas_kernels();
+
 // While alive, OpenBLAS runs every call on its calling thread (openblas_set_num_threads(1));
 // the previous setting is restored afterwards. Process-wide: do not overlap with other code that
-// relies on OpenBLAS's threads.
+// relies on OpenBLAS's threads. The first one also settles blas_kernels().
 class BlasSingleThread {
   public:
     BlasSingleThread();
@@ -71,6 +87,8 @@ class HessianAccumulator {
 
   private:
     void flush_chunk();
+    // Adds the products of `chunks` consecutive chunks of `rows` rows each at x.
+    void multiply_chunks(const float* x, uint64_t chunks, uint64_t rows);
 
     uint64_t k_;
     ThreadPool* pool_;
@@ -81,6 +99,16 @@ class HessianAccumulator {
     std::vector<double> sum_;      // [k][k] float64 sum of chunk products (upper triangle)
     std::vector<double> abs_sum_;  // [k] sum of |x| per channel, in row order
 };
+
+// For `forms` matrices E_f of `rows` rows of k, filled row by row by fill(r, s) (s: `forms` rows
+// of k doubles, E_0[r] first), returns trace(E_f H E_f^T) for each f, H's lower triangle and
+// diagonal read from h (row-major k x k). Rows go in fixed batches of kQuadraticRows (one
+// single-threaded dsymm each, spread over `pool`) and the per-row values are summed in row order,
+// so the sums do not depend on the threads (BlasSingleThread must be alive).
+inline constexpr uint64_t kQuadraticRows = 128;
+std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                    ThreadPool* pool,
+                                    const std::function<void(uint64_t, double*)>& fill);
 
 // GPTQ's factor of a damped Hessian, in place. `a` is k * k row-major; its strict lower triangle
 // holds H (in the order the columns will be visited) and is left untouched; H' is H with

@@ -45,7 +45,8 @@ struct LayerSequential::State {
     BlasSingleThread blas;  // products with fixed geometry: results independent of threads
     std::map<std::string, size_t> index;
     BlockForward f;
-    std::vector<float> x;  // the next block's input, [tokens][hidden]
+    BlockForward::Buffers buffers;  // the forward's activations, reused by every block
+    std::vector<float> x;           // the next block's input, [tokens][hidden]
     uint64_t layers_done = 0;
     std::unique_ptr<ResumeDir> resume;  // null: no --resume
     uint64_t resumed = 0;               // blocks served from `resume` instead of computed
@@ -218,7 +219,7 @@ void LayerSequential::run_layer(uint64_t layer) {
     const size_t first_report = linears_.size();
     const BlockQuantContext ctx{s.src,   s.qtypes, s.options, s.pool,
                                 s.index, s.ready,  linears_,  s.awq_clips};
-    const nlohmann::json groups = BlockQuantizer(ctx, s.f, layer).run(s.x);
+    const nlohmann::json groups = BlockQuantizer(ctx, s.f, layer).run(s.x, s.buffers);
     if (awq) s.awq_groups.push_back({{"layer", layer}, {"groups", groups}});
 
     // One line per block: its time, the ETA, and each linear's relative output error.
@@ -259,6 +260,7 @@ nlohmann::json LayerSequential::record() const {
     nlohmann::json r = {{"method", std::string(quant_method_info(s_->options.method).name)},
                         {"calibration", s_->calib.to_json()},
                         {"true_sequential", true},
+                        {"blas_kernels", blas_kernels()},
                         {"linears", linears}};
     if (s_->options.importance) r["importance"] = "diag(H): mean squared activation per input";
     if (s_->options.method == QuantMethod::gptq || s_->options.method == QuantMethod::awq_gptq) {

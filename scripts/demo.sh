@@ -13,6 +13,7 @@
 #
 #   usage: scripts/demo.sh [--model smollm2|gemma3] [-f TEXT] [--qtype q4_g128] [--method gptq]
 #          [--chunks N] [--ctx N]     (--method rtn, gptq, awq or awq+gptq)
+#   env:   QFORGE_MODELS_DIR: where scripts/get_models.sh keeps the models (default models)
 #
 # Text: ../shared/data/wikitext-2-raw when present, otherwise the GNU GPL v3 text every Debian
 # system ships (/usr/share/common-licenses/GPL-3): real English prose, never committed here.
@@ -36,12 +37,13 @@ while [ $# -gt 0 ]; do
     *) echo "demo: unknown argument $1 (see the usage line in $0)" >&2; exit 2 ;;
   esac
 done
+models=${QFORGE_MODELS_DIR:-models}
 case "$model" in
   smollm2)
-    name=SmolLM2-135M-Instruct; source=models/SmolLM2-135M-Instruct.Q4_1.gguf
+    name=SmolLM2-135M-Instruct; source=$models/SmolLM2-135M-Instruct.Q4_1.gguf
     float_what="the dequantized Q4_1"; chat=(); : "${chunks:=20}" "${ctx:=256}" ;;
   gemma3)
-    name=gemma-3-270m; source=models/gemma-3-270m-q4_k_m.gguf
+    name=gemma-3-270m; source=$models/gemma-3-270m-q4_k_m.gguf
     float_what="the dequantized Q4_K_M"; chat=(--chat-template scripts/chat_templates/gemma3.jinja)
     : "${chunks:=40}" "${ctx:=512}" ;;
   *) echo "demo: --model is smollm2 or gemma3, not $model" >&2; exit 2 ;;
@@ -60,8 +62,8 @@ qforge=./build/cli/qforge
 export QFORGE=$qforge
 
 bash scripts/get_models.sh "$model"
-float=models/$name.qf
-quant=models/$name-$method-$qtype.qf
+float=$models/$name.qf
+quant=$models/$name-$method-$qtype.qf
 calib=()
 if [ "$method" != rtn ]; then
   # Calibrate on text that perplexity does not score: the brown corpus, or the GPL's first part.
