@@ -61,7 +61,6 @@ uint64_t claim_chunks(uint64_t word) { return (word >> kFieldBits) & kFieldMask;
 
 void ThreadPool::dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call) {
     if (chunks == 0) return;
-    if (chunks > kMaxChunks) chunks = kMaxChunks;  // callers ask for a few per thread
     job_ = fn;
     chunk_call_ = call;
     done_.store(0, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 // reduction, so results do not depend on the number of threads.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +65,8 @@ class ThreadPool {
     // started: on a machine with more runnable threads than cores, a worker the scheduler has
     // set aside leaves its chunks to the threads that run, instead of holding every region up by
     // a time slice (static halves made 2 threads slower than 1 there: kernels/README.md). At most
-    // kMaxChunks chunks. `fn` must not throw and must not call the pool itself.
+    // More than kMaxChunks chunks (the claim word's field) run as successive regions of at most
+    // that many. `fn` must not throw and must not call the pool itself.
     static constexpr size_t kMaxChunks = (size_t{1} << 20) - 1;
     template <class F>
     void run_chunks(size_t chunks, F&& fn) {
@@ -72,9 +74,12 @@ class ThreadPool {
             for (size_t c = 0; c < chunks; ++c) fn(c, 0);
             return;
         }
-        using Fn = std::remove_reference_t<F>;
-        dispatch_chunks(chunks, const_cast<void*>(static_cast<const void*>(&fn)),
-                        [](void* f, size_t c, int t) { (*static_cast<Fn*>(f))(c, t); });
+        for (size_t base = 0; base < chunks; base += kMaxChunks) {
+            auto part = [&](size_t c, int t) { fn(base + c, t); };
+            using Part = decltype(part);
+            dispatch_chunks(std::min(kMaxChunks, chunks - base), &part,
+                            [](void* f, size_t c, int t) { (*static_cast<Part*>(f))(c, t); });
+        }
     }
 
   private:

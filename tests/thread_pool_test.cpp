@@ -50,3 +50,16 @@ TEST_CASE("thread pool: more threads than cores (workers set aside) still finish
     ThreadPool pool(8);
     alternate(pool, 200);
 }
+
+TEST_CASE("thread pool: more chunks than one region holds run as successive regions",
+          "[runtime][thread_pool]") {
+    ThreadPool pool(2);
+    const size_t chunks = ThreadPool::kMaxChunks + 5;
+    std::atomic<uint64_t> count{0}, sum{0};
+    pool.run_chunks(chunks, [&](size_t c, int) {
+        count.fetch_add(1, std::memory_order_relaxed);
+        sum.fetch_add(c, std::memory_order_relaxed);
+    });
+    REQUIRE(count.load() == chunks);
+    REQUIRE(sum.load() == static_cast<uint64_t>(chunks) * (chunks - 1) / 2);
+}
