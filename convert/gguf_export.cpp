@@ -199,9 +199,12 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
         for (GgufKeyValue& kv : tok.keys) w.add(std::move(kv.key), std::move(kv.value));
         for (std::string& warning : tok.warnings) report.warnings.push_back(std::move(warning));
     } else {
+        // llama.cpp's marker for a model without a vocabulary: it loads the file with
+        // <arch>.vocab_size (written above) placeholder tokens, so llama-bench runs it; text cannot be tokenized.
         report.warnings.push_back(
-            "the .qf has no tokenizer: the GGUF has no tokenizer.ggml.* metadata, which "
-            "llama.cpp needs to load it");
+            "the .qf has no tokenizer: the GGUF says tokenizer.ggml.model = none (llama.cpp loads "
+            "it for benchmarks, but cannot tokenize text with it)");
+        w.add("tokenizer.ggml.model", gguf_string("none"));
         add_config_token_ids(w, c);
     }
     uint64_t total = 0;

@@ -480,7 +480,8 @@ void GgufSource::read_tokenizer(const std::string& given) {
     if (!given.empty()) {
         tokenizer_ =
             resolve_tokenizer(given, std::nullopt, path, config_, tokenizer_file_, warnings_);
-    } else if (file_.find("tokenizer.ggml.model")) {
+    } else if (const std::string* model = file_.get_string("tokenizer.ggml.model");
+               model && *model != "none") {
         tokenizer_ = tokenizer_schema_from_gguf(file_);
         tokenizer_file_ = path;
         // llama.cpp refuses a GGUF whose token list and embedding rows differ.
@@ -491,6 +492,7 @@ void GgufSource::read_tokenizer(const std::string& given) {
                             " tokens but its vocabulary (token_embd rows) has " +
                             std::to_string(config_.vocab_size));
     } else {
+        // Absent, or llama.cpp's "none" (a model without a vocabulary).
         warnings_.push_back(path +
                             " has no tokenizer metadata; the .qf will have none "
                             "(pass --tokenizer FILE)");

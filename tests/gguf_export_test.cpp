@@ -76,6 +76,27 @@ TEST_CASE("GGUF export: every exportable type converts back tensor-identical", "
     check_round_trip(dir, "llama_gqa_untied", "--qtype f32");
 }
 
+// A model without a tokenizer carries llama.cpp's own "no vocabulary" marker (its loader reads
+// tokenizer.ggml.model = none with <arch>.vocab_size placeholder tokens), and converts back to a
+// .qf without one.
+TEST_CASE("GGUF export: a model without a tokenizer says tokenizer.ggml.model none",
+          "[gguf][export]") {
+    ScratchDir dir("gguf-export-no-vocab");
+    const fs::path flt = dir / "m.qf", gguf = dir / "m.gguf", back = dir / "back.qf";
+    run_ok("convert " + q(fixture("hf_models/llama_gqa_untied")) + " -o " + q(flt));
+    const QfFile qf(flt.string());
+    REQUIRE_FALSE(qf.has_tokenizer());
+    run_ok("export " + q(flt) + " --format gguf -o " + q(gguf));
+    const GgufFile g(gguf.string());
+    const std::string* model = g.get_string("tokenizer.ggml.model");
+    REQUIRE(model);
+    CHECK(*model == "none");
+    CHECK(g.get_uint("llama.vocab_size") == qf.config().vocab_size);
+    CHECK(g.get_string_array("tokenizer.ggml.tokens") == nullptr);
+    run_ok("convert " + q(gguf) + " -o " + q(back));
+    CHECK_FALSE(QfFile(back.string()).has_tokenizer());
+}
+
 // llama.cpp's own mixed-type file with its byte-level BPE tokenizer and chat template: its kept
 // conversion (Q8_0/Q4_0 packed, F16/BF16 as stored, the rest f32) exports and converts back with
 // the same tensors and the same tokenizer schema.
