@@ -200,7 +200,8 @@ GgufExportReport export_gguf(const GgufExportOptions& o) {
         for (std::string& warning : tok.warnings) report.warnings.push_back(std::move(warning));
     } else {
         // llama.cpp's marker for a model without a vocabulary: it loads the file with
-        // <arch>.vocab_size (written above) placeholder tokens, so llama-bench runs it; text cannot be tokenized.
+        // <arch>.vocab_size (written above) placeholder tokens, so llama-bench runs it; text cannot
+        // be tokenized.
         report.warnings.push_back(
             "the .qf has no tokenizer: the GGUF says tokenizer.ggml.model = none (llama.cpp loads "
             "it for benchmarks, but cannot tokenize text with it)");
