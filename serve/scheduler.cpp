@@ -178,7 +178,8 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
     std::vector<float> logits(wanted * vocab_);
     try {
         backend_.forward_batch(batch, logits);
-    } catch (const Error& e) {  // nothing in a checked batch should fail; if it does, say so
+    } catch (const std::exception& e) {  // nothing in a checked batch should fail; if it does,
+        // the batch's requests say so and leave (an exception past here would end the thread)
         for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
         return;
     }
@@ -224,6 +225,15 @@ bool Scheduler::step() {
     return !batch.empty();
 }
 
+void Scheduler::fail_running(const std::string& why) {
+    for (auto& s : running_)
+        if (!s->done) finish(*s, FinishReason::error, why);
+    running_.clear();
+    std::lock_guard lock(mutex_);
+    running_count_ = 0;
+    free_blocks_ = pool_.free_blocks();
+}
+
 void Scheduler::start() {
     if (thread_.joinable()) return;
     thread_ = std::thread([this] {
@@ -232,7 +242,15 @@ void Scheduler::start() {
                 std::unique_lock lock(mutex_);
                 if (stop_) return;
             }
-            if (step()) continue;
+            try {
+                if (step()) continue;
+            } catch (const std::exception& e) {
+                // Outside the model (admission, sampling: out of memory, say): the running
+                // requests fail and leave with their blocks rather than the thread, and with it
+                // the server, ending.
+                fail_running(e.what());
+                continue;
+            }
             // Idle: wait for a submission (a cancelled queued request is noticed within 50 ms).
             std::unique_lock lock(mutex_);
             work_.wait_for(lock, std::chrono::milliseconds(50),

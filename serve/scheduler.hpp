@@ -124,6 +124,8 @@ class Scheduler {
     void admit();
     void run_batch(std::vector<Sequence*>& batch_seqs, std::vector<BatchSequence>& batch);
     void finish(Sequence& s, FinishReason reason, std::string error = {});
+    // Every running sequence ends with `why` as its error (start()'s thread, after step() threw).
+    void fail_running(const std::string& why);
     void deliver(Sequence& s, std::span<float> logits);
 
     Backend& backend_;

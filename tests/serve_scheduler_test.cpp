@@ -1,8 +1,10 @@
 // The continuous-batching scheduler (serve/scheduler.hpp), in-process: requests arriving at
 // random steps give exactly `generate`'s tokens (greedy and seeded sampling); admission waits for
 // blocks, the queue bound refuses, cancelled and finished sequences free their blocks at once.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "runtime/generate.hpp"
@@ -193,5 +195,49 @@ TEST_CASE("scheduler thread: streams as tokens come, stops cleanly with requests
     }  // destroyed with a request in flight
     auto ev = left_running->wait(std::chrono::milliseconds(0));
     CHECK(ev.finished);
+    CHECK(pool.free_blocks() == pool.total_blocks());
+}
+
+TEST_CASE("scheduler thread: a step that throws fails its requests and frees them, and goes on",
+          "[scheduler]") {
+    // Not a qforge::Error (out of memory, say): it used to leave step() and end the thread,
+    // and with it the server.
+    test::ScratchDir dir("serve-throw");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    ThreadPool threads(1);
+    std::atomic<bool> fail{true};
+    test::HookedBackend backend(make_cpu_backend(model, threads), [&] {
+        if (fail) throw std::runtime_error("no memory today");
+    });
+    KvBlockPool pool(model.config(), 16);
+    Scheduler sched(backend, pool, {4, 64, 8, 16});
+    sched.start();
+    auto wait_end = [](serve::SequenceStream& s) {
+        Collected got;
+        for (int i = 0; i < 200 && !got.finished; ++i) {
+            auto e = s.wait(std::chrono::milliseconds(50));
+            got.tokens.insert(got.tokens.end(), e.tokens.begin(), e.tokens.end());
+            if (e.finished) {
+                got.finished = true;
+                got.reason = e.reason;
+            }
+        }
+        return got;
+    };
+    auto a = sched.submit(request({1, 2, 3}, 8));
+    REQUIRE(a.stream);
+    const Collected failed = wait_end(*a.stream);
+    CHECK(failed.finished);
+    CHECK(failed.reason == FinishReason::error);
+    CHECK(failed.tokens.empty());
+    fail = false;
+    auto b = sched.submit(request({1, 2, 3}, 4));
+    REQUIRE(b.stream);
+    const Collected ok = wait_end(*b.stream);
+    CHECK(ok.reason == FinishReason::length);
+    CHECK(ok.tokens.size() == 4);
+    sched.stop();
+    CHECK(sched.stats().running == 0);
     CHECK(pool.free_blocks() == pool.total_blocks());
 }
