@@ -69,6 +69,23 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     return [a, &common]() {
         // The batched forward and the paged cache are CPU operations; CUDA's forward has
         // neither, so serving on it would run one sequence at a time: refused, not emulated.
+        // What CUDA serving needs (runtime/cuda_*.cpp, as of this refusal):
+        // - Caches: the scheduler takes every cache from a host KvBlockPool (PagedKvCache, a
+        //   CpuKvCache), which CudaBackend::forward refuses ("made by another backend"). It
+        //   would need a cache source per backend: CudaBackend::new_cache(limit) per sequence
+        //   (CudaKvCache: capacity x layers x 2 x kv_dim fp16, one cudaMalloc up front), with
+        //   admission against a device-memory budget in positions instead of pool blocks.
+        // - The step: without a CUDA forward_batch, Backend's default runs each sequence as its
+        //   own forward(): every weight is read once per sequence per step (no batching gain),
+        //   and there is no device attention over block tables (kernels/cuda attention reads one
+        //   contiguous cache per sequence), so no paged cache on the device either.
+        // - Decode graphs are kept per cache, at most 8 (CudaEngine::launch_graph clears them
+        //   all past 8): more than 8 decoding sequences would recapture graphs every step.
+        // - Batch invariance: CUDA rounds the activations of products over more than 8 tokens to
+        //   fp16, so a prompt's logits depend on how it is chunked, and the scheduler's chunks
+        //   depend on the other prompts in the step (one prefill_chunk budget shared): chunks
+        //   would have to be fixed per sequence (the whole prompt, as generate runs it).
+        // None of it can be tested without a GPU; build it where one is lent.
         if (common.backend == "cuda")
             throw UsageError(
                 "serve: --backend cuda is not supported yet (the paged KV cache and the batched "
