@@ -34,7 +34,7 @@ struct TestServer {
     // `before_step`, when given, runs before each batched step (test::HookedBackend).
     TestServer(const std::filesystem::path& model_path, serve::SchedulerOptions so,
                serve::ServerOptions o, bool start_scheduler = true,
-               std::function<void()> before_step = {})
+               test::HookedBackend::Hook before_step = {})
         : model(model_path.string()),
           tok([&] {
               auto schema = model.file().tokenizer();
@@ -392,7 +392,7 @@ TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequenc
     test::ScratchDir dir("serve-http-gone");
     // 20 ms a step: the 200 tokens asked for would take 4 s or more.
     TestServer s(test::convert_stories(data, "hf", dir), {1, 256, 8, 16}, {}, true,
-                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+                 [](auto) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
     const std::string prompt = "Once upon a time";
     // Greedy, this prompt runs to 200 tokens without a stop token (so only the disconnect can
     // end it early).

@@ -60,12 +60,17 @@ inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_
     return ids;
 }
 
-// A backend that runs `before_step` before each batched step of `inner` (a delay, to make a
-// generation last; a throw, to fail a step), and is `inner` otherwise.
+// A backend that is `inner` but for its batched step: `before_step` sees each batch first (and
+// may delay, to make a generation last, or throw, to fail a step); then the step runs on inner's
+// forward_batch, or with `per_sequence` on Backend's default (each sequence through forward(), as
+// a backend without a batched step runs: the CUDA backend's serving path).
 class HookedBackend final : public Backend {
   public:
-    HookedBackend(std::unique_ptr<Backend> inner, std::function<void()> before_step)
-        : inner_(std::move(inner)), before_step_(std::move(before_step)) {}
+    using Hook = std::function<void(std::span<const BatchSequence>)>;
+    HookedBackend(std::unique_ptr<Backend> inner, Hook before_step, bool per_sequence = false)
+        : inner_(std::move(inner)),
+          before_step_(std::move(before_step)),
+          per_sequence_(per_sequence) {}
     std::string_view name() const override { return inner_->name(); }
     const Model& model() const override { return inner_->model(); }
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override {
@@ -76,13 +81,17 @@ class HookedBackend final : public Backend {
         inner_->forward(tokens, cache, logits_from, logits);
     }
     void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) override {
-        before_step_();
-        inner_->forward_batch(batch, logits);
+        if (before_step_) before_step_(batch);
+        if (per_sequence_)
+            Backend::forward_batch(batch, logits);
+        else
+            inner_->forward_batch(batch, logits);
     }
 
   private:
     std::unique_ptr<Backend> inner_;
-    std::function<void()> before_step_;
+    Hook before_step_;
+    bool per_sequence_;
 };
 
 }  // namespace qforge::test
