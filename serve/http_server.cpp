@@ -310,14 +310,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             (g.error.empty() ? "" : ": " + g.error));
     };
 
+    // Between tokens (and at least every 200 ms) the connection is checked: a client gone cancels
+    // its sequence at once, before its first token too (a streaming client's failed write would
+    // notice only once there is text to send).
+    auto client = std::make_shared<const ClientSocket>(req);
     if (!stream) {
-        // Between tokens (and at least every 200 ms) the connection is checked: a client gone
-        // cancels its sequence at once, as a failed write does for a streaming one.
-        const ClientSocket client(req);
         std::string text;
         while (!gen->done) {
             text += gen->poll(std::chrono::milliseconds(200));
-            if (!gen->done && client.gone()) {
+            if (!gen->done && client->gone()) {
                 gen->stream->cancel();
                 log(where + " client gone after " + std::to_string(gen->tokens) +
                     " tokens: cancelled");
@@ -346,8 +347,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, gen, id, chat, include_usage, prompt_tokens, done_line](size_t,
-                                                                       httplib::DataSink& sink) {
+        [this, gen, client, id, chat, include_usage, prompt_tokens, done_line](
+            size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
                 const std::string event = "data: " + dump(j) + "\n\n";
                 return sink.write(event.data(), event.size());
@@ -361,6 +362,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 const std::string text = gen->poll(std::chrono::milliseconds(200));
                 if (!text.empty() && !send(chunk(id, chat, text, nullptr, first))) return false;
                 if (!text.empty()) first = false;
+                if (!gen->done && client->gone()) return false;
             }
             done_line(*gen);
             if (!gen->error.empty()) {

@@ -439,6 +439,17 @@ TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequenc
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     CHECK(s.sched.stats().queued == 0);
     CHECK(s.sched.stats().running == 1);
+    // The same for a streaming client (no text has been written to it yet, so no write failed).
+    const int queued_stream = raw_completion(
+        s.server->port(), json{{"prompt", "Tom"}, {"max_tokens", 200}, {"stream", true}}.dump());
+    for (int i = 0; i < 500 && s.sched.stats().queued == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(s.sched.stats().queued == 1);
+    ::close(queued_stream);
+    for (int i = 0; i < 200 && s.sched.stats().queued != 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(s.sched.stats().queued == 0);
+    CHECK(s.sched.stats().running == 1);
     ::close(busy);
     CHECK(s.idle());
     {
