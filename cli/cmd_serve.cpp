@@ -82,8 +82,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         // - Decode graphs are kept per cache, at most 8 (CudaEngine::launch_graph clears them all
         //   past 8): with more than 8 decoding sequences every step recaptures graphs.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.
-        // - Not run on a GPU yet (tests/serve_scheduler_test.cpp's [cuda] case skips without
-        //   one); `auto` serves on the CPU.
+        // - Not run on a GPU yet: tests/serve_scheduler_test.cpp's [cuda] case skips without one,
+        //   and scripts/gpu_check.sh's build has no serve/ (no tokenizer, no httplib), so it runs
+        //   only in a full build on a GPU machine. `auto` serves on the CPU.
         const bool cuda = common.backend == "cuda";
         const auto model_file = open_qf_input(a->model);
         Model model(model_file->path());
