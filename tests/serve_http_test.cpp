@@ -424,32 +424,26 @@ TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequenc
     }
 
     // A client gone before its first token: queued behind a running request (one slot), it
-    // leaves the queue without ever running.
+    // leaves the queue without ever running; streaming too (no text was written to it yet, so
+    // no write failed).
+    auto wait_for = [](auto done, int ms) {
+        for (int i = 0; i < ms / 10 && !done(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return done();
+    };
     const int busy =
         raw_completion(s.server->port(), json{{"prompt", prompt}, {"max_tokens", 200}}.dump());
-    for (int i = 0; i < 500 && s.sched.stats().running == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const int queued =
-        raw_completion(s.server->port(), json{{"prompt", "Tom"}, {"max_tokens", 200}}.dump());
-    for (int i = 0; i < 500 && s.sched.stats().queued == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    REQUIRE(s.sched.stats().queued == 1);
-    ::close(queued);
-    for (int i = 0; i < 200 && s.sched.stats().queued != 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    CHECK(s.sched.stats().queued == 0);
-    CHECK(s.sched.stats().running == 1);
-    // The same for a streaming client (no text has been written to it yet, so no write failed).
-    const int queued_stream = raw_completion(
-        s.server->port(), json{{"prompt", "Tom"}, {"max_tokens", 200}, {"stream", true}}.dump());
-    for (int i = 0; i < 500 && s.sched.stats().queued == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    REQUIRE(s.sched.stats().queued == 1);
-    ::close(queued_stream);
-    for (int i = 0; i < 200 && s.sched.stats().queued != 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    CHECK(s.sched.stats().queued == 0);
-    CHECK(s.sched.stats().running == 1);
+    REQUIRE(wait_for([&] { return s.sched.stats().running == 1; }, 5000));
+    for (const bool streamed : {false, true}) {
+        INFO("streamed: " << streamed);
+        const int queued = raw_completion(
+            s.server->port(),
+            json{{"prompt", "Tom"}, {"max_tokens", 200}, {"stream", streamed}}.dump());
+        REQUIRE(wait_for([&] { return s.sched.stats().queued == 1; }, 5000));
+        ::close(queued);
+        CHECK(wait_for([&] { return s.sched.stats().queued == 0; }, 2000));
+        CHECK(s.sched.stats().running == 1);
+    }
     ::close(busy);
     CHECK(s.idle());
     {
