@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "runtime/model.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/thread_pool.hpp"
+#include "serve/cache_source.hpp"
 #include "serve/http_server.hpp"
 #include "serve/scheduler.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -67,12 +69,23 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     add_backend_option(app, common);
 
     return [a, &common]() {
-        // The batched forward and the paged cache are CPU operations; CUDA's forward has
-        // neither, so serving on it would run one sequence at a time: refused, not emulated.
-        if (common.backend == "cuda")
-            throw UsageError(
-                "serve: --backend cuda is not supported yet (the paged KV cache and the batched "
-                "forward run on the CPU backend); use --backend cpu");
+        // --backend cuda: each step runs every sequence through the CUDA forward() on a cache of
+        // its own in device memory (serve/cache_source.hpp's BackendCacheSource), whole prompts
+        // (SchedulerOptions::whole_prompts), so a request's tokens equal generate's on CUDA.
+        // What it lacks against the CPU path (runtime/cuda_*.cpp, kernels/cuda/):
+        // - No batched step: Backend::forward_batch's default reads every weight once per
+        //   sequence per step, so N streams cost about N single streams; a CUDA forward_batch
+        //   needs the products over all sequences' rows and an attention kernel over several
+        //   caches (AttentionParams holds one contiguous k_cache/v_cache).
+        // - No paged cache on the device: each sequence's cache is allocated whole (prompt +
+        //   max_tokens positions, fp16) at admission, against --kv-blocks blocks of 16 positions.
+        // - Decode graphs are kept per cache, at most 8 (CudaEngine::launch_graph clears them all
+        //   past 8): with more than 8 decoding sequences every step recaptures graphs.
+        // - A long prompt runs whole in one step, stalling the decoding sequences for it.
+        // - Not run on a GPU yet: tests/serve_scheduler_test.cpp's [cuda] case skips without one,
+        //   and scripts/gpu_check.sh's build has no serve/ (no tokenizer, no httplib), so it runs
+        //   only in a full build on a GPU machine. `auto` serves on the CPU.
+        const bool cuda = common.backend == "cuda";
         const auto model_file = open_qf_input(a->model);
         Model model(model_file->path());
         const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), a->model);
@@ -86,14 +99,22 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         const uint64_t per_seq = CpuKvCache::blocks_for(a->ctx);
         const uint64_t blocks =
             a->kv_blocks ? a->kv_blocks : std::max(per_seq, a->max_seqs * per_seq / 4);
-        KvBlockPool pool(model.config(), blocks);
 
         ThreadPool threads(resolved_threads(common));
-        CommonOptions cpu = common;
-        cpu.backend = "cpu";
-        auto backend = make_selected_backend(cpu, model, threads);
-        serve::Scheduler scheduler(*backend, pool,
-                                   {a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk});
+        CommonOptions chosen = common;
+        chosen.backend = cuda ? "cuda" : "cpu";
+        auto backend = make_selected_backend(chosen, model, threads);
+        std::optional<KvBlockPool> pool;
+        std::unique_ptr<serve::KvCacheSource> caches;
+        if (cuda) {
+            caches = std::make_unique<serve::BackendCacheSource>(*backend, blocks);
+        } else {
+            pool.emplace(model.config(), blocks);
+            caches = std::make_unique<serve::PagedCacheSource>(*pool);
+        }
+        serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
+        sched_options.whole_prompts = cuda;
+        serve::Scheduler scheduler(*backend, *caches, sched_options);
 
         serve::ServerOptions so;
         so.host = a->host;
@@ -116,13 +137,14 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                          "reach this address can use the model\n",
                          a->host.c_str());
         std::fprintf(stderr,
-                     "qforge serve: %s on http://%s:%d (%d threads, %llu sequences, context "
-                     "%llu, %llu KV blocks of %llu KiB)\n",
-                     so.model_name.c_str(), a->host.c_str(), server.port(), threads.size(),
+                     "qforge serve: %s on http://%s:%d (%s, %d threads, %llu sequences, context "
+                     "%llu, %llu KV blocks of %llu positions)\n",
+                     so.model_name.c_str(), a->host.c_str(), server.port(),
+                     std::string(backend->name()).c_str(), threads.size(),
                      static_cast<unsigned long long>(a->max_seqs),
                      static_cast<unsigned long long>(a->ctx),
                      static_cast<unsigned long long>(blocks),
-                     static_cast<unsigned long long>(pool.block_bytes() / 1024));
+                     static_cast<unsigned long long>(CpuKvCache::kBlockPositions));
         std::fflush(stderr);
         scheduler.start();
         // SIGINT and SIGTERM set a flag (all a signal handler may safely do); a watcher thread

@@ -3,8 +3,9 @@
 // The CPU backend runs a step of several sequences as one batch of rows: embedding, norms and
 // every product (q/k/v, o, gate/up, down, the output head) take all rows of the step at once, so
 // each weight matrix is read once per step whatever the number of sequences; only attention is
-// per sequence, each sequence's rows against its own cache (attention() below, once per
-// sequence).
+// per sequence, each sequence's rows against its own cache, and the whole step's attention takes
+// the parallel regions of one sequence's (CpuBackend::attend: RoPE and cache writes per row, then
+// tasks of (row, KV head) over every sequence), so the pool is not woken once per sequence.
 //
 // Why a sequence's logits do not depend on the rest of the batch: every operation outside
 // attention computes each row's outputs from that row alone, in an order fixed by the shapes.
@@ -44,15 +45,9 @@ void Backend::forward_batch(std::span<const BatchSequence> batch, std::span<floa
 }
 
 void CpuBackend::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
-    if (segments_.empty()) return attend_sequence(layer, q, k, v, out, n);
-    uint64_t row = 0;
-    for (const BatchSegment& s : segments_) {
-        cache_ = s.cache;
-        pos0_ = s.pos0;
-        auto at = [row](Rows r) { return Rows{r.data + row * r.ld, r.ld}; };
-        attend_sequence(layer, at(q), at(k), at(v), at(out), s.rows);
-        row += s.rows;
-    }
+    if (!segments_.empty()) return attend(layer, q, k, v, out, segments_);
+    const BatchSegment one{0, n, cache_, pos0_};
+    attend(layer, q, k, v, out, {&one, 1});
 }
 
 void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
@@ -77,7 +72,7 @@ void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<f
                 throw Error(model_.path(), {},
                             "token id " + std::to_string(id) + " is outside the vocabulary (" +
                                 std::to_string(c_.vocab_size) + ")");
-        segments.push_back({n, cache, cache->size()});
+        segments.push_back({total, n, cache, cache->size()});
         tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
         total += n;
         wanted += s.logits ? 1 : 0;
@@ -100,14 +95,17 @@ void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<f
         cache_ = nullptr;
         throw;
     }
-    // The output head on the last row of each sequence that wants logits, gathered into h.
-    uint64_t row = 0, out = 0;
+    // The output head on the last row of each sequence that wants logits: those rows gathered to
+    // the front of x (in order; a row never moves past one still to be read), normed into h.
+    uint64_t out = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
-        row += segments_[i].rows;
-        if (batch[i].logits)
-            norm(c_.num_layers, Norm::final, {a.x.data + (row - 1) * a.x.ld, a.x.ld},
-                 {a.h.data + out++ * a.h.ld, a.h.ld}, 1);
+        const uint64_t last = segments_[i].row0 + segments_[i].rows - 1;
+        if (!batch[i].logits) continue;
+        if (out != last)
+            std::copy_n(a.x.data + last * a.x.ld, c_.hidden_size, a.x.data + out * a.x.ld);
+        ++out;
     }
+    if (wanted > 0) norm(c_.num_layers, Norm::final, a.x, a.h, wanted);
     if (wanted > 0)
         output_head(*this, desc_, c_.num_layers, a.h, wanted, {logits.data(), c_.vocab_size});
     for (const BatchSegment& s : segments_) s.cache->size_ = s.pos0 + s.rows;

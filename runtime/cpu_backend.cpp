@@ -352,33 +352,48 @@ void CpuBackend::rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_
     });
 }
 
-void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
-    CpuKvCache& cache = *cache_;
-    const uint64_t pos0 = pos0_, hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
+void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
+                        std::span<const BatchSegment> segments) {
+    if (segments.empty()) return;
+    const uint64_t hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
     const RopeTable& rope = c_.local_rope(layer) ? rope_local_ : rope_;
-    // RoPE on the new tokens' queries and keys; their keys and values into the cache.
+    const uint64_t n = segments.back().row0 + segments.back().rows;
+    // The segment holding step row `t` (segments are in row order, each starting where the last
+    // ends).
+    auto segment_of = [&](uint64_t t) -> const BatchSegment& {
+        return *(
+            std::upper_bound(segments.begin(), segments.end(), t,
+                             [](uint64_t row, const BatchSegment& s) { return row < s.row0; }) -
+            1);
+    };
+    // RoPE on the new tokens' queries and keys; their keys and values into their caches.
     for_tokens(n, [&](uint64_t t) {
-        const uint64_t pos = pos0 + t;
+        const BatchSegment& s = segment_of(t);
+        const uint64_t pos = s.pos0 + (t - s.row0);
         const float* cs = rope.cos.data() + pos * half;
         const float* sn = rope.sin.data() + pos * half;
         float* qt = q.data + t * q.ld;
         float* kt = k.data + t * k.ld;
         for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
         for (uint64_t h = 0; h < c_.num_kv_heads; ++h) rope_rotate(kt + h * hd, cs, sn, half);
-        std::copy(kt, kt + kvd, cache.keys(layer, pos));
-        std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, cache.values(layer, pos));
+        std::copy(kt, kt + kvd, s.cache->keys(layer, pos));
+        std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, s.cache->values(layer, pos));
     });
     const float scale = desc_.query_scale, cap = desc_.attn_softcap;
     const uint64_t window = c_.attention_window(layer);
     // One task: the `group` query heads of one token that share a key/value head, so each cached
-    // key and value row is read once for all of them.
+    // key and value row is read once for all of them. A task reads its own sequence's cache only
+    // and computes the same way whichever thread runs it and whatever else is in the step.
     auto one = [&](uint64_t task, float* scores) {
-        const uint64_t t = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
+        const uint64_t row = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
+        const BatchSegment& s = segment_of(row);
+        CpuKvCache& cache = *s.cache;
+        const uint64_t pos = s.pos0 + (row - s.row0);
         // Causal: keys first .. pos, the last `window` of them in a windowed layer.
-        const uint64_t first = window && pos0 + t + 1 > window ? pos0 + t + 1 - window : 0;
-        const uint64_t len = pos0 + t + 1 - first;
-        const float* qh = q.data + t * q.ld + kvh * group * hd;
+        const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+        const uint64_t len = pos + 1 - first;
+        const float* qh = q.data + row * q.ld + kvh * group * hd;
         // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
         // score and output element is computed the same way whatever the runs are).
         for (uint64_t j = 0, run; j < len; j += run) {
@@ -388,16 +403,16 @@ void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows ou
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
-        float* o = out.data + t * out.ld + kvh * group * hd;
+        float* o = out.data + row * out.ld + kvh * group * hd;
         std::fill(o, o + group * hd, 0.0f);
         for (uint64_t g = 0; g < group; ++g) {
-            float* s = scores + g * len;
-            const float max_score = *std::max_element(s, s + len);
-            for (uint64_t j = 0; j < len; ++j) s[j] = std::exp(s[j] - max_score);
+            float* sc = scores + g * len;
+            const float max_score = *std::max_element(sc, sc + len);
+            for (uint64_t j = 0; j < len; ++j) sc[j] = std::exp(sc[j] - max_score);
             float sum = 0.0f;
-            for (uint64_t j = 0; j < len; ++j) sum += s[j];
+            for (uint64_t j = 0; j < len; ++j) sum += sc[j];
             const float inv = 1.0f / sum;
-            for (uint64_t j = 0; j < len; ++j) s[j] *= inv;
+            for (uint64_t j = 0; j < len; ++j) sc[j] *= inv;
         }
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
@@ -405,9 +420,10 @@ void CpuBackend::attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows ou
                      kvd, run, o);
         }
     };
-    const uint64_t tasks = n * c_.num_kv_heads;
-    const uint64_t work = n * c_.num_heads * (pos0 + n) * hd * 2;
-    split(tasks, work, [&](uint64_t b, uint64_t e, int thread) {
+    uint64_t work = 0;
+    for (const BatchSegment& s : segments)
+        work += s.rows * c_.num_heads * (s.pos0 + s.rows) * hd * 2;
+    split(n * c_.num_kv_heads, work, [&](uint64_t b, uint64_t e, int thread) {
         for (uint64_t task = b; task < e; ++task)
             one(task, score_scratch_[static_cast<size_t>(thread)].data());
     });

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/qdot.hpp"
@@ -58,9 +59,20 @@ class CpuBackend final : public Backend, private ForwardOps {
     void products(uint64_t layer, Rows in, std::span<const Product> products, uint64_t n) override;
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
-    // attention() of n tokens of one sequence: cache_ at pos0_. attention() itself (defined in
-    // runtime/batch_forward.cpp) runs it once, or once per sequence of a batched step.
-    void attend_sequence(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n);
+    // A run of a step's rows that belong to one sequence: `rows` rows from `row0`, at positions
+    // pos0 .. of `cache`.
+    struct BatchSegment {
+        uint64_t row0;
+        uint64_t rows;
+        CpuKvCache* cache;
+        uint64_t pos0;
+    };
+    // Attention of every segment's rows against its own cache, as two parallel regions for the
+    // whole step whatever the number of sequences: RoPE and cache writes per token, then one
+    // task per (token, KV head). attention() (runtime/batch_forward.cpp) calls it with one
+    // segment (cache_ at pos0_) or with a batched step's segments_.
+    void attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
+                std::span<const BatchSegment> segments);
 
     // Sizes the RoPE table, scratch and activation buffers for a step of up to `batch` tokens
     // in a cache of `capacity` positions; the step's rows.
@@ -94,15 +106,9 @@ class CpuBackend final : public Backend, private ForwardOps {
     RopeTable rope_;        // grown to the largest cache made
     RopeTable rope_local_;  // the sliding layers' (ModelConfig::local_rope), when they differ
     uint64_t rope_positions_ = 0;
-    CpuKvCache* cache_ = nullptr;  // the cache of the step being run
-    uint64_t pos0_ = 0;            // the position of its first token
-    // A batched step's sequences (empty otherwise): rows of the step, cache, first position.
-    struct BatchSegment {
-        uint64_t rows;
-        CpuKvCache* cache;
-        uint64_t pos0;
-    };
-    std::vector<BatchSegment> segments_;
+    CpuKvCache* cache_ = nullptr;         // the cache of the step being run
+    uint64_t pos0_ = 0;                   // the position of its first token
+    std::vector<BatchSegment> segments_;  // a batched step's sequences (empty otherwise)
 
     // Activations for up to kMaxBatch tokens, row-major [token][...].
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;

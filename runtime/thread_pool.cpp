@@ -35,6 +35,7 @@ void ThreadPool::publish(bool chunked) {
 }
 
 void ThreadPool::dispatch(void* fn, Trampoline call) {
+    ++regions_;
     job_ = fn;
     call_ = call;
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
@@ -61,6 +62,7 @@ uint64_t claim_chunks(uint64_t word) { return (word >> kFieldBits) & kFieldMask;
 
 void ThreadPool::dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call) {
     if (chunks == 0) return;
+    ++regions_;
     job_ = fn;
     chunk_call_ = call;
     done_.store(0, std::memory_order_relaxed);

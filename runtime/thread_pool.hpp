@@ -35,6 +35,9 @@ class ThreadPool {
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return static_cast<int>(workers_.size()) + 1; }
+    // Parallel regions dispatched to the workers so far (a pool of one thread dispatches none).
+    // Read by the calling thread; tests count regions per step with it.
+    uint64_t regions() const { return regions_; }
 
     // Calls fn(thread_index) once on every thread (the caller is thread 0) and returns when all
     // calls have returned. `fn` must not throw and must not call run() itself.
@@ -107,6 +110,7 @@ class ThreadPool {
     std::atomic<uint64_t> claim_{0};
     std::atomic<uint32_t> done_{0};  // chunks of the current chunked region finished
     uint64_t serial_ = 0;
+    uint64_t regions_ = 0;  // the caller's: dispatch() and dispatch_chunks() calls
     std::atomic<bool> stop_{false};
 };
 

@@ -1,9 +1,14 @@
 #include "serve/http_server.hpp"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -73,6 +78,67 @@ struct Generation {
     bool done = false;
     std::string finish_reason, error;
     Clock::time_point start = Clock::now(), first_token = start;
+};
+
+// The address and port of a socket's local (`peer` false) or remote end, as httplib writes
+// Request::local_addr / remote_addr (getnameinfo, numeric host).
+bool socket_end(int fd, bool peer, std::string& ip, int& port) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    auto* sa = reinterpret_cast<sockaddr*>(&addr);
+    if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return false;
+    if (addr.ss_family == AF_INET)
+        port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    else if (addr.ss_family == AF_INET6)
+        port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    else
+        return false;
+    char host[NI_MAXHOST];
+    if (::getnameinfo(sa, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return false;
+    ip = host;
+    return true;
+}
+
+// The connection a request came on, watched for the client leaving. httplib 0.11 gives a handler
+// neither its socket nor a disconnect signal, and a non-streaming handler writes nothing until
+// the answer is complete, so it could not notice a client gone (a streaming one notices when a
+// write fails). The handler runs while httplib holds the connection open, so the process has
+// exactly one socket whose two ends are the request's local and remote address and port: found
+// among the process's descriptors (/proc/self/fd), then polled without reading. A client gone is
+// a FIN or a reset (POLLRDHUP, POLLHUP, POLLERR); a client that only half-closes its side while
+// still wanting the answer counts as gone too (as nginx's 499). Not found (not Linux): never
+// gone, the request runs to its end as before.
+class ClientSocket {
+  public:
+    explicit ClientSocket(const httplib::Request& req) {
+        DIR* dir = ::opendir("/proc/self/fd");
+        if (!dir) return;
+        while (const dirent* e = ::readdir(dir)) {
+            char* end = nullptr;
+            const long fd = std::strtol(e->d_name, &end, 10);
+            if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+            std::string ip;
+            int port = -1;
+            if (!socket_end(static_cast<int>(fd), true, ip, port) || port != req.remote_port ||
+                ip != req.remote_addr)
+                continue;
+            if (!socket_end(static_cast<int>(fd), false, ip, port) || port != req.local_port ||
+                ip != req.local_addr)
+                continue;
+            fd_ = static_cast<int>(fd);
+            break;
+        }
+        ::closedir(dir);
+    }
+    bool found() const { return fd_ >= 0; }
+    bool gone() const {
+        if (fd_ < 0) return false;
+        pollfd p{fd_, POLLRDHUP, 0};
+        return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    }
+
+  private:
+    int fd_ = -1;
 };
 
 }  // namespace
@@ -212,7 +278,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         if (sub.refusal == Scheduler::Refusal::too_large)
             throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
                            "context_length_exceeded");
-        gen = std::make_shared<Generation>(sub.stream, tok, last, r.stop);
+        try {
+            gen = std::make_shared<Generation>(sub.stream, tok, last, r.stop);
+        } catch (...) {  // the submitted sequence must not run on unread
+            sub.stream->cancel();
+            throw;
+        }
         stream = r.stream;
         include_usage = r.include_usage;
     } catch (const ApiError& e) {
@@ -239,9 +310,22 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             (g.error.empty() ? "" : ": " + g.error));
     };
 
+    // Between tokens (and at least every 200 ms) the connection is checked: a client gone cancels
+    // its sequence at once, before its first token too (a streaming client's failed write would
+    // notice only once there is text to send).
+    auto client = std::make_shared<const ClientSocket>(req);
     if (!stream) {
         std::string text;
-        while (!gen->done) text += gen->poll(std::chrono::milliseconds(1000));
+        while (!gen->done) {
+            text += gen->poll(std::chrono::milliseconds(200));
+            if (!gen->done && client->gone()) {
+                gen->stream->cancel();
+                log(where + " client gone after " + std::to_string(gen->tokens) +
+                    " tokens: cancelled");
+                // Never read (nobody is there); 499 as nginx logs a client gone.
+                return send_error(res, ApiError(499, "the client closed the connection"));
+            }
+        }
         done_line(*gen);
         if (!gen->error.empty())
             return send_error(res, ApiError(500, gen->error, "", "server_error"));
@@ -263,8 +347,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, gen, id, chat, include_usage, prompt_tokens, done_line](size_t,
-                                                                       httplib::DataSink& sink) {
+        [this, gen, client, id, chat, include_usage, prompt_tokens, done_line](
+            size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
                 const std::string event = "data: " + dump(j) + "\n\n";
                 return sink.write(event.data(), event.size());
@@ -278,6 +362,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 const std::string text = gen->poll(std::chrono::milliseconds(200));
                 if (!text.empty() && !send(chunk(id, chat, text, nullptr, first))) return false;
                 if (!text.empty()) first = false;
+                if (!gen->done && client->gone()) return false;
             }
             done_line(*gen);
             if (!gen->error.empty()) {

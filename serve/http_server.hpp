@@ -5,8 +5,9 @@
 // and submitted to the scheduler; each HTTP worker thread then waits on its request's stream.
 // Every failure is an OpenAI-style error object with its status: 400 bad request, 401 missing or
 // wrong API key, 404, 413 body over the limit, 429 queue full (with Retry-After), 500 the model
-// failed. A client that sends too slowly is cut off by the read timeout; a streaming client that
-// disconnects cancels its sequence (its blocks are free at the next step).
+// failed. A client that sends too slowly is cut off by the read timeout; a client that
+// disconnects cancels its sequence (its blocks are free at the next step): a streaming one when a
+// write fails, a non-streaming one when its connection is seen closed (checked between tokens).
 //
 // The library never prints: log lines (one per request, with its id) go to ServerOptions::log.
 #pragma once

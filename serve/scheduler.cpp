@@ -42,7 +42,7 @@ struct Scheduler::Sequence {
     SequenceRequest request;
     std::shared_ptr<SequenceStream> stream;
     uint64_t limit = 0;  // cache positions: min(prompt + max_tokens, ctx)
-    std::unique_ptr<PagedKvCache> cache;
+    std::unique_ptr<KvCache> cache;
     std::optional<Sampler> sampler;
     uint64_t fed = 0;  // prompt tokens run
     uint64_t generated = 0;
@@ -51,8 +51,16 @@ struct Scheduler::Sequence {
 };
 
 Scheduler::Scheduler(Backend& backend, KvBlockPool& pool, SchedulerOptions options)
+    : Scheduler(backend, nullptr, std::make_unique<PagedCacheSource>(pool), options) {}
+
+Scheduler::Scheduler(Backend& backend, KvCacheSource& caches, SchedulerOptions options)
+    : Scheduler(backend, &caches, nullptr, options) {}
+
+Scheduler::Scheduler(Backend& backend, KvCacheSource* caches,
+                     std::unique_ptr<KvCacheSource> own_caches, SchedulerOptions options)
     : backend_(backend),
-      pool_(pool),
+      own_caches_(std::move(own_caches)),
+      caches_(caches ? *caches : *own_caches_),
       options_(options),
       vocab_(backend.model().config().vocab_size) {
     if (options.max_seqs == 0 || options.max_seqs > CpuBackend::kMaxBatch)
@@ -64,7 +72,7 @@ Scheduler::Scheduler(Backend& backend, KvBlockPool& pool, SchedulerOptions optio
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(backend.model().config().max_position_embeddings) + ")");
     if (options.prefill_chunk == 0) throw Error("scheduler: prefill_chunk must be at least 1");
-    free_blocks_ = pool.free_blocks();
+    free_blocks_ = caches_.free_blocks();
 }
 
 Scheduler::~Scheduler() {
@@ -94,11 +102,11 @@ Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
     s->limit = std::min<uint64_t>(
         options_.ctx, request.prompt.size() + std::min<uint64_t>(request.max_tokens, options_.ctx));
     const uint64_t blocks = CpuKvCache::blocks_for(s->limit);
-    if (blocks > pool_.total_blocks()) {
+    if (blocks > caches_.total_blocks()) {
         out.refusal = Refusal::too_large;
         out.why = "the request needs " + std::to_string(blocks) + " KV blocks (" +
                   std::to_string(s->limit) + " positions); the pool has " +
-                  std::to_string(pool_.total_blocks());
+                  std::to_string(caches_.total_blocks());
         return out;
     }
     s->request = std::move(request);
@@ -132,8 +140,16 @@ void Scheduler::admit() {
     // a large request is never starved by a stream of small ones.
     while (!queue_.empty() && running_.size() < options_.max_seqs) {
         Sequence& s = *queue_.front();
-        auto cache = std::make_unique<PagedKvCache>(pool_, s.limit);
-        if (!cache->reserve(s.limit)) break;
+        std::unique_ptr<KvCache> cache;
+        try {
+            cache = caches_.take(s.limit);
+        } catch (const std::exception& e) {
+            // The source failed (device memory, say): this request fails; the queue goes on.
+            s.stream->finish(FinishReason::error, e.what());
+            queue_.pop_front();
+            continue;
+        }
+        if (!cache) break;
         s.cache = std::move(cache);
         s.sampler.emplace(s.request.sampling);
         running_.push_back(std::move(queue_.front()));
@@ -143,7 +159,7 @@ void Scheduler::admit() {
 
 void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
     s.done = true;
-    if (s.cache) s.cache->release();
+    if (s.cache) caches_.give_back(std::move(s.cache));
     s.stream->finish(reason, std::move(error));
 }
 
@@ -178,7 +194,8 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
     std::vector<float> logits(wanted * vocab_);
     try {
         backend_.forward_batch(batch, logits);
-    } catch (const Error& e) {  // nothing in a checked batch should fail; if it does, say so
+    } catch (const std::exception& e) {  // nothing in a checked batch should fail; if it does,
+        // the batch's requests say so and leave (an exception past here would end the thread)
         for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
         return;
     }
@@ -205,23 +222,32 @@ bool Scheduler::step() {
     uint64_t budget = std::min(options_.prefill_chunk, CpuBackend::kMaxBatch - batch.size());
     for (auto& s : running_) {
         const uint64_t left = s->request.prompt.size() - s->fed;
-        if (left == 0 || budget == 0) continue;
-        const uint64_t chunk = std::min(left, budget);
+        if (left == 0 || (budget == 0 && !options_.whole_prompts)) continue;
+        const uint64_t chunk = options_.whole_prompts ? left : std::min(left, budget);
         seqs.push_back(s.get());
         batch.push_back(
             {std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(), chunk == left});
         s->fed += chunk;
-        budget -= chunk;
+        budget -= std::min(chunk, budget);
     }
     if (!batch.empty()) run_batch(seqs, batch);
     std::erase_if(running_, [](const auto& s) { return s->done; });
     {
         std::lock_guard lock(mutex_);
         running_count_ = running_.size();
-        free_blocks_ = pool_.free_blocks();
+        free_blocks_ = caches_.free_blocks();
         steps_ += batch.empty() ? 0 : 1;
     }
     return !batch.empty();
+}
+
+void Scheduler::fail_running(const std::string& why) {
+    for (auto& s : running_)
+        if (!s->done) finish(*s, FinishReason::error, why);
+    running_.clear();
+    std::lock_guard lock(mutex_);
+    running_count_ = 0;
+    free_blocks_ = caches_.free_blocks();
 }
 
 void Scheduler::start() {
@@ -232,7 +258,15 @@ void Scheduler::start() {
                 std::unique_lock lock(mutex_);
                 if (stop_) return;
             }
-            if (step()) continue;
+            try {
+                if (step()) continue;
+            } catch (const std::exception& e) {
+                // Outside the model (admission, sampling: out of memory, say): the running
+                // requests fail and leave with their blocks rather than the thread, and with it
+                // the server, ending.
+                fail_running(e.what());
+                continue;
+            }
             // Idle: wait for a submission (a cancelled queued request is noticed within 50 ms).
             std::unique_lock lock(mutex_);
             work_.wait_for(lock, std::chrono::milliseconds(50),
@@ -252,7 +286,7 @@ void Scheduler::stop() {
 
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mutex_);
-    return {running_count_, queue_.size(), free_blocks_, pool_.total_blocks(), steps_};
+    return {running_count_, queue_.size(), free_blocks_, caches_.total_blocks(), steps_};
 }
 
 }  // namespace qforge::serve

@@ -31,6 +31,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/sampling.hpp"
+#include "serve/cache_source.hpp"
 
 namespace qforge::serve {
 
@@ -84,6 +85,12 @@ struct SchedulerOptions {
     uint64_t ctx = 4096;          // positions per sequence at most
     uint64_t max_queue = 64;      // requests waiting for admission at most
     uint64_t prefill_chunk = 64;  // prompt tokens per step, over every prefilling sequence
+    // Each prompt runs whole in its first step (prefill_chunk not applied). For a backend whose
+    // logits depend on how a prompt is cut (CUDA rounds the activations of products over more
+    // than 8 tokens to fp16): one forward() of the whole prompt, as generate() runs it, keeps a
+    // request's tokens independent of the other prompts of its step. Only for a backend without
+    // a batched step (the CPU's takes at most CpuBackend::kMaxBatch tokens a step).
+    bool whole_prompts = false;
 };
 
 struct SchedulerStats {
@@ -94,6 +101,8 @@ class Scheduler {
   public:
     // `backend` runs the steps; the caches come from `pool` (its model must be the backend's).
     Scheduler(Backend& backend, KvBlockPool& pool, SchedulerOptions options);
+    // The caches come from `caches` (serve/cache_source.hpp), which must outlive the scheduler.
+    Scheduler(Backend& backend, KvCacheSource& caches, SchedulerOptions options);
     ~Scheduler();  // stops the thread; unfinished sequences end as cancelled
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
@@ -121,13 +130,19 @@ class Scheduler {
 
   private:
     struct Sequence;
+    // `caches`, or `own_caches` when it is null.
+    Scheduler(Backend& backend, KvCacheSource* caches, std::unique_ptr<KvCacheSource> own_caches,
+              SchedulerOptions options);
     void admit();
     void run_batch(std::vector<Sequence*>& batch_seqs, std::vector<BatchSequence>& batch);
     void finish(Sequence& s, FinishReason reason, std::string error = {});
+    // Every running sequence ends with `why` as its error (start()'s thread, after step() threw).
+    void fail_running(const std::string& why);
     void deliver(Sequence& s, std::span<float> logits);
 
     Backend& backend_;
-    KvBlockPool& pool_;
+    std::unique_ptr<KvCacheSource> own_caches_;  // the pool's, for the KvBlockPool constructor
+    KvCacheSource& caches_;
     SchedulerOptions options_;
     uint64_t vocab_;
 

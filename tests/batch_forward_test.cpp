@@ -48,23 +48,29 @@ void run_alone(Backend& b, Sequence& s) {
 TEST_CASE("batched forward: each sequence's logits are bit-identical alone and in any batch",
           "[batch]") {
     test::ScratchDir dir("batch-forward");
-    ThreadPool threads(2);
+    // Alone on 2 threads with the default split threshold (short steps run on the calling
+    // thread); batched on 1 or 3 threads with every region split, so the attention tasks of
+    // several sequences share chunks and threads in ever different ways.
+    const int batch_threads = GENERATE(1, 3);
+    INFO("batched on " << batch_threads << " threads");
+    ThreadPool alone_threads(2), threads(batch_threads);
     CpuBackendOptions options;
     options.min_parallel_work = 0;
-    std::mt19937_64 rng(11);
+    std::mt19937_64 rng(11 + static_cast<uint64_t>(batch_threads));
     int checked = 0;
     for (const auto& m : test::serve_models(dir)) {
         INFO(m.name);
         Model model(m.path);
         const ModelConfig& c = model.config();
         const uint64_t v = c.vocab_size;
+        auto alone = make_cpu_backend(model, alone_threads);
         auto backend = make_cpu_backend(model, threads, options);
         std::vector<Sequence> seqs(7);
         const uint64_t longest = std::min<uint64_t>(40, c.max_position_embeddings - kNew);
         for (auto& s : seqs) {
             s.prompt = test::random_ids(rng, 1 + rng() % longest, v);
             s.arrival = rng() % 6;
-            run_alone(*backend, s);
+            run_alone(*alone, s);
         }
         KvBlockPool pool(c, seqs.size() * CpuKvCache::blocks_for(longest + kNew));
         uint64_t step = 0, rows_max = 0;
@@ -147,4 +153,38 @@ TEST_CASE("batched forward refuses bad batches before touching a cache", "[batch
     CHECK(b->size() == 0);
     backend->forward_batch(ok, one);
     CHECK(a->size() == 3);
+}
+
+TEST_CASE("batched forward: a step's parallel regions do not grow with its sequences", "[batch]") {
+    // Attention of every sequence in a step is one region (after the RoPE and cache-write region),
+    // as are the norms, products and output head: a step of 6 decoding sequences wakes the pool
+    // as often as a step of one.
+    test::ScratchDir dir("batch-forward-regions");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    const uint64_t v = model.config().vocab_size;
+    ThreadPool threads(2);
+    CpuBackendOptions options;
+    options.min_parallel_work = 0;
+    auto backend = make_cpu_backend(model, threads, options);
+    KvBlockPool pool(model.config(), 6 * CpuKvCache::blocks_for(16));
+    std::vector<std::unique_ptr<PagedKvCache>> caches;
+    std::vector<int32_t> ids(6);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        caches.push_back(std::make_unique<PagedKvCache>(pool, 16));
+        REQUIRE(caches.back()->reserve(16));
+        ids[i] = static_cast<int32_t>(1 + i);
+    }
+    auto regions_of_step = [&](size_t n) {
+        std::vector<BatchSequence> batch;
+        for (size_t i = 0; i < n; ++i) batch.push_back({{&ids[i], 1}, caches[i].get(), true});
+        std::vector<float> logits(n * v);
+        const uint64_t before = threads.regions();
+        backend->forward_batch(batch, logits);
+        return threads.regions() - before;
+    };
+    const uint64_t one = regions_of_step(1);
+    CHECK(one > 0);
+    CHECK(regions_of_step(6) == one);
+    CHECK(regions_of_step(3) == one);
 }

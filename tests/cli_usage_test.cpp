@@ -226,7 +226,6 @@ const BadLine kBadLines[] = {
     // serve
     {"serve M --port 70000", "--port: 70000 is out of range"},
     {"serve M --max-seqs 0", "--max-seqs: 0 is out of range"},
-    {"serve M --backend cuda", "--backend cuda is not supported yet"},
     {"serve X", "model: '"},
     // tokenize, inspect
     {"tokenize M", "qforge tokenize: missing the text: -p/--prompt TEXT or -f/--file FILE"},

@@ -31,8 +31,10 @@ constexpr const char* kTemplate =
     "{% if add_generation_prompt %}[assistant] {% endif %}";
 
 struct TestServer {
+    // `before_step`, when given, runs before each batched step (test::HookedBackend).
     TestServer(const std::filesystem::path& model_path, serve::SchedulerOptions so,
-               serve::ServerOptions o, bool start_scheduler = true)
+               serve::ServerOptions o, bool start_scheduler = true,
+               test::HookedBackend::Hook before_step = {})
         : model(model_path.string()),
           tok([&] {
               auto schema = model.file().tokenizer();
@@ -40,7 +42,9 @@ struct TestServer {
               return Tokenizer::from_schema(schema, model_path.string());
           }()),
           threads(2),
-          backend(make_cpu_backend(model, threads)),
+          backend(before_step ? std::make_unique<test::HookedBackend>(
+                                    make_cpu_backend(model, threads), std::move(before_step))
+                              : make_cpu_backend(model, threads)),
           reference(make_cpu_backend(model, reference_threads)),
           pool(model.config(), 64),
           sched(*backend, pool, so) {
@@ -142,6 +146,16 @@ int raw_connect(int port) {
 
 void send_all(int fd, const std::string& s) {
     REQUIRE(::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()));
+}
+
+// Sends a POST of `body` to /v1/completions on a fresh raw connection; returns the socket.
+int raw_completion(int port, const std::string& body) {
+    const int fd = raw_connect(port);
+    send_all(fd,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n" + body);
+    return fd;
 }
 
 // An OpenAI error object with this status.
@@ -325,12 +339,8 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     char buf[512];
 
     // A streaming client that disconnects after the first chunk: its sequence is cancelled.
-    const int sfd = raw_connect(s.server->port());
-    const std::string body = R"({"prompt": "Once", "max_tokens": 60, "stream": true})";
-    send_all(sfd,
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: " +
-                 std::to_string(body.size()) + "\r\n\r\n" + body);
+    const int sfd =
+        raw_completion(s.server->port(), R"({"prompt": "Once", "max_tokens": 60, "stream": true})");
     CHECK(::recv(sfd, buf, sizeof buf, 0) > 0);
     ::close(sfd);
     CHECK(s.idle());
@@ -374,4 +384,75 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
     s.sched.start();
     first.join();
     CHECK(s.idle());
+}
+
+TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequence at once",
+          "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-gone");
+    // 20 ms a step: the 200 tokens asked for would take 4 s or more.
+    TestServer s(test::convert_stories(data, "hf", dir), {1, 256, 8, 16}, {}, true,
+                 [](auto) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+    const std::string prompt = "Once upon a time";
+    // Greedy, this prompt runs to 200 tokens without a stop token (so only the disconnect can
+    // end it early).
+    GenerateOptions g;
+    g.sampling = {0.0f, 0, 1.0f, 1};
+    g.max_new_tokens = 200;
+    g.stop_ids = s.tok.stop_ids();
+    g.token_count = s.tok.vocab_size();
+    REQUIRE(generate(*s.reference, s.tok.encode(prompt, true), g).tokens.size() == 200);
+
+    const int fd = raw_completion(
+        s.server->port(), json{{"prompt", prompt}, {"max_tokens", 200}, {"temperature", 0}}.dump());
+    // Running, a few tokens in; then the client leaves without reading.
+    for (int i = 0; i < 500 && s.sched.stats().steps < 5; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(s.sched.stats().running == 1);
+    const uint64_t steps_at_close = s.sched.stats().steps;
+    ::close(fd);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(s.idle());
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(took < 2.0);
+    // Noticed within a few steps (a check every token and every 200 ms), far from the 200.
+    CHECK(s.sched.stats().steps - steps_at_close < 50);
+    {
+        std::lock_guard lock(s.log_mutex);
+        CHECK_THAT(s.log, Catch::Contains("client gone after"));
+    }
+
+    // A client gone before its first token: queued behind a running request (one slot), it
+    // leaves the queue without ever running; streaming too (no text was written to it yet, so
+    // no write failed).
+    auto wait_for = [](auto done, int ms) {
+        for (int i = 0; i < ms / 10 && !done(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return done();
+    };
+    const int busy =
+        raw_completion(s.server->port(), json{{"prompt", prompt}, {"max_tokens", 200}}.dump());
+    REQUIRE(wait_for([&] { return s.sched.stats().running == 1; }, 5000));
+    for (const bool streamed : {false, true}) {
+        INFO("streamed: " << streamed);
+        const int queued = raw_completion(
+            s.server->port(),
+            json{{"prompt", "Tom"}, {"max_tokens", 200}, {"stream", streamed}}.dump());
+        REQUIRE(wait_for([&] { return s.sched.stats().queued == 1; }, 5000));
+        ::close(queued);
+        CHECK(wait_for([&] { return s.sched.stats().queued == 0; }, 2000));
+        CHECK(s.sched.stats().running == 1);
+    }
+    ::close(busy);
+    CHECK(s.idle());
+    {
+        std::lock_guard lock(s.log_mutex);
+        CHECK_THAT(s.log, Catch::Contains("client gone after 0 tokens"));
+    }
+    // Still serving.
+    auto c = s.client();
+    auto r = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
 }

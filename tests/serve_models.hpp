@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "cli_support.hpp"
 #include "convert/convert.hpp"
 #include "quant/quantize_model.hpp"
+#include "runtime/backend.hpp"
 #include "test_support.hpp"
 
 namespace qforge::test {
@@ -56,5 +59,39 @@ inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_
     for (auto& id : ids) id = static_cast<int32_t>(1 + rng() % (vocab - 1));
     return ids;
 }
+
+// A backend that is `inner` but for its batched step: `before_step` sees each batch first (and
+// may delay, to make a generation last, or throw, to fail a step); then the step runs on inner's
+// forward_batch, or with `per_sequence` on Backend's default (each sequence through forward(), as
+// a backend without a batched step runs: the CUDA backend's serving path).
+class HookedBackend final : public Backend {
+  public:
+    using Hook = std::function<void(std::span<const BatchSequence>)>;
+    HookedBackend(std::unique_ptr<Backend> inner, Hook before_step, bool per_sequence = false)
+        : inner_(std::move(inner)),
+          before_step_(std::move(before_step)),
+          per_sequence_(per_sequence) {}
+    std::string_view name() const override { return inner_->name(); }
+    const Model& model() const override { return inner_->model(); }
+    std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override {
+        return inner_->new_cache(capacity);
+    }
+    void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
+                 std::span<float> logits) override {
+        inner_->forward(tokens, cache, logits_from, logits);
+    }
+    void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) override {
+        if (before_step_) before_step_(batch);
+        if (per_sequence_)
+            Backend::forward_batch(batch, logits);
+        else
+            inner_->forward_batch(batch, logits);
+    }
+
+  private:
+    std::unique_ptr<Backend> inner_;
+    Hook before_step_;
+    bool per_sequence_;
+};
 
 }  // namespace qforge::test

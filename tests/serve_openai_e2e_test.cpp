@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cli_support.hpp"
+#include "kernels/device_info.hpp"
 
 using namespace qforge;
 
@@ -39,4 +40,17 @@ TEST_CASE("serve answers the official openai client (streaming and not)", "[serv
     INFO(out);
     CHECK(status == 0);
     CHECK_THAT(out, Catch::Contains("openai e2e: ok"));
+}
+
+TEST_CASE("serve --backend cuda without a device: one error line naming CUDA", "[serve][cli]") {
+    if (!list_gpus().empty())
+        QF_SKIP("a CUDA device is present (the [cuda] scheduler case serves on it)");
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-cuda-none");
+    const auto model = test::convert_stories(data, "hf", dir);
+    const auto r = test::run_qforge("serve '" + model.string() + "' --port 0 --backend cuda");
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("qforge: error: ") && Catch::Contains("CUDA"));
+    CHECK_THAT(r.output, !Catch::Contains("qforge serve: "));  // never started serving
 }

@@ -1,10 +1,14 @@
 // The continuous-batching scheduler (serve/scheduler.hpp), in-process: requests arriving at
 // random steps give exactly `generate`'s tokens (greedy and seeded sampling); admission waits for
 // blocks, the queue bound refuses, cancelled and finished sequences free their blocks at once.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "core/error.hpp"
+#include "kernels/device_info.hpp"
+#include "runtime/cuda_backend.hpp"
 #include "runtime/generate.hpp"
 #include "runtime/thread_pool.hpp"
 #include "serve/scheduler.hpp"
@@ -40,6 +44,76 @@ serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_tokens,
     return r;
 }
 
+// `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
+// random prompts of 1-24 tokens, max_tokens 1-10, a random stop id, greedy (even) or sampled with
+// the request's own seed (odd). Each must give generate()'s tokens on `backend` (run first, alone).
+// Returns the steps taken.
+uint64_t check_random_arrivals(Backend& backend, Scheduler& sched, size_t n, std::mt19937_64& rng) {
+    const ModelConfig& c = backend.model().config();
+    struct Case {
+        serve::SequenceRequest req;
+        std::vector<int32_t> want;
+        std::shared_ptr<serve::SequenceStream> stream;
+        Collected got;
+    };
+    std::vector<Case> cases(n);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const SamplingParams sp =
+            i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
+        cases[i].req =
+            request(test::random_ids(rng, 1 + rng() % 24, c.vocab_size), 1 + rng() % 10, sp);
+        cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
+        GenerateOptions o;
+        o.sampling = sp;
+        o.max_new_tokens = cases[i].req.max_tokens;
+        o.stop_ids = cases[i].req.stop_ids;
+        cases[i].want = generate(backend, cases[i].req.prompt, o).tokens;
+    }
+    const uint64_t steps_before = sched.stats().steps;
+    size_t next = 0;
+    while (next < cases.size() ||
+           std::any_of(cases.begin(), cases.end(), [](auto& k) { return !k.got.finished; })) {
+        for (uint64_t arrivals = rng() % 3; arrivals > 0 && next < cases.size(); --arrivals) {
+            auto sub = sched.submit(cases[next].req);
+            REQUIRE(sub.stream);
+            cases[next++].stream = sub.stream;
+        }
+        sched.step();
+        for (auto& k : cases)
+            if (k.stream && !k.got.finished) drain(*k.stream, k.got);
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("request " << i);
+        CHECK(cases[i].got.tokens == cases[i].want);
+    }
+    return sched.stats().steps - steps_before;
+}
+
+// Serving as a backend without a batched step does (the CUDA backend): `inner` wrapped so each
+// step runs every sequence through forward() (Backend::forward_batch's default), caches made by
+// the backend under a budget of about three requests' blocks, whole prompts. 16 requests at
+// random arrival give generate()'s tokens on `inner`; each sequence's first step carries its
+// whole prompt, later steps one token; the budget is whole at the end.
+void check_per_sequence_serving(std::unique_ptr<Backend> inner, uint64_t seed) {
+    const ModelConfig& c = inner->model().config();
+    uint64_t cut_prompts = 0;
+    test::HookedBackend backend(
+        std::move(inner),
+        [&](std::span<const BatchSequence> batch) {
+            for (const BatchSequence& b : batch)
+                if (b.cache->size() > 0 ? b.tokens.size() != 1 : !b.logits) ++cut_prompts;
+        },
+        true);
+    std::mt19937_64 rng(seed);
+    serve::BackendCacheSource caches(backend, 3 * CpuKvCache::blocks_for(34));
+    serve::SchedulerOptions so{8, std::min<uint64_t>(64, c.max_position_embeddings), 64, 3};
+    so.whole_prompts = true;
+    Scheduler sched(backend, caches, so);
+    CHECK(check_random_arrivals(backend, sched, 16, rng) < 16 * 11);  // requests shared steps
+    CHECK(cut_prompts == 0);
+    CHECK(caches.free_blocks() == caches.total_blocks());
+}
+
 }  // namespace
 
 TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, greedy and sampled",
@@ -55,47 +129,11 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
         const ModelConfig& c = model.config();
         auto backend = make_cpu_backend(model, threads);
         const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
-        struct Case {
-            serve::SequenceRequest req;
-            std::vector<int32_t> want;
-            std::shared_ptr<serve::SequenceStream> stream;
-            Collected got;
-        };
-        std::vector<Case> cases(32);
-        for (size_t i = 0; i < cases.size(); ++i) {
-            // Even: greedy; odd: sampled with the request's own seed.
-            const SamplingParams sp =
-                i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
-            cases[i].req =
-                request(test::random_ids(rng, 1 + rng() % 24, c.vocab_size), 1 + rng() % 10, sp);
-            cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
-            GenerateOptions o;
-            o.sampling = sp;
-            o.max_new_tokens = cases[i].req.max_tokens;
-            o.stop_ids = cases[i].req.stop_ids;
-            cases[i].want = generate(*backend, cases[i].req.prompt, o).tokens;
-        }
         // A pool for about five sequences at once, eight slots, chunks of 7 prompt tokens: some
         // requests wait for blocks, most steps mix prefill and decode.
         KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
         Scheduler sched(*backend, pool, {8, ctx, 64, 7});
-        size_t next = 0;
-        while (next < cases.size() ||
-               std::any_of(cases.begin(), cases.end(), [](auto& k) { return !k.got.finished; })) {
-            for (uint64_t arrivals = rng() % 3; arrivals > 0 && next < cases.size(); --arrivals) {
-                auto sub = sched.submit(cases[next].req);
-                REQUIRE(sub.stream);
-                cases[next++].stream = sub.stream;
-            }
-            sched.step();
-            for (auto& k : cases)
-                if (k.stream && !k.got.finished) drain(*k.stream, k.got);
-        }
-        for (size_t i = 0; i < cases.size(); ++i) {
-            INFO("request " << i);
-            CHECK(cases[i].got.tokens == cases[i].want);
-        }
-        CHECK(sched.stats().steps < 32 * 12);  // requests did share steps
+        CHECK(check_random_arrivals(*backend, sched, 32, rng) < 32 * 12);  // shared steps
         CHECK(pool.free_blocks() == pool.total_blocks());
         ++checked;
     }
@@ -194,4 +232,118 @@ TEST_CASE("scheduler thread: streams as tokens come, stops cleanly with requests
     auto ev = left_running->wait(std::chrono::milliseconds(0));
     CHECK(ev.finished);
     CHECK(pool.free_blocks() == pool.total_blocks());
+}
+
+TEST_CASE("scheduler thread: a step that throws fails its requests and frees them, and goes on",
+          "[scheduler]") {
+    // Not a qforge::Error (out of memory, say): it used to leave step() and end the thread,
+    // and with it the server.
+    test::ScratchDir dir("serve-throw");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    ThreadPool threads(1);
+    std::atomic<bool> fail{true};
+    test::HookedBackend backend(make_cpu_backend(model, threads), [&](auto) {
+        if (fail) throw std::runtime_error("no memory today");
+    });
+    KvBlockPool pool(model.config(), 16);
+    Scheduler sched(backend, pool, {4, 64, 8, 16});
+    sched.start();
+    auto wait_end = [](serve::SequenceStream& s) {
+        Collected got;
+        for (int i = 0; i < 200 && !got.finished; ++i) {
+            auto e = s.wait(std::chrono::milliseconds(50));
+            got.tokens.insert(got.tokens.end(), e.tokens.begin(), e.tokens.end());
+            if (e.finished) {
+                got.finished = true;
+                got.reason = e.reason;
+            }
+        }
+        return got;
+    };
+    auto a = sched.submit(request({1, 2, 3}, 8));
+    REQUIRE(a.stream);
+    const Collected failed = wait_end(*a.stream);
+    CHECK(failed.finished);
+    CHECK(failed.reason == FinishReason::error);
+    CHECK(failed.tokens.empty());
+    fail = false;
+    auto b = sched.submit(request({1, 2, 3}, 4));
+    REQUIRE(b.stream);
+    const Collected ok = wait_end(*b.stream);
+    CHECK(ok.reason == FinishReason::length);
+    CHECK(ok.tokens.size() == 4);
+    sched.stop();
+    CHECK(sched.stats().running == 0);
+    CHECK(pool.free_blocks() == pool.total_blocks());
+}
+
+TEST_CASE("scheduler over per-sequence backend caches, whole prompts: generate's tokens (CPU)",
+          "[scheduler]") {
+    // The host side of CUDA serving, on the CPU backend.
+    test::ScratchDir dir("serve-per-sequence");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    ThreadPool threads(2);
+    check_per_sequence_serving(make_cpu_backend(model, threads), 21);
+
+    // The budget: a request needing more blocks than it holds is refused for good, one that fits
+    // waits until blocks come back.
+    auto backend = make_cpu_backend(model, threads);
+    serve::BackendCacheSource caches(*backend, 2);
+    CHECK(caches.take(3 * CpuKvCache::kBlockPositions) == nullptr);
+    auto a = caches.take(CpuKvCache::kBlockPositions + 1);
+    REQUIRE(a);
+    CHECK(caches.free_blocks() == 0);
+    CHECK(caches.take(1) == nullptr);
+    caches.give_back(std::move(a));
+    CHECK(caches.free_blocks() == 2);
+    Scheduler sched(*backend, caches, {4, 64, 8, 16});
+    CHECK(sched.submit(request({1, 2}, 40)).refusal == Scheduler::Refusal::too_large);
+
+    // A source that fails (a device out of memory): that request ends with an error at
+    // admission, the one behind it runs.
+    struct FailingOnce final : serve::KvCacheSource {
+        explicit FailingOnce(serve::KvCacheSource& source) : inner(source) {}
+        std::unique_ptr<KvCache> take(uint64_t positions) override {
+            if (!failed) {
+                failed = true;
+                throw Error("out of device memory");
+            }
+            return inner.take(positions);
+        }
+        void give_back(std::unique_ptr<KvCache> c) override { inner.give_back(std::move(c)); }
+        uint64_t free_blocks() const override { return inner.free_blocks(); }
+        uint64_t total_blocks() const override { return inner.total_blocks(); }
+        serve::KvCacheSource& inner;
+        bool failed = false;
+    } failing(caches);
+    Scheduler sched2(*backend, failing, {4, 64, 8, 16});
+    auto x = sched2.submit(request({1, 2}, 3));
+    auto y = sched2.submit(request({1, 2}, 3));
+    REQUIRE(x.stream);
+    REQUIRE(y.stream);
+    Collected got_x, got_y;
+    while (sched2.step()) drain(*y.stream, got_y);
+    drain(*x.stream, got_x);
+    drain(*y.stream, got_y);
+    CHECK(got_x.reason == FinishReason::error);
+    CHECK(got_x.tokens.empty());
+    CHECK(got_y.reason == FinishReason::length);
+    CHECK(got_y.tokens.size() == 3);
+    CHECK(caches.free_blocks() == caches.total_blocks());
+}
+
+TEST_CASE("scheduler on the CUDA backend (per-sequence caches, whole prompts): generate's tokens",
+          "[scheduler][cuda]") {
+#ifndef QFORGE_HAVE_CUDA
+    QF_SKIP("no CUDA device: qforge was built without CUDA");
+#else
+    std::string why;
+    if (list_gpus(&why).empty()) QF_SKIP("no CUDA device: " + why);
+    test::ScratchDir dir("serve-cuda");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    check_per_sequence_serving(make_cuda_backend(model), 22);
+#endif
 }

@@ -1,0 +1,35 @@
+#include "serve/cache_source.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace qforge::serve {
+
+std::unique_ptr<KvCache> PagedCacheSource::take(uint64_t positions) {
+    auto cache = std::make_unique<PagedKvCache>(pool_, positions);
+    if (!cache->reserve(positions)) return nullptr;
+    return cache;
+}
+
+BackendCacheSource::BackendCacheSource(const Backend& backend, uint64_t blocks)
+    : backend_(backend), total_(blocks), free_(blocks) {
+    if (blocks == 0) throw Error("serve: a KV cache budget needs at least one block");
+}
+
+std::unique_ptr<KvCache> BackendCacheSource::take(uint64_t positions) {
+    const uint64_t blocks = CpuKvCache::blocks_for(positions);
+    if (blocks > free_) return nullptr;
+    auto cache = backend_.new_cache(positions);  // throws (out of memory, say) before counting
+    free_ -= blocks;
+    return cache;
+}
+
+void BackendCacheSource::give_back(std::unique_ptr<KvCache> cache) {
+    if (!cache) return;
+    const uint64_t blocks = CpuKvCache::blocks_for(cache->capacity());
+    cache.reset();
+    free_ += blocks;
+}
+
+}  // namespace qforge::serve

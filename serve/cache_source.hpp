@@ -1,0 +1,60 @@
+// Where the scheduler's KV caches come from (serve/scheduler.hpp). Both sources count in blocks
+// of CpuKvCache::kBlockPositions positions and give a sequence every position it may need at
+// admission, or nothing, so a short budget is a wait in the queue, never a failure mid-step.
+//
+// - PagedCacheSource: the paged pool (runtime/paged_kv_cache.hpp), for the CPU backend, whose
+//   batched step reads every sequence's cache through its block table.
+// - BackendCacheSource: one cache per sequence made by the backend itself (Backend::new_cache:
+//   the CUDA backend's cache in device memory, contiguous, allocated whole), against a budget of
+//   blocks. A backend without a batched step runs each sequence of a step through forward()
+//   (Backend::forward_batch's default), so its caches need no common pool.
+//
+// Not thread-safe: the scheduler's thread alone takes and gives back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/backend.hpp"
+#include "runtime/paged_kv_cache.hpp"
+
+namespace qforge::serve {
+
+class KvCacheSource {
+  public:
+    virtual ~KvCacheSource() = default;
+    // A cache of `positions` positions, or null (nothing taken) when too few blocks are free.
+    virtual std::unique_ptr<KvCache> take(uint64_t positions) = 0;
+    // Returns a cache take() gave; it is destroyed.
+    virtual void give_back(std::unique_ptr<KvCache> cache) = 0;
+    virtual uint64_t free_blocks() const = 0;
+    virtual uint64_t total_blocks() const = 0;
+};
+
+class PagedCacheSource final : public KvCacheSource {
+  public:
+    explicit PagedCacheSource(KvBlockPool& pool) : pool_(pool) {}
+    std::unique_ptr<KvCache> take(uint64_t positions) override;
+    void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
+    uint64_t free_blocks() const override { return pool_.free_blocks(); }
+    uint64_t total_blocks() const override { return pool_.total_blocks(); }
+
+  private:
+    KvBlockPool& pool_;
+};
+
+class BackendCacheSource final : public KvCacheSource {
+  public:
+    // At most `blocks` blocks' positions in all the caches out at once (at least one block).
+    BackendCacheSource(const Backend& backend, uint64_t blocks);
+    std::unique_ptr<KvCache> take(uint64_t positions) override;
+    void give_back(std::unique_ptr<KvCache> cache) override;
+    uint64_t free_blocks() const override { return free_; }
+    uint64_t total_blocks() const override { return total_; }
+
+  private:
+    const Backend& backend_;
+    uint64_t total_, free_;
+};
+
+}  // namespace qforge::serve
