@@ -57,13 +57,13 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
         return;
     }
     q_.assign(n * padded, 0);
-    d_.assign(n * blocks_, 0.0f);
+    d_.assign(n * sums_stride(), 0.0f);
     s_.assign(n * blocks_, 0);
     const bool avx2 = cpu_has_avx2();
     for (uint64_t t = 0; t < n; ++t) {
         const float* xt = x + t * k;
         int8_t* q = q_.data() + t * padded;
-        float* d = d_.data() + t * blocks_;
+        float* d = d_.data() + t * sums_stride();
         int32_t* s = s_.data() + t * blocks_;
         const uint64_t whole = avx2 ? k / kBlock : 0;  // the same bits either way
         if (whole) detail::quantize_activation_blocks_avx2(xt, whole, q, d, s);

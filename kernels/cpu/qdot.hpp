@@ -40,9 +40,11 @@ class QActivations {
     uint64_t k() const { return k_; }
     uint64_t blocks() const { return blocks_; }  // ceil(k / 32)
 
-    // int8 mode: codes [token][blocks * 32], scales and code sums [token][blocks].
+    // int8 mode: codes [token][blocks * 32], scales and code sums [token][blocks]. The scales of
+    // a token are zero-padded to a multiple of 8 blocks (the x86 kernels read a row's last < 8
+    // blocks' scales as one 8-lane vector).
     const int8_t* codes(uint64_t t) const { return q_.data() + t * blocks_ * 32; }
-    const float* scales(uint64_t t) const { return d_.data() + t * blocks_; }
+    const float* scales(uint64_t t) const { return d_.data() + t * sums_stride(); }
     const int32_t* sums(uint64_t t) const { return s_.data() + t * blocks_; }
     // f32 mode: [token][blocks * 32].
     const float* floats(uint64_t t) const { return f_.data() + t * blocks_ * 32; }
