@@ -208,7 +208,7 @@ QF_AVX2 inline __m256 superblock_offsets(const Row& row, uint64_t s, __m256 wsb)
 }
 
 // Lanes 0-3 take lane 2j of v, lanes 4-7 lane 2j + 1: the scales of pair j's two blocks.
-QF_AVX2 inline __m256 pair_lanes(__m256 v, uint64_t j) {
+__attribute__((always_inline)) QF_AVX2 inline __m256 pair_lanes(__m256 v, uint64_t j) {
     const int a = static_cast<int>(2 * j), b = a + 1;
     return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(a, a, a, a, b, b, b, b));
 }
@@ -289,8 +289,9 @@ struct Int8Tokens {
 // Pair p (blocks 2p, 2p + 1) of one row against NT tokens; cs[t]: the 8 blocks' combined scales
 // (weight scale * activation scale) of the superblock holding the pair, which is its j-th.
 template <QType T, int NT>
-QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p, uint64_t j, const __m256* cs,
-                              const Int8Tokens<NT>& x, __m256* acc) {
+__attribute__((always_inline)) QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p,
+                                                             uint64_t j, const __m256* cs,
+                                                             const Int8Tokens<NT>& x, __m256* acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     if constexpr (Kind<T>::unsigned_codes) {
         __m256i lo, hi;
@@ -340,8 +341,10 @@ QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p, uint64_t j, cons
 // A last odd block b (codes and activations in order) over all 8 lanes; cs[t]: its combined
 // scale in every lane.
 template <QType T, int NT>
-QF_AVX2 inline void int8_single(const uint8_t* codes, uint64_t b, const __m256* cs,
-                                const Int8Tokens<NT>& x, __m256* acc) {
+__attribute__((always_inline)) QF_AVX2 inline void int8_single(const uint8_t* codes, uint64_t b,
+                                                               const __m256* cs,
+                                                               const Int8Tokens<NT>& x,
+                                                               __m256* acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i w;
     if constexpr (Kind<T>::q3) {
@@ -381,8 +384,10 @@ inline void tail_vectors(const Row& row, uint64_t blocks, float* tail) {
 // scales are the vector path's products (fp16 to float and scale * zero are exact; the
 // activation scales are zero-padded to whole superblocks), so the lanes past the row are 0.
 template <QType T, int NT>
-QF_AVX2 inline void int8_rest(const Row& row, const Int8Tokens<NT>& x, uint64_t blocks,
-                              __m256 (&acc)[2][NT]) {
+__attribute__((always_inline)) QF_AVX2 inline void int8_rest(const Row& row,
+                                                             const Int8Tokens<NT>& x,
+                                                             uint64_t blocks,
+                                                             __m256 (&acc)[2][NT]) {
     const uint64_t full = blocks / kSuper, rest = blocks - full * kSuper;
     prefetch_part(row, full);
     alignas(32) float own[2 * kSuper];
@@ -399,8 +404,11 @@ QF_AVX2 inline void int8_rest(const Row& row, const Int8Tokens<NT>& x, uint64_t 
     const __m256 ws = _mm256_load_ps(tail);
     __m256 cs[NT];
     for (int t = 0; t < NT; ++t) cs[t] = _mm256_mul_ps(ws, _mm256_loadu_ps(x.d[t] + kSuper * full));
-    for (uint64_t j = 0; j < rest / 2; ++j)
-        int8_pair<T, NT>(row.codes, kSuper / 2 * full + j, j, cs, x, acc[j % 2]);
+    // The pairs written out: constant accumulator indices keep acc in registers.
+    const uint64_t p = kSuper / 2 * full, pairs = rest / 2;
+    if (pairs > 0) int8_pair<T, NT>(row.codes, p, 0, cs, x, acc[0]);
+    if (pairs > 1) int8_pair<T, NT>(row.codes, p + 1, 1, cs, x, acc[1]);
+    if (pairs > 2) int8_pair<T, NT>(row.codes, p + 2, 2, cs, x, acc[0]);
     if (rest % 2) {
         const __m256i last = _mm256_set1_epi32(static_cast<int>(rest - 1));
         for (int t = 0; t < NT; ++t) cs[t] = _mm256_permutevar8x32_ps(cs[t], last);
