@@ -44,9 +44,15 @@ constexpr uint64_t kStep = 32;  // floats per step of dot_row's four 8-lane accu
 // Steps per block of k: 512 floats, so a token tile's activations (6 tokens x 2 KiB) and a row
 // tile's weights stay in L1 while the row tiles of a panel pass.
 constexpr uint64_t kBlockSteps = 16;
-// Rows widened to f32 per panel: 16 rows of k floats (360 KiB at k = 5632) stay in L2 while every
-// token tile of the call passes them, so each weight is widened once per call.
+// Rows widened to f32 per panel: up to 16 rows of k floats (360 KiB at k = 5632) stay in L2 while
+// every token tile of the call passes them, so each weight is widened once per call. A panel is a
+// whole number of register tiles (AVX2: 15 rows of 3; a 16th row ran as a 1-row tile, at a third
+// of the tile's rate, 7% of an f16 prefill).
 constexpr uint64_t kPanelRows = 16;
+template <class V>
+constexpr uint64_t panel_rows() {
+    return kPanelRows / V::kRows * V::kRows;
+}
 
 // One register tile's work: rows w + i * wld (i < RM) against tokens x + j * xld (j < TN), steps
 // [s0, s1) and then `eights` 8-blocks, into records part + i * pld + j * kStep.
@@ -74,8 +80,11 @@ QF_GEMM_TARGET void tile_product(const Tile& t) {
                 acc[i][j] = t.first ? V::zero()
                                     : V::load(t.part + static_cast<uint64_t>(i) * t.pld +
                                               static_cast<uint64_t>(j) * kStep + lane0);
-        for (uint64_t s = t.s0; s < t.s1; ++s) {
-            const uint64_t at = s * kStep + lane0;
+        // The packed rows are group-major within a block of k (interleave_groups): group c's
+        // lanes of the block's steps lie together.
+        const uint64_t base = t.s0 * kStep + lane0 * (t.s1 - t.s0);
+        for (uint64_t s = 0; s < t.s1 - t.s0; ++s) {
+            const uint64_t at = base + s * V::kLanes;
             typename V::reg wv[RM];
 #pragma GCC unroll 8
             for (int i = 0; i < RM; ++i)
@@ -156,6 +165,28 @@ QF_GEMM_TARGET inline void widen_row(QType t, const uint8_t* w, float* out, uint
     }
 }
 
+// Rearranges whole steps [0, steps) of a packed row, block of k by block of k (kBlockSteps steps,
+// the last one shorter), so that the lanes each chain group reads lie together: element 32 s + g
+// (s in the block [s0, s1), g < 32, group c = g / lanes) moves to 32 s0 + lanes (c (s1 - s0) + s -
+// s0) + g % lanes. A group's pass over a block then reads one contiguous run per row and token
+// instead of a quarter (AVX2) or half of every step's two lines, which the hardware prefetcher
+// followed badly (float prefill at half the FMA peak on Zen 3). The 8-blocks and the last k mod 8
+// floats keep their places; only addresses change, no sum.
+template <class V>
+QF_GEMM_TARGET inline void interleave_groups(float* row, uint64_t steps) {
+    constexpr uint64_t lanes = V::kLanes, groups = kStep / lanes;
+    alignas(64) float block[kBlockSteps * kStep];
+    for (uint64_t s0 = 0; s0 < steps; s0 += kBlockSteps) {
+        const uint64_t n = std::min(steps, s0 + kBlockSteps) - s0;
+        float* at = row + s0 * kStep;
+        std::memcpy(block, at, sizeof(float) * n * kStep);
+        for (uint64_t s = 0; s < n; ++s)
+            for (uint64_t c = 0; c < groups; ++c)
+                std::memcpy(at + lanes * (c * n + s), block + s * kStep + c * lanes,
+                            sizeof(float) * lanes);
+    }
+}
+
 // n floats of v starting on a 64-byte boundary (v grows as needed): a vector load that splits a
 // cache line costs a second access, and unaligned operands measured 1.4x slower.
 inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
@@ -165,7 +196,7 @@ inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
 }
 
 // Rows [r0, r1) times tokens [t0, t1) (float_gemm.hpp's contract; t is f32, f16 or bf16, k >= 1).
-// The tokens are packed once per call (unless already aligned) and each panel of kPanelRows rows
+// The tokens are packed once per call and each panel of panel_rows() rows
 // widened once, both 64-byte aligned with a row length rounded up to 16 floats; per panel, tiles
 // of kTokens tokens; per token tile, blocks of k; per block, the panel's register tiles.
 template <class V>
@@ -176,20 +207,21 @@ QF_GEMM_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0
     constexpr uint64_t rows = V::kRows, tokens = V::kTokens, pld = tokens * kStep;
     thread_local std::vector<float> panel_buf, part_buf, x_buf;
     const uint64_t steps = k / kStep, eights = k % kStep / 8, wld = (k + 15) / 16 * 16 + 16;
-    float* part = aligned_floats(part_buf, kPanelRows * pld);
-    float* panel = aligned_floats(panel_buf, kPanelRows * wld);
-    const float* xs = x + t0 * ldx;
-    uint64_t xld = ldx;
-    if (reinterpret_cast<uintptr_t>(xs) % 64 != 0 || ldx % 16 != 0) {
-        float* packed = aligned_floats(x_buf, (t1 - t0) * wld);
-        for (uint64_t tok = t0; tok < t1; ++tok)
-            std::memcpy(packed + (tok - t0) * wld, x + tok * ldx, 4 * k);
-        xs = packed;
-        xld = wld;
+    constexpr uint64_t panel_n = panel_rows<V>();
+    float* part = aligned_floats(part_buf, panel_n * pld);
+    float* panel = aligned_floats(panel_buf, panel_n * wld);
+    float* xs = aligned_floats(x_buf, (t1 - t0) * wld);
+    const uint64_t xld = wld;
+    for (uint64_t tok = t0; tok < t1; ++tok) {
+        std::memcpy(xs + (tok - t0) * wld, x + tok * ldx, 4 * k);
+        interleave_groups<V>(xs + (tok - t0) * wld, steps);
     }
-    for (uint64_t pb = r0; pb < r1; pb += kPanelRows) {
-        const uint64_t pe = std::min(r1, pb + kPanelRows);
-        for (uint64_t r = pb; r < pe; ++r) widen_row(t, w + r * stride, panel + (r - pb) * wld, k);
+    for (uint64_t pb = r0; pb < r1; pb += panel_n) {
+        const uint64_t pe = std::min(r1, pb + panel_n);
+        for (uint64_t r = pb; r < pe; ++r) {
+            widen_row(t, w + r * stride, panel + (r - pb) * wld, k);
+            interleave_groups<V>(panel + (r - pb) * wld, steps);
+        }
         for (uint64_t tb = t0; tb < t1; tb += tokens) {
             const uint64_t te = std::min(t1, tb + tokens);
             const float* xt = xs + (tb - t0) * xld;
