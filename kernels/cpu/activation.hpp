@@ -1,0 +1,28 @@
+// Elementwise functions of the runtime's hot loops: the gated MLP's SiLU and the attention
+// softmax's exponentials. Levels: scalar (std::exp, the runtime's former loops, bit for bit) and
+// avx2 (an 8-lane exp: Cody-Waite reduction by ln 2 and a degree-5 polynomial on [-ln2/2, ln2/2],
+// within 2 ulp of exp; avx512 runs the same code, so the two give the same bits).
+//
+// Each element is computed by the same lane operations wherever it lies in the array (a last
+// partial vector goes through the same 8-lane code), so a value never depends on n or on how a
+// caller splits its rows: prefill equals decode and any thread count gives the same bits.
+//
+// The avx2 exp flushes results below FLT_MIN to 0 (arguments below -87.34) and returns +inf above
+// 88.376 (where exp is above 2.4e38); NaN stays NaN. Neither edge moves a SiLU (x / (1 + exp(-x))
+// is within 2^-126 |x| of 0 or of x there) or a softmax term (exp(s - max) <= 1).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.hpp"
+
+namespace qforge {
+
+// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < n, in that order of roundings. out may
+// be gate or up.
+void silu_mul(Isa isa, const float* gate, const float* up, float* out, uint64_t n);
+
+// s[i] = exp(s[i] - shift) for i < n.
+void exp_shifted(Isa isa, float* s, uint64_t n, float shift);
+
+}  // namespace qforge
