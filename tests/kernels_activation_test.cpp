@@ -26,13 +26,6 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
 
-std::vector<Isa> levels() {
-    std::vector<Isa> v;
-    for (Isa isa : kIsaLevels)
-        if (isa <= cpu_isa()) v.push_back(isa);
-    return v;
-}
-
 // Arguments from -range to range: a dense even sweep, then random values, then special points.
 std::vector<float> arguments(float range, uint32_t seed) {
     std::vector<float> v;
@@ -53,7 +46,7 @@ TEST_CASE("activation: silu_mul at every level against float64", "[kernels][acti
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
     std::vector<float> up(g.size());
     for (float& u : up) u = dist(rng);
-    for (Isa isa : levels()) {
+    for (Isa isa : cpu_isa_levels()) {
         INFO("level " << isa_name(isa));
         std::vector<float> out(g.size(), std::numeric_limits<float>::quiet_NaN());
         silu_mul(isa, g.data(), up.data(), out.data(), g.size());
@@ -74,13 +67,14 @@ TEST_CASE("activation: silu_mul at every level against float64", "[kernels][acti
 TEST_CASE("activation: exp_shifted at every level against float64", "[kernels][activation]") {
     for (float shift : {0.0f, 3.5f, -7.25f}) {
         std::vector<float> s = arguments(120.0f, 3);
-        for (Isa isa : levels()) {
+        for (Isa isa : cpu_isa_levels()) {
             INFO("level " << isa_name(isa) << " shift " << shift);
             std::vector<float> v = s;
             exp_shifted(isa, v.data(), v.size(), shift);
             for (size_t i = 0; i < s.size(); ++i) {
                 INFO("s " << s[i]);
-                const double arg = static_cast<double>(s[i] - shift);  // the kernel's float argument
+                const double arg =
+                    static_cast<double>(s[i] - shift);  // the kernel's float argument
                 const double exact = std::exp(arg);
                 if (arg > 88.3762626647949) {  // overflow edge: +inf (scalar: std::exp's value)
                     CHECK((std::isinf(v[i]) || std::fabs(v[i] - exact) <= 4.0 * kU * exact));
@@ -96,7 +90,7 @@ TEST_CASE("activation: exp_shifted at every level against float64", "[kernels][a
 TEST_CASE("activation: special values", "[kernels][activation]") {
     const float inf = std::numeric_limits<float>::infinity(),
                 nan = std::numeric_limits<float>::quiet_NaN();
-    for (Isa isa : levels()) {
+    for (Isa isa : cpu_isa_levels()) {
         INFO("level " << isa_name(isa));
         std::vector<float> s = {nan, -inf, 0.0f, -200.0f, 200.0f};
         exp_shifted(isa, s.data(), s.size(), 0.0f);
@@ -134,7 +128,7 @@ TEST_CASE("activation: an element's value does not depend on n or its place",
           "[kernels][activation]") {
     const std::vector<float> g = arguments(20.0f, 5);
     std::vector<float> up(g.size(), 0.75f);
-    for (Isa isa : levels()) {
+    for (Isa isa : cpu_isa_levels()) {
         INFO("level " << isa_name(isa));
         std::vector<float> whole(g.size()), ex = g;
         silu_mul(isa, g.data(), up.data(), whole.data(), g.size());

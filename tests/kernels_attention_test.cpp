@@ -29,13 +29,6 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
 
-std::vector<Isa> levels() {
-    std::vector<Isa> v;
-    for (Isa isa : kIsaLevels)
-        if (isa <= cpu_isa()) v.push_back(isa);
-    return v;
-}
-
 std::vector<float> random_floats(uint64_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -66,7 +59,7 @@ TEST_CASE("attention: head_scores at every level agrees with a float64 dot withi
         const auto keys = random_floats(sh.n * sh.stride, seed++);
         const float scale = 0.125f;
         const uint64_t ld = sh.n + 2;
-        for (Isa isa : levels()) {
+        for (Isa isa : cpu_isa_levels()) {
             std::vector<float> scores(sh.group * ld, std::nanf(""));
             head_scores(isa, q.data(), sh.group, sh.hd, keys.data(), sh.stride, sh.n, scale,
                         scores.data(), ld);
@@ -99,7 +92,7 @@ TEST_CASE("attention: head_mix at every level agrees with float64 sums within de
         const auto p = random_floats(sh.group * ld, seed++);
         const auto values = random_floats(sh.n * sh.stride, seed++);
         const auto start = random_floats(sh.group * sh.hd, seed++);
-        for (Isa isa : levels()) {
+        for (Isa isa : cpu_isa_levels()) {
             std::vector<float> out = start;
             head_mix(isa, p.data(), ld, sh.group, sh.hd, values.data(), sh.stride, sh.n,
                      out.data());
@@ -130,7 +123,7 @@ TEST_CASE("attention: runs of positions give the same bits as one run, and avx51
         const auto kv = random_floats(sh.n * sh.stride, seed++);
         const auto start = random_floats(sh.group * sh.hd, seed++);
         std::vector<float> avx2_scores, avx2_out;
-        for (Isa isa : levels()) {
+        for (Isa isa : cpu_isa_levels()) {
             std::vector<float> whole(sh.group * ld), split(sh.group * ld);
             head_scores(isa, q.data(), sh.group, sh.hd, kv.data(), sh.stride, sh.n, 0.5f,
                         whole.data(), ld);

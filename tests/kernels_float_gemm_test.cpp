@@ -73,13 +73,6 @@ std::vector<float> make_tokens(uint64_t m, uint64_t k, uint64_t ldx, uint32_t se
     return x;
 }
 
-std::vector<Isa> levels() {
-    std::vector<Isa> v;
-    for (Isa isa : kIsaLevels)
-        if (isa <= cpu_isa()) v.push_back(isa);
-    return v;
-}
-
 float level_dot(Isa isa, QType t, const uint8_t* w, const float* x, uint64_t k) {
     return isa == Isa::scalar ? dot_row_scalar(t, w, x, k) : detail::dot_row_avx2(t, w, x, k);
 }
@@ -116,7 +109,7 @@ TEST_CASE(
                 const uint64_t n = shape[0], m = shape[1], ldx = k + 3;
                 const Rows rows = make_rows(t, n, k, t == QType::f32 ? 4 : 2, seed++);
                 const std::vector<float> x = make_tokens(m, k, ldx, seed++);
-                for (Isa isa : levels()) {
+                for (Isa isa : cpu_isa_levels()) {
                     INFO(qtype_traits(t).name << " k " << k << " rows " << n << " tokens " << m
                                               << " level " << isa_name(isa));
                     const std::vector<float> out = run(isa, rows, rows.data(), x, ldx, 0, n, 0, m);
@@ -158,7 +151,7 @@ TEST_CASE(
         const uint64_t skip = (64 - at % 64) % 64 / 4;
         for (uint64_t tok = 0; tok < m; ++tok)
             std::memcpy(&aligned_x[skip + tok * aligned_ld], &x[tok * ldx], 4 * k);
-        for (Isa isa : levels()) {
+        for (Isa isa : cpu_isa_levels()) {
             INFO(qtype_traits(t).name << " level " << isa_name(isa));
             const std::vector<float> whole = run(isa, rows, rows.data(), x, ldx, 0, n, 0, m);
             const std::vector<float> moved = run(isa, rows, shifted.data() + 1, x, ldx, 0, n, 0, m);
@@ -186,7 +179,7 @@ TEST_CASE("float_matmul: non-finite activations as dot_row, and typed errors", "
     std::vector<float> x = make_tokens(m, k, k, 4);
     x[k + 40] = std::numeric_limits<float>::infinity();  // token 1
     x[2 * k + 76] = std::nanf("");                       // token 2, in the last products
-    for (Isa isa : levels()) {
+    for (Isa isa : cpu_isa_levels()) {
         const std::vector<float> out = run(isa, rows, rows.data(), x, k, 0, n, 0, m);
         for (uint64_t r = 0; r < n; ++r) {
             REQUIRE(std::isfinite(out[r]));

@@ -137,13 +137,6 @@ double roundings(QActivations::Mode mode, bool scalar, uint64_t k, QType t) {
 constexpr uint64_t kLengths[] = {64, 100, 172, 200, 288, 320, 576, 4096};
 
 // Every level this process may run (cpu_isa() and below), scalar first.
-std::vector<Isa> levels() {
-    std::vector<Isa> v;
-    for (Isa isa : kIsaLevels)
-        if (isa <= cpu_isa()) v.push_back(isa);
-    return v;
-}
-
 const char* mode_name(QActivations::Mode mode) {
     return mode == QActivations::Mode::f32 ? "f32" : "int8";
 }
@@ -174,7 +167,7 @@ TEST_CASE("qmatmul at every level agrees with a float64 product within derived b
                     QActivations a;
                     a.prepare(mode, x.data(), tokens, k);
                     std::vector<float> avx2;
-                    for (Isa isa : levels()) {
+                    for (Isa isa : cpu_isa_levels()) {
                         const auto out = run(isa, m, a);
                         const bool scalar = isa == Isa::scalar;
                         for (uint64_t tok = 0; tok < tokens; ++tok)
@@ -238,7 +231,7 @@ TEST_CASE("qmatmul: every row and token tiling gives the same bits", "[qdot]") {
             const Matrix m = make_matrix(t, n, k, seed++);
             const auto x = make_activations(tokens, k, seed++);
             for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
-                for (Isa isa : levels()) {
+                for (Isa isa : cpu_isa_levels()) {
                     INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
                                   << mode_name(mode) << " isa " << isa_name(isa));
                     QActivations a;
@@ -284,7 +277,7 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
         for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
             QActivations a;
             a.prepare(mode, x.data(), tokens, k);
-            for (Isa isa : levels()) {
+            for (Isa isa : cpu_isa_levels()) {
                 const auto out = run(isa, m, a);
                 for (uint64_t r = 0; r < n; ++r) {
                     INFO("qtype " << qtype_traits(t).name << " isa " << isa_name(isa) << " row "
@@ -373,7 +366,7 @@ TEST_CASE("dequantize_rows equals dequantize_row_ref bit for bit", "[qdot]") {
                            uint64_t{1000}}) {
             INFO("qtype " << qtype_traits(t).name << " k " << k);
             const Matrix m = make_matrix(t, 5, k, seed++);
-            for (Isa isa : levels()) {
+            for (Isa isa : cpu_isa_levels()) {
                 INFO("isa " << isa_name(isa));
                 std::vector<float> out(5 * k + 1, std::nanf(""));
                 dequantize_rows_isa(isa, t, m.bytes.data(), m.stride, 5, k, out.data());
@@ -391,7 +384,7 @@ TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws",
     std::vector<uint8_t> w(4096, 0);
     float out = 0.0f;
     const auto unknown = static_cast<QType>(kQTypeCount);
-    for (Isa isa : levels()) {
+    for (Isa isa : cpu_isa_levels()) {
         REQUIRE_THROWS_AS(qmatmul_isa(isa, unknown, w.data(), 64, 0, 1, a, 0, 1, &out, 1), Error);
         REQUIRE_THROWS_AS(dequantize_rows_isa(isa, unknown, w.data(), 64, 1, k, &out), Error);
     }

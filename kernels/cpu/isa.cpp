@@ -117,4 +117,11 @@ std::string cpu_isa_description() {
     return s;
 }
 
+std::vector<Isa> cpu_isa_levels() {
+    std::vector<Isa> v;
+    for (Isa isa : kIsaLevels)
+        if (isa <= cpu_isa()) v.push_back(isa);
+    return v;
+}
+
 }  // namespace qforge

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qforge {
 
@@ -30,6 +31,9 @@ Isa cpu_isa_supported();
 
 // The level in use: cpu_isa_supported() capped by QFORGE_ISA / QFORGE_NO_AVX2.
 Isa cpu_isa();
+
+// Every level up to cpu_isa(), lowest first (what the kernel tests run).
+std::vector<Isa> cpu_isa_levels();
 
 // One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
 // the level in use, then the CPU's highest level and the extensions it has that no level uses yet.
