@@ -97,7 +97,7 @@ inline uint64_t group_of_block(uint64_t b) {
 
 // Super-block types: block b's 6-bit scale (which = 0) or min (which = 1) times the record's d
 // (or dmin): exact products, so every path below sees the reference's values.
-inline float super_value(const Row& row, uint64_t b, uint64_t which) {
+QF_AVX2 inline float super_value(const Row& row, uint64_t b, uint64_t which) {
     const uint8_t* rec = row.scales + sizeof(QSuperRecord) * (b / kSuper);
     uint16_t h;
     std::memcpy(&h, rec + 2 * which, 2);
@@ -105,11 +105,11 @@ inline float super_value(const Row& row, uint64_t b, uint64_t which) {
     const uint64_t bit = 12 * (b % kSuper) + 6 * which, at = bit / 8, shift = bit % 8;
     uint32_t v = sm[at] >> shift;
     if (shift > 2) v |= static_cast<uint32_t>(sm[at + 1]) << (8 - shift);
-    return f16_to_f32(h) * static_cast<float>(v & 63u);
+    return _cvtsh_ss(h) * static_cast<float>(v & 63u);
 }
 
 template <QType T>
-inline float block_scale(const Row& row, uint64_t b) {
+QF_AVX2 inline float block_scale(const Row& row, uint64_t b) {
     if constexpr (Kind<T>::super) return super_value(row, b, 0);
     uint16_t h;
     std::memcpy(&h, row.scales + 2 * group_of_block<T>(b), 2);
@@ -117,7 +117,7 @@ inline float block_scale(const Row& row, uint64_t b) {
 }
 
 template <QType T>
-inline int32_t block_zero(const Row& row, uint64_t b) {
+QF_AVX2 inline int32_t block_zero(const Row& row, uint64_t b) {
     if constexpr (Kind<T>::zero_stored)
         return row.zeros[group_of_block<T>(b)];
     else
@@ -126,7 +126,7 @@ inline int32_t block_zero(const Row& row, uint64_t b) {
 
 // What block b subtracts per unit of activation: scale * zero, or a super-block type's min.
 template <QType T>
-inline float block_offset(const Row& row, uint64_t b) {
+QF_AVX2 inline float block_offset(const Row& row, uint64_t b) {
     if constexpr (Kind<T>::super)
         return super_value(row, b, 1);
     else
@@ -370,13 +370,24 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_single(const uint8_t* co
 
 // A row's last rest = blocks % 8 (> 0) blocks: their scales in tail[0 .. rest) and their offsets
 // (block_offset) in tail[8 .. 8 + rest), the other lanes 0.
+// The fp16 scales convert with F16C's vcvtph2ps (exact, as f16_to_f32; the software conversion's
+// branches were 12% of a SmolLM2 decode at k = 576).
 template <QType T>
-inline void tail_vectors(const Row& row, uint64_t blocks, float* tail) {
+QF_AVX2 inline void tail_vectors(const Row& row, uint64_t blocks, float* tail) {
     const uint64_t full = blocks / kSuper, rest = blocks - full * kSuper;
-    for (uint64_t b = 0; b < kSuper; ++b) {
-        tail[b] = b < rest ? block_scale<T>(row, full * kSuper + b) : 0.0f;
-        tail[kSuper + b] = b < rest ? block_offset<T>(row, full * kSuper + b) : 0.0f;
+    for (uint64_t b = 0; b < rest; ++b) {
+        const uint64_t block = full * kSuper + b;
+        if constexpr (Kind<T>::super) {
+            tail[b] = super_value(row, block, 0);
+            tail[kSuper + b] = super_value(row, block, 1);
+        } else {
+            uint16_t h;
+            std::memcpy(&h, row.scales + 2 * group_of_block<T>(block), 2);
+            tail[b] = _cvtsh_ss(h);
+            tail[kSuper + b] = tail[b] * static_cast<float>(block_zero<T>(row, block));
+        }
     }
+    for (uint64_t b = rest; b < kSuper; ++b) tail[b] = tail[kSuper + b] = 0.0f;
 }
 
 // The last rest = blocks % 8 (> 0) blocks of a row, after its `full` superblocks, into the same
@@ -457,9 +468,21 @@ void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
         row.ahead = r + ahead < r1 ? row.codes + ahead * stride : nullptr;
         return row;
     };
+    const bool tails = a.mode() == QActivations::Mode::int8 && a.blocks() % kSuper != 0;
     if (t1 - t0 == 1) {
-        for (uint64_t r = r0; r < r1; ++r)
-            Tile::template run<1>(row_at(r), a, t0, out + (r - r0), ldo);
+        // The next row's tail is gathered before this row runs: a tail gathered just before its
+        // own row is read back while its scalar stores are still in flight (a failed store
+        // forward, 14% of a SmolLM2 decode at k = 576).
+        alignas(32) float next[2][2 * kSuper];
+        if (tails && r0 < r1) tail_vectors<T>(row_at(r0), a.blocks(), next[0]);
+        for (uint64_t r = r0; r < r1; ++r) {
+            Row row = row_at(r);
+            if (tails) {
+                row.tail = next[(r - r0) % 2];
+                if (r + 1 < r1) tail_vectors<T>(row_at(r + 1), a.blocks(), next[(r + 1 - r0) % 2]);
+            }
+            Tile::template run<1>(row, a, t0, out + (r - r0), ldo);
+        }
         return;
     }
     // Prefill: a tile of rows stays in L2 while every tile of tokens passes over it, so each code
@@ -471,7 +494,6 @@ void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
     constexpr uint64_t tokens = Tile::kTokens;
     constexpr uint64_t kMaxTileRows = 512;
     const uint64_t rows_per_tile = std::clamp<uint64_t>(kRowTileBytes / stride, 1, kMaxTileRows);
-    const bool tails = a.mode() == QActivations::Mode::int8 && a.blocks() % kSuper != 0;
     alignas(32) float tail[kMaxTileRows][2 * kSuper];
     for (uint64_t rb = r0; rb < r1; rb += rows_per_tile) {
         const uint64_t re = std::min(r1, rb + rows_per_tile);
