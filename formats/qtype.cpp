@@ -150,6 +150,16 @@ QuantStatus super_block_grids(QType t, const float* w, uint64_t k, QGroupParams*
     return QuantStatus::ok;
 }
 
+// The index of the level nearest x (the lower on ties; levels ascending, 16 of them).
+int32_t nearest_level(const int8_t* levels, float x) {
+    int32_t best = 0;
+    for (int32_t c = 1; c < 16; ++c)
+        if (std::fabs(x - static_cast<float>(levels[c])) <
+            std::fabs(x - static_cast<float>(levels[best])))
+            best = c;
+    return best;
+}
+
 }  // namespace
 
 std::optional<QSuperParams> qtype_super_from_groups(const float* scale, const float* min,
@@ -274,8 +284,12 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
         for (uint64_t j = 0; j < n; ++j)
             if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
         if (m != 0.0f) {
-            // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8).
-            const float s = tr.bits == 8 ? std::fabs(m) / 127.0f : std::fabs(m) / 8.0f;
+            // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8);
+            // q4nl: m / levels[0] (-127), so m lands exactly on the lowest level.
+            const float steps = tr.bits == 8 ? 127.0f
+                                : tr.levels  ? -static_cast<float>(tr.levels[0])
+                                             : 8.0f;
+            const float s = std::fabs(m) / steps;
             auto h = f16_round_up(s);
             if (!h) return std::nullopt;
             const bool negate = tr.bits == 4 && m > 0.0f;
@@ -300,6 +314,10 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
 }
 
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
+    if (const int8_t* levels = qtype_traits(t).levels) {
+        if (p.scale == 0.0f) return nearest_level(levels, 0.0f);
+        return nearest_level(levels, w / p.scale);
+    }
     if (qtype_has_super_blocks(t)) {  // w = scale * code - min
         if (p.scale == 0.0f) return 0;
         const float r = std::nearbyint((w + p.min) / p.scale);
@@ -366,7 +384,7 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
         const uint64_t g = j / l.group;
         const float s = f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
         const int32_t z = tr.symmetric ? tr.implicit_zero : row[l.zeros_offset + g];
-        out[j] = s * static_cast<float>(get_code(tr, row, j) - z);
+        out[j] = s * static_cast<float>(qtype_code_level(t, get_code(tr, row, j)) - z);
     }
 }
 
