@@ -150,14 +150,41 @@ QuantStatus super_block_grids(QType t, const float* w, uint64_t k, QGroupParams*
     return QuantStatus::ok;
 }
 
-// The index of the level nearest x (the lower on ties; levels ascending, 16 of them).
+// The index of the level nearest x, the lower on ties: the count of midpoints between
+// consecutive levels that x exceeds (levels ascending, 16 of them; the midpoints are exact in
+// float). The quantizer's scale searches call this for every weight of every candidate grid, so
+// it is a table lookup: for x in [i, i + 1) every midpoint below i counts (below[i]), and at most
+// one midpoint lies in [i, i + 1) (levels are at least 2 apart), compared directly.
+struct LevelMidpoints {
+    static constexpr int32_t kLo = -128, kHi = 128;  // |level| <= 127: every midpoint inside
+    uint8_t below[kHi - kLo];                        // midpoints < i, for i = kLo .. kHi - 1
+    float inside[kHi - kLo];                         // the midpoint in [i, i + 1), or +inf
+};
+
+LevelMidpoints level_midpoints(const int8_t* levels) {
+    LevelMidpoints t;
+    for (int32_t i = LevelMidpoints::kLo; i < LevelMidpoints::kHi; ++i) {
+        uint8_t below = 0;
+        float inside = std::numeric_limits<float>::infinity();
+        for (int32_t c = 0; c + 1 < 16; ++c) {
+            const float mid = 0.5f * static_cast<float>(levels[c] + levels[c + 1]);
+            if (mid < static_cast<float>(i)) ++below;
+            if (mid >= static_cast<float>(i) && mid < static_cast<float>(i + 1)) inside = mid;
+        }
+        t.below[i - LevelMidpoints::kLo] = below;
+        t.inside[i - LevelMidpoints::kLo] = inside;
+    }
+    return t;
+}
+
 int32_t nearest_level(const int8_t* levels, float x) {
-    int32_t best = 0;
-    for (int32_t c = 1; c < 16; ++c)
-        if (std::fabs(x - static_cast<float>(levels[c])) <
-            std::fabs(x - static_cast<float>(levels[best])))
-            best = c;
-    return best;
+    static const LevelMidpoints table = level_midpoints(kNonLinearLevels);
+    if (levels != kNonLinearLevels)
+        throw Error("nearest_level: only the kNonLinearLevels table has midpoints");
+    if (!(x >= static_cast<float>(LevelMidpoints::kLo))) return 0;  // NaN too (never given)
+    if (x >= static_cast<float>(LevelMidpoints::kHi)) return 15;
+    const auto i = static_cast<int32_t>(std::floor(x)) - LevelMidpoints::kLo;
+    return table.below[i] + (x > table.inside[i] ? 1 : 0);
 }
 
 }  // namespace
