@@ -150,6 +150,43 @@ QuantStatus super_block_grids(QType t, const float* w, uint64_t k, QGroupParams*
     return QuantStatus::ok;
 }
 
+// The index of the level nearest x, the lower on ties: the count of midpoints between
+// consecutive levels that x exceeds (levels ascending, 16 of them; the midpoints are exact in
+// float). The quantizer's scale searches call this for every weight of every candidate grid, so
+// it is a table lookup: for x in [i, i + 1) every midpoint below i counts (below[i]), and at most
+// one midpoint lies in [i, i + 1) (levels are at least 2 apart), compared directly.
+struct LevelMidpoints {
+    static constexpr int32_t kLo = -128, kHi = 128;  // |level| <= 127: every midpoint inside
+    uint8_t below[kHi - kLo];                        // midpoints < i, for i = kLo .. kHi - 1
+    float inside[kHi - kLo];                         // the midpoint in [i, i + 1), or +inf
+};
+
+LevelMidpoints level_midpoints(const int8_t* levels) {
+    LevelMidpoints t;
+    for (int32_t i = LevelMidpoints::kLo; i < LevelMidpoints::kHi; ++i) {
+        uint8_t below = 0;
+        float inside = std::numeric_limits<float>::infinity();
+        for (int32_t c = 0; c + 1 < 16; ++c) {
+            const float mid = 0.5f * static_cast<float>(levels[c] + levels[c + 1]);
+            if (mid < static_cast<float>(i)) ++below;
+            if (mid >= static_cast<float>(i) && mid < static_cast<float>(i + 1)) inside = mid;
+        }
+        t.below[i - LevelMidpoints::kLo] = below;
+        t.inside[i - LevelMidpoints::kLo] = inside;
+    }
+    return t;
+}
+
+int32_t nearest_level(const int8_t* levels, float x) {
+    static const LevelMidpoints table = level_midpoints(kNonLinearLevels);
+    if (levels != kNonLinearLevels)
+        throw Error("nearest_level: only the kNonLinearLevels table has midpoints");
+    if (!(x >= static_cast<float>(LevelMidpoints::kLo))) return 0;  // NaN too (never given)
+    if (x >= static_cast<float>(LevelMidpoints::kHi)) return 15;
+    const auto i = static_cast<int32_t>(std::floor(x)) - LevelMidpoints::kLo;
+    return table.below[i] + (x > table.inside[i] ? 1 : 0);
+}
+
 }  // namespace
 
 std::optional<QSuperParams> qtype_super_from_groups(const float* scale, const float* min,
@@ -274,8 +311,12 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
         for (uint64_t j = 0; j < n; ++j)
             if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
         if (m != 0.0f) {
-            // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8).
-            const float s = tr.bits == 8 ? std::fabs(m) / 127.0f : std::fabs(m) / 8.0f;
+            // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8);
+            // q4nl: m / levels[0] (-127), so m lands exactly on the lowest level.
+            const float steps = tr.bits == 8 ? 127.0f
+                                : tr.levels  ? -static_cast<float>(tr.levels[0])
+                                             : 8.0f;
+            const float s = std::fabs(m) / steps;
             auto h = f16_round_up(s);
             if (!h) return std::nullopt;
             const bool negate = tr.bits == 4 && m > 0.0f;
@@ -300,6 +341,10 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
 }
 
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
+    if (const int8_t* levels = qtype_traits(t).levels) {
+        if (p.scale == 0.0f) return nearest_level(levels, 0.0f);
+        return nearest_level(levels, w / p.scale);
+    }
     if (qtype_has_super_blocks(t)) {  // w = scale * code - min
         if (p.scale == 0.0f) return 0;
         const float r = std::nearbyint((w + p.min) / p.scale);
@@ -366,7 +411,7 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
         const uint64_t g = j / l.group;
         const float s = f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
         const int32_t z = tr.symmetric ? tr.implicit_zero : row[l.zeros_offset + g];
-        out[j] = s * static_cast<float>(get_code(tr, row, j) - z);
+        out[j] = s * static_cast<float>(qtype_code_level(t, get_code(tr, row, j)) - z);
     }
 }
 

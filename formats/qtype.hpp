@@ -12,7 +12,9 @@
 //            128 weights (4 blocks of 32), a 32-byte plane of the codes' low two bits and a
 //            16-byte plane of their high bits, both ordered so that AVX2 shifts and masks give
 //            the 4-bit kernel's pair order directly (q3_code_position below; docs/FORMAT.md
-//            has the bytes). Codes past k hold the zero code, so they dequantize to exactly 0.
+//            has the bytes). Codes past k hold the zero code, so they dequantize to exactly 0
+//            (level types have no zero level: their codes past k are 0 and the kernels meet
+//            them only with zero activations, as the super-block types' codes).
 //   scales   one fp16 per group, in group order (little-endian binary16).
 //   zeros    asymmetric types only: one uint8 per group, the integer zero point.
 //   No padding: the row stride is exactly codes + scales + zeros, so a tensor's bytes are its
@@ -24,8 +26,9 @@
 // Scales live in the row, after its codes, so a thread that owns a range of rows streams one
 // contiguous region and a row can be sliced without touching other rows. Weight j of a row is
 // w = scale[g] * (code[j] - zero[g]) with g = j / group; for symmetric types zero is the
-// type's implicit zero. This product is exact in float32 (11-bit scale times an 8-bit integer),
-// so every kernel sees bit-identical dequantized weights.
+// type's implicit zero; for level types (q4nl_*) w = scale[g] * levels[code[j]], levels int8.
+// This product is exact in float32 (11-bit scale times an 8-bit integer), so every kernel sees
+// bit-identical dequantized weights.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +59,7 @@ enum class QType : uint8_t {
     q3_g128,
     q4k_g32,
     q3k_g32,
+    q4nl_g32,
 };
 
 struct QTypeTraits {
@@ -77,7 +81,16 @@ struct QTypeTraits {
     // w = d * sc[g] * code - dmin * mn[g]. 0: each group's scale is stored as fp16 (and its zero
     // as an integer code).
     uint32_t super_block = 0;
+    // Non-uniform types: the 16 integer levels the 4-bit codes index, so weight j is
+    // scale * levels[code[j]] (no zero). Null: the uniform grid scale * (code - zero).
+    const int8_t* levels = nullptr;
 };
+
+// IQ4_NL's fixed non-linear grid (llama.cpp's kvalues_iq4nl): 16 int8 levels, denser near zero
+// where most weights of a group lie, as NF4's normal-quantile levels are. Its gaps grow from 11
+// (around zero) to 24 (89 .. 113); the negative end reaches -127, the positive only 113.
+inline constexpr int8_t kNonLinearLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                1,    13,   25,  38,  53,  69,  89,  113};
 
 // Scales are rounded up (away from zero) to fp16, so no group's range exceeds its codes' range:
 // q8*:   amax / 127 maps the group into [-127, 127]; rounding only: 1/2.
@@ -91,9 +104,15 @@ struct QTypeTraits {
 // q4k_*, q3k_*: the reference rounds each group's 6-bit min up (m' >= -lo) and then its 6-bit
 //        scale up against (hi + m') / (2^bits - 1), so the grid [-m', (2^bits - 1) s' - m']
 //        covers the group and rounding gives 1/2 of the group's own step s' = d * sc.
+// q4nl_*: scale = m / -127 for the element m of largest magnitude (llama.cpp's IQ4_NL), so m
+//        lands on level -127 and every w / scale lies in [-127, 127]; inside [-127, 113] the
+//        nearest level is at most half the widest gap (24) away: 12; an element of the opposite
+//        sign and equal magnitude (127) is nearest to 113: 14, in units of the scale (one int8
+//        level step).
 // Each bound adds 2^-10 for the float rounding of w / scale (relative 2^-24 times at most 2^8).
 inline constexpr double kHalfStepBound = 0.5 + 1.0 / 1024;
 inline constexpr double kSymClampBound = 1.0 + 1.0 / 1024;
+inline constexpr double kNonLinearBound = 14.0 + 1.0 / 1024;
 
 inline constexpr QTypeTraits kQTypes[] = {
     // type        name        bits float  dtype       group sym    signed zero bound
@@ -113,6 +132,8 @@ inline constexpr QTypeTraits kQTypes[] = {
     {QType::q3_g128, "q3_g128", 3, false, DType::f32, 128, false, false, 0, kHalfStepBound},
     {QType::q4k_g32, "q4k_g32", 4, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
     {QType::q3k_g32, "q3k_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
+    {QType::q4nl_g32, "q4nl_g32", 4, false, DType::f32, 32, true, false, 0, kNonLinearBound, 0,
+     kNonLinearLevels},
 };
 
 inline constexpr size_t kQTypeCount = std::size(kQTypes);
@@ -135,10 +156,14 @@ constexpr bool qtype_table_consistent() {
         if (r.super_block != 0 &&
             (r.super_block != 256 || r.group != 32 || r.symmetric || r.bits == 8))
             return false;
+        // Level types: 4-bit indices into 16 levels, symmetric (no zero), one fp16 scale per group.
+        if (r.levels != nullptr &&
+            (r.bits != 4 || !r.symmetric || r.implicit_zero != 0 || r.super_block != 0))
+            return false;
     }
     return true;
 }
-static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q3k_g32) + 1,
+static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q4nl_g32) + 1,
               "every QType needs a row");
 static_assert(qtype_table_in_enum_order(), "kQTypes rows must follow the enum order");
 static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rules");
@@ -146,6 +171,13 @@ static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rul
 constexpr const QTypeTraits& qtype_traits(QType t) { return kQTypes[static_cast<size_t>(t)]; }
 constexpr bool qtype_is_quantized(QType t) { return !qtype_traits(t).is_float; }
 constexpr bool qtype_has_super_blocks(QType t) { return qtype_traits(t).super_block != 0; }
+constexpr bool qtype_has_levels(QType t) { return qtype_traits(t).levels != nullptr; }
+
+// The integer a group's scale multiplies for code `code` before the zero is subtracted: the
+// code's level for non-uniform types, the code itself otherwise.
+constexpr int32_t qtype_code_level(QType t, int32_t code) {
+    return qtype_has_levels(t) ? qtype_traits(t).levels[code] : code;
+}
 
 inline std::optional<QType> qtype_from_name(std::string_view s) {
     for (const auto& row : kQTypes)
@@ -357,12 +389,13 @@ std::optional<QSuperParams> qtype_super_from_groups(const float* scale, const fl
 QGroupParams qtype_group_params_in(QType t, const QSuperParams& sp, const float* w, uint64_t n);
 QGroupParams qtype_group_nearest(const QSuperParams& sp, float scale, float min);
 
-// The code of weight w on a group's grid: round to nearest even, clamped to the type's codes.
+// The code of weight w on a group's grid: round to nearest even, clamped to the type's codes;
+// level types: the code of the level nearest w / scale (the lower one on ties).
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w);
 // (min is 0 for every type without super-blocks, and x - 0.0f == x, so their values are
-// scale * (code - zero) bit for bit.)
-inline float qtype_dequantize_value(const QGroupParams& p, int32_t code) {
-    return p.scale * static_cast<float>(code - p.zero) - p.min;
+// scale * (code - zero) bit for bit; level types: scale * level, zero 0.)
+inline float qtype_dequantize_value(QType t, const QGroupParams& p, int32_t code) {
+    return p.scale * static_cast<float>(qtype_code_level(t, code) - p.zero) - p.min;
 }
 constexpr int32_t qtype_max_code(QType t) {
     return qtype_traits(t).bits == 8 ? 127 : (1 << qtype_traits(t).bits) - 1;
@@ -380,6 +413,7 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out);
 float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g);
 
 // Code j and zero point of a quantized row, as integers (for importers, exporters and tests).
+// Level types: the code is the level's index (qtype_code_level gives the level).
 int32_t row_code(QType t, const uint8_t* row, uint64_t j);
 int32_t row_group_zero(QType t, const uint8_t* row, uint64_t k, uint64_t g);
 // Super-block types: group g's min (dmin * mn, subtracted after scale * code); 0 otherwise.

@@ -69,7 +69,8 @@ void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const
                     return;
                 }
                 for (uint64_t j = 0; j < n; ++j) {
-                    const float q = qtype_dequantize_value(*p, qtype_quantize_value(t, *p, ws[j]));
+                    const float q =
+                        qtype_dequantize_value(t, *p, qtype_quantize_value(t, *p, ws[j]));
                     out[r * k + c0 + j] = s ? q / s[c0 + j] : q;
                 }
             }
@@ -159,7 +160,7 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
                     }
                     for (uint64_t j = 0; j < n; ++j)
                         di[j] = static_cast<double>(qtype_dequantize_value(
-                                    *p, qtype_quantize_value(t, *p, ci[j]))) -
+                                    t, *p, qtype_quantize_value(t, *p, ci[j]))) -
                                 wg[j];
                 }
                 cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, kAwqClipSteps,

@@ -61,7 +61,7 @@ std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v,
     auto error = [&](const QGroupParams& p) {
         double sum = 0.0;
         for (uint64_t j = 0; j < n; ++j) {
-            const double q = qtype_dequantize_value(p, qtype_quantize_value(t, p, v[j]));
+            const double q = qtype_dequantize_value(t, p, qtype_quantize_value(t, p, v[j]));
             sum += std::pow(std::fabs(q - static_cast<double>(v[j])), mse);
         }
         return sum;
@@ -285,7 +285,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                         const double x = wr[col];
                         const int32_t code =
                             qtype_quantize_value(o.qtype, p, static_cast<float>(x));
-                        const double q = qtype_dequantize_value(p, code);
+                        const double q = qtype_dequantize_value(o.qtype, p, code);
                         const double e = (x - q) / u(col, col);
                         const double e0 = weight(r, oc) - q;  // against the unchanged weight
                         codes[r * k + oc] = code;

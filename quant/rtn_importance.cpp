@@ -45,7 +45,7 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
     }
     double num = 0, den = 0;
     for (uint64_t j = 0; j < n; ++j) {
-        const double aj = weight_of(a, j), c = codes[j] - zero;
+        const double aj = weight_of(a, j), c = qtype_code_level(t, codes[j]) - zero;
         num += aj * w[j] * c;
         den += aj * c * c;
     }
@@ -78,7 +78,7 @@ double importance_grid_error(QType t, const QGroupParams& p, const float* w, con
     double e = 0.0;
     for (uint64_t j = 0; j < n; ++j) {
         const double d = static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(
-                                                         p, qtype_quantize_value(t, p, w[j])));
+                                                         t, p, qtype_quantize_value(t, p, w[j])));
         e += weight_of(a, j) * d * d;
     }
     return e;
@@ -110,20 +110,34 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
         hi = std::max(hi, w[j]);
         if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
     }
-    const double steps = tr.symmetric ? (tr.bits == 8 ? 127.0 : 8.0) : qtype_max_code(t);
-    for (int i = 0; i < kImportanceSteps; ++i) {
-        const double d = steps + (i - kImportanceSteps / 2) / 10.0;
-        std::optional<QGroupParams> trial;
-        if (!tr.symmetric) {
-            const auto s = grid((static_cast<double>(hi) - lo) / d, 0);
-            if (s) trial = grid(s->scale, clamp_zero(t, -lo / s->scale));
-        } else {
-            trial = grid(tr.bits == 8 ? std::fabs(m) / d : m / -d, tr.implicit_zero);
-        }
-        if (!trial) continue;
+    const double steps = tr.levels      ? -static_cast<double>(tr.levels[0])
+                         : tr.symmetric ? (tr.bits == 8 ? 127.0 : 8.0)
+                                        : qtype_max_code(t);
+    // Trial spans in tenths of a step; level types in whole units (their levels are 11 to 24
+    // units apart, so tenths would mostly give the same codes), m on the lowest level or on the
+    // highest.
+    auto offset = [&](int i) {
+        const int steps_off = i - kImportanceSteps / 2;
+        return tr.levels ? static_cast<double>(steps_off) : steps_off / 10.0;
+    };
+    auto try_grid = [&](const std::optional<QGroupParams>& trial) {
+        if (!trial) return;
         consider(trial);
         consider(refit(t, *trial, w, a, n));
         if (a) consider(refit(t, *trial, w, nullptr, n));
+    };
+    for (int i = 0; i < kImportanceSteps; ++i) {
+        const double d = steps + offset(i);
+        if (!tr.symmetric) {
+            const auto s = grid((static_cast<double>(hi) - lo) / d, 0);
+            if (s) try_grid(grid(s->scale, clamp_zero(t, -lo / s->scale)));
+        } else {
+            try_grid(grid(tr.bits == 8 ? std::fabs(m) / d : m / -d, tr.implicit_zero));
+        }
+        if (tr.levels) {
+            const double top = tr.levels[15] + offset(i);
+            try_grid(grid(m / top, 0));
+        }
     }
     return best;
 }

@@ -21,6 +21,11 @@
 //        zero; symmetric, scale = sum a w (c - z) / sum a (c - z)^2. Scale rounded to nearest
 //        fp16; refits with a non-positive denominator, or an asymmetric scale <= 0, are skipped.
 //   U_i  the same refit with every a_j = 1 (only when importance is given: else it is A_i).
+//   Level types (q4nl_*: w = scale * level, no zero): L = 127 (the lowest level's magnitude) and
+//   d_i = L + i - kImportanceSteps / 2 in whole levels, T_i = m / -d_i, and also m / e_i with
+//   e_i = 113 + i - kImportanceSteps / 2 (m on the highest level), each with its refits
+//   scale = sum a w level / sum a level^2 (llama.cpp's IQ4_NL search: trial scales around
+//   max / -127, each refit to its levels by weighted least squares).
 // So the candidates of the unweighted search (a == 1: 0, T_i, A_i) are among the weighted one's,
 // and its weighted error is never larger than the unweighted choice's (tested against a float64
 // brute force). Candidates whose scale overflows fp16 or rounds to zero are skipped. The errors

@@ -261,8 +261,11 @@ QType hf_quant_target(const HfQuantConfig& qc) {
     // checkpoint's; group_size -1 (one group per row) prefers a per-row type.
     const QTypeTraits* best = nullptr;
     for (const QTypeTraits& tr : kQTypes) {
-        // Super-block types quantize their group scales: no GPTQ/AWQ fp16 scale fits them.
-        if (tr.is_float || tr.super_block || tr.bits != qc.bits || tr.symmetric != qc.sym) continue;
+        // Super-block types quantize their group scales and level types index a table: no
+        // GPTQ/AWQ group (fp16 scale, integer codes) fits them.
+        if (tr.is_float || tr.super_block || tr.levels || tr.bits != qc.bits ||
+            tr.symmetric != qc.sym)
+            continue;
         const uint64_t g = tr.group;
         const bool fits =
             qc.group_size == -1 ? true : g != 0 && qc.group_size % static_cast<int64_t>(g) == 0;

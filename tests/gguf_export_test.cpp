@@ -156,7 +156,8 @@ TEST_CASE("GGUF export: types without a bit-exact GGUF form are refused by name"
                                          {"q4_g128", "q4s_g32"},
                                          {"q3_g32", "q4s_g32"},
                                          {"q8", "q8_g32"},
-                                         {"q4s_g128", "q4s_g32"}}) {
+                                         {"q4s_g128", "q4s_g32"},
+                                         {"q4nl_g32", "q4s_g32"}}) {
         INFO(qtype);
         const fs::path quant = dir / (std::string(qtype) + ".qf"),
                        out = dir / (std::string(qtype) + ".gguf");

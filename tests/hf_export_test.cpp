@@ -335,6 +335,14 @@ TEST_CASE("export refuses what GPTQ and AWQ cannot express", "[interop][export]"
         CHECK_THAT(out, Catch::Contains("layers.0.attn.q") && Catch::Contains("q3_g32") &&
                             Catch::Contains("cannot be exported to gptq"));
     }
+    SECTION("non-uniform 4-bit levels") {
+        for (const std::string format : {"gptq", "awq", "compressed-tensors"}) {
+            INFO(format);
+            const auto out = refused(quantize(base, dir, "q4nl_g32"), format);
+            CHECK_THAT(out, Catch::Contains("layers.0.attn.q") && Catch::Contains("q4nl_g32") &&
+                                Catch::Contains("cannot be exported to " + format));
+        }
+    }
     SECTION("symmetric 4-bit as AWQ") {
         const auto out = refused(quantize(base, dir, "q4s_g128"), "awq");
         CHECK_THAT(out,

@@ -1,5 +1,6 @@
 // docs/FORMAT.md is the specification: its tables must agree with the code.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <fstream>
@@ -106,6 +107,7 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
         } else {
             REQUIRE(rows[i].at(2) == (t.group ? std::to_string(t.group) : std::string("row")));
             const std::string zero = t.super_block  ? "6-bit min"
+                                     : t.levels     ? "levels"
                                      : !t.symmetric ? "stored"
                                      : t.signed_codes
                                          ? std::to_string(t.implicit_zero) + " (int8 codes)"
@@ -113,7 +115,8 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
             REQUIRE(rows[i].at(3) == zero);
             // The documented bound is the table's without its 2^-10 float-rounding allowance.
             const double bound = t.error_bound - 1.0 / 1024;
-            REQUIRE(rows[i].at(4) == (bound == 0.5 ? "1/2" : bound == 1.0 ? "1" : "?"));
+            REQUIRE(rows[i].at(4) == (bound == 0.5 ? "1/2" : std::to_string(std::lround(bound))));
+            REQUIRE(bound == std::round(bound * 2) / 2);  // halves only, as the table writes them
         }
         char bpw[32];
         std::snprintf(bpw, sizeof bpw, "%.3f", qtype_bits_per_weight(t.type, 4096));
@@ -132,6 +135,18 @@ TEST_CASE("FORMAT.md lists every key of the normalized model config", "[formats]
     for (const auto& [key, value] : j.items()) {
         INFO("model key " << key);
         REQUIRE(section.find("`" + key + "`") != std::string::npos);
+    }
+}
+
+TEST_CASE("FORMAT.md non-uniform levels match the code's levels", "[formats][spec]") {
+    const auto rows = table_after(read_doc(), "### Non-uniform rows");
+    REQUIRE(rows.size() == 1);  // the codes row is the header
+    REQUIRE(rows[0].size() == 17);
+    REQUIRE(rows[0].at(0) == "level");
+    for (const QTypeTraits& t : kQTypes) {
+        if (!t.levels) continue;
+        INFO(t.name);
+        for (size_t c = 0; c < 16; ++c) REQUIRE(std::stoi(rows[0].at(c + 1)) == t.levels[c]);
     }
 }
 

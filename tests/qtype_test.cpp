@@ -21,10 +21,12 @@ namespace {
 // half a 3-bit chunk).
 constexpr uint64_t kLengths[] = {1, 32, 64, 100, 172, 200, 576, 4096};
 
-// The steps a group's range is divided into: q8 amax / 127, q4s m / 8, asymmetric 2^bits - 1.
+// The steps a group's range is divided into: q8 amax / 127, q4s m / 8, asymmetric 2^bits - 1;
+// level types m / -levels[0] (127).
 double levels_of(QType t) {
     const QTypeTraits& tr = qtype_traits(t);
     if (tr.bits == 8) return 127.0;
+    if (tr.levels) return -static_cast<double>(tr.levels[0]);
     return tr.symmetric ? 8.0 : static_cast<double>((1 << tr.bits) - 1);
 }
 
@@ -71,7 +73,7 @@ void check_round_trip(QType t, const std::vector<float>& w) {
             const int32_t c = row_code(t, q.row.data(), j);
             REQUIRE(c >= (tr.signed_codes ? -127 : 0));
             REQUIRE(c <= (tr.signed_codes ? 127 : (1 << tr.bits) - 1));
-            REQUIRE(q.back[j] == s * static_cast<float>(c - z) - mn);
+            REQUIRE(q.back[j] == s * static_cast<float>(qtype_code_level(t, c) - z) - mn);
             REQUIRE(std::fabs(static_cast<double>(q.back[j]) - w[j]) <=
                     tr.error_bound * std::fabs(static_cast<double>(s)));
             lo = std::min(lo, w[j]);
@@ -237,6 +239,50 @@ TEST_CASE("quantize_row_ref special groups: zero, constant, huge, tiny", "[qtype
                 pm[j] = (j % 2 ? 1.0f : -1.0f) * static_cast<float>(j % 3 + 1);
             check_round_trip(t, pm);
         }
+}
+
+// Level types: every code is the level nearest w / scale (found here in float64 over all 16),
+// the scale is m / -127 rounded up in magnitude (m the first weight of largest magnitude), and the
+// bound is reached: a weight of m's magnitude and the opposite sign lands 14 units away.
+TEST_CASE("q4nl rows: nearest levels, the scale on the lowest level, the bound of 14 reached",
+          "[qtype]") {
+    for (const QTypeTraits& tr : kQTypes) {
+        if (!tr.levels) continue;
+        for (uint64_t k : kLengths) {
+            INFO("qtype " << tr.name << " k " << k);
+            std::vector<float> w = normal_weights(k, 0.5f, 21);
+            const Quantized q = quantize_ok(tr.type, w);
+            for (uint64_t g = 0; g * tr.group < k; ++g) {
+                const uint64_t b = g * tr.group, e = std::min(k, b + tr.group);
+                float m = 0.0f;
+                for (uint64_t j = b; j < e; ++j)
+                    if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
+                const float s = row_group_scale(tr.type, q.row.data(), k, g);
+                REQUIRE(s != 0.0f);
+                REQUIRE((s < 0.0f) == (m > 0.0f));  // m sits on level -127
+                REQUIRE(std::fabs(static_cast<double>(s)) >= std::fabs(m) / 127.0);
+                REQUIRE(std::fabs(static_cast<double>(s)) <=
+                        std::fabs(m) / 127.0 * (1.0 + 0x1p-10) + 0x1p-24);
+                for (uint64_t j = b; j < e; ++j) {
+                    INFO("j " << j);
+                    const double x = static_cast<double>(w[j]) / s;
+                    double best = 1e300;
+                    for (int c = 0; c < 16; ++c) best = std::min(best, std::fabs(x - tr.levels[c]));
+                    const int32_t c = row_code(tr.type, q.row.data(), j);
+                    REQUIRE(std::fabs(x - tr.levels[c]) <= best + 1e-4);
+                }
+            }
+        }
+        // +-1 in one group: -1 is m (the first of largest magnitude) on -127, +1 is 127 units
+        // up, nearest to 113: exactly 14 units of the scale away.
+        const std::vector<float> pm = {-1.0f, 1.0f};
+        const Quantized q = quantize_ok(tr.type, pm);
+        const double s = row_group_scale(tr.type, q.row.data(), 2, 0);
+        REQUIRE(std::fabs(q.back[0] + 1.0) <= 0x1p-10);
+        REQUIRE(q.back[1] == static_cast<float>(113.0 * s));
+        REQUIRE(std::fabs(q.back[1] - 1.0) >= 14.0 * s - 0x1p-10);  // 1 <= 127 s <= 1 + 2^-10
+        REQUIRE(std::fabs(q.back[1] - 1.0) <= tr.error_bound * s);
+    }
 }
 
 // Groups of weights below about 1e-43 (float subnormals) make amax / 127 (or range / 15) round to

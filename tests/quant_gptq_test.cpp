@@ -423,7 +423,7 @@ TEST_CASE("GPTQ --mse: a diagonal Hessian gives the brute-force best grid of eve
                     double e = 0.0;
                     for (uint64_t j = 0; j < n; ++j)
                         e += std::pow(std::fabs(qtype_dequantize_value(
-                                                    *p, qtype_quantize_value(t, *p, v[j])) -
+                                                    t, *p, qtype_quantize_value(t, *p, v[j])) -
                                                 static_cast<double>(v[j])),
                                       kGptqMseNorm);
                     if (e < best) {
@@ -470,11 +470,14 @@ TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[g
             for (uint64_t r = 0; r < rows; ++r) {
                 const uint8_t* row = res.packed.data() + r * rb;
                 dequantize_row_ref(t, row, k, deq.data());
-                // Super-block grids hold 0 only to within half a step (w = scale * c - min).
-                for (uint64_t d : dead)
-                    REQUIRE(std::fabs(deq[d]) <= (qtype_has_super_blocks(t)
-                                                      ? 0.5f * row_group_scale(t, row, k, d / 32)
-                                                      : 0.0f));
+                // Super-block grids hold 0 only to within half a step (w = scale * c - min);
+                // level grids (no level 0) within their level nearest 0, 1 scale unit.
+                for (uint64_t d : dead) {
+                    const float step = std::fabs(row_group_scale(t, row, k, d / 32));
+                    REQUIRE(std::fabs(deq[d]) <= (qtype_has_super_blocks(t) ? 0.5f * step
+                                                  : qtype_has_levels(t)     ? step
+                                                                            : 0.0f));
+                }
                 // Group 0 (the whole row for one-grid types): its grid is chosen before any
                 // error reaches it, from the weights with the dead ones zeroed.
                 const uint64_t g0 = std::min<uint64_t>(k, qtype_row_layout(t, k)->group);

@@ -145,7 +145,100 @@ void random_group(std::mt19937& rng, size_t n, std::vector<float>& w, std::vecto
     }
 }
 
+// Level types (q4nl_*): the level nearest w / scale (the lower on ties), its error, and the
+// header's candidates: min-max, then m / -(127 + i) and m / (113 + i), i = -10 .. 10, each with
+// its weighted (and, weighted, also unweighted) refit sum a w l / sum a l^2.
+int32_t level_code(const int8_t* levels, float scale, float w) {
+    const double x = scale == 0.0f ? 0.0 : static_cast<double>(w / scale);
+    int32_t best = 0;
+    for (int32_t c = 1; c < 16; ++c)
+        if (std::fabs(x - levels[c]) < std::fabs(x - levels[best])) best = c;
+    return best;
+}
+
+double level_error(const int8_t* levels, uint16_t scale_bits, const std::vector<float>& w,
+                   const std::vector<double>& a) {
+    const float s = f16_to_f32(scale_bits);
+    double e = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+        const double d = double(w[j]) - double(s * float(levels[level_code(levels, s, w[j])]));
+        e += a[j] * d * d;
+    }
+    return e;
+}
+
+uint16_t level_brute_force(QType t, const std::vector<float>& w, const std::vector<double>& a,
+                           bool weighted) {
+    const int8_t* levels = qtype_traits(t).levels;
+    std::vector<uint16_t> cands = {qtype_group_params(t, w.data(), w.size())->scale_bits};
+    auto half = [](double s, std::vector<uint16_t>& o) {
+        const uint16_t h = f32_to_f16(float(s));
+        if (std::isfinite(s) && (h & 0x7c00) != 0x7c00 && (h & 0x7fff) != 0) o.push_back(h);
+    };
+    auto fit = [&](uint16_t trial, const std::vector<double>& wt) {
+        double num = 0, den = 0;
+        for (size_t j = 0; j < w.size(); ++j) {
+            const double l = levels[level_code(levels, f16_to_f32(trial), w[j])];
+            num += wt[j] * w[j] * l;
+            den += wt[j] * l * l;
+        }
+        if (den > 0) half(num / den, cands);
+    };
+    float m = 0;
+    for (float v : w)
+        if (std::fabs(v) > std::fabs(m)) m = v;
+    const std::vector<double> ones(w.size(), 1.0);
+    for (int i = 0; i < kImportanceSteps; ++i)
+        for (double d : {-(127.0 + i - kImportanceSteps / 2), 113.0 + i - kImportanceSteps / 2}) {
+            std::vector<uint16_t> trial;
+            half(m / d, trial);
+            if (trial.empty()) continue;
+            cands.push_back(trial[0]);
+            fit(trial[0], weighted ? a : ones);
+            if (weighted) fit(trial[0], ones);
+        }
+    uint16_t best = cands[0];
+    for (uint16_t c : cands)
+        if (level_error(levels, c, w, a) < level_error(levels, best, w, a)) best = c;
+    return best;
+}
+
 }  // namespace
+
+TEST_CASE(
+    "importance grid, level types: the brute force's, never worse than unweighted or "
+    "min-max",
+    "[quant][importance]") {
+    std::mt19937 rng(17);
+    int better = 0, total = 0;
+    for (const QTypeTraits& tr : kQTypes) {
+        if (!tr.levels) continue;
+        for (size_t n : {size_t{1}, size_t{5}, size_t{12}, size_t{32}}) {
+            for (int trial = 0; trial < 40; ++trial) {
+                std::vector<float> w;
+                std::vector<double> a;
+                random_group(rng, n, w, a);
+                INFO(tr.name << " n " << n << " trial " << trial);
+                const auto weighted = *importance_group_grid(tr.type, w.data(), a.data(), n);
+                const auto plain = *importance_group_grid(tr.type, w.data(), nullptr, n);
+                REQUIRE(weighted.zero == 0);
+                REQUIRE(weighted.scale_bits == level_brute_force(tr.type, w, a, true));
+                REQUIRE(plain.scale_bits ==
+                        level_brute_force(tr.type, w, std::vector<double>(n, 1.0), false));
+                const double ew = level_error(tr.levels, weighted.scale_bits, w, a);
+                const double eu = level_error(tr.levels, plain.scale_bits, w, a);
+                const auto mm = *qtype_group_params(tr.type, w.data(), n);
+                REQUIRE(ew <= eu);
+                REQUIRE(ew <= level_error(tr.levels, mm.scale_bits, w, a));
+                REQUIRE(importance_grid_error(tr.type, weighted, w.data(), a.data(), n) == ew);
+                better += ew < eu;
+                ++total;
+            }
+        }
+    }
+    INFO(better << " of " << total);
+    REQUIRE(better > total / 2);
+}
 
 TEST_CASE("importance grid: equals the brute force, never worse than unweighted or min-max",
           "[quant][importance]") {
@@ -186,7 +279,8 @@ TEST_CASE("importance grid: equals the brute force, never worse than unweighted 
 TEST_CASE("importance grid: zero importance keeps the min-max grid, rows pack as the reference",
           "[quant][importance]") {
     std::mt19937 rng(11);
-    for (QType t : kTypes) {
+    for (QType t : {QType::q4_g32, QType::q4s_g32, QType::q3_g32, QType::q8_g32, QType::q4_g128,
+                    QType::q4nl_g32}) {
         const uint64_t k = 172;  // a partial last group
         std::vector<float> w;
         std::vector<double> a;
@@ -207,7 +301,7 @@ TEST_CASE("importance grid: zero importance keeps the min-max grid, rows pack as
             const uint64_t n = std::min(group, k - b);
             const auto p = *importance_group_grid(t, w.data() + b, a.data() + b, n);
             for (uint64_t j = b; j < b + n; ++j)
-                REQUIRE(deq[j] == qtype_dequantize_value(p, qtype_quantize_value(t, p, w[j])));
+                REQUIRE(deq[j] == qtype_dequantize_value(t, p, qtype_quantize_value(t, p, w[j])));
         }
     }
 }

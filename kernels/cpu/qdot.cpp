@@ -163,7 +163,8 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
                 const int32_t z = row_group_zero(t, row, k, g);
                 int32_t isum = 0;
                 for (uint64_t i = b * kBlock; i < (b + 1) * kBlock; ++i)
-                    isum += row_code(t, row, i) * q[i];  // codes past k meet zero activations
+                    // codes past k meet zero activations
+                    isum += qtype_code_level(t, row_code(t, row, i)) * q[i];
                 isum -= z * a.sums(tok)[b];
                 const float s = row_group_scale(t, row, k, g);
                 acc += (s * a.scales(tok)[b]) * static_cast<float>(isum);

@@ -71,7 +71,8 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
         out[static_cast<uint64_t>(t) * ldo] = hsum(_mm256_add_ps(acc[0][t], acc[1][t]));
 }
 
-// Block b's codes minus its zero as 4 x 8 exact floats, weights 0-7, 8-15, 16-23, 24-31.
+// Block b's codes minus its zero (level types: their levels) as 4 x 8 exact floats, weights 0-7,
+// 8-15, 16-23, 24-31.
 template <QType T>
 QF_AVX2 inline void block_values(const Row& row, uint64_t b, __m256 f[4]) {
     if constexpr (Kind<T>::q3) {
@@ -81,6 +82,15 @@ QF_AVX2 inline void block_values(const Row& row, uint64_t b, __m256 f[4]) {
         const __m128i parts[4] = {c0, _mm_srli_si128(c0, 8), c1, _mm_srli_si128(c1, 8)};
         for (int i = 0; i < 4; ++i)
             f[i] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), z));
+    } else if constexpr (Kind<T>::levels) {
+        // The chunk's low and high nibbles, each replaced by its int8 level, widened.
+        const __m128i m4 = _mm_set1_epi8(0x0f);
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.codes + 16 * b));
+        const __m128i lo = _mm_shuffle_epi8(level_table<T>(), _mm_and_si128(v, m4));
+        const __m128i hi =
+            _mm_shuffle_epi8(level_table<T>(), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int i = 0; i < 4; ++i) f[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]));
     } else if constexpr (Kind<T>::q4) {
         // Each code byte widened to a dword holds weight i (low nibble) and i + 16 (high).
         const __m256i m4 = _mm256_set1_epi32(0x0f);

@@ -69,10 +69,21 @@ QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, co
     } else {
         // Codes of 4 blocks in order: 128-bit lanes c0 c16 c32 c48 | c64 c80 c96 c112; the pair
         // order wants the first halves (c0 c32 c64 c96) and the last halves (c16 c48 c80 c112).
-        const __m512i v0 = _mm512_loadu_si512(codes + 64 * p);
-        const __m512i v1 = _mm512_loadu_si512(codes + 64 * p + 64);
-        const __m512i wa = _mm512_shuffle_i32x4(v0, v1, 0x88);
-        const __m512i wb = _mm512_shuffle_i32x4(v0, v1, 0xdd);
+        // Level types: pairs p and p + 1 as 4-bit chunks, their low nibbles (the pair order's
+        // first halves) and high nibbles each replaced by its level, so already in that order.
+        __m512i wa, wb;
+        if constexpr (Kind<T>::levels) {
+            const __m512i m4 = _mm512_set1_epi8(0x0f);
+            const __m512i table = _mm512_broadcast_i32x4(level_table<T>());
+            const __m512i v = _mm512_loadu_si512(codes + 32 * p);
+            wa = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+            wb = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        } else {
+            const __m512i v0 = _mm512_loadu_si512(codes + 64 * p);
+            const __m512i v1 = _mm512_loadu_si512(codes + 64 * p + 64);
+            wa = _mm512_shuffle_i32x4(v0, v1, 0x88);
+            wb = _mm512_shuffle_i32x4(v0, v1, 0xdd);
+        }
         // vpdpbusd multiplies unsigned by signed bytes: the activations come biased to q + 128
         // (0x01..0xff: q is in [-127, 127]) and every sum starts from -128 * (the dword's four
         // weights), so it ends on sum q w, the same exact integer as AVX2's. No term can

@@ -45,7 +45,11 @@ struct Kind {
     static constexpr bool q4 = qtype_traits(T).bits == 4;
     static constexpr bool q3 = qtype_traits(T).bits == 3;
     static constexpr bool q8 = qtype_traits(T).bits == 8;
-    static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes;  // q4 and q3
+    // Non-uniform types: 4-bit codes index 16 int8 levels (a byte shuffle), then run as signed
+    // int8 weights with no zero.
+    static constexpr bool levels = qtype_traits(T).levels != nullptr;
+    // Codes multiplied as unsigned bytes, their zero subtracted after: q4 and q3.
+    static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes && !levels;
     // Super-block types: 6-bit scales and mins against fp16 d, dmin (QSuperRecord), no zeros.
     static constexpr bool super = qtype_traits(T).super_block != 0;
     static constexpr bool zero_stored = !qtype_traits(T).symmetric && !super;
@@ -278,6 +282,13 @@ QF_AVX2 inline __m256i q3_block_codes(const uint8_t* codes, uint64_t b) {
     return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
 }
 
+// Level types: the 16 levels as a byte table in each 128-bit lane, for vpshufb (a 4-bit index in
+// each byte's low nibble, the high nibble masked off, picks its level).
+template <QType T>
+QF_AVX2 inline __m128i level_table() {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+}
+
 // Activation pointers of a tile's tokens (int8 mode).
 template <int NT>
 struct Int8Tokens {
@@ -317,11 +328,21 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const uint8_t* code
     } else {
         // Signed codes: |w| * (a with w's sign), at most 128 * 127 * 2 per int16 (code -128,
         // which GGUF Q8_0 and GPTQ 8-bit imports carry, is |w| = 128 as an unsigned byte).
-        const uint8_t* c = codes + 64 * p;
-        const __m256i wa = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 32),
-                                               reinterpret_cast<const __m128i*>(c));
-        const __m256i wb = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 48),
-                                               reinterpret_cast<const __m128i*>(c + 16));
+        // Level types: the 4-bit split above, each nibble replaced by its level (|w| <= 127).
+        __m256i wa, wb;
+        if constexpr (Kind<T>::levels) {
+            const __m256i m4 = _mm256_set1_epi8(0x0f);
+            const __m256i table = _mm256_broadcastsi128_si256(level_table<T>());
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+            wa = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+            wb = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        } else {
+            const uint8_t* c = codes + 64 * p;
+            wa = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 32),
+                                     reinterpret_cast<const __m128i*>(c));
+            wb = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(c + 48),
+                                     reinterpret_cast<const __m128i*>(c + 16));
+        }
         const __m256i ua = _mm256_abs_epi8(wa), ub = _mm256_abs_epi8(wb);
         for (int t = 0; t < NT; ++t) {
             const __m256i alo =
@@ -353,6 +374,8 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_single(const uint8_t* co
         const __m128i m4 = _mm_set1_epi8(0x0f);
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
         w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+        if constexpr (Kind<T>::levels)
+            w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(level_table<T>()), w);
     } else {
         w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
     }
