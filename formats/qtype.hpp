@@ -84,6 +84,10 @@ struct QTypeTraits {
     // Non-uniform types: the 16 integer levels the 4-bit codes index, so weight j is
     // scale * levels[code[j]] (no zero). Null: the uniform grid scale * (code - zero).
     const int8_t* levels = nullptr;
+    // levels != nullptr, as a value compile-time checks can read: under the sanitizer builds
+    // (-fsanitize implies -fno-delete-null-pointer-checks) the address of a constexpr array is not
+    // a constant known to be non-null. qtype_test checks the two agree on every row.
+    bool nonuniform = false;
 };
 
 // IQ4_NL's fixed non-linear grid (llama.cpp's kvalues_iq4nl): 16 int8 levels, denser near zero
@@ -133,7 +137,7 @@ inline constexpr QTypeTraits kQTypes[] = {
     {QType::q4k_g32, "q4k_g32", 4, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
     {QType::q3k_g32, "q3k_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
     {QType::q4nl_g32, "q4nl_g32", 4, false, DType::f32, 32, true, false, 0, kNonLinearBound, 0,
-     kNonLinearLevels},
+     kNonLinearLevels, true},
 };
 
 inline constexpr size_t kQTypeCount = std::size(kQTypes);
@@ -157,7 +161,7 @@ constexpr bool qtype_table_consistent() {
             (r.super_block != 256 || r.group != 32 || r.symmetric || r.bits == 8))
             return false;
         // Level types: 4-bit indices into 16 levels, symmetric (no zero), one fp16 scale per group.
-        if (r.levels != nullptr &&
+        if (r.nonuniform &&
             (r.bits != 4 || !r.symmetric || r.implicit_zero != 0 || r.super_block != 0))
             return false;
     }
@@ -171,7 +175,7 @@ static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rul
 constexpr const QTypeTraits& qtype_traits(QType t) { return kQTypes[static_cast<size_t>(t)]; }
 constexpr bool qtype_is_quantized(QType t) { return !qtype_traits(t).is_float; }
 constexpr bool qtype_has_super_blocks(QType t) { return qtype_traits(t).super_block != 0; }
-constexpr bool qtype_has_levels(QType t) { return qtype_traits(t).levels != nullptr; }
+constexpr bool qtype_has_levels(QType t) { return qtype_traits(t).nonuniform; }
 
 // The integer a group's scale multiplies for code `code` before the zero is subtracted: the
 // code's level for non-uniform types, the code itself otherwise.

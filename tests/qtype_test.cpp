@@ -244,6 +244,14 @@ TEST_CASE("quantize_row_ref special groups: zero, constant, huge, tiny", "[qtype
 // Level types: every code is the level nearest w / scale (found here in float64 over all 16),
 // the scale is m / -127 rounded up in magnitude (m the first weight of largest magnitude), and the
 // bound is reached: a weight of m's magnitude and the opposite sign lands 14 units away.
+// The compile-time flag and the levels pointer say the same thing on every row.
+TEST_CASE("qtype table: nonuniform is set exactly where levels are", "[qtype]") {
+    for (const QTypeTraits& tr : kQTypes) {
+        INFO(tr.name);
+        CHECK(tr.nonuniform == (tr.levels != nullptr));
+    }
+}
+
 TEST_CASE("q4nl rows: nearest levels, the scale on the lowest level, the bound of 14 reached",
           "[qtype]") {
     for (const QTypeTraits& tr : kQTypes) {

@@ -47,7 +47,7 @@ struct Kind {
     static constexpr bool q8 = qtype_traits(T).bits == 8;
     // Non-uniform types: 4-bit codes index 16 int8 levels (a byte shuffle), then run as signed
     // int8 weights with no zero.
-    static constexpr bool levels = qtype_traits(T).levels != nullptr;
+    static constexpr bool levels = qtype_traits(T).nonuniform;
     // Codes multiplied as unsigned bytes, their zero subtracted after: q4 and q3.
     static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes && !levels;
     // Super-block types: 6-bit scales and mins against fp16 d, dmin (QSuperRecord), no zeros.
