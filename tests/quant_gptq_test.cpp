@@ -472,8 +472,9 @@ TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[g
                 dequantize_row_ref(t, row, k, deq.data());
                 // Super-block grids hold 0 only to within half a step (w = scale * c - min);
                 // level grids (no level 0) within their level nearest 0, 1 scale unit.
+                const uint64_t group = qtype_row_layout(t, k)->group;
                 for (uint64_t d : dead) {
-                    const float step = std::fabs(row_group_scale(t, row, k, d / 32));
+                    const float step = std::fabs(row_group_scale(t, row, k, d / group));
                     REQUIRE(std::fabs(deq[d]) <= (qtype_has_super_blocks(t) ? 0.5f * step
                                                   : qtype_has_levels(t)     ? step
                                                                             : 0.0f));
