@@ -1,5 +1,7 @@
 // qforge quantize: any model source (sources/model_source.hpp) to a quantized .qf
 // (quant/quantize_model.hpp).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -78,6 +80,7 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
                                {"damp_raises", l.damp_raises}});
         j["linears"] = std::move(linears);
     }
+    if (!r.size_plan.is_null()) j["size_plan"] = r.size_plan;
     return j;
 }
 
@@ -143,6 +146,42 @@ void add_choice_flags(CLI::App& app, const std::string& name, std::optional<bool
         "--no-" + name, [&choice] { choice = false; }, "turns --" + name + " off");
 }
 
+// "91500000", "91.5M", "87GiB": decimal units (k, M, G: powers of 1000) or binary ones (KiB, MiB,
+// GiB). Throws UsageError.
+uint64_t parse_size(const std::string& text) {
+    static const std::pair<const char*, double> kUnits[] = {
+        {"", 1.0},  {"k", 1e3},      {"K", 1e3},         {"M", 1e6},
+        {"G", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    size_t used = 0;
+    double v = 0.0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    const std::string unit = text.substr(used);
+    for (const auto& [name, scale] : kUnits)
+        if (used > 0 && unit == name && std::isfinite(v) && v > 0.0 && v * scale < 1e18)
+            return static_cast<uint64_t>(v * scale);
+    throw UsageError("--target-size: '" + text +
+                     "' is not a size: a positive number of bytes, optionally with k, M, G "
+                     "(powers of 1000) or KiB, MiB, GiB");
+}
+
+std::vector<QType> parse_type_list(const std::string& text) {
+    std::vector<QType> out;
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        const QType q = parse_qtype_name(text.substr(at, comma - at), "--plan-types");
+        if (!qtype_is_quantized(q))
+            throw UsageError("--plan-types: " + std::string(qname(q)) + " is not a quantized type");
+        if (std::find(out.begin(), out.end(), q) == out.end()) out.push_back(q);
+        at = comma + 1;
+    }
+    return out;
+}
+
 }  // namespace
 
 Runner register_quantize(CLI::App& app, CommonOptions& common) {
@@ -151,6 +190,7 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         std::string method = "rtn", qtype;
         std::vector<std::string> tensor_types;
         MethodChoices choices;
+        std::string target_size, plan_types;
     };
     auto a = std::make_shared<Args>();
     add_input_option(app, "input", a->opts.input,
@@ -225,6 +265,28 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
                        tensor_names_help())
         ->take_all()
         ->check(parsed_by([](const std::string& s) { parse_tensor_type_override(s); }));
+    auto* size_opt = app.add_option(
+        "--target-size", a->target_size,
+        "mixed precision: the whole output file within this size (bytes, or with k/M/G or "
+        "KiB/MiB/GiB). Each matrix the default policy would quantize gets the --plan-types type "
+        "that minimises the sum of the measured KL divergences (each tensor alone in each type, "
+        "on the first --plan-tokens calibration tokens); needs --calib and a float .qf input");
+    auto* bpw_opt =
+        app.add_option("--target-bpw", a->opts.target.bpw,
+                       "mixed precision as --target-size, the size given as bits per weight "
+                       "of the whole file over the model's parameters")
+            ->transform(real_range("--target-bpw", {0.0, false}, {64.0, true}, false));
+    size_opt->excludes(bpw_opt);
+    bpw_opt->excludes(size_opt);
+    {
+        std::string names;
+        for (QType q : kSizePlanTypes) names += (names.empty() ? "" : ",") + std::string(qname(q));
+        app.add_option("--plan-types", a->plan_types,
+                       "the size plan's candidate types, comma-separated (default: " + names + ")");
+    }
+    add_int_option(app, "--plan-tokens", a->opts.target.tokens, 1, uint64_t{1} << 24,
+                   "calibration tokens the size plan measures on, in whole --seqlen windows "
+                   "(at least one)");
     add_input_option(app, "--tokenizer", a->opts.tokenizer,
                      "checkpoint input: tokenizer.json or llama2.c .bin to embed (default: found "
                      "beside the checkpoint, or a GGUF's own)");
@@ -248,6 +310,15 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             a->opts.recipe.overrides.push_back(parse_tensor_type_override(spec));
         a->opts.threads = resolved_threads(common);
         a->opts.calibrated.calibration.seed = common.seed;
+        if (!a->target_size.empty()) a->opts.target.bytes = parse_size(a->target_size);
+        try {
+            if (!a->plan_types.empty()) a->opts.target.qtypes = parse_type_list(a->plan_types);
+        } catch (const Error& e) {
+            throw UsageError(e.detail());
+        }
+        if (a->opts.target.set() && a->opts.calibrated.calibration.files.empty())
+            throw UsageError(
+                "--target-size/--target-bpw measure each tensor on calibration text: --calib FILE");
         CalibratedOptions& cal = a->opts.calibrated;
         const bool calibrated = quant_method_info(a->opts.recipe.method).calibrated;
         if (calibrated && cal.calibration.files.empty())

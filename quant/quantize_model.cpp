@@ -11,6 +11,7 @@
 #include "formats/qf.hpp"
 #include "quant/gptq.hpp"
 #include "quant/rtn.hpp"
+#include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
 #include "sources/model_source.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -69,47 +70,176 @@ json provenance(const ModelSource& src, const json& quantization) {
     return p;
 }
 
-// Calibrated methods: the layer-sequential engine that produces the blocks' linears, with the
-// calibration set it runs on (none for RTN).
-struct CalibratedEngine {
-    std::unique_ptr<CalibrationSet> calibration;
-    std::unique_ptr<LayerSequential> engine;
-};
-
-CalibratedEngine make_engine(const QuantizeOptions& options, const ModelSource& source,
-                             const std::vector<TensorPlan>& plan, ThreadPool& pool) {
-    CalibratedEngine e;
-    if (!quant_method_info(options.recipe.method).calibrated && !options.calibrated.importance)
-        return e;
+// The calibration windows (quant/calibration.hpp), when the method, importance-weighted grids or
+// a size target read text; null otherwise.
+std::unique_ptr<CalibrationSet> calibration_set(const QuantizeOptions& options,
+                                                const ModelSource& source) {
+    if (!quant_method_info(options.recipe.method).calibrated && !options.calibrated.importance &&
+        !options.target.set())
+        return nullptr;
     if (source.tokenizer().is_null())
         throw Error(options.input, {}, "calibration needs the model's tokenizer, and it has none");
     const Tokenizer tok = Tokenizer::from_schema(source.tokenizer(), options.input);
     CalibrationOptions co = options.calibrated.calibration;
     co.seqlen = std::min<uint64_t>(co.seqlen, source.config().max_position_embeddings);
-    e.calibration = std::make_unique<CalibrationSet>(make_calibration_set(tok, co));
+    return std::make_unique<CalibrationSet>(make_calibration_set(tok, co));
+}
+
+// Calibrated methods: the layer-sequential engine that produces the blocks' linears (null for
+// RTN without importance).
+std::unique_ptr<LayerSequential> make_engine(const QuantizeOptions& options,
+                                             const QuantRecipe& recipe, const ModelSource& source,
+                                             const std::vector<TensorPlan>& plan,
+                                             const CalibrationSet* calibration, ThreadPool& pool) {
+    if (!quant_method_info(recipe.method).calibrated && !options.calibrated.importance)
+        return nullptr;
     std::vector<QType> qtypes;
     for (const auto& p : plan) qtypes.push_back(p.choice.qtype);
     CalibratedOptions engine_options = options.calibrated;
-    engine_options.method = options.recipe.method;
+    engine_options.method = recipe.method;
     std::unique_ptr<ResumeDir> resume;
     if (!options.calibrated.resume_dir.empty()) {
         // What makes the blocks' results what they are; the thread count does not.
         const json fingerprint = {{"qforge_version", QFORGE_VERSION},
                                   {"sources", source.sources()},
-                                  {"recipe", recipe_to_json(options.recipe)},
+                                  {"recipe", recipe_to_json(recipe)},
                                   {"options",
                                    {{"damp", engine_options.damp},
                                     {"act_order", engine_options.act_order},
                                     {"mse", engine_options.mse},
                                     {"importance", engine_options.importance}}},
-                                  {"calibration", e.calibration->to_json()},
-                                  {"calibration_tokens", e.calibration->tokens_hash}};
+                                  {"calibration", calibration->to_json()},
+                                  {"calibration_tokens", calibration->tokens_hash}};
         resume = std::make_unique<ResumeDir>(options.calibrated.resume_dir, fingerprint,
                                              source.config().num_layers);
     }
-    e.engine = std::make_unique<LayerSequential>(source, std::move(qtypes), *e.calibration,
-                                                 engine_options, pool, std::move(resume));
-    return e;
+    return std::make_unique<LayerSequential>(source, std::move(qtypes), *calibration,
+                                             engine_options, pool, std::move(resume));
+}
+
+uint64_t aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+std::string regex_escaped(const std::string& name) {
+    std::string out;
+    for (char ch : name) {
+        if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) out += '\\';
+        out += ch;
+    }
+    return out;
+}
+
+// --target-size / --target-bpw (quant/size_plan.hpp): measures the tensors the recipe leaves to
+// its default policy, allocates the budget, and turns the choices into overrides appended to
+// `recipe` (after the user's, which keep their tensors) and into `plan`. Returns the header's
+// size_plan record. `header_bytes`: what the rest of the file will take besides the tensors.
+json plan_to_size(const QuantizeOptions& options, const ModelSource& src,
+                  std::vector<TensorPlan>& plan, QuantRecipe& recipe,
+                  const CalibrationSet& calibration, ThreadPool& pool, uint64_t header_bytes) {
+    const SizeTarget& target = options.target;
+    if (src.format() != "qf")
+        throw Error(options.input, {},
+                    "--target-size/--target-bpw measure each tensor on the float model as a .qf: "
+                    "convert it first (qforge convert INPUT -o MODEL.qf) and quantize that");
+    uint64_t parameters = 0, fixed = 0, planned_names = 0;
+    std::vector<SensitivityRequest> requests;
+    std::vector<size_t> index;  // plan index of each request
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const TensorPlan& p = plan[i];
+        parameters += checked_product(p.shape).value_or(0);
+        std::vector<QType> qtypes;
+        if (p.choice.override_index < 0 && p.shape.size() == 2 &&
+            qtype_is_quantized(p.choice.qtype) && !qtype_is_quantized(p.source))
+            for (QType q : target.qtypes)
+                if (qtype_tensor_bytes(q, p.shape)) qtypes.push_back(q);
+        if (qtypes.empty()) {
+            fixed += aligned(qtype_tensor_bytes(p.choice.qtype, p.shape).value_or(0));
+            continue;
+        }
+        requests.push_back({p.name, std::move(qtypes)});
+        index.push_back(i);
+        planned_names += p.name.size();
+    }
+    const uint64_t target_bytes =
+        target.bytes > 0
+            ? target.bytes
+            : static_cast<uint64_t>(target.bpw * static_cast<double>(parameters) / 8.0);
+    // The plan adds to the header: per planned tensor its override, its size_plan entry and a
+    // calibrated method's report (about 40, 200 and 170 bytes measured on stories260K), allowed
+    // for generously; `header_bytes` allows 320 per tensor entry (about 210 measured).
+    const uint64_t overhead = header_bytes + requests.size() * 700 + 2 * planned_names;
+    auto mb = [](uint64_t b) { return std::to_string(static_cast<double>(b) / 1e6) + " MB"; };
+    if (requests.empty())
+        throw Error(options.input, {},
+                    "--target-size: no tensor is left to the plan (every matrix has an override "
+                    "or cannot take the candidate types)");
+    if (fixed + overhead >= target_bytes)
+        throw Error(options.input, {},
+                    "--target-size: " + mb(target_bytes) +
+                        " is below what the tensors outside "
+                        "the plan and the header take (" +
+                        mb(fixed + overhead) + ")");
+    const uint64_t budget = target_bytes - fixed - overhead;
+
+    const Model model(options.input);
+    uint64_t total = 0;
+    for (const auto& r : requests) total += r.qtypes.size();
+    Progress measuring("size plan: tensor x type", total, Progress::Unit::items);
+    const auto items =
+        measure_sensitivity(model, calibration, target.tokens, requests, pool,
+                            [&](uint64_t done, uint64_t) { measuring.update(done); });
+    measuring.finish();
+    const auto choice = allocate_budget(items, budget);
+    if (!choice) {
+        uint64_t least = 0;
+        for (const auto& it : items) {
+            uint64_t m = UINT64_MAX;
+            for (const auto& c : it.candidates) m = std::min(m, c.bytes);
+            least += m;
+        }
+        throw Error(options.input, {},
+                    "--target-size: " + mb(target_bytes) +
+                        " cannot be met: the smallest "
+                        "candidate types need " +
+                        mb(least + fixed + overhead) + " (add a smaller type to --plan-types)");
+    }
+    json tensors = json::array();
+    double predicted = 0.0;
+    uint64_t planned_bytes = 0;
+    for (size_t r = 0; r < items.size(); ++r) {
+        const SizeCandidate& c = items[r].candidates[(*choice)[r]];
+        TensorPlan& p = plan[index[r]];
+        const std::string text = "^" + regex_escaped(p.name) + "$=" + std::string(qname(c.qtype));
+        recipe.overrides.push_back(parse_tensor_type_override(text));
+        p.choice.qtype = c.qtype;
+        p.choice.override_index = static_cast<int>(recipe.overrides.size()) - 1;
+        p.choice.reason = "size plan: least total divergence within the target";
+        predicted += c.kld;
+        planned_bytes += c.bytes;
+        json kld = json::object();
+        for (const auto& cand : items[r].candidates) kld[std::string(qname(cand.qtype))] = cand.kld;
+        tensors.push_back(
+            {{"name", p.name}, {"qtype", qname(c.qtype)}, {"bytes", c.bytes}, {"kld", kld}});
+    }
+    json candidates = json::array();
+    for (QType q : target.qtypes) candidates.push_back(qname(q));
+    json rec = {{"target_bytes", target_bytes},
+                {"budget_bytes", budget},
+                {"planned_bytes", planned_bytes},
+                {"fixed_bytes", fixed},
+                {"candidates", candidates},
+                {"tokens", target.tokens},
+                {"windows",
+                 std::clamp<uint64_t>(target.tokens / calibration.seqlen, 1, calibration.nsamples)},
+                {"measure", "RTN, one tensor at a time, mean KL divergence from the float model"},
+                {"predicted_kld", predicted},
+                {"tensors", tensors}};
+    if (target.bpw > 0.0) rec["target_bpw"] = target.bpw;
+    std::fprintf(stderr,
+                 "qforge: quantize: size plan: %zu tensors in %s of %s (the rest %s), predicted "
+                 "KLD %.5f\n",
+                 items.size(), mb(planned_bytes).c_str(), mb(target_bytes).c_str(),
+                 mb(fixed + overhead).c_str(), predicted);
+    return rec;
 }
 
 }  // namespace
@@ -178,18 +308,32 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         total_bytes += qtype_tensor_bytes(t.qtype, t.shape).value_or(0);
         plan.push_back(std::move(p));
     }
+    ThreadPool pool(std::max(1, options.threads));
+    const std::unique_ptr<CalibrationSet> calibration = calibration_set(options, *src);
+    QuantRecipe recipe = options.recipe;
+    if (options.target.set()) {
+        const uint64_t header =
+            4096 + src->model_json().dump().size() + src->tokenizer().dump().size() +
+            provenance(*src, quantization_record(recipe, {}, plan)).dump().size() +
+            plan.size() * 320;
+        report.size_plan = plan_to_size(options, *src, plan, recipe, *calibration, pool, header);
+    }
     report.groups = group_plan(plan);
     if (on_plan) on_plan(plan);
 
+    auto record = [&] {
+        json q = quantization_record(recipe, report.groups, plan);
+        if (!report.size_plan.is_null()) q["size_plan"] = report.size_plan;
+        return q;
+    };
     QfWriter writer(options.output);
     writer.set_model(src->model_json());
     writer.set_tokenizer(src->tokenizer());
-    writer.set_provenance(
-        provenance(*src, quantization_record(options.recipe, report.groups, plan)));
+    writer.set_provenance(provenance(*src, record()));
 
-    ThreadPool pool(std::max(1, options.threads));
-    CalibratedEngine calibrated_engine = make_engine(options, *src, plan, pool);
-    LayerSequential* engine = calibrated_engine.engine.get();
+    const std::unique_ptr<LayerSequential> engine_owner =
+        make_engine(options, recipe, *src, plan, calibration.get(), pool);
+    LayerSequential* engine = engine_owner.get();
     Progress progress("quantize", total_bytes);
     std::vector<uint8_t> scratch, out;
     for (size_t i = 0; i < plan.size(); ++i) {
@@ -243,7 +387,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
         report.tensors.push_back(std::move(r));
     }
     if (engine) {
-        json q = quantization_record(options.recipe, report.groups, plan);
+        json q = record();
         q[std::string(quant_method_info(options.recipe.method).name)] = engine->record();
         writer.set_provenance(provenance(*src, q));
         report.linears = engine->linears();
@@ -251,6 +395,11 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
     writer.finish();
     progress.finish();
     report.bytes_written = writer.bytes_written();
+    if (!report.size_plan.is_null() &&
+        report.bytes_written > report.size_plan["target_bytes"].get<uint64_t>())
+        report.warnings.push_back("the file (" + std::to_string(report.bytes_written) +
+                                  " bytes) exceeds the size target: its header took more than "
+                                  "the plan set aside");
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return report;

@@ -10,7 +10,9 @@
 //                  tokenizer)
 //   recipe         {command: "quantize", source_format: "qf" | "safetensors" | "gguf" | "llama2c"}
 //   quantization   {method, qtype, overrides: ["REGEX=TYPE"], classes: [{class, qtype, tensors,
-//                  reason}], qtypes: {type: tensors}, version}
+//                  reason}], qtypes: {type: tensors}, version, size_plan (with a target: the
+//                  target, candidates, tokens, budget, predicted KLD and each planned tensor's
+//                  divergence per candidate; its choices are the overrides' "^name$=type")}
 //   input_provenance   the input .qf's own provenance (a .qf input only), so the chain back to
 //                  the original checkpoint stays in the file
 // Nothing depends on the thread count, so the file is byte-identical whatever --threads is.
@@ -20,14 +22,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "quant/recipe.hpp"
+#include "quant/size_plan.hpp"
 
 namespace qforge {
+
+// Mixed precision to a size (quant/size_plan.hpp): the whole file within `bytes`, or within
+// bpw bits per weight of the model's parameters. Needs calibration text and a float .qf input.
+struct SizeTarget {
+    uint64_t bytes = 0;  // > 0: --target-size
+    double bpw = 0.0;    // > 0: --target-bpw
+    std::vector<QType> qtypes{std::begin(kSizePlanTypes), std::end(kSizePlanTypes)};
+    uint64_t tokens = kSizePlanTokens;
+    bool set() const { return bytes > 0 || bpw > 0.0; }
+};
 
 struct QuantizeOptions {
     std::string input;      // .qf file or Hugging Face checkpoint
@@ -35,6 +49,7 @@ struct QuantizeOptions {
     std::string tokenizer;  // checkpoints only; empty: found beside it
     QuantRecipe recipe;
     CalibratedOptions calibrated;  // calibrated methods (gptq): data and method options
+    SizeTarget target;             // unset: every tensor by the recipe
     int threads = 1;
 };
 
@@ -90,6 +105,7 @@ struct QuantizeReport {
     std::string tokenizer;              // the tokenizer file embedded from a checkpoint
     std::vector<std::string> warnings;  // shown to the user; quantization still succeeded
     std::vector<LinearReport> linears;  // calibrated methods: each quantized linear's error
+    nlohmann::json size_plan;           // with a target: the header's size_plan record
 };
 
 // Called once the plan is made, before the first tensor is read (the CLI prints it).
