@@ -86,7 +86,15 @@ void Progress::draw(bool final_line) {
     constexpr int kWidth = 30;
     std::string bar(kWidth, ' ');
     for (int i = 0; i < static_cast<int>(frac * kWidth) && i < kWidth; ++i) bar[i] = '=';
-    std::string rate_text = format_amount(static_cast<uint64_t>(rate), unit_) + "/s";
+    // Fewer than one item a second (a slow step per item): the seconds each takes instead.
+    std::string rate_text;
+    if (unit_ != Unit::bytes && rate > 0.0 && rate < 1.0) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f s each", 1.0 / rate);
+        rate_text = buf;
+    } else {
+        rate_text = format_amount(static_cast<uint64_t>(rate), unit_) + "/s";
+    }
     std::fprintf(stderr, "%s%s [%s] %5.1f%% %s/%s %s %s %s%s", tty_ ? "\r" : "", label_.c_str(),
                  bar.c_str(), 100.0 * frac, format_amount(done_, unit_).c_str(),
                  format_amount(total_, unit_).c_str(), rate_text.c_str(), final_line ? "in" : "ETA",

@@ -124,8 +124,13 @@ class QfWriter {
     void finish();
 
     uint64_t bytes_written() const { return out_.position(); }
+    // The file's size if finish() ran now (the tensors so far, alignment and the header).
+    uint64_t size_if_finished() const;
 
   private:
+    // The JSON header as finish() writes it; `version`: the format version it records.
+    std::string header_text(uint32_t& version) const;
+
     AtomicFile out_;
     QfWriteOptions options_;
     nlohmann::json model_;

@@ -56,15 +56,9 @@ void QfWriter::add_tensor(const std::string& name, QType qtype, std::vector<uint
     tensors_.push_back(std::move(t));
 }
 
-void QfWriter::finish() {
-    const std::string& p = out_.final_path();
-    if (finished_) return;
-    if (!model_.is_object()) throw Error(p, {}, "internal error: no model config set");
-    out_.pad_to(align_up(out_.position(), kQfTensorAlignment));
-    const uint64_t data_length = out_.position() - kQfDataAlignment;
-
+std::string QfWriter::header_text(uint32_t& version) const {
     nlohmann::json tensors = nlohmann::json::array();
-    uint32_t version = options_.version;
+    version = options_.version;
     for (const auto& t : tensors_) {
         tensors.push_back(qf_tensor_to_json(t));
         if (!t.col_perm.empty()) version = kQfColPermVersion;  // kQfColPermVersion says why
@@ -73,7 +67,23 @@ void QfWriter::finish() {
         {"format", "qforge"},      {"format_version", version}, {"model", model_},
         {"tokenizer", tokenizer_}, {"provenance", provenance_}, {"tensors", std::move(tensors)},
     };
-    const std::string text = header.dump(1);
+    return header.dump(1);
+}
+
+uint64_t QfWriter::size_if_finished() const {
+    uint32_t version = 0;
+    return align_up(out_.position(), kQfTensorAlignment) + header_text(version).size();
+}
+
+void QfWriter::finish() {
+    const std::string& p = out_.final_path();
+    if (finished_) return;
+    if (!model_.is_object()) throw Error(p, {}, "internal error: no model config set");
+    out_.pad_to(align_up(out_.position(), kQfTensorAlignment));
+    const uint64_t data_length = out_.position() - kQfDataAlignment;
+
+    uint32_t version = 0;
+    const std::string text = header_text(version);
     const uint64_t header_offset = out_.position();
     out_.write(text.data(), text.size());
 

@@ -327,7 +327,7 @@ TEST_CASE("quantize --target-bpw/--target-size: within the target, recorded, rep
     REQUIRE(tensor_sums(QfFile(c.string())) == tensor_sums(fa));
 
     // --target-size in MB; a target below what the fixed tensors take; no text; a checkpoint.
-    const uint64_t size = fs::file_size(a) - 20000;
+    const uint64_t size = fs::file_size(a) - 4000;
     r = test::run_qforge("quantize " + q(in) + " -o " + q(c) + " --qtype q4" + calib +
                          "--target-size " + std::to_string(double(size) / 1e6) +
                          "M --plan-tokens 64");
