@@ -159,9 +159,9 @@ class Measure {
             f_.linear(head, h.data() + t0 * d, m, logits_.data());
             if (cap > 0.0f)
                 for (uint64_t i = 0; i < m * v; ++i) logits_[i] = std::tanh(logits_[i] / cap) * cap;
-            pool_.parallel_for(m, [&](size_t b, size_t e) {
-                for (size_t t = b; t < e; ++t) f(t0 + t, logits_.data() + t * v);
-            });
+            // One chunk per token, claimed by whichever thread is free (a token's figures do not
+            // depend on the thread).
+            pool_.run_chunks(m, [&](size_t t, int) { f(t0 + t, logits_.data() + t * v); });
         }
     }
 
@@ -283,8 +283,9 @@ std::vector<SizeItem> measure_sensitivity(const Model& model, const CalibrationS
                                 std::string(qtype_traits(q).name) + " (non-finite or too large)");
             deq.resize(w.rows * w.cols);
             const uint64_t rb = *qtype_row_bytes(q, w.cols);
-            pool.parallel_for(w.rows, [&](size_t b, size_t e) {
-                for (size_t i = b; i < e; ++i)
+            constexpr uint64_t kRows = 64;
+            pool.run_chunks((w.rows + kRows - 1) / kRows, [&](size_t chunk, int) {
+                for (uint64_t i = chunk * kRows; i < std::min(w.rows, (chunk + 1) * kRows); ++i)
                     row_to_f32(q, packed.data() + i * rb, deq.data() + i * w.cols, w.cols);
             });
             const Matrix dm = f32_matrix(w.name, deq, w.rows, w.cols);
