@@ -10,6 +10,9 @@
 #             Types: every quantized type of `qforge quantize --help`; methods: rtn (plain),
 #             rtn-calib (importance-weighted RTN), gptq, awq, awq+gptq; gptq-noimp and awq-noimp
 #             (the grids without importance, these methods' defaults before it measured better).
+#             A type @SIZE (e.g. '@91.0M:gptq', sizes as quantize's --target-size) is the size
+#             plan at that file size: --qtype q4 --target-size SIZE with the method (needs the
+#             text, so rtn-calib, not rtn); such a pattern adds its type to the list.
 #   env:    OUT (the CSV; default quality_sweep.csv; the plot is the same name .png), CTX (512),
 #           CHUNKS (40), NSAMPLES (64), SEQLEN (256), THREADS (2), QFORGE_BIN (a qforge binary to
 #           run as it is; default: build/cli/qforge, built first), MAX_SECONDS (skip a
@@ -25,7 +28,7 @@
 # message.
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n '3,14p' "$0" >&2
+  sed -n '3,17p' "$0" >&2
   exit 2
 fi
 model=$1 text=$2 calib=$3
@@ -40,6 +43,10 @@ ctx=${CTX:-512} chunks=${CHUNKS:-40} nsamples=${NSAMPLES:-64} seqlen=${SEQLEN:-2
 threads=${THREADS:-2}
 types=${TYPES:-"q8 q8_g32 q8_g128 q4_g32 q4_g64 q4_g128 q4s_g32 q4s_g64 q4s_g128 q4k_g32 q4nl_g32 q3_g32 q3_g128 q3k_g32"}
 methods=${METHODS:-"rtn rtn-calib gptq gptq-noimp awq awq-noimp awq+gptq"}
+for f in "${filters[@]}"; do  # size-plan types are named by their patterns
+  t=${f%%:*}
+  [[ $t == @* && " $types " != *" $t "* ]] && types="$types $t"
+done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "${QFORGE_BIN:-}" ]; then
   cmake -S "$repo" -B "$repo/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -52,6 +59,13 @@ trap 'rm -rf "$scratch"' EXIT
 json() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"j": j}))' "$@"; }
 have_row() { [ -f "$out" ] && grep -q "^$1,$2," "$out"; }
 [ -f "$out" ] || echo "type,method,file_bytes,bpw,ppl,ppl_stderr,kld,top1,quantize_s,status" >"$out"
+
+qtype_args() {  # TYPE -> quantize's type options
+  case $1 in
+    @*) echo "--qtype q4 --target-size ${1#@}" ;;
+    *) echo "--qtype $1" ;;
+  esac
+}
 
 method_args() {
   case $1 in
@@ -84,7 +98,7 @@ for t in $types; do
     t0=$(date +%s.%N)
     rc=0
     # shellcheck disable=SC2046
-    "${limit[@]}" "$qforge" quantize "$model" -o "$dst" --qtype "$t" $(method_args "$m") \
+    "${limit[@]}" "$qforge" quantize "$model" -o "$dst" $(qtype_args "$t") $(method_args "$m") \
       -t "$threads" --json >"$scratch/q.json" 2>"$scratch/q.log" || rc=$?
     if [ "$rc" != 0 ]; then
       why=$(tail -n 1 "$scratch/q.log" | tr ',' ';')

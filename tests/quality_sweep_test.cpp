@@ -1,5 +1,6 @@
 // scripts/quality_sweep.sh on stories260K: each chosen type x method is one CSV row whose figures
-// are those of `qforge quantize` and `qforge ppl` run directly with the same options; rows already
+// are those of `qforge quantize` and `qforge ppl` run directly with the same options; a size-plan
+// type (@SIZE) is a file within that size; rows already
 // in the CSV are kept, not measured again; without gnuplot the plot is SKIPPED with a message and
 // the script still succeeds.
 #include <algorithm>
@@ -92,10 +93,20 @@ TEST_CASE("quality_sweep.sh: rows equal quantize and ppl run directly, kept on a
     REQUIRE(base[4] == fixed(j.at("base_ppl").get<double>(), 4));
     REQUIRE(csv_row(table, "q4_g32,rtn,")[9] == "ok");
 
+    // A size-plan type: the file within the size, the pattern adding its type.
+    const auto sized = test::run_shell(sweep + " '@260k:rtn-calib'");
+    INFO(sized.output);
+    REQUIRE(sized.exit_code == 0);
+    const auto plan_row = csv_row(text_of(csv), "@260k,rtn-calib,");
+    REQUIRE(plan_row.size() == 10);
+    REQUIRE(plan_row[9] == "ok");
+    REQUIRE(std::stoull(plan_row[2]) <= 260000);
+    const std::string with_plan = text_of(csv);
+
     // A rerun measures nothing already there; a pattern that matches nothing is named.
     const auto again = test::run_shell(sweep + " 'q4_g32:rtn' 'q9:rtn'");
     INFO(again.output);
     REQUIRE(again.exit_code == 0);
-    REQUIRE(text_of(csv) == table);
+    REQUIRE(text_of(csv) == with_plan);
     REQUIRE_THAT(again.output, Contains("'q9:rtn' matches no TYPE:METHOD"));
 }
