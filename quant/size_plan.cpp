@@ -122,7 +122,6 @@ Site find_site(const Model& model, const std::string& name) {
 
 // The float reference: per token, the probabilities and sum p log p.
 struct Reference {
-    uint64_t vocab = 0;
     std::vector<float> p;             // [tokens][vocab]
     std::vector<double> neg_entropy;  // sum_i p_i log p_i
 };
@@ -179,7 +178,6 @@ class Measure {
     Reference reference(const std::vector<float>& x) {
         Reference r;
         const uint64_t v = c_.vocab_size;
-        r.vocab = v;
         r.p.resize(tokens() * v);
         r.neg_entropy.resize(tokens());
         logits(x, model_.lm_head(), [&](uint64_t t, const float* l) {
