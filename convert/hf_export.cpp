@@ -217,7 +217,7 @@ QType common_linear_type(const QfFile& qf, HfQuantMethod format) {
                         what +
                             "GPTQ and AWQ store an fp16 scale and an integer zero per group, "
                             "not 6-bit scales and mins against a super-scale");
-        } else if (tr.levels) {
+        } else if (tr.nonuniform) {
             throw Error(qf.path(), t.name,
                         what +
                             "GPTQ and AWQ codes are uniform integers, not indices into a "

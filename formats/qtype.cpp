@@ -178,14 +178,48 @@ LevelMidpoints level_midpoints(const int8_t* levels) {
 }
 
 int32_t nearest_level(const int8_t* levels, float x) {
+    if (levels != kNonLinearLevels) {  // a row's learned levels: count the midpoints below x
+        int32_t c = 0;
+        for (int32_t i = 0; i + 1 < 16; ++i)
+            c += x > 0.5f * static_cast<float>(levels[i] + levels[i + 1]) ? 1 : 0;
+        return c;
+    }
     static const LevelMidpoints table = level_midpoints(kNonLinearLevels);
-    if (levels != kNonLinearLevels)
-        throw Error("nearest_level: only the kNonLinearLevels table has midpoints");
     if (!(x >= static_cast<float>(LevelMidpoints::kLo))) return 0;  // NaN too (never given)
     if (x >= static_cast<float>(LevelMidpoints::kHi)) return 15;
     const auto i = static_cast<int32_t>(std::floor(x)) - LevelMidpoints::kLo;
     return table.below[i] + (x > table.inside[i] ? 1 : 0);
 }
+
+// The levels a grid of type t indexes: the row's (learned-table types) or the type's.
+const int8_t* grid_levels(const QTypeTraits& tr, const QGroupParams& p) {
+    return tr.row_levels ? p.levels : tr.levels;
+}
+
+// Learned levels from refitted values u (table units, any order): sorted, mirrored so the end
+// of largest magnitude is the negative one (a group's scale may have either sign), scaled so
+// the lowest is exactly -127, rounded, and made distinct and ascending inside [-127, 127] with
+// the top at least 0 (qtype.hpp's bound). False when u has no spread to scale.
+bool normalize_levels(double* u, int8_t* out) {
+    std::sort(u, u + 16);
+    if (std::fabs(u[15]) > std::fabs(u[0])) {
+        for (int c = 0; c < 8; ++c) std::swap(u[c], u[15 - c]);
+        for (int c = 0; c < 16; ++c) u[c] = -u[c];
+    }
+    if (!(u[0] < 0.0)) return false;
+    const double f = -127.0 / u[0];
+    int32_t v[16];
+    for (int c = 0; c < 16; ++c)
+        v[c] = static_cast<int32_t>(std::clamp(std::nearbyint(u[c] * f), -127.0, 127.0));
+    v[0] = -127;
+    for (int c = 1; c < 16; ++c) v[c] = std::max(v[c], v[c - 1] + 1);
+    for (int c = 15; c >= 1; --c) v[c] = std::min(v[c], 127 - (15 - c));
+    v[15] = std::max(v[15], 0);
+    for (int c = 0; c < 16; ++c) out[c] = static_cast<int8_t>(v[c]);
+    return true;
+}
+
+constexpr int kLevelFitIterations = 8;
 
 }  // namespace
 
@@ -285,9 +319,11 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
         pack_row(t, codes.data(), groups.data(), k, row);
         return QuantStatus::ok;
     }
+    int8_t levels[16];
+    if (tr.row_levels) fit_row_levels(w, nullptr, k, l.group, levels);
     for (uint64_t g = 0; g < l.groups; ++g) {
         const uint64_t b = g * l.group, e = std::min(k, b + l.group);  // real elements only
-        auto p = qtype_group_params(t, w + b, e - b);
+        auto p = qtype_group_params(t, w + b, e - b, levels);
         if (!p) return QuantStatus::scale_overflow;
         groups[g] = *p;
         for (uint64_t j = b; j < e; ++j) codes[j] = qtype_quantize_value(t, *p, w[j]);
@@ -296,8 +332,12 @@ QuantStatus quantize_row_ref(QType t, const float* w, uint64_t k, uint8_t* row) 
     return QuantStatus::ok;
 }
 
-std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n) {
+std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n,
+                                               const int8_t* levels) {
     const QTypeTraits& tr = qtype_traits(t);
+    if (tr.row_levels && !levels)
+        throw Error(std::string("qtype_group_params: a ") + std::string(tr.name) +
+                    " grid needs its row's levels");
     if (tr.super_block) {  // the group as a super-block of its own (qtype.hpp)
         const auto sp = qtype_super_params(t, w, n);
         if (!sp) return std::nullopt;
@@ -305,6 +345,7 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
     }
     QGroupParams p;
     p.zero = tr.implicit_zero;
+    if (tr.row_levels) p.levels = levels;
     if (tr.symmetric) {
         // The element of largest magnitude (the first one on ties).
         float m = 0.0f;
@@ -312,10 +353,9 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
             if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
         if (m != 0.0f) {
             // q8: amax / 127, positive. q4s: m / -8, so m lands exactly on code 0 (= -8);
-            // q4nl: m / levels[0] (-127), so m lands exactly on the lowest level.
-            const float steps = tr.bits == 8 ? 127.0f
-                                : tr.levels  ? -static_cast<float>(tr.levels[0])
-                                             : 8.0f;
+            // q4nl, q4t: m / levels[0] (-127), so m lands exactly on the lowest level.
+            const int8_t* lv = grid_levels(tr, p);
+            const float steps = tr.bits == 8 ? 127.0f : lv ? -static_cast<float>(lv[0]) : 8.0f;
             const float s = std::fabs(m) / steps;
             auto h = f16_round_up(s);
             if (!h) return std::nullopt;
@@ -341,7 +381,7 @@ std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t
 }
 
 int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w) {
-    if (const int8_t* levels = qtype_traits(t).levels) {
+    if (const int8_t* levels = grid_levels(qtype_traits(t), p)) {
         if (p.scale == 0.0f) return nearest_level(levels, 0.0f);
         return nearest_level(levels, w / p.scale);
     }
@@ -378,6 +418,15 @@ void pack_row(QType t, const int32_t* codes, const QGroupParams* groups, uint64_
     for (uint64_t g = 0; g < l.groups; ++g) {
         put_f16(row + l.scales_offset + 2 * g, groups[g].scale_bits);
         if (!tr.symmetric) row[l.zeros_offset + g] = static_cast<uint8_t>(groups[g].zero);
+        if (tr.row_levels && groups[g].levels != groups[0].levels &&
+            (!groups[g].levels || std::memcmp(groups[g].levels, groups[0].levels, 16) != 0))
+            throw Error("pack_row: group " + std::to_string(g) + " of a " + std::string(tr.name) +
+                        " row indexes other levels than its first");
+    }
+    if (tr.row_levels) {
+        if (!groups[0].levels)
+            throw Error("pack_row: a " + std::string(tr.name) + " row without its levels");
+        std::memcpy(row + l.levels_offset, groups[0].levels, kRowLevelsBytes);
     }
     // Codes past k: the last group's zero, so they dequantize to exactly 0.
     const int32_t zero = tr.symmetric ? tr.implicit_zero : groups[l.groups - 1].zero;
@@ -407,11 +456,12 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out) {
         }
         return;
     }
+    const int8_t* levels = row_levels(t, row, k);
     for (uint64_t j = 0; j < k; ++j) {
         const uint64_t g = j / l.group;
         const float s = f16_to_f32(get_f16(row + l.scales_offset + 2 * g));
         const int32_t z = tr.symmetric ? tr.implicit_zero : row[l.zeros_offset + g];
-        out[j] = s * static_cast<float>(qtype_code_level(t, get_code(tr, row, j)) - z);
+        out[j] = s * static_cast<float>(qtype_code_level(t, get_code(tr, row, j), levels) - z);
     }
 }
 
@@ -447,6 +497,56 @@ uint8_t row_group_sc(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
 
 uint8_t row_group_mn(QType t, const uint8_t* row, uint64_t k, uint64_t g) {
     return static_cast<uint8_t>(super_group(*qtype_row_layout(t, k), row, g).mn);
+}
+
+const int8_t* row_levels(QType t, const uint8_t* row, uint64_t k) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (!tr.row_levels) return tr.levels;
+    return reinterpret_cast<const int8_t*>(row + qtype_row_layout(t, k)->levels_offset);
+}
+
+double qtype_row_error_bound(QType t, const uint8_t* row, uint64_t k) {
+    const QTypeTraits& tr = qtype_traits(t);
+    if (!tr.row_levels) return tr.error_bound;
+    const int8_t* lv = row_levels(t, row, k);
+    double b = std::max(127.0 - lv[15], lv[0] + 127.0);
+    for (int c = 0; c + 1 < 16; ++c) b = std::max(b, (lv[c + 1] - lv[c]) / 2.0);
+    return b + 1.0 / 1024;
+}
+
+void fit_row_levels(const float* w, const double* a, uint64_t k, uint64_t group, int8_t* levels) {
+    // All-zero importance says nothing: fit as without importance (as the grids keep min-max).
+    if (a && std::all_of(a, a + k, [](double v) { return v == 0.0; })) a = nullptr;
+    int8_t cur[16];
+    std::memcpy(cur, kNonLinearLevels, 16);
+    std::memcpy(levels, cur, 16);
+    double best = std::numeric_limits<double>::infinity();
+    for (int it = 0; it <= kLevelFitIterations; ++it) {
+        double num[16] = {}, den[16] = {}, err = 0.0;
+        for (uint64_t b = 0; b < k; b += group) {
+            const uint64_t n = std::min(k, b + group) - b;
+            const auto p = qtype_group_params(QType::q4t_g32, w + b, n, cur);
+            if (!p) return;  // an overflowing scale: the quantizer reports it
+            for (uint64_t j = b; j < b + n; ++j) {
+                const int32_t c = qtype_quantize_value(QType::q4t_g32, *p, w[j]);
+                const double aj = a ? a[j] : 1.0, s = p->scale;
+                const double d = static_cast<double>(w[j]) - s * cur[c];
+                err += aj * d * d;
+                num[c] += aj * s * w[j];
+                den[c] += aj * s * s;
+            }
+        }
+        if (err < best) {
+            best = err;
+            std::memcpy(levels, cur, 16);
+        }
+        if (it == kLevelFitIterations) break;
+        double u[16];
+        for (int c = 0; c < 16; ++c) u[c] = den[c] > 0.0 ? num[c] / den[c] : cur[c];
+        int8_t next[16];
+        if (!normalize_levels(u, next) || std::memcmp(next, cur, 16) == 0) break;
+        std::memcpy(cur, next, 16);
+    }
 }
 
 int32_t row_code(QType t, const uint8_t* row, uint64_t j) {

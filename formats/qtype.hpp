@@ -60,6 +60,7 @@ enum class QType : uint8_t {
     q4k_g32,
     q3k_g32,
     q4nl_g32,
+    q4t_g32,
 };
 
 struct QTypeTraits {
@@ -84,11 +85,16 @@ struct QTypeTraits {
     // Non-uniform types: the 16 integer levels the 4-bit codes index, so weight j is
     // scale * levels[code[j]] (no zero). Null: the uniform grid scale * (code - zero).
     const int8_t* levels = nullptr;
-    // levels != nullptr, as a value compile-time checks can read: under the sanitizer builds
-    // (-fsanitize implies -fno-delete-null-pointer-checks) the address of a constexpr array is not
-    // a constant known to be non-null. qtype_test checks the two agree on every row.
+    // levels != nullptr or row_levels, as a value compile-time checks can read: under the
+    // sanitizer builds (-fsanitize implies -fno-delete-null-pointer-checks) the address of a
+    // constexpr array is not a constant known to be non-null. qtype_test checks they agree.
     bool nonuniform = false;
+    // Learned-table types (q4t_*): each row stores its own 16 int8 levels (kRowLevelsBytes after
+    // its scales), fitted to that row's weights (fit_row_levels); levels is then null.
+    bool row_levels = false;
 };
+
+inline constexpr uint64_t kRowLevelsBytes = 16;  // a learned-table row's 16 int8 levels
 
 // IQ4_NL's fixed non-linear grid (llama.cpp's kvalues_iq4nl): 16 int8 levels, denser near zero
 // where most weights of a group lie, as NF4's normal-quantile levels are. Its gaps grow from 11
@@ -113,10 +119,15 @@ inline constexpr int8_t kNonLinearLevels[16] = {-127, -104, -83, -65, -49, -35, 
 //        nearest level is at most half the widest gap (24) away: 12; an element of the opposite
 //        sign and equal magnitude (127) is nearest to 113: 14, in units of the scale (one int8
 //        level step).
+// q4t_*: as q4nl_* against the row's own levels, which the fit keeps ascending, distinct, with
+//        levels[0] = -127 and levels[15] >= 0, so every w / scale lies in [-127, 127] and its
+//        nearest level is at most max(half the widest gap, 127 - levels[15]) away: at most 127
+//        (the type's bound); qtype_row_error_bound gives a row's own, usually near 12.
 // Each bound adds 2^-10 for the float rounding of w / scale (relative 2^-24 times at most 2^8).
 inline constexpr double kHalfStepBound = 0.5 + 1.0 / 1024;
 inline constexpr double kSymClampBound = 1.0 + 1.0 / 1024;
 inline constexpr double kNonLinearBound = 14.0 + 1.0 / 1024;
+inline constexpr double kRowLevelsBound = 127.0 + 1.0 / 1024;
 
 inline constexpr QTypeTraits kQTypes[] = {
     // type        name        bits float  dtype       group sym    signed zero bound
@@ -138,6 +149,8 @@ inline constexpr QTypeTraits kQTypes[] = {
     {QType::q3k_g32, "q3k_g32", 3, false, DType::f32, 32, false, false, 0, kHalfStepBound, 256},
     {QType::q4nl_g32, "q4nl_g32", 4, false, DType::f32, 32, true, false, 0, kNonLinearBound, 0,
      kNonLinearLevels, true},
+    {QType::q4t_g32, "q4t_g32", 4, false, DType::f32, 32, true, false, 0, kRowLevelsBound, 0,
+     nullptr, true, true},
 };
 
 inline constexpr size_t kQTypeCount = std::size(kQTypes);
@@ -164,10 +177,11 @@ constexpr bool qtype_table_consistent() {
         if (r.nonuniform &&
             (r.bits != 4 || !r.symmetric || r.implicit_zero != 0 || r.super_block != 0))
             return false;
+        if (r.row_levels && (!r.nonuniform || r.group == 0)) return false;
     }
     return true;
 }
-static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q4nl_g32) + 1,
+static_assert(std::size(kQTypes) == static_cast<size_t>(QType::q4t_g32) + 1,
               "every QType needs a row");
 static_assert(qtype_table_in_enum_order(), "kQTypes rows must follow the enum order");
 static_assert(qtype_table_consistent(), "a quantized row breaks the layout's rules");
@@ -176,11 +190,14 @@ constexpr const QTypeTraits& qtype_traits(QType t) { return kQTypes[static_cast<
 constexpr bool qtype_is_quantized(QType t) { return !qtype_traits(t).is_float; }
 constexpr bool qtype_has_super_blocks(QType t) { return qtype_traits(t).super_block != 0; }
 constexpr bool qtype_has_levels(QType t) { return qtype_traits(t).nonuniform; }
+constexpr bool qtype_has_row_levels(QType t) { return qtype_traits(t).row_levels; }
 
 // The integer a group's scale multiplies for code `code` before the zero is subtracted: the
-// code's level for non-uniform types, the code itself otherwise.
-constexpr int32_t qtype_code_level(QType t, int32_t code) {
-    return qtype_has_levels(t) ? qtype_traits(t).levels[code] : code;
+// code's level for non-uniform types (`levels`: the row's own for learned-table types, ignored
+// otherwise), the code itself otherwise.
+constexpr int32_t qtype_code_level(QType t, int32_t code, const int8_t* levels = nullptr) {
+    if (!qtype_has_levels(t)) return code;
+    return qtype_has_row_levels(t) ? levels[code] : qtype_traits(t).levels[code];
 }
 
 inline std::optional<QType> qtype_from_name(std::string_view s) {
@@ -262,6 +279,7 @@ struct QRowLayout {
     uint64_t codes_bytes = 0;    // codes start at byte 0
     uint64_t scales_offset = 0;  // fp16 scales
     uint64_t zeros_offset = 0;   // uint8 zero points (asymmetric types; == row_bytes otherwise)
+    uint64_t levels_offset = 0;  // learned-table types: the row's 16 int8 levels; else row_bytes
     uint64_t row_bytes = 0;      // the row stride, a multiple of the row alignment
 };
 
@@ -285,13 +303,15 @@ constexpr std::optional<QRowLayout> qtype_row_layout(QType t, uint64_t k,
         l.row_bytes =
             round_up(l.scales_offset + full * sizeof(QSuperRecord) + qtype_super_record_bytes(rest),
                      row_align);
-        l.zeros_offset = l.row_bytes;
+        l.zeros_offset = l.levels_offset = l.row_bytes;
         return l;
     }
     l.zeros_offset = l.scales_offset + 2 * l.groups;
-    const uint64_t end = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
+    l.levels_offset = l.zeros_offset + (tr.symmetric ? 0 : l.groups);
+    const uint64_t end = l.levels_offset + (tr.row_levels ? kRowLevelsBytes : 0);
     l.row_bytes = round_up(end, row_align);
     if (tr.symmetric) l.zeros_offset = l.row_bytes;
+    if (!tr.row_levels) l.levels_offset = l.row_bytes;
     return l;
 }
 
@@ -369,8 +389,13 @@ struct QGroupParams {
     float min = 0.0f;                    // super-block types: dmin * mn, subtracted; 0 otherwise
     uint8_t sc = 0, mn = 0;              // super-block types: the 6-bit scale and min as stored
     uint16_t d_bits = 0, dmin_bits = 0;  // super-block types: the super-block's fp16 d and dmin
+    // Learned-table types: the row's 16 levels (ascending, levels[0] = -127), which the grid's
+    // codes index; the caller keeps them alive. Null for every other type.
+    const int8_t* levels = nullptr;
 };
-std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n);
+// Learned-table types take the row's levels (required: an Error without them); others ignore it.
+std::optional<QGroupParams> qtype_group_params(QType t, const float* w, uint64_t n,
+                                               const int8_t* levels = nullptr);
 
 // One super-block's fp16 super-scale and super-min.
 struct QSuperParams {
@@ -399,7 +424,7 @@ int32_t qtype_quantize_value(QType t, const QGroupParams& p, float w);
 // (min is 0 for every type without super-blocks, and x - 0.0f == x, so their values are
 // scale * (code - zero) bit for bit; level types: scale * level, zero 0.)
 inline float qtype_dequantize_value(QType t, const QGroupParams& p, int32_t code) {
-    return p.scale * static_cast<float>(qtype_code_level(t, code) - p.zero) - p.min;
+    return p.scale * static_cast<float>(qtype_code_level(t, code, p.levels) - p.zero) - p.min;
 }
 constexpr int32_t qtype_max_code(QType t) {
     return qtype_traits(t).bits == 8 ? 127 : (1 << qtype_traits(t).bits) - 1;
@@ -415,6 +440,23 @@ void dequantize_row_ref(QType t, const uint8_t* row, uint64_t k, float* out);
 
 // The scale of group g of a quantized row (for error bounds and tests).
 float row_group_scale(QType t, const uint8_t* row, uint64_t k, uint64_t g);
+
+// The 16 levels a level type's row indexes: the type's table, or a learned-table row's own
+// (at levels_offset); null for types without levels.
+const int8_t* row_levels(QType t, const uint8_t* row, uint64_t k);
+// The reference quantizer's worst error per weight of this row, in units of its group's scale:
+// the type's error_bound, or for learned-table types the bound its stored levels give (half
+// the widest gap, or the distance from the top level to 127, plus 2^-10).
+double qtype_row_error_bound(QType t, const uint8_t* row, uint64_t k);
+
+// Learned-table types: the 16 levels of one row of k weights fitted to them (importance a per
+// column, null: all 1): importance-weighted Lloyd iterations from IQ4_NL's grid, each group's
+// scale by the min-max rule (its element of largest magnitude on the level -127), each level
+// refitted to the weights it takes, then rescaled so the lowest is -127, rounded and made
+// ascending and distinct (levels[15] >= 0). The iterate with the least weighted error is kept.
+// Deterministic (float64 sums in order); weights must be finite; all-zero importance fits as
+// none.
+void fit_row_levels(const float* w, const double* a, uint64_t k, uint64_t group, int8_t* levels);
 
 // Code j and zero point of a quantized row, as integers (for importers, exporters and tests).
 // Level types: the code is the level's index (qtype_code_level gives the level).

@@ -56,13 +56,15 @@ void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const
     const uint64_t gs = group_size(t, k);
     std::string failure;  // the first error, raised on the caller's thread
     for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
-        std::vector<float> ws(gs);
+        std::vector<float> row(k);
+        int8_t levels[16] = {};  // learned-table types: the scaled row's levels
         for (uint64_t r = r0; r < r1; ++r) {
+            for (uint64_t c = 0; c < k; ++c) row[c] = s ? w[r * k + c] * s[c] : w[r * k + c];
+            if (qtype_has_row_levels(t)) fit_row_levels(row.data(), nullptr, k, gs, levels);
             for (uint64_t c0 = 0; c0 < k; c0 += gs) {
                 const uint64_t n = std::min(gs, k - c0);
-                const float* wr = w + r * k + c0;
-                for (uint64_t j = 0; j < n; ++j) ws[j] = s ? wr[j] * s[c0 + j] : wr[j];
-                auto p = qtype_group_params(t, ws.data(), n);
+                const float* ws = row.data() + c0;
+                auto p = qtype_group_params(t, ws, n, levels);
                 if (!p) {
                     if (failure.empty())
                         failure = std::to_string(r) + ", column " + std::to_string(c0);
@@ -140,7 +142,9 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
         // Candidate i's clamped weights, and its error d_i = Q(c_i) - w: rows of d, and d H_gg.
         std::vector<float> c(kAwqClipSteps * gs);
         std::vector<double> d(kAwqClipSteps * gs), dh(d.size());
+        int8_t levels[16] = {};  // learned-table types: the row's levels, before clipping
         for (uint64_t r = r0; r < r1; ++r) {
+            if (qtype_has_row_levels(t)) fit_row_levels(w + r * k, nullptr, k, gs, levels);
             for (uint64_t g = 0; g < groups; ++g) {
                 const uint64_t c0 = g * gs, n = std::min(gs, k - c0);
                 float* wg = w + r * k + c0;
@@ -152,7 +156,7 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
                     float* ci = c.data() + static_cast<uint64_t>(i) * n;
                     double* di = d.data() + static_cast<uint64_t>(i) * n;
                     for (uint64_t j = 0; j < n; ++j) ci[j] = std::clamp(wg[j], -m, m);
-                    auto p = qtype_group_params(t, ci, n);
+                    auto p = qtype_group_params(t, ci, n, levels);
                     if (!p) {
                         if (failure.empty())
                             failure = std::to_string(r) + ", column " + std::to_string(c0);

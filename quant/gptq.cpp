@@ -54,9 +54,9 @@ QGroupParams super_group_grid(QType t, const QSuperParams& sp, const float* v, u
 }  // namespace
 
 std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n,
-                                            const double* importance) {
-    if (importance) return importance_group_grid(t, v, importance, n);
-    std::optional<QGroupParams> best = qtype_group_params(t, v, n);
+                                            const double* importance, const int8_t* levels) {
+    if (importance) return importance_group_grid(t, v, importance, n, levels);
+    std::optional<QGroupParams> best = qtype_group_params(t, v, n, levels);
     if (!best || mse <= 0.0 || n == 0) return best;
     auto error = [&](const QGroupParams& p) {
         double sum = 0.0;
@@ -79,7 +79,8 @@ std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v,
     for (int i = 1; i < kGptqMseShrinkSteps; ++i) {
         const float f = 1.0f - static_cast<float>(i) / static_cast<float>(kGptqMseGrid);
         const float ends[2] = {lo * f, hi * f}, end = m * f;
-        const auto p = symmetric ? qtype_group_params(t, &end, 1) : qtype_group_params(t, ends, 2);
+        const auto p = symmetric ? qtype_group_params(t, &end, 1, levels)
+                                 : qtype_group_params(t, ends, 2, levels);
         if (!p) continue;
         const double e = error(*p);
         if (e < best_error) {  // the widest range on ties
@@ -94,10 +95,11 @@ namespace {
 
 // The grids of row r fixed before the column loop (one per row, or act-order's static groups),
 // from W with its dead inputs zeroed (weight(r, c)); importance_at(c): column c's importance or
-// null. Super-block types: each super-block's d and dmin, then its groups' grids against them.
+// null; levels: the row's learned levels (learned-table types; null otherwise). Super-block
+// types: each super-block's d and dmin, then its groups' grids against them.
 template <class Weight, class Importance>
 void static_row_grids(const GptqOptions& o, uint64_t k, uint64_t r, const Weight& weight,
-                      const Importance& importance_at, QGroupParams* params) {
+                      const Importance& importance_at, const int8_t* levels, QGroupParams* params) {
     const QRowLayout l = *qtype_row_layout(o.qtype, k);
     const uint64_t group = l.group, super = qtype_traits(o.qtype).super_block;
     std::vector<float> vals(super ? super : group);
@@ -113,7 +115,7 @@ void static_row_grids(const GptqOptions& o, uint64_t k, uint64_t r, const Weight
     for (uint64_t g = 0; !super && g < l.groups; ++g) {
         const uint64_t b = g * group, e = std::min(k, b + group);
         for (uint64_t c = b; c < e; ++c) vals[c - b] = weight(r, c);
-        auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b, importance_at(b));
+        auto p = gptq_group_grid(o.qtype, o.mse, vals.data(), e - b, importance_at(b), levels);
         if (!p) throw Error("GPTQ: the scale of group " + where(r, g) + " overflows fp16");
         params[g] = *p;
     }
@@ -177,12 +179,37 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
         std::stable_sort(perm.begin(), perm.end(),
                          [&](uint64_t a, uint64_t b) { return diag[a] > diag[b]; });
 
+    // Learned-table types: each row's 16 levels, fitted before the loop to the row (dead inputs
+    // zeroed) with H's diagonal as the importance whether or not the grids use it (it is at
+    // hand, and it is what the loss weighs); fixed thereafter, as act-order's static groups, so
+    // the error feedback always sees the levels the file will hold.
+    std::vector<int8_t> levels(tr.row_levels ? rows * kRowLevelsBytes : 0);
+    auto levels_of = [&](uint64_t r) {
+        return tr.row_levels ? levels.data() + r * kRowLevelsBytes : nullptr;
+    };
+    if (tr.row_levels) {
+        auto fit = [&](size_t r0, size_t r1) {
+            std::vector<float> vals(k);
+            std::vector<double> hd(k);
+            for (uint64_t c = 0; c < k; ++c) hd[c] = dead[c] ? 0.0 : diag[c];
+            for (uint64_t r = r0; r < r1; ++r) {
+                for (uint64_t c = 0; c < k; ++c) vals[c] = weight(r, c);
+                fit_row_levels(vals.data(), hd.data(), k, group, levels_of(r));
+            }
+        };
+        if (pool)
+            pool->parallel_for(rows, fit);
+        else
+            fit(0, rows);
+    }
+
     // Grids fixed before the loop: one per row (group 0 types), or static groups (act-order).
     const bool dynamic_groups = !o.act_order && tr.group != 0;
     std::vector<QGroupParams> params(rows * groups);
     if (!dynamic_groups)
         for (uint64_t r = 0; r < rows; ++r)
-            static_row_grids(o, k, r, weight, importance_at, params.data() + r * groups);
+            static_row_grids(o, k, r, weight, importance_at, levels_of(r),
+                             params.data() + r * groups);
 
     // W in visiting order, float64.
     std::vector<double> wk(*rk);
@@ -269,11 +296,12 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                             const uint64_t gend = std::min(col + group, k);
                             updated(gend);
                             // Without act-order, visiting order is column order.
-                            const auto p = super ? std::optional<QGroupParams>(super_group_grid(
-                                                       o.qtype, supers[r], vals.data(), gend - col,
-                                                       importance_at(col)))
-                                                 : gptq_group_grid(o.qtype, o.mse, vals.data(),
-                                                                   gend - col, importance_at(col));
+                            const auto p =
+                                super ? std::optional<QGroupParams>(
+                                            super_group_grid(o.qtype, supers[r], vals.data(),
+                                                             gend - col, importance_at(col)))
+                                      : gptq_group_grid(o.qtype, o.mse, vals.data(), gend - col,
+                                                        importance_at(col), levels_of(r));
                             if (!p) {
                                 failed_group[r] = col / group;
                                 break;

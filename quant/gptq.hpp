@@ -94,9 +94,10 @@ struct GptqResult {
 
 // The grid of one group of n weights (step 6): qtype_group_params's, with mse > 0 the searched
 // one, or with importance (n values, non-null) the importance-weighted one. nullopt when the
-// scale overflows fp16.
+// scale overflows fp16. Learned-table types: against the row's levels (required).
 std::optional<QGroupParams> gptq_group_grid(QType t, double mse, const float* v, uint64_t n,
-                                            const double* importance = nullptr);
+                                            const double* importance = nullptr,
+                                            const int8_t* levels = nullptr);
 
 // Quantizes w ([rows][k] float32, row-major, finite) with the Hessian h (k * k, float64,
 // symmetric; only its lower triangle and diagonal are read). Row panels are split over `pool`'s

@@ -12,9 +12,9 @@ namespace qforge {
 
 namespace {
 
-// A grid with this scale (nearest binary16) and zero, or nullopt when the scale overflows fp16,
-// rounds to zero, or is not finite.
-std::optional<QGroupParams> grid(double scale, int32_t zero) {
+// A grid with this scale (nearest binary16), zero and levels (learned-table types; else null), or
+// nullopt when the scale overflows fp16, rounds to zero, or is not finite.
+std::optional<QGroupParams> grid(double scale, int32_t zero, const int8_t* levels) {
     if (!std::isfinite(scale)) return std::nullopt;
     const uint16_t h = f32_to_f16(static_cast<float>(scale));
     if ((h & 0x7c00) == 0x7c00 || (h & 0x7fff) == 0) return std::nullopt;
@@ -22,6 +22,7 @@ std::optional<QGroupParams> grid(double scale, int32_t zero) {
     p.scale_bits = h;
     p.scale = f16_to_f32(h);
     p.zero = zero;
+    p.levels = levels;
     return p;
 }
 
@@ -45,14 +46,14 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
     }
     double num = 0, den = 0;
     for (uint64_t j = 0; j < n; ++j) {
-        const double aj = weight_of(a, j), c = qtype_code_level(t, codes[j]) - zero;
+        const double aj = weight_of(a, j), c = qtype_code_level(t, codes[j], trial.levels) - zero;
         num += aj * w[j] * c;
         den += aj * c * c;
     }
     if (!(den > 0)) return std::nullopt;
     const double scale = num / den;
     if (!tr.symmetric && !(scale > 0)) return std::nullopt;
-    return grid(scale, zero);
+    return grid(scale, zero, trial.levels);
 }
 
 }  // namespace
@@ -85,15 +86,17 @@ double importance_grid_error(QType t, const QGroupParams& p, const float* w, con
 }
 
 std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
-                                                  uint64_t n) {
+                                                  uint64_t n, const int8_t* row_levels) {
     if (qtype_has_super_blocks(t)) {  // the group as a super-block of its own (qtype.hpp)
         const auto sp = importance_super_grid(t, w, a, n);
         if (!sp) return std::nullopt;
         return importance_super_group(t, *sp, w, a, n);
     }
-    std::optional<QGroupParams> best = qtype_group_params(t, w, n);
+    std::optional<QGroupParams> best = qtype_group_params(t, w, n, row_levels);
     if (!best || best->scale == 0.0f || n == 0) return best;
     const QTypeTraits& tr = qtype_traits(t);
+    const int8_t* levels = tr.row_levels ? row_levels : tr.levels;  // null: a uniform grid
+    const int8_t* own = tr.row_levels ? row_levels : nullptr;       // what the grids carry
     double best_error = importance_grid_error(t, *best, w, a, n);
     auto consider = [&](const std::optional<QGroupParams>& p) {
         if (!p) return;
@@ -110,7 +113,7 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
         hi = std::max(hi, w[j]);
         if (std::fabs(w[j]) > std::fabs(m)) m = w[j];
     }
-    const double steps = tr.levels      ? -static_cast<double>(tr.levels[0])
+    const double steps = levels         ? -static_cast<double>(levels[0])
                          : tr.symmetric ? (tr.bits == 8 ? 127.0 : 8.0)
                                         : qtype_max_code(t);
     // Trial spans in tenths of a step; level types in whole units (their levels are 11 to 24
@@ -118,7 +121,7 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
     // highest.
     auto offset = [&](int i) {
         const int steps_off = i - kImportanceSteps / 2;
-        return tr.levels ? static_cast<double>(steps_off) : steps_off / 10.0;
+        return levels ? static_cast<double>(steps_off) : steps_off / 10.0;
     };
     auto try_grid = [&](const std::optional<QGroupParams>& trial) {
         if (!trial) return;
@@ -129,14 +132,14 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
     for (int i = 0; i < kImportanceSteps; ++i) {
         const double d = steps + offset(i);
         if (!tr.symmetric) {
-            const auto s = grid((static_cast<double>(hi) - lo) / d, 0);
-            if (s) try_grid(grid(s->scale, clamp_zero(t, -lo / s->scale)));
+            const auto s = grid((static_cast<double>(hi) - lo) / d, 0, own);
+            if (s) try_grid(grid(s->scale, clamp_zero(t, -lo / s->scale), own));
         } else {
-            try_grid(grid(tr.bits == 8 ? std::fabs(m) / d : m / -d, tr.implicit_zero));
+            try_grid(grid(tr.bits == 8 ? std::fabs(m) / d : m / -d, tr.implicit_zero, own));
         }
-        if (tr.levels) {
-            const double top = tr.levels[15] + offset(i);
-            try_grid(grid(m / top, 0));
+        if (levels) {
+            const double top = levels[15] + offset(i);
+            if (top > 0) try_grid(grid(m / top, 0, own));
         }
     }
     return best;
@@ -151,9 +154,11 @@ QuantStatus quantize_row_importance(QType t, const float* w, const double* impor
     const QRowLayout l = *qtype_row_layout(t, k);
     std::vector<int32_t> codes(k);
     std::vector<QGroupParams> groups(l.groups);
+    int8_t levels[16] = {};
+    if (qtype_has_row_levels(t)) fit_row_levels(w, importance, k, l.group, levels);
     for (uint64_t g = 0; g < l.groups; ++g) {
         const uint64_t b = g * l.group, e = std::min(k, b + l.group);
-        auto p = importance_group_grid(t, w + b, importance + b, e - b);
+        auto p = importance_group_grid(t, w + b, importance + b, e - b, levels);
         if (!p) return QuantStatus::scale_overflow;
         groups[g] = *p;
         for (uint64_t j = b; j < e; ++j) codes[j] = qtype_quantize_value(t, *p, w[j]);

@@ -21,7 +21,9 @@
 //        zero; symmetric, scale = sum a w (c - z) / sum a (c - z)^2. Scale rounded to nearest
 //        fp16; refits with a non-positive denominator, or an asymmetric scale <= 0, are skipped.
 //   U_i  the same refit with every a_j = 1 (only when importance is given: else it is A_i).
-//   Level types (q4nl_*: w = scale * level, no zero): L = 127 (the lowest level's magnitude) and
+//   Level types (q4nl_*, q4t_*: w = scale * level, no zero; q4t_* against the row's levels, which
+//   quantize_row_importance fits first with the same importance): L = 127 (the lowest level's
+//   magnitude) and
 //   d_i = L + i - kImportanceSteps / 2 in whole levels, T_i = m / -d_i, and also m / e_i with
 //   e_i = 113 + i - kImportanceSteps / 2 (m on the highest level), each with its refits
 //   scale = sum a w level / sum a level^2 (llama.cpp's IQ4_NL search: trial scales around
@@ -60,9 +62,10 @@ double importance_grid_error(QType t, const QGroupParams& p, const float* w, con
                              uint64_t n);
 
 // The grid of n finite weights w chosen by the search above; a null means all-1 importance.
-// nullopt when even the min-max grid's scale overflows fp16.
+// nullopt when even the min-max grid's scale overflows fp16. Learned-table types search against
+// the row's levels (fit_row_levels; required), which every candidate grid carries.
 std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
-                                                  uint64_t n);
+                                                  uint64_t n, const int8_t* row_levels = nullptr);
 
 // One row of k weights quantized with each group's importance_group_grid (importance: k
 // columns), packed as quantize_row_ref packs (pack_row). Same statuses as quantize_row_ref.

@@ -154,7 +154,7 @@ QType compressed_tensors_target(const HfQuantConfig& qc, QType base,
     const auto g = static_cast<uint64_t>(qc.group_size);
     const QTypeTraits* best = nullptr;
     for (const QTypeTraits& tr : kQTypes) {
-        if (tr.is_float || tr.super_block || tr.levels || tr.bits != qc.bits ||
+        if (tr.is_float || tr.super_block || tr.nonuniform || tr.bits != qc.bits ||
             tr.symmetric != qc.sym || tr.group <= g || tr.group % g != 0 ||
             (best && tr.group <= best->group))
             continue;

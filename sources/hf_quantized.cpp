@@ -263,7 +263,7 @@ QType hf_quant_target(const HfQuantConfig& qc) {
     for (const QTypeTraits& tr : kQTypes) {
         // Super-block types quantize their group scales and level types index a table: no
         // GPTQ/AWQ group (fp16 scale, integer codes) fits them.
-        if (tr.is_float || tr.super_block || tr.levels || tr.bits != qc.bits ||
+        if (tr.is_float || tr.super_block || tr.nonuniform || tr.bits != qc.bits ||
             tr.symmetric != qc.sym)
             continue;
         const uint64_t g = tr.group;

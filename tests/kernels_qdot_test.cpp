@@ -116,7 +116,9 @@ Reference reference(const Matrix& m, uint64_t r, const QActivations& a, uint64_t
         for (uint64_t j = b * kBlock; j < (b + 1) * kBlock; ++j) {
             const int8_t qj = a.codes(t)[j];
             if (j < k) ref.value += static_cast<double>(w[j]) * d * qj;
-            cq += std::abs(qtype_code_level(m.t, row_code(m.t, m.row(r), j)) * qj);
+            cq += std::abs(
+                qtype_code_level(m.t, row_code(m.t, m.row(r), j), row_levels(m.t, m.row(r), k)) *
+                qj);
             q += std::abs(qj);
         }
         ref.magnitude += s * d * (cq + z * q) + mn * d * q;

@@ -107,7 +107,7 @@ TEST_CASE("FORMAT.md quant-type table matches the code's table", "[formats][spec
         } else {
             REQUIRE(rows[i].at(2) == (t.group ? std::to_string(t.group) : std::string("row")));
             const std::string zero = t.super_block  ? "6-bit min"
-                                     : t.levels     ? "levels"
+                                     : t.nonuniform ? "levels"
                                      : !t.symmetric ? "stored"
                                      : t.signed_codes
                                          ? std::to_string(t.implicit_zero) + " (int8 codes)"

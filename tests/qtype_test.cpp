@@ -26,7 +26,7 @@ constexpr uint64_t kLengths[] = {1, 32, 64, 100, 172, 200, 576, 4096};
 double levels_of(QType t) {
     const QTypeTraits& tr = qtype_traits(t);
     if (tr.bits == 8) return 127.0;
-    if (tr.levels) return -static_cast<double>(tr.levels[0]);
+    if (tr.nonuniform) return 127.0;  // m on the lowest level, -127 (fixed or learned)
     return tr.symmetric ? 8.0 : static_cast<double>((1 << tr.bits) - 1);
 }
 
@@ -73,9 +73,10 @@ void check_round_trip(QType t, const std::vector<float>& w) {
             const int32_t c = row_code(t, q.row.data(), j);
             REQUIRE(c >= (tr.signed_codes ? -127 : 0));
             REQUIRE(c <= (tr.signed_codes ? 127 : (1 << tr.bits) - 1));
-            REQUIRE(q.back[j] == s * static_cast<float>(qtype_code_level(t, c) - z) - mn);
+            const int8_t* lv = row_levels(t, q.row.data(), k);
+            REQUIRE(q.back[j] == s * static_cast<float>(qtype_code_level(t, c, lv) - z) - mn);
             REQUIRE(std::fabs(static_cast<double>(q.back[j]) - w[j]) <=
-                    tr.error_bound * std::fabs(static_cast<double>(s)));
+                    qtype_row_error_bound(t, q.row.data(), k) * std::fabs(static_cast<double>(s)));
             lo = std::min(lo, w[j]);
             hi = std::max(hi, w[j]);
             amax = std::max(amax, std::fabs(w[j]));
@@ -126,7 +127,9 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             uint64_t chunks = 0;
             while (chunks * chunk_weights < k) ++chunks;
             const uint64_t codes = chunks * (tr.bits == 8 ? 32 : tr.bits == 4 ? 16 : 48);
-            uint64_t end = codes + 2 * groups + (tr.symmetric ? 0 : groups);
+            // Learned-table types: the row's 16 int8 levels after the scales.
+            uint64_t end =
+                codes + 2 * groups + (tr.symmetric ? 0 : groups) + (tr.row_levels ? 16 : 0);
             if (tr.super_block) {
                 // 16-byte records per 256 weights; a last partial one of G groups holds 4 bytes
                 // of d and dmin and 12 bits per group.
@@ -143,6 +146,7 @@ TEST_CASE("qtype layout: offsets and row bytes match an independent recomputatio
             REQUIRE(l->codes_bytes == codes);
             REQUIRE(l->scales_offset == codes);
             REQUIRE(l->zeros_offset == (tr.symmetric || tr.super_block ? row : codes + 2 * groups));
+            REQUIRE(l->levels_offset == (tr.row_levels ? row - 16 : row));
             REQUIRE(l->row_bytes == row);
             REQUIRE(*qtype_row_bytes(tr.type, k) == row);
             const uint64_t shape[2] = {3, k};
@@ -248,7 +252,8 @@ TEST_CASE("quantize_row_ref special groups: zero, constant, huge, tiny", "[qtype
 TEST_CASE("qtype table: nonuniform is set exactly where levels are", "[qtype]") {
     for (const QTypeTraits& tr : kQTypes) {
         INFO(tr.name);
-        CHECK(tr.nonuniform == (tr.levels != nullptr));
+        CHECK(tr.nonuniform == (tr.levels != nullptr || tr.row_levels));
+        CHECK_FALSE((tr.levels != nullptr && tr.row_levels));
     }
 }
 
@@ -423,4 +428,49 @@ TEST_CASE("q3 rows: each code's bits sit where docs/FORMAT.md says", "[qtype]") 
                 REQUIRE(row_code(QType::q3_g32, row.data(), i) == codes[i]);
         }
     }
+}
+
+// Learned-level rows (q4t_g32): the fitted levels are what the layout promises (ascending,
+// distinct, the lowest -127, the top >= 0), every code is the level nearest w / scale (found here
+// in float64 over all 16 stored levels), and the fit never does worse than its start, the fixed
+// IQ4_NL grid (q4nl_g32, the same scale rule): the squared error of each row, in float64, is at
+// most q4nl's, and over heavy-tailed rows (Laplace, Student-t with 3 degrees) clearly below it.
+TEST_CASE("q4t rows: valid fitted levels, nearest codes, less error than the fixed grid",
+          "[qtype]") {
+    std::mt19937 rng(20261202);
+    double err_t = 0.0, err_nl = 0.0;
+    for (int row = 0; row < 48; ++row) {
+        const uint64_t k = row % 3 == 0 ? 576 : row % 3 == 1 ? 2048 : 100;
+        std::vector<float> w(k);
+        std::exponential_distribution<float> ex(1.0f);
+        std::student_t_distribution<float> st(3.0f);
+        for (auto& v : w)
+            v = row % 2 ? (rng() % 2 ? 1.0f : -1.0f) * ex(rng) * 0.02f : st(rng) * 0.01f;
+        INFO("row " << row << " k " << k);
+        const Quantized t = quantize_ok(QType::q4t_g32, w);
+        const Quantized nl = quantize_ok(QType::q4nl_g32, w);
+        const int8_t* lv = row_levels(QType::q4t_g32, t.row.data(), k);
+        REQUIRE(lv ==
+                reinterpret_cast<const int8_t*>(t.row.data() + k / 32 * 18 + (k % 32 ? 18 : 0)));
+        REQUIRE(lv[0] == -127);
+        REQUIRE(lv[15] >= 0);
+        for (int c = 0; c + 1 < 16; ++c) REQUIRE(lv[c] < lv[c + 1]);
+        REQUIRE(qtype_row_error_bound(QType::q4t_g32, t.row.data(), k) <= kRowLevelsBound);
+        double et = 0.0, en = 0.0;
+        for (uint64_t j = 0; j < k; ++j) {
+            const double s = row_group_scale(QType::q4t_g32, t.row.data(), k, j / 32);
+            const double x = static_cast<double>(w[j]) / s;
+            double best = std::numeric_limits<double>::infinity();
+            for (int c = 0; c < 16; ++c) best = std::min(best, std::fabs(x - lv[c]));
+            const int32_t code = row_code(QType::q4t_g32, t.row.data(), j);
+            REQUIRE(std::fabs(x - lv[code]) <= best + 1e-4);
+            et += std::pow(static_cast<double>(t.back[j]) - w[j], 2);
+            en += std::pow(static_cast<double>(nl.back[j]) - w[j], 2);
+        }
+        REQUIRE(et <= en * (1.0 + 1e-12));
+        err_t += et;
+        err_nl += en;
+    }
+    INFO("q4t " << err_t << " q4nl " << err_nl);
+    CHECK(err_t < 0.95 * err_nl);
 }

@@ -4,6 +4,7 @@
 // grid byte for byte; RTN rows, GPTQ with a diagonal H and thread counts agree.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -280,7 +281,8 @@ TEST_CASE("importance grid: zero importance keeps the min-max grid, rows pack as
           "[quant][importance]") {
     std::mt19937 rng(11);
     for (QType t : {QType::q4_g32, QType::q4s_g32, QType::q3_g32, QType::q8_g32, QType::q4_g128,
-                    QType::q4nl_g32}) {
+                    QType::q4nl_g32, QType::q4t_g32}) {
+        INFO(qtype_traits(t).name);
         const uint64_t k = 172;  // a partial last group
         std::vector<float> w;
         std::vector<double> a;
@@ -297,9 +299,15 @@ TEST_CASE("importance grid: zero importance keeps the min-max grid, rows pack as
         std::vector<float> deq(k);
         dequantize_row_ref(t, got.data(), k, deq.data());
         const uint64_t group = qtype_traits(t).group;
+        // Learned-table types: the levels fitted with the same importance, stored in the row.
+        int8_t levels[16] = {};
+        if (qtype_has_row_levels(t)) {
+            fit_row_levels(w.data(), a.data(), k, group, levels);
+            REQUIRE(std::memcmp(levels, row_levels(t, got.data(), k), 16) == 0);
+        }
         for (uint64_t b = 0; b < k; b += group) {
             const uint64_t n = std::min(group, k - b);
-            const auto p = *importance_group_grid(t, w.data() + b, a.data() + b, n);
+            const auto p = *importance_group_grid(t, w.data() + b, a.data() + b, n, levels);
             for (uint64_t j = b; j < b + n; ++j)
                 REQUIRE(deq[j] == qtype_dequantize_value(t, p, qtype_quantize_value(t, p, w[j])));
         }

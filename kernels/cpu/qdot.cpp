@@ -155,6 +155,7 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
         // group's
         // min times the block's scaled code sum).
         const QRowLayout l = *qtype_row_layout(t, k);
+        const int8_t* levels = row_levels(t, row, k);
         for (uint64_t tok = t0; tok < t1; ++tok) {
             const int8_t* q = a.codes(tok);
             float acc = 0.0f;
@@ -164,7 +165,7 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
                 int32_t isum = 0;
                 for (uint64_t i = b * kBlock; i < (b + 1) * kBlock; ++i)
                     // codes past k meet zero activations
-                    isum += qtype_code_level(t, row_code(t, row, i)) * q[i];
+                    isum += qtype_code_level(t, row_code(t, row, i), levels) * q[i];
                 isum -= z * a.sums(tok)[b];
                 const float s = row_group_scale(t, row, k, g);
                 acc += (s * a.scales(tok)[b]) * static_cast<float>(isum);

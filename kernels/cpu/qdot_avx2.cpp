@@ -61,10 +61,10 @@ QF_AVX2 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, floa
         // Written out, so every accumulator index and lane choice is a constant (a loop over the
         // pairs left acc[j % 2] in memory: each FMA a load and a store, 2x slower).
         const uint64_t p = kSuper / 2 * s;
-        int8_pair<T, NT>(row.codes, p, 0, cs, x, acc[0]);
-        int8_pair<T, NT>(row.codes, p + 1, 1, cs, x, acc[1]);
-        int8_pair<T, NT>(row.codes, p + 2, 2, cs, x, acc[0]);
-        int8_pair<T, NT>(row.codes, p + 3, 3, cs, x, acc[1]);
+        int8_pair<T, NT>(row, p, 0, cs, x, acc[0]);
+        int8_pair<T, NT>(row, p + 1, 1, cs, x, acc[1]);
+        int8_pair<T, NT>(row, p + 2, 2, cs, x, acc[0]);
+        int8_pair<T, NT>(row, p + 3, 3, cs, x, acc[1]);
     }
     if (blocks % kSuper) int8_rest<T, NT>(row, x, blocks, acc);
     for (int t = 0; t < NT; ++t)
@@ -86,9 +86,9 @@ QF_AVX2 inline void block_values(const Row& row, uint64_t b, __m256 f[4]) {
         // The chunk's low and high nibbles, each replaced by its int8 level, widened.
         const __m128i m4 = _mm_set1_epi8(0x0f);
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.codes + 16 * b));
-        const __m128i lo = _mm_shuffle_epi8(level_table<T>(), _mm_and_si128(v, m4));
+        const __m128i lo = _mm_shuffle_epi8(level_table<T>(row), _mm_and_si128(v, m4));
         const __m128i hi =
-            _mm_shuffle_epi8(level_table<T>(), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+            _mm_shuffle_epi8(level_table<T>(row), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         for (int i = 0; i < 4; ++i) f[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]));
     } else if constexpr (Kind<T>::q4) {
@@ -186,7 +186,8 @@ QF_AVX2 void dequantize_t(QType, const uint8_t* w, uint64_t stride, uint64_t n, 
     const uint64_t blocks = (k + kBlock - 1) / kBlock;
     for (uint64_t r = 0; r < n; ++r) {
         const uint8_t* p = w + r * stride;
-        const Row row{p, p + l.scales_offset, p + l.zeros_offset, nullptr, 0, 0, 0, false};
+        Row row{p, p + l.scales_offset, p + l.zeros_offset, nullptr, 0, 0, 0, false};
+        row.levels = reinterpret_cast<const int8_t*>(p + l.levels_offset);
         float* o = out + r * k;
         for (uint64_t b = 0; b < blocks; ++b) {
             __m256 f[4];

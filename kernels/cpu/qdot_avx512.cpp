@@ -37,9 +37,10 @@ namespace {
 // Pairs 2u and 2u + 1 of superblock s (blocks 8s + 4u .. 8s + 4u + 3) of one row against NT
 // tokens; cs[t]: the superblock's 8 combined scales in lanes 0-7.
 template <QType T, int NT>
-QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, const __m512* cs,
+QF_AVX512 inline void int8_quad(const Row& row, uint64_t s, uint64_t u, const __m512* cs,
                                 const int8_t* const* quad, const uint8_t* const* biased,
                                 __m512* acc) {
+    const uint8_t* codes = row.codes;
     const uint64_t p = kSuper / 2 * s + 2 * u;  // the first pair
     // Lanes 0-7: pair 2u's scales (blocks 4u, 4u + 1, four lanes each); 8-15: pair 2u + 1's.
     const int b = static_cast<int>(4 * u);
@@ -74,7 +75,7 @@ QF_AVX512 inline void int8_quad(const uint8_t* codes, uint64_t s, uint64_t u, co
         __m512i wa, wb;
         if constexpr (Kind<T>::levels) {
             const __m512i m4 = _mm512_set1_epi8(0x0f);
-            const __m512i table = _mm512_broadcast_i32x4(level_table<T>());
+            const __m512i table = _mm512_broadcast_i32x4(level_table<T>(row));
             const __m512i v = _mm512_loadu_si512(codes + 32 * p);
             wa = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
             wb = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
@@ -133,8 +134,8 @@ QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, fl
         for (int t = 0; t < NT; ++t)
             cs[t] =
                 _mm512_zextps256_ps512(_mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s)));
-        int8_quad<T, NT>(row.codes, s, 0, cs, quad, biased, acc);
-        int8_quad<T, NT>(row.codes, s, 1, cs, quad, biased, acc);
+        int8_quad<T, NT>(row, s, 0, cs, quad, biased, acc);
+        int8_quad<T, NT>(row, s, 1, cs, quad, biased, acc);
     }
     __m256 halves[2][NT];
     for (int t = 0; t < NT; ++t) {

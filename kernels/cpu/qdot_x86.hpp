@@ -48,6 +48,7 @@ struct Kind {
     // Non-uniform types: 4-bit codes index 16 int8 levels (a byte shuffle), then run as signed
     // int8 weights with no zero.
     static constexpr bool levels = qtype_traits(T).nonuniform;
+    static constexpr bool row_levels = qtype_traits(T).row_levels;  // the row's own 16 levels
     // Codes multiplied as unsigned bytes, their zero subtracted after: q4 and q3.
     static constexpr bool unsigned_codes = !qtype_traits(T).signed_codes && !levels;
     // Super-block types: 6-bit scales and mins against fp16 d, dmin (QSuperRecord), no zeros.
@@ -71,6 +72,7 @@ struct Row {
     // int8 mode, a row whose last superblock is partial: tail_vectors of it, computed once per
     // row for a whole prefill (null: int8_rest computes them itself).
     const float* tail = nullptr;
+    const int8_t* levels = nullptr;  // learned-table types: the row's 16 levels
 };
 
 __attribute__((always_inline)) QF_AVX2 inline void prefetch_line(const uint8_t* p, bool to_l1) {
@@ -285,8 +287,11 @@ QF_AVX2 inline __m256i q3_block_codes(const uint8_t* codes, uint64_t b) {
 // Level types: the 16 levels as a byte table in each 128-bit lane, for vpshufb (a 4-bit index in
 // each byte's low nibble, the high nibble masked off, picks its level).
 template <QType T>
-QF_AVX2 inline __m128i level_table() {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+QF_AVX2 inline __m128i level_table(const Row& row) {
+    if constexpr (Kind<T>::row_levels)
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.levels));
+    else
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
 }
 
 // Activation pointers of a tile's tokens (int8 mode).
@@ -300,9 +305,10 @@ struct Int8Tokens {
 // Pair p (blocks 2p, 2p + 1) of one row against NT tokens; cs[t]: the 8 blocks' combined scales
 // (weight scale * activation scale) of the superblock holding the pair, which is its j-th.
 template <QType T, int NT>
-__attribute__((always_inline)) QF_AVX2 inline void int8_pair(const uint8_t* codes, uint64_t p,
-                                                             uint64_t j, const __m256* cs,
+__attribute__((always_inline)) QF_AVX2 inline void int8_pair(const Row& row, uint64_t p, uint64_t j,
+                                                             const __m256* cs,
                                                              const Int8Tokens<NT>& x, __m256* acc) {
+    const uint8_t* codes = row.codes;
     const __m256i ones = _mm256_set1_epi16(1);
     if constexpr (Kind<T>::unsigned_codes) {
         __m256i lo, hi;
@@ -332,7 +338,7 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const uint8_t* code
         __m256i wa, wb;
         if constexpr (Kind<T>::levels) {
             const __m256i m4 = _mm256_set1_epi8(0x0f);
-            const __m256i table = _mm256_broadcastsi128_si256(level_table<T>());
+            const __m256i table = _mm256_broadcastsi128_si256(level_table<T>(row));
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
             wa = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
             wb = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
@@ -362,10 +368,11 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const uint8_t* code
 // A last odd block b (codes and activations in order) over all 8 lanes; cs[t]: its combined
 // scale in every lane.
 template <QType T, int NT>
-__attribute__((always_inline)) QF_AVX2 inline void int8_single(const uint8_t* codes, uint64_t b,
+__attribute__((always_inline)) QF_AVX2 inline void int8_single(const Row& row, uint64_t b,
                                                                const __m256* cs,
                                                                const Int8Tokens<NT>& x,
                                                                __m256* acc) {
+    const uint8_t* codes = row.codes;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i w;
     if constexpr (Kind<T>::q3) {
@@ -375,7 +382,7 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_single(const uint8_t* co
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
         w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
         if constexpr (Kind<T>::levels)
-            w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(level_table<T>()), w);
+            w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(level_table<T>(row)), w);
     } else {
         w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
     }
@@ -440,13 +447,13 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_rest(const Row& row,
     for (int t = 0; t < NT; ++t) cs[t] = _mm256_mul_ps(ws, _mm256_loadu_ps(x.d[t] + kSuper * full));
     // The pairs written out: constant accumulator indices keep acc in registers.
     const uint64_t p = kSuper / 2 * full, pairs = rest / 2;
-    if (pairs > 0) int8_pair<T, NT>(row.codes, p, 0, cs, x, acc[0]);
-    if (pairs > 1) int8_pair<T, NT>(row.codes, p + 1, 1, cs, x, acc[1]);
-    if (pairs > 2) int8_pair<T, NT>(row.codes, p + 2, 2, cs, x, acc[0]);
+    if (pairs > 0) int8_pair<T, NT>(row, p, 0, cs, x, acc[0]);
+    if (pairs > 1) int8_pair<T, NT>(row, p + 1, 1, cs, x, acc[1]);
+    if (pairs > 2) int8_pair<T, NT>(row, p + 2, 2, cs, x, acc[0]);
     if (rest % 2) {
         const __m256i last = _mm256_set1_epi32(static_cast<int>(rest - 1));
         for (int t = 0; t < NT; ++t) cs[t] = _mm256_permutevar8x32_ps(cs[t], last);
-        int8_single<T, NT>(row.codes, blocks - 1, cs, x, acc[0]);
+        int8_single<T, NT>(row, blocks - 1, cs, x, acc[0]);
     }
 }
 
@@ -488,6 +495,7 @@ void qmatmul_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
         row.codes = w + r * stride;
         row.scales = row.codes + l.scales_offset;
         row.zeros = row.codes + l.zeros_offset;
+        row.levels = reinterpret_cast<const int8_t*>(row.codes + l.levels_offset);
         row.ahead = r + ahead < r1 ? row.codes + ahead * stride : nullptr;
         return row;
     };

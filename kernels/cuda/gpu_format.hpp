@@ -78,6 +78,7 @@ inline constexpr CudaQTypeRow kCudaQTypes[] = {
     {QType::q3k_g32, false, WeightKind::q4, false},
     // Non-uniform 4-bit levels (a table lookup per code) have no CUDA kernels yet.
     {QType::q4nl_g32, false, WeightKind::q4, false},
+    {QType::q4t_g32, false, WeightKind::q4, false},
 };
 
 constexpr bool cuda_qtype_table_in_enum_order() {
