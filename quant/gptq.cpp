@@ -180,9 +180,9 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                          [&](uint64_t a, uint64_t b) { return diag[a] > diag[b]; });
 
     // Learned-table types: each row's 16 levels, fitted before the loop to the row (dead inputs
-    // zeroed) with H's diagonal as the importance whether or not the grids use it (it is at
-    // hand, and it is what the loss weighs); fixed thereafter, as act-order's static groups, so
-    // the error feedback always sees the levels the file will hold.
+    // zeroed), importance-weighted by H's diagonal when the grids are (o.importance), and fixed
+    // thereafter, as act-order's static groups, so the error feedback always sees the levels the
+    // file will hold. (With a diagonal H, GPTQ is then RTN, or importance RTN, byte for byte.)
     std::vector<int8_t> levels(tr.row_levels ? rows * kRowLevelsBytes : 0);
     auto levels_of = [&](uint64_t r) {
         return tr.row_levels ? levels.data() + r * kRowLevelsBytes : nullptr;
@@ -190,11 +190,9 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     if (tr.row_levels) {
         auto fit = [&](size_t r0, size_t r1) {
             std::vector<float> vals(k);
-            std::vector<double> hd(k);
-            for (uint64_t c = 0; c < k; ++c) hd[c] = dead[c] ? 0.0 : diag[c];
             for (uint64_t r = r0; r < r1; ++r) {
                 for (uint64_t c = 0; c < k; ++c) vals[c] = weight(r, c);
-                fit_row_levels(vals.data(), hd.data(), k, group, levels_of(r));
+                fit_row_levels(vals.data(), importance_at(0), k, group, levels_of(r));
             }
         };
         if (pool)

@@ -41,7 +41,7 @@ done
 out=${OUT:-quality_sweep.csv}
 ctx=${CTX:-512} chunks=${CHUNKS:-40} nsamples=${NSAMPLES:-64} seqlen=${SEQLEN:-256}
 threads=${THREADS:-2}
-types=${TYPES:-"q8 q8_g32 q8_g128 q4_g32 q4_g64 q4_g128 q4s_g32 q4s_g64 q4s_g128 q4k_g32 q4nl_g32 q3_g32 q3_g128 q3k_g32"}
+types=${TYPES:-"q8 q8_g32 q8_g128 q4_g32 q4_g64 q4_g128 q4s_g32 q4s_g64 q4s_g128 q4k_g32 q4nl_g32 q4t_g32 q3_g32 q3_g128 q3k_g32"}
 methods=${METHODS:-"rtn rtn-calib gptq gptq-noimp awq awq-noimp awq+gptq"}
 for f in "${filters[@]}"; do  # size-plan types are named by their patterns
   t=${f%%:*}

@@ -368,9 +368,10 @@ TEST_CASE(
             auto w = normal_weights(k, 1.0f, 3);
             for (auto& v : w) v = -std::fabs(v) - 0.1f;
             const Quantized a = quantize_ok(t, w, 0xff);
-            const uint64_t used = tr.super_block ? l.row_bytes
-                                  : tr.symmetric ? l.scales_offset + 2 * l.groups
-                                                 : l.zeros_offset + l.groups;
+            const uint64_t used = tr.super_block  ? l.row_bytes
+                                  : tr.row_levels ? l.levels_offset + kRowLevelsBytes
+                                  : tr.symmetric  ? l.scales_offset + 2 * l.groups
+                                                  : l.zeros_offset + l.groups;
             for (uint64_t i = used; i < l.row_bytes; ++i) REQUIRE(a.row[i] == 0);
             const uint64_t last = l.groups - 1;
             if (tr.super_block) {  // codes past k are 0 (they meet zero activations), see below

@@ -418,7 +418,8 @@ TEST_CASE("GPTQ --mse: a diagonal Hessian gives the brute-force best grid of eve
                     std::vector<float> shrunk(n);
                     for (uint64_t j = 0; j < n; ++j) shrunk[j] = v[j] * f;
                     // The grid of the shrunken group: the same ends as shrinking its range.
-                    const auto p = qtype_group_params(t, shrunk.data(), n);
+                    const auto p = qtype_group_params(
+                        t, shrunk.data(), n, row_levels(t, res.packed.data() + r * l.row_bytes, k));
                     REQUIRE(p);
                     double e = 0.0;
                     for (uint64_t j = 0; j < n; ++j)
@@ -473,10 +474,24 @@ TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[g
                 // Super-block grids hold 0 only to within half a step (w = scale * c - min);
                 // level grids (no level 0) within their level nearest 0, 1 scale unit.
                 const uint64_t group = qtype_row_layout(t, k)->group;
+                // Learned levels: within their level nearest 0, which the row stores.
+                float nearest0 = 1.0f;
+                if (qtype_has_row_levels(t)) {
+                    const int8_t* lv = row_levels(t, row, k);
+                    nearest0 = 127.0f;
+                    for (int c = 0; c < 16; ++c)
+                        nearest0 = std::min(nearest0, std::fabs(static_cast<float>(lv[c])));
+                    // ... fitted to the row with the dead inputs zeroed (no importance here).
+                    std::vector<float> zeroed(w.begin() + r * k, w.begin() + r * k + k);
+                    for (uint64_t d : dead) zeroed[d] = 0.0f;
+                    int8_t fit[16];
+                    fit_row_levels(zeroed.data(), nullptr, k, group, fit);
+                    REQUIRE(std::memcmp(fit, lv, 16) == 0);
+                }
                 for (uint64_t d : dead) {
                     const float step = std::fabs(row_group_scale(t, row, k, d / group));
                     REQUIRE(std::fabs(deq[d]) <= (qtype_has_super_blocks(t) ? 0.5f * step
-                                                  : qtype_has_levels(t)     ? step
+                                                  : qtype_has_levels(t)     ? nearest0 * step
                                                                             : 0.0f));
                 }
                 // Group 0 (the whole row for one-grid types): its grid is chosen before any
@@ -485,7 +500,7 @@ TEST_CASE("GPTQ: dead inputs are zeroed and left out of their group's grid", "[g
                 std::vector<float> first(w.begin() + r * k, w.begin() + r * k + g0);
                 for (uint64_t d : dead)
                     if (d < g0) first[d] = 0.0f;
-                auto p = qtype_group_params(t, first.data(), g0);
+                auto p = qtype_group_params(t, first.data(), g0, row_levels(t, row, k));
                 if (qtype_has_super_blocks(t)) {  // against the first super-block's d and dmin
                     std::vector<float> sb(w.begin() + r * k, w.begin() + r * k + k);
                     for (uint64_t d : dead) sb[d] = 0.0f;
@@ -570,7 +585,7 @@ TEST_CASE("GPTQ: act-order stores static groups of the original weights in origi
             const uint8_t* row = res.packed.data() + r * l.row_bytes;
             for (uint64_t g = 0; g < l.groups; ++g) {
                 const uint64_t b = g * l.group, e = std::min(k, b + l.group);
-                auto p = qtype_group_params(t, w.data() + r * k + b, e - b);
+                auto p = qtype_group_params(t, w.data() + r * k + b, e - b, row_levels(t, row, k));
                 if (qtype_has_super_blocks(t)) {  // against its super-block's original weights
                     const uint64_t sb = b / 256 * 256;
                     const auto sp =
