@@ -520,21 +520,25 @@ void fit_row_levels(const float* w, const double* a, uint64_t k, uint64_t group,
     int8_t cur[16];
     std::memcpy(cur, kNonLinearLevels, 16);
     std::memcpy(levels, cur, 16);
+    // Every iterate keeps levels[0] = -127, so each group's scale (m / -127) is the same in every
+    // iteration: found once. The grids point at cur, which each iteration overwrites in place.
+    std::vector<QGroupParams> grids;
+    for (uint64_t b = 0; b < k; b += group) {
+        const auto p = qtype_group_params(QType::q4t_g32, w + b, std::min(k, b + group) - b, cur);
+        if (!p) return;  // an overflowing scale: the quantizer reports it
+        grids.push_back(*p);
+    }
     double best = std::numeric_limits<double>::infinity();
     for (int it = 0; it <= kLevelFitIterations; ++it) {
         double num[16] = {}, den[16] = {}, err = 0.0;
-        for (uint64_t b = 0; b < k; b += group) {
-            const uint64_t n = std::min(k, b + group) - b;
-            const auto p = qtype_group_params(QType::q4t_g32, w + b, n, cur);
-            if (!p) return;  // an overflowing scale: the quantizer reports it
-            for (uint64_t j = b; j < b + n; ++j) {
-                const int32_t c = qtype_quantize_value(QType::q4t_g32, *p, w[j]);
-                const double aj = a ? a[j] : 1.0, s = p->scale;
-                const double d = static_cast<double>(w[j]) - s * cur[c];
-                err += aj * d * d;
-                num[c] += aj * s * w[j];
-                den[c] += aj * s * s;
-            }
+        for (uint64_t j = 0; j < k; ++j) {
+            const QGroupParams& p = grids[j / group];
+            const int32_t c = qtype_quantize_value(QType::q4t_g32, p, w[j]);
+            const double aj = a ? a[j] : 1.0, s = p.scale;
+            const double d = static_cast<double>(w[j]) - s * cur[c];
+            err += aj * d * d;
+            num[c] += aj * s * w[j];
+            den[c] += aj * s * s;
         }
         if (err < best) {
             best = err;
