@@ -235,6 +235,12 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         "static groups, so inference needs no permutation (default: " +
             method_defaults_help([](const MethodDefaults& d) { return on_off(d.act_order); }) +
             ")");
+    add_choice_flags(
+        app, "refit", mc.refit,
+        "GPTQ: after the column loop, move each group's scale (and min) to the least-squares "
+        "values for its codes on the full H, keeping a row's new grids only when its output "
+        "error is lower (default: " +
+            method_defaults_help([](const MethodDefaults& d) { return on_off(d.refit); }) + ")");
     add_choice_flags(app, "mse", mc.mse,
                      "GPTQ: choose each group's grid by shrinking its range (1.0 down to 0.21 in "
                      "steps of 0.01) for the least sum |w - q|^2.4, as GPTQModel's mse option; "

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "quant/grid_refit.hpp"
 #include "quant/rtn.hpp"
 #include "quant/rtn_importance.hpp"
 
@@ -38,6 +39,7 @@ GptqOptions gptq_options(const CalibratedOptions& c, QType target) {
     o.act_order = c.act_order;
     o.mse = c.mse;
     o.importance = c.importance;
+    o.refit = c.refit ? kGridRefitSweeps : 0;
     return o;
 }
 

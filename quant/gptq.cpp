@@ -20,6 +20,7 @@
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
+#include "quant/grid_refit.hpp"
 #include "quant/hessian.hpp"
 #include "quant/rtn_importance.hpp"
 #include "quant/rtn_super.hpp"
@@ -354,6 +355,15 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     // (Clamped at 0: when W is all but exact on the grid, rounding could make it -1e-17.)
     res.output_error = std::max(0.0, 2.0 * res.loss - damp * mean_diag * sq_error - dead_sq_error);
 
+    // The lower triangle of `h` is H as given; put its diagonal back (it held U's).
+    if (!o.act_order)
+        for (uint64_t i = 0; i < k; ++i) h[i * k + i] = dead[i] ? 0.0 : diag[i];
+    // Step 7: the grids refitted to the codes (quant/grid_refit.hpp); the output error is then
+    // the refit's own exact measure.
+    if (o.refit > 0 && tr.group != 0)
+        res.output_error =
+            refit_grids(o.qtype, w, rows, k, h.data(), codes.data(), params.data(), o.refit, pool);
+
     const uint64_t row_bytes = layout.row_bytes;
     res.packed.resize(rows * row_bytes);
     for (uint64_t r = 0; r < rows; ++r)
@@ -362,9 +372,6 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
 
     res.rtn_output_error = res.weight_output_norm = std::numeric_limits<double>::quiet_NaN();
     if (o.measure) {
-        // The lower triangle of `h` is H as given; put its diagonal back (it held U's).
-        if (!o.act_order)
-            for (uint64_t i = 0; i < k; ++i) h[i * k + i] = dead[i] ? 0.0 : diag[i];
         std::vector<uint8_t> rtn_failed(rows, 0);
         const auto forms = quadratic_forms(h.data(), k, rows, 2, pool, [&](uint64_t r, double* s) {
             std::vector<uint8_t> rtn_row(row_bytes);

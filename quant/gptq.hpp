@@ -38,6 +38,10 @@
 //     min-max rule, or with importance quant/rtn_super.hpp's search), each group's 6-bit scale
 //     and min at the group's first column against them, so every column is rounded on the grid
 //     the file stores. mse > 0 is refused for them.
+//  7. With `refit` > 0 (grouped types), the codes fixed, each group's scale (and min) is moved to
+//     its least-squares value on the full H (quant/grid_refit.hpp): the grids of step 6 were
+//     chosen before their columns were rounded, from diag(H) alone. A row keeps the new grids
+//     only when its output error is lower; output_error is then measured on the stored rows.
 //
 // Determinism: OpenBLAS runs single-threaded (BlasSingleThread, quant/hessian.hpp: its own
 // threads change results in the last bits); rows are processed in fixed panels, one thread per
@@ -71,6 +75,7 @@ struct GptqOptions {
     double mse = 0.0;              // > 0: grids searched for the least sum |w - q|^mse (step 6)
     bool importance = false;       // grids by the diag(H)-weighted search (step 6); not with mse
     uint64_t block = 128;          // columns per lazy batch update
+    int refit = 0;                 // > 0: grids refitted to the codes, this many sweeps (step 7)
     // Also measure RTN's output error and the weights' output norm on the same H: two products
     // with H, 4 * rows * k^2 flops, more than GPTQ's own column loop (the lead's pipeline may
     // prefer to skip them on big layers).

@@ -16,6 +16,7 @@
 #include "quant/awq.hpp"
 #include "quant/block_forward.hpp"
 #include "quant/block_quantizer.hpp"
+#include "quant/grid_refit.hpp"
 #include "quant/hessian.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/thread_pool.hpp"
@@ -268,6 +269,7 @@ nlohmann::json LayerSequential::record() const {
         r["act_order"] = s_->options.act_order;
         r["static_groups"] = s_->options.act_order;
         r["mse"] = s_->options.mse;
+        r["refit_sweeps"] = s_->options.refit ? kGridRefitSweeps : 0;
         r["block"] = GptqOptions{}.block;
     }
     if (s_->options.method == QuantMethod::awq || s_->options.method == QuantMethod::awq_gptq)

@@ -47,7 +47,8 @@ struct CalibratedOptions {
     QuantMethod method = QuantMethod::gptq;  // gptq, awq or awq_gptq
     double damp = 0.01;                      // GPTQ: fraction of mean(diag H) added to the diagonal
     bool act_order = false;                  // GPTQ: columns by decreasing diag(H), static groups
-    double mse = 0.0;                        // GPTQ: > 0, grids searched (GptqOptions::mse)
+    bool refit = false;  // GPTQ: grids refitted to the codes (quant/grid_refit.hpp)
+    double mse = 0.0;    // GPTQ: > 0, grids searched (GptqOptions::mse)
     // Every method: each group's grid by the diag(H)-weighted search (quant/rtn_importance.hpp);
     // method rtn then runs the pipeline too (one calibration pass, the grids weighted).
     bool importance = false;

@@ -106,6 +106,7 @@ std::unique_ptr<LayerSequential> make_engine(const QuantizeOptions& options,
                                   {"options",
                                    {{"damp", engine_options.damp},
                                     {"act_order", engine_options.act_order},
+                                    {"refit", engine_options.refit},
                                     {"mse", engine_options.mse},
                                     {"importance", engine_options.importance}}},
                                   {"calibration", calibration->to_json()},
@@ -278,6 +279,10 @@ void resolve_method_options(QuantMethod method, const MethodChoices& choices,
     if (!info.calibrated && text && !options.importance)
         throw Error(m + " --no-importance reads no calibration text: drop --calib FILE");
     options.act_order = choices.act_order.value_or(d.act_order);
+    const bool gptq = method == QuantMethod::gptq || method == QuantMethod::awq_gptq;
+    if (choices.refit.value_or(false) && !gptq)
+        throw Error(m + " --refit refits GPTQ's grids: use --method gptq or awq+gptq");
+    options.refit = gptq && choices.refit.value_or(d.refit);
     options.damp = choices.damp.value_or(d.damp);
     options.calibration.nsamples = choices.nsamples.value_or(d.nsamples);
 }

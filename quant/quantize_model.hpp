@@ -56,7 +56,7 @@ struct QuantizeOptions {
 // What the command line said about each method option; nullopt: the method's default
 // (recipe.hpp, kQuantMethods' MethodDefaults).
 struct MethodChoices {
-    std::optional<bool> importance, act_order, mse;
+    std::optional<bool> importance, act_order, mse, refit;
     std::optional<double> damp;
     std::optional<uint64_t> nsamples;
 };

@@ -30,31 +30,10 @@
 #include "test_support.hpp"
 
 using namespace qforge;
+using qforge::test::correlated_inputs;
 using qforge::test::quantized_types;
 
 namespace {
-
-// Activations with `latent` shared factors, noise, uneven channel scales and a few outlier
-// channels: the correlated inputs of a real linear layer in miniature.
-std::vector<float> correlated_inputs(uint64_t n, uint64_t k, uint64_t latent, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal;
-    std::vector<double> mix(latent * k), channel(k);
-    for (auto& m : mix) m = normal(rng) / std::sqrt(static_cast<double>(latent));
-    for (auto& c : channel) c = std::exp(0.5 * normal(rng));
-    for (uint64_t c = 0; c < k; c += 37) channel[c] *= 6.0;
-    std::vector<float> x(n * k);
-    std::vector<double> z(latent);
-    for (uint64_t t = 0; t < n; ++t) {
-        for (auto& v : z) v = normal(rng);
-        for (uint64_t c = 0; c < k; ++c) {
-            double v = 0.5 * normal(rng);
-            for (uint64_t l = 0; l < latent; ++l) v += z[l] * mix[l * k + c];
-            x[t * k + c] = static_cast<float>(v * channel[c]);
-        }
-    }
-    return x;
-}
 
 // Weights ~ N(0, 0.02) with 2% outliers eight times larger.
 std::vector<float> random_weights(uint64_t rows, uint64_t k, uint64_t seed) {

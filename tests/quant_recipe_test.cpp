@@ -269,6 +269,7 @@ TEST_CASE("method options: the table's defaults, then the command line's choices
         REQUIRE(o.importance == info.defaults.importance);
         REQUIRE(o.act_order == info.defaults.act_order);
         REQUIRE(o.damp == info.defaults.damp);
+        REQUIRE(o.refit == info.defaults.refit);
         REQUIRE(o.calibration.nsamples == info.defaults.nsamples);
         REQUIRE(o.mse == 0.0);
         // Every choice given wins over the default.
@@ -301,4 +302,13 @@ TEST_CASE("method options: the table's defaults, then the command line's choices
     REQUIRE_FALSE(resolved(QuantMethod::gptq, off, true).importance);
     REQUIRE_THROWS_WITH(resolved(QuantMethod::gptq, both, true),
                         Contains("--importance and --mse choose each group's grid differently"));
+    // The refit moves GPTQ's grids: the methods without GPTQ refuse it, the others turn it off.
+    MethodChoices refit, no_refit;
+    refit.refit = true;
+    no_refit.refit = false;
+    REQUIRE(resolved(QuantMethod::awq_gptq, refit, true).refit);
+    REQUIRE_FALSE(resolved(QuantMethod::gptq, no_refit, true).refit);
+    REQUIRE_THROWS_WITH(resolved(QuantMethod::awq, refit, true),
+                        "--method awq --refit refits GPTQ's grids: use --method gptq or awq+gptq");
+    REQUIRE_THROWS_WITH(resolved(QuantMethod::rtn, refit, true), Contains("--refit refits GPTQ"));
 }

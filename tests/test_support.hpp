@@ -71,6 +71,10 @@ std::vector<uint8_t> float_bytes(QType t, const std::vector<float>& v);
 std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols,
                                   const std::vector<float>& v);
 
+// Activations [n][k] with `latent` shared factors, noise, uneven channel scales and a few outlier
+// channels: the correlated inputs of a real linear layer in miniature (GPTQ and refit tests).
+std::vector<float> correlated_inputs(uint64_t n, uint64_t k, uint64_t latent, uint64_t seed);
+
 // Every quantized type of formats/qtype.hpp's table, in table order.
 inline std::vector<QType> quantized_types() {
     std::vector<QType> v;
