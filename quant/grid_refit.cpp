@@ -18,9 +18,16 @@ namespace {
 
 constexpr uint64_t kRefitPanel = 64;  // rows per panel: one thread's unit, one dgemm's height
 
-// H[i][j] from the lower triangle and diagonal.
-double h_at(const double* h, uint64_t k, uint64_t i, uint64_t j) {
-    return i >= j ? h[i * k + j] : h[j * k + i];
+// Rows [b, e) of the symmetric H (lower triangle and diagonal read) into out ([e - b][k]): the
+// part left of each row's diagonal from that row, the rest from the later rows' columns
+// [b, e), read contiguously.
+void h_rows(const double* h, uint64_t k, uint64_t b, uint64_t e, double* out) {
+    for (uint64_t j = b; j < e; ++j) {
+        std::copy(h + j * k, h + j * k + j + 1, out + (j - b) * k);
+        for (uint64_t c = j + 1; c < e; ++c) out[(j - b) * k + c] = h[c * k + j];
+    }
+    for (uint64_t c = e; c < k; ++c)
+        for (uint64_t j = b; j < e; ++j) out[(j - b) * k + c] = h[c * k + j];
 }
 
 // The level code c of a group stands for (the group's step multiplies it; the min is apart).
@@ -97,7 +104,8 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
         std::vector<double> res(kRefitPanel * k), g(kRefitPanel * k), hj(group * k),
             step(kRefitPanel * group), s(kRefitPanel * groups), m(kRefitPanel * groups);
         std::vector<double> before(kRefitPanel), a(group);
-        std::vector<QGroupParams> refit(kRefitPanel * groups);
+        std::vector<QGroupParams> kept(kRefitPanel * groups);  // the grids before the refit
+        std::vector<uint8_t> stored(kRefitPanel);
         for (uint64_t panel = pb; panel < pe; ++panel) {
             const uint64_t r0 = panel * kRefitPanel, n = std::min(kRefitPanel, rows - r0);
             QGroupParams* p0 = params + r0 * groups;
@@ -112,8 +120,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
             for (int sweep = 0; sweep < sweeps; ++sweep)
                 for (uint64_t gi = 0; gi < groups; ++gi) {
                     const uint64_t b = gi * group, e = std::min(k, b + group), nj = e - b;
-                    for (uint64_t j = 0; j < nj; ++j)  // rows J of H
-                        for (uint64_t c = 0; c < k; ++c) hj[j * k + c] = h_at(h, k, b + j, c);
+                    h_rows(h, k, b, e, hj.data());
                     for (uint64_t i = 0; i < n; ++i) {
                         const uint64_t r = r0 + i;
                         const QGroupParams& p = p0[i * groups + gi];
@@ -158,17 +165,16 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
                                 static_cast<int>(k));
                 }
             // Store, measure again on the stored grids, keep a row's refit only when it is better.
-            std::vector<uint8_t> stored(n, 0);
-            for (uint64_t i = 0; i < n; ++i) {
-                std::copy(p0 + i * groups, p0 + (i + 1) * groups, refit.begin() + i * groups);
-                stored[i] = store_grids(t, group, groups, s.data() + i * groups,
-                                        m.data() + i * groups, refit.data() + i * groups);
-            }
-            std::vector<QGroupParams> kept(p0, p0 + n * groups);
+            std::copy(p0, p0 + n * groups, kept.begin());
             for (uint64_t i = 0; i < n; ++i)
-                if (stored[i])
-                    std::copy(refit.begin() + i * groups, refit.begin() + (i + 1) * groups,
+                if (!store_grids(t, group, groups, s.data() + i * groups, m.data() + i * groups,
+                                 p0 + i * groups)) {
+                    stored[i] = 0;
+                    std::copy(kept.begin() + i * groups, kept.begin() + (i + 1) * groups,
                               p0 + i * groups);
+                } else {
+                    stored[i] = 1;
+                }
             residuals(t, w, k, groups, group, h, codes, params, r0, n, res.data(), g.data());
             for (uint64_t i = 0; i < n; ++i) {
                 const double after = row_dot(res.data() + i * k, g.data() + i * k, k);
