@@ -67,16 +67,21 @@ std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
 }
 
 template <class F>
-void CpuBackend::split(uint64_t n, uint64_t work, F&& fn) {
+void CpuBackend::split(uint64_t n, uint64_t work, F&& fn, uint64_t grain) {
     if (work < options_.min_parallel_work || pool_.size() == 1) {
         fn(uint64_t{0}, n, 0);
         return;
     }
-    // A few chunks per thread, claimed as threads come free (ThreadPool::run_chunks): outputs
-    // never depend on which thread computes them, so neither do the results.
-    const size_t chunks = std::min<size_t>(n, static_cast<size_t>(pool_.size()) * kChunksPerThread);
+    // A few chunks per thread, claimed as threads come free (ThreadPool::run_chunks), each a
+    // whole number of `grain` items but the last: outputs never depend on which thread computes
+    // them, so neither do the results.
+    const uint64_t units = (n + grain - 1) / grain;
+    const size_t chunks =
+        std::min<size_t>(units, static_cast<size_t>(pool_.size()) * kChunksPerThread);
     pool_.run_chunks(chunks, [&](size_t chunk, int thread) {
-        auto [b, e] = split_range(n, chunks, chunk);
+        auto [b, e] = split_range(units, chunks, chunk);
+        b = std::min<uint64_t>(n, b * grain);
+        e = std::min<uint64_t>(n, e * grain);
         if (b < e) fn(uint64_t{b}, uint64_t{e}, thread);
     });
 }
@@ -225,7 +230,8 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     // Blocks of rows x tokens through the fused kernel (float rows: the float GEMM, whose outputs
     // are dot_row's bits) into scratch, then stored.
     const uint64_t tile = qtype_is_quantized(w.qtype) ? kQuantTile : kFloatTile;
-    const uint64_t rows_per_block = std::max<uint64_t>(1, tile / std::max<uint64_t>(n, 1));
+    uint64_t rows_per_block = std::max<uint64_t>(1, tile / std::max<uint64_t>(n, 1));
+    if (rows_per_block > kQmatmulRowGrain) rows_per_block -= rows_per_block % kQmatmulRowGrain;
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
         const uint64_t re = std::min(r1, rb + rows_per_block);
         if (qtype_is_quantized(w.qtype))
@@ -263,10 +269,13 @@ void CpuBackend::own_product(const Matrix& w, const float* x, uint64_t n, float*
     }
     const Matrix* one[] = {&w};
     prepare_activations(one, x, n);
-    split(w.rows, w.rows * cols * n, [&](uint64_t b, uint64_t e, int thread) {
-        rows_times_tokens(w, b, e, x, n, y, ldy, bias, accumulate,
-                          row_scratch_[static_cast<size_t>(thread)].data());
-    });
+    split(
+        w.rows, w.rows * cols * n,
+        [&](uint64_t b, uint64_t e, int thread) {
+            rows_times_tokens(w, b, e, x, n, y, ldy, bias, accumulate,
+                              row_scratch_[static_cast<size_t>(thread)].data());
+        },
+        kQmatmulRowGrain);
 }
 
 void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
@@ -290,19 +299,23 @@ void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> part
         total += w.rows;
         work += w.rows * w.cols * n;
     }
-    split(total, work, [&](uint64_t b, uint64_t e, int thread) {
-        uint64_t base = 0;
-        for (const auto& p : parts) {
-            const Matrix& w = model_.weight(layer, p.weight);
-            const uint64_t lo = std::max<uint64_t>(b, base),
-                           hi = std::min<uint64_t>(e, base + w.rows);
-            const float* bias = p.bias ? model_.bias(layer, p.weight).data() : nullptr;
-            if (lo < hi)
-                rows_times_tokens(w, lo - base, hi - base, in.data, n, p.out.data, p.out.ld, bias,
-                                  p.accumulate, row_scratch_[static_cast<size_t>(thread)].data());
-            base += w.rows;
-        }
-    });
+    split(
+        total, work,
+        [&](uint64_t b, uint64_t e, int thread) {
+            uint64_t base = 0;
+            for (const auto& p : parts) {
+                const Matrix& w = model_.weight(layer, p.weight);
+                const uint64_t lo = std::max<uint64_t>(b, base),
+                               hi = std::min<uint64_t>(e, base + w.rows);
+                const float* bias = p.bias ? model_.bias(layer, p.weight).data() : nullptr;
+                if (lo < hi)
+                    rows_times_tokens(w, lo - base, hi - base, in.data, n, p.out.data, p.out.ld,
+                                      bias, p.accumulate,
+                                      row_scratch_[static_cast<size_t>(thread)].data());
+                base += w.rows;
+            }
+        },
+        kQmatmulRowGrain);
 }
 
 void CpuBackend::embed(const int32_t* tokens, uint64_t n, Rows out) {
@@ -446,19 +459,23 @@ void CpuBackend::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
     }
     const Matrix* both[] = {&gate, &up};
     prepare_activations(both, in.data, n);
-    split(inter, 2 * inter * gate.cols * n, [&](uint64_t b, uint64_t e, int thread) {
-        float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
-        rows_times_tokens(gate, b, e, in.data, n, out.data, out.ld, nullptr, false, scratch);
-        rows_times_tokens(up, b, e, in.data, n, up_.data(), inter, nullptr, false, scratch);
-        for (uint64_t t = 0; t < n; ++t) {
-            float* o = out.data + t * out.ld;
-            if (act == Activation::silu) {  // the vector kernel: 8% of a SmolLM2 prefill was expf
-                silu_mul(isa_, o + b, up_.data() + t * inter + b, o + b, e - b);
-                continue;
+    split(
+        inter, 2 * inter * gate.cols * n,
+        [&](uint64_t b, uint64_t e, int thread) {
+            float* scratch = row_scratch_[static_cast<size_t>(thread)].data();
+            rows_times_tokens(gate, b, e, in.data, n, out.data, out.ld, nullptr, false, scratch);
+            rows_times_tokens(up, b, e, in.data, n, up_.data(), inter, nullptr, false, scratch);
+            for (uint64_t t = 0; t < n; ++t) {
+                float* o = out.data + t * out.ld;
+                if (act ==
+                    Activation::silu) {  // the vector kernel: 8% of a SmolLM2 prefill was expf
+                    silu_mul(isa_, o + b, up_.data() + t * inter + b, o + b, e - b);
+                    continue;
+                }
+                for (uint64_t r = b; r < e; ++r) o[r] = activation(o[r]) * up_[t * inter + r];
             }
-            for (uint64_t r = b; r < e; ++r) o[r] = activation(o[r]) * up_[t * inter + r];
-        }
-    });
+        },
+        kQmatmulRowGrain);
 }
 
 }  // namespace qforge

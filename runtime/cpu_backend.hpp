@@ -95,7 +95,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     // fn(begin, end, thread) over parts of [0, n) on the pool, or all of it on the calling thread
     // when `work` (multiply-adds) is too small to pay for waking the workers.
     template <class F>
-    void split(uint64_t n, uint64_t work, F&& fn);
+    void split(uint64_t n, uint64_t work, F&& fn, uint64_t grain = 1);
 
     const Model& model_;
     const ModelConfig& c_;

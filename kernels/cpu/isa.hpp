@@ -2,8 +2,8 @@
 //
 //   scalar  the reference versions: plain C++, obviously right
 //   avx2    AVX2 + FMA + F16C (every x86-64 CPU of the last decade)
-//   avx512  avx2 plus AVX-512 F/BW/VL and VNNI (vpdpbusd): the int8-activation products in
-//           512-bit registers, bit-identical to avx2 (kernels/README.md says why)
+//   avx512  avx2 plus AVX-512 F/BW/VL and VNNI (vpdpbusd): the int8-activation products 16
+//           rows at a time, bit-identical to scalar's (kernels/README.md says why)
 //
 // The level in use is the highest the CPU has, lowered by the environment: QFORGE_ISA=scalar,
 // avx2 or avx512 caps it (never raises it past the CPU's; an unknown name caps at scalar), and

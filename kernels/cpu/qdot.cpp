@@ -90,24 +90,6 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
         for (uint64_t b = 0; b < blocks_; ++b)
             ds_[t * sums_stride() + b] = scales(t)[b] * static_cast<float>(sums(t)[b]);
     }
-    qq_.clear();
-    if (cpu_isa() < Isa::avx512) return;
-    // The AVX-512 layout (qdot.hpp): 32-byte halves of the pair layout, two pairs interleaved.
-    // Unbiased quads for tokens [0, n), then the biased ones (quad_codes_biased) for [n, 2n).
-    qq_.assign(2 * n * quad_stride() + 64, 0);
-    const uint64_t quads = blocks_ / 8 * 2;
-    for (uint64_t t = 0; t < n; ++t) {
-        const int8_t* pq = pair_codes(t);
-        int8_t* qq = qq_.data() + (quad_codes(t) - qq_.data());
-        for (uint64_t u = 0; u < quads; ++u)
-            for (uint64_t h = 0; h < 4; ++h) {  // h: [2u first][2u+1 first][2u last][2u+1 last]
-                const int8_t* src = pq + 64 * (2 * u + h % 2) + 32 * (h / 2);
-                std::copy(src, src + 32, qq + 128 * u + 32 * h);
-            }
-        int8_t* biased = qq + n * quad_stride();
-        for (uint64_t i = 0; i < quad_stride(); ++i)
-            biased[i] = static_cast<int8_t>(static_cast<uint8_t>(qq[i]) ^ 0x80u);
-    }
 }
 
 void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,

@@ -13,9 +13,10 @@
 // (kernels/cpu/isa.hpp: avx2, avx512), chosen at run time from one table of (qtype, level)
 // kernels in qdot.cpp, built from formats/qtype.hpp's table. Every output element is one dot
 // product whose summation order depends only on k and the level, never on the thread or the
-// tile, so results are bit-identical for any thread count and for prefill versus decode. The
-// avx512 level gives the avx2 level's bits (int8 products are exact integers and the float
-// accumulation keeps avx2's order); scalar differs from both by float rounding only.
+// tile, so results are bit-identical for any thread count and for prefill versus decode. In int8
+// mode the avx512 level gives the scalar reference's bits (one row per lane, the reference's own
+// roundings in its order); avx2 differs from both by float rounding only. In f32 mode avx512 is
+// avx2's kernel.
 #pragma once
 
 #include <cstdint>
@@ -57,29 +58,9 @@ class QActivations {
     // scaled_sums: d * (code sum) per block, zero-padded to a multiple of 8 blocks.
     const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
     const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }
-    // quad_codes: the AVX-512 layout of the blocks in whole superblocks of 8 (the last < 8 are
-    // read from pair_codes): blocks 4u .. 4u + 3, pairs 2u and 2u + 1, as [pair 2u's first 32
-    // bytes][pair 2u + 1's first 32][2u's last 32][2u + 1's last 32], so one 64-byte load meets
-    // the 4-bit codes' low nibbles of two pairs, the next their high ones. Built only when
-    // cpu_isa() >= avx512 (empty otherwise).
-    // Each token's quads start on a 64-byte boundary (a zmm load that splits a cache line costs a
-    // second access).
-    const int8_t* quad_codes(uint64_t t) const { return quad_base() + t * quad_stride(); }
-    // The same quads with every code plus 128 as an unsigned byte (code XOR 0x80), for vpdpbusd
-    // against signed 8-bit weights: sum (q + 128) w = sum q w + 128 sum w, and the kernel starts
-    // each sum from -128 sum w, so the integer is the same exact one (qdot_avx512.cpp).
-    const uint8_t* quad_codes_biased(uint64_t t) const {
-        return reinterpret_cast<const uint8_t*>(quad_base() + (n_ + t) * quad_stride());
-    }
 
   private:
     uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }
-    uint64_t quad_stride() const { return blocks_ / 8 * 256; }  // whole superblocks only
-    // qq_'s first 64-byte aligned byte (computed, so a copied QActivations stays right).
-    const int8_t* quad_base() const {
-        const auto at = reinterpret_cast<uintptr_t>(qq_.data());
-        return qq_.data() + (64 - at % 64) % 64;
-    }
 
     Mode mode_ = Mode::int8;
     uint64_t n_ = 0, k_ = 0, blocks_ = 0;
@@ -88,9 +69,12 @@ class QActivations {
     std::vector<int32_t> s_;
     std::vector<float> f_;
     std::vector<int8_t> pq_;
-    std::vector<int8_t> qq_;
     std::vector<float> ds_;
 };
+
+// Rows per call that the fastest level computes together (avx512: two groups of 16 lanes); calls
+// on whole multiples of it waste no lanes. Any split gives the same bits.
+inline constexpr uint64_t kQmatmulRowGrain = 32;
 
 // out[(t - t0) * ldo + (r - r0)] = row r of w . token t of a, for rows [r0, r1) and tokens
 // [t0, t1). w: quantized rows of a.k() weights, `stride` bytes apart (qtype_row_bytes). Tiles over

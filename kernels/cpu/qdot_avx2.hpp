@@ -27,7 +27,7 @@ using QKernelRow = std::array<QKernels, kQTypeCount>;  // indexed by QType, as k
 const QKernelRow& avx2_kernels();
 
 // The AVX-512 F/BW/VL + VNNI kernels (qdot_avx512.cpp): every quantized type's int8-activation
-// product, bit-identical to avx2_kernels()'s; f32 mode and dequantization are AVX2's.
+// product, bit-identical to qmatmul_scalar's; f32 mode and dequantization are AVX2's.
 const QKernelRow& avx512_kernels();
 
 // Int8 activation blocks for QActivations::prepare: `blocks` whole blocks of 32 floats from x,

@@ -1,20 +1,37 @@
-// AVX-512 F/BW/VL + VNNI products of quantized rows with int8 activations: the AVX2 kernel's
-// arithmetic (qdot_avx2.cpp's header comment) in 512-bit registers, with vpdpbusd in place of
-// vpmaddubsw + vpaddw + vpmaddwd. The results are the AVX2 kernel's, bit for bit:
-//   - integers: vpdpbusd adds the four byte products of each dword lane into it without
-//     saturation, so each int32 lane holds the same exact sum as AVX2's maddubs/madd lanes (the
-//     same four weights of each block half, both halves; AVX2's int16 steps cannot saturate);
-//   - floats: one 16-lane accumulator per token whose lanes 0-7 are AVX2's acc0 and 8-15 its
-//     acc1. A superblock's pairs (0, 1) go in with one FMA, then pairs (2, 3): lane by lane the
-//     same roundings in the same order as AVX2's (zero correction, pair 0, pair 2 in acc0; pair
-//     1, pair 3 in acc1), the zero correction masked to lanes 0-7. The last < 8 blocks run
-//     AVX2's own tail on the two halves, then acc0 + acc1 and the same lane tree.
-// Where the order could not be kept it is not: nothing here reorders a float sum, so no part of
-// this level differs from AVX2. f32-activation mode and dequantize_rows stay AVX2's kernels
-// (their products are float and a wider accumulator would reorder them).
+// AVX-512 F/BW/VL + VNNI products of quantized rows with int8 activations, computed 16 rows at a
+// time with one row per 32-bit lane, so every output is the scalar reference's own sequence of
+// roundings (qmatmul_scalar, int8 mode) and equals it bit for bit:
+//
+//   acc = 0; for each block b of 32 weights, in order:
+//       isum = sum_i code_i q_i - zero * sum_i q_i           (an exact integer)
+//       acc = acc + fl(fl(scale * d_b) * float(isum))       (two roundings and an add)
+//       super-block types: acc = acc - fl(min * fl(d_b * float(sum_i q_i)))
+//
+// How a block's integer is formed (kernels/README.md, "avx512: one row per lane"):
+//   - Repack. 16 rows' codes of one block are unpacked (per type: q4 nibbles, q3 bit planes,
+//     level tables, q8 bytes) to 32 bytes per row in weight order and transposed, so that
+//     vector j (j = 0..7) holds weights 4j..4j+3 of each row in that row's lane. Each byte is
+//     then the unsigned u = code - zero + 128 (signed codes and levels: code + 128).
+//   - Products. vpdpbusd multiplies unsigned bytes (u) by signed ones (the token's int8
+//     activations, 4 bytes broadcast to every lane from memory) and adds each lane's four
+//     products into its dword without saturation. Starting each lane from -128 sum_i q_i, eight
+//     vpdpbusd end on sum_i (u_i - 128) q_i = sum_i (code_i - zero) q_i: the reference's integer.
+//     No partial sum can overflow: |start| <= 128 * 32 * 127 and each step adds at most
+//     4 * 255 * 127.
+//   - Scales, zeros and super-block scales/mins are gathered per lane from the 16 rows (each
+//     gather reads a dword that ends inside the row, never past it).
+// Rows are computed two groups (32 rows) at a time against tiles of 1 to 4 tokens: per token and
+// block 16 vpdpbusd share two weight vectors, and each weight vector serves every token of the
+// tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 10 KiB that stay in
+// L1) and then every token tile passes over it, its accumulators kept between chunks in a small
+// buffer. Since each lane is one row's own sequence of operations, neither the tiles, the chunks,
+// the split of rows over threads nor prefill versus decode can change a bit.
+// f32 mode and dequantize_rows stay AVX2's kernels.
 #include "kernels/cpu/qdot_avx2.hpp"
 
+#include <cstdlib>
 #include <utility>
+#include <vector>
 
 // GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialisation, which
 // -W(maybe-)uninitialized reports inside the system header once inlined (a known false positive:
@@ -34,129 +51,406 @@ namespace {
 
 #define QF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-// Pairs 2u and 2u + 1 of superblock s (blocks 8s + 4u .. 8s + 4u + 3) of one row against NT
-// tokens; cs[t]: the superblock's 8 combined scales in lanes 0-7.
-template <QType T, int NT>
-QF_AVX512 inline void int8_quad(const Row& row, uint64_t s, uint64_t u, const __m512* cs,
-                                const int8_t* const* quad, const uint8_t* const* biased,
-                                __m512* acc) {
-    const uint8_t* codes = row.codes;
-    const uint64_t p = kSuper / 2 * s + 2 * u;  // the first pair
-    // Lanes 0-7: pair 2u's scales (blocks 4u, 4u + 1, four lanes each); 8-15: pair 2u + 1's.
-    const int b = static_cast<int>(4 * u);
-    const __m512i lanes = _mm512_setr_epi32(b, b, b, b, b + 1, b + 1, b + 1, b + 1, b + 2, b + 2,
-                                            b + 2, b + 2, b + 3, b + 3, b + 3, b + 3);
-    if constexpr (Kind<T>::unsigned_codes) {
-        __m512i lo, hi;  // [pair p's low halves | p + 1's], [p's high halves | p + 1's]
-        if constexpr (Kind<T>::q3) {
-            __m256i lo0, hi0, lo1, hi1;
-            q3_pair_codes(codes, p, lo0, hi0);
-            q3_pair_codes(codes, p + 1, lo1, hi1);
-            lo = _mm512_inserti64x4(_mm512_castsi256_si512(lo0), lo1, 1);
-            hi = _mm512_inserti64x4(_mm512_castsi256_si512(hi0), hi1, 1);
-        } else {
-            const __m512i m4 = _mm512_set1_epi8(0x0f);
-            const __m512i v = _mm512_loadu_si512(codes + 32 * p);
-            lo = _mm512_and_si512(v, m4);
-            hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
-        for (int t = 0; t < NT; ++t) {
-            const int8_t* x = quad[t] + 256 * s + 128 * u;
-            __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
-            isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512(x + 64));
-            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]), _mm512_cvtepi32_ps(isum),
-                                     acc[t]);
-        }
+constexpr uint64_t kLanes = 16;       // rows per group: one per 32-bit lane
+constexpr uint64_t kGroups = 2;       // groups computed together
+constexpr uint64_t kChunkBlocks = 8;  // blocks repacked at a time
+constexpr int kMaxTokens = 4;         // tokens per tile
+
+// The transpose below leaves input row i in lane kFeed[i] (and kFeed is its own inverse), so
+// feeding lane l's row as input kFeed[l] puts every row in its own lane.
+constexpr int kFeed[kLanes] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+
+// v[j] lane l = dword j of rows[kFeed[l]] (16 rows of 8 dwords to 8 vectors of 16 lanes).
+QF_AVX512 inline void transpose_rows(const __m256i (&rows)[kLanes], __m512i (&v)[8]) {
+    __m512i z[8], a[8];
+    // 128-bit lanes of z[i]: row i dwords 0-3, 4-7; row i + 8 dwords 0-3, 4-7.
+    for (int i = 0; i < 8; ++i)
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
+    for (int i = 0; i < 8; i += 2) {  // [r_i c0, r_i+1 c0, r_i c1, r_i+1 c1], [.. c2 .. c3]
+        a[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        a[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+    __m512i b[8];  // b[c + 4h]: column c (or c + 4 in the odd 128-bit lanes) of rows 4h .. 4h + 3
+    for (int h = 0; h < 2; ++h) {
+        b[4 * h + 0] = _mm512_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 1] = _mm512_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
+        b[4 * h + 2] = _mm512_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
+        b[4 * h + 3] = _mm512_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
+    }
+    // 128-bit lanes of b[c]: rows 0-3 col c, rows 0-3 col c + 4, rows 8-11 col c, rows 8-11
+    // col c + 4; of b[c + 4] the same for rows 4-7 and 12-15. Inputs in lane order 0-3, 8-11,
+    // 4-7, 12-15: kFeed.
+    for (int c = 0; c < 4; ++c) {
+        v[c] = _mm512_shuffle_i32x4(b[c], b[c + 4], 0x88);      // lanes 0, 2 of each
+        v[c + 4] = _mm512_shuffle_i32x4(b[c], b[c + 4], 0xdd);  // lanes 1, 3 of each
+    }
+}
+
+// 16 rows of one type: lane l is row min(r0 + l, last).
+template <QType T>
+struct Group {
+    const uint8_t* base;  // row r0
+    const uint8_t* row[kLanes];
+    __m512i offsets;  // each lane's row, in bytes from base
+    __m128i table;    // level types with a table shared by all rows
+};
+
+template <QType T>
+QF_AVX512 inline Group<T> make_group(const uint8_t* w, uint64_t stride, uint64_t r0,
+                                     uint64_t last) {
+    Group<T> g;
+    g.base = w + r0 * stride;
+    alignas(64) int32_t off[kLanes];
+    for (uint64_t l = 0; l < kLanes; ++l) {
+        const uint64_t r = std::min(r0 + l, last);
+        g.row[l] = w + r * stride;
+        off[l] = static_cast<int32_t>((r - r0) * stride);
+    }
+    g.offsets = _mm512_load_si512(off);
+    if constexpr (Kind<T>::levels && !Kind<T>::row_levels)
+        g.table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+    else
+        g.table = _mm_setzero_si128();
+    return g;
+}
+
+// Each lane's dword at byte `at` of its row.
+template <QType T>
+QF_AVX512 inline __m512i gather(const Group<T>& g, uint64_t at) {
+    return _mm512_i32gather_epi32(g.offsets, g.base + at, 1);
+}
+
+// Block b's 32 raw codes of one row in weight order: unsigned codes (q4, q3), signed weights (q8)
+// or levels (level types).
+template <QType T>
+QF_AVX512 inline __m256i block_codes(const uint8_t* row, const QRowLayout& l, __m128i table,
+                                     uint64_t b) {
+    if constexpr (Kind<T>::q3) {
+        return q3_block_codes(row, b);
+    } else if constexpr (Kind<T>::q4) {
+        const __m128i m4 = _mm_set1_epi8(0x0f);
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * b));
+        const __m256i w =
+            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+        if constexpr (Kind<T>::row_levels)
+            table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + l.levels_offset));
+        if constexpr (Kind<T>::levels)
+            return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), w);
+        return w;
     } else {
-        // Codes of 4 blocks in order: 128-bit lanes c0 c16 c32 c48 | c64 c80 c96 c112; the pair
-        // order wants the first halves (c0 c32 c64 c96) and the last halves (c16 c48 c80 c112).
-        // Level types: pairs p and p + 1 as 4-bit chunks, their low nibbles (the pair order's
-        // first halves) and high nibbles each replaced by its level, so already in that order.
-        __m512i wa, wb;
-        if constexpr (Kind<T>::levels) {
-            const __m512i m4 = _mm512_set1_epi8(0x0f);
-            const __m512i table = _mm512_broadcast_i32x4(level_table<T>(row));
-            const __m512i v = _mm512_loadu_si512(codes + 32 * p);
-            wa = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-            wb = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-        } else {
-            const __m512i v0 = _mm512_loadu_si512(codes + 64 * p);
-            const __m512i v1 = _mm512_loadu_si512(codes + 64 * p + 64);
-            wa = _mm512_shuffle_i32x4(v0, v1, 0x88);
-            wb = _mm512_shuffle_i32x4(v0, v1, 0xdd);
-        }
-        // vpdpbusd multiplies unsigned by signed bytes: the activations come biased to q + 128
-        // (0x01..0xff: q is in [-127, 127]) and every sum starts from -128 * (the dword's four
-        // weights), so it ends on sum q w, the same exact integer as AVX2's. No term can
-        // overflow: |start| <= 128 * 8 * 128 and each step adds at most 4 * 255 * 128 per lane.
-        const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-        const __m512i start = _mm512_sub_epi32(
-            _mm512_setzero_si512(),
-            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wa), bias, wb));
-        for (int t = 0; t < NT; ++t) {
-            const uint8_t* x = biased[t] + 256 * s + 128 * u;
-            __m512i isum = _mm512_dpbusd_epi32(start, _mm512_loadu_si512(x), wa);
-            isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(x + 64), wb);
-            acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes, cs[t]), _mm512_cvtepi32_ps(isum),
-                                     acc[t]);
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * b));
+    }
+}
+
+// Codes that enter vpdpbusd as they are (unsigned codes with no stored zero: q4s, q3s, the
+// super-block types), their zero left to each sum's start; every other type's bytes are biased
+// to u = code - zero + 128 and each sum starts from -128 sum q.
+template <QType T>
+constexpr bool kRawCodes = Kind<T>::unsigned_codes && !Kind<T>::zero_stored;
+template <QType T>
+constexpr int32_t kStartZero = kRawCodes<T> ? Kind<T>::implicit_zero : 128;
+
+// One repacked block of 16 rows: u bytes (8 vectors, header comment), scales and mins per lane.
+struct PackedBlock {
+    __m512i u[8];
+    __m512 scale;
+    __m512 min;   // super-block types
+    __m512 zero;  // types with stored zeros, as floats
+};
+
+// Types with stored zeros: the products of a few tokens take the codes as they are and subtract
+// zero * sum q from each converted sum (both are integers below 2^24, so the float result is the
+// same exact integer); more tokens take biased codes (an add per code vector, paid once for all
+// tokens, against a multiply-add per token and block).
+constexpr uint64_t kRawZeroTokens = 4;
+
+// Bytes 128 - zero in every byte of each lane, from the zeros as int32 lanes.
+QF_AVX512 inline __m512i zero_bias(__m512i z) {
+    return _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_set1_epi32(128), z),
+                              _mm512_set1_epi32(0x01010101));
+}
+
+// A whole chunk's (8 blocks, one superblock) scales, mins and zero biases of group g: each row's 8
+// values as one 8-lane vector (qdot_x86.hpp's superblock helpers, the AVX2 kernel's), transposed
+// to one 16-lane vector per block. Cheaper than 8 rounds of gathers (in-cache decode: 1.4x).
+template <QType T>
+QF_AVX512 inline void chunk_meta(const Group<T>& g, const QRowLayout& l, uint64_t s, PackedBlock* p,
+                                 uint64_t p_stride, __m512i (&bias)[kChunkBlocks]) {
+    __m256i scale_rows[kLanes], other_rows[kLanes];  // other: mins or zeros (floats)
+    for (uint64_t i = 0; i < kLanes; ++i) {
+        Row row{};
+        row.codes = g.row[kFeed[i]];
+        row.scales = row.codes + l.scales_offset;
+        row.zeros = row.codes + l.zeros_offset;
+        const __m256 sc = superblock_scales<T>(row, s);
+        scale_rows[i] = _mm256_castps_si256(sc);
+        if constexpr (Kind<T>::super)
+            other_rows[i] = _mm256_castps_si256(super_lanes(row, s, 1));
+        else if constexpr (Kind<T>::zero_stored)
+            other_rows[i] = _mm256_castps_si256(superblock_zeros<T>(row, s));
+    }
+    __m512i v[8];
+    transpose_rows(scale_rows, v);
+    for (uint64_t b = 0; b < kChunkBlocks; ++b) p[b * p_stride].scale = _mm512_castsi512_ps(v[b]);
+    if constexpr (Kind<T>::super || Kind<T>::zero_stored) {
+        transpose_rows(other_rows, v);
+        for (uint64_t b = 0; b < kChunkBlocks; ++b) {
+            if constexpr (Kind<T>::super) {
+                p[b * p_stride].min = _mm512_castsi512_ps(v[b]);
+            } else {
+                p[b * p_stride].zero = _mm512_castsi512_ps(v[b]);
+                bias[b] = zero_bias(_mm512_cvtps_epi32(p[b * p_stride].zero));
+            }
         }
     }
 }
 
-template <QType T, int NT>
-QF_AVX512 void int8_tile(const Row& row, const QActivations& a, uint64_t tok, float* out,
-                         uint64_t ldo) {
-    const uint64_t blocks = a.blocks();
-    Int8Tokens<NT> x;
-    const int8_t* quad[NT];
-    const uint8_t* biased[NT];
-    __m512 acc[NT], cs[NT];  // acc lanes 0-7: AVX2's acc0, 8-15: its acc1
-    for (int t = 0; t < NT; ++t) {
-        x.q[t] = a.pair_codes(tok + t);
-        x.d[t] = a.scales(tok + t);
-        x.sums[t] = a.scaled_sums(tok + t);
-        quad[t] = a.quad_codes(tok + t);
-        biased[t] = a.quad_codes_biased(tok + t);
-        acc[t] = _mm512_setzero_ps();
-    }
-    const uint64_t full = blocks / kSuper;
-    for (uint64_t s = 0; s < full; ++s) {
-        prefetch_part(row, s);
-        const __m256 wsb = superblock_scales<T>(row, s);
-        if constexpr (Kind<T>::unsigned_codes) {
-            const __m256 wz = superblock_offsets<T>(row, s, wsb);
-            for (int t = 0; t < NT; ++t)
-                acc[t] = _mm512_mask3_fnmadd_ps(
-                    _mm512_zextps256_ps512(wz),
-                    _mm512_zextps256_ps512(_mm256_loadu_ps(x.sums[t] + kSuper * s)), acc[t],
-                    0x00ff);
+// Lines [first, first + count) of the `bytes` bytes from p (counting the line its last byte
+// may spill into), into L1. Always inlined: GCC treats a function whose only effect is a
+// prefetch as const and deletes calls to it.
+__attribute__((always_inline)) QF_AVX512 inline void prefetch_lines(const uint8_t* p,
+                                                                    uint64_t bytes, uint64_t first,
+                                                                    uint64_t count) {
+    const uint64_t lines = bytes == 0 ? 0 : bytes / 64 + 1;
+    for (uint64_t j = first; j < lines && j - first < count; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
+}
+
+// Per lane: the fp16 at byte `at` of its row (read as the high half of the dword ending there).
+template <QType T>
+QF_AVX512 inline __m512 gather_half(const Group<T>& g, uint64_t at) {
+    const __m512i x = _mm512_srli_epi32(gather(g, at - 2), 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+}
+
+// Block b of group g into p. The scales (and zeros) of a weight group are gathered when b starts
+// it; `scale` and `bias` keep them for its later blocks.
+// Block b's codes of the 16 rows of g, transposed (header comment), before the bias.
+template <QType T>
+QF_AVX512 inline void block_vectors(const Group<T>& g, const QRowLayout& l, uint64_t b,
+                                    __m512i (&u)[8]) {
+    if constexpr (Kind<T>::q4 && !Kind<T>::row_levels) {
+        // 4-bit codes with no per-row table: the 16 bytes of each row hold weight i in byte i's
+        // low nibble and i + 16 in its high one, so dword j holds weights 4j..4j+3 and
+        // 16+4j..16+4j+3. Transposing the packed dwords (a 4 x 4 transpose in each 128-bit lane,
+        // rows 4L..4L+3 in lane L) and then splitting nibbles costs less than half of unpacking
+        // each row first (in-cache decode: kernels/README.md).
+        __m512i z[4];
+        for (int i = 0; i < 4; ++i) {
+            auto at = [&](int lane) {
+                return reinterpret_cast<const __m128i*>(g.row[i + 4 * lane] + 16 * b);
+            };
+            z[i] = _mm512_castsi128_si512(_mm_loadu_si128(at(0)));
+            z[i] = _mm512_inserti32x4(z[i], _mm_loadu_si128(at(1)), 1);
+            z[i] = _mm512_inserti32x4(z[i], _mm_loadu_si128(at(2)), 2);
+            z[i] = _mm512_inserti32x4(z[i], _mm_loadu_si128(at(3)), 3);
         }
-        for (int t = 0; t < NT; ++t)
-            cs[t] =
-                _mm512_zextps256_ps512(_mm256_mul_ps(wsb, _mm256_loadu_ps(x.d[t] + kSuper * s)));
-        int8_quad<T, NT>(row, s, 0, cs, quad, biased, acc);
-        int8_quad<T, NT>(row, s, 1, cs, quad, biased, acc);
+        const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]),
+                      a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]),
+                      a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+        const __m512i v[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                              _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int j = 0; j < 4; ++j) {
+            u[j] = _mm512_and_si512(v[j], m4);
+            u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v[j], 4), m4);
+        }
+        if constexpr (Kind<T>::levels) {
+            const __m512i table = _mm512_broadcast_i32x4(g.table);
+            for (auto& x : u) x = _mm512_shuffle_epi8(table, x);
+        }
+    } else {
+        __m256i rows[kLanes];
+        for (uint64_t i = 0; i < kLanes; ++i)
+            rows[i] = block_codes<T>(g.row[kFeed[i]], l, g.table, b);
+        transpose_rows(rows, u);
     }
-    __m256 halves[2][NT];
-    for (int t = 0; t < NT; ++t) {
-        halves[0][t] = _mm512_castps512_ps256(acc[t]);
-        halves[1][t] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t]), 1));
+}
+
+// The scales (mins, zero biases) of block b of group g, gathered lane by lane: a partial last
+// chunk's blocks (chunk_meta reads whole superblocks). A weight group's are gathered at its first
+// block or the chunk's (`first`); `scale` and `bias` keep them for its later blocks.
+template <QType T>
+QF_AVX512 inline void gather_meta(const Group<T>& g, const QRowLayout& l, uint64_t b, bool first,
+                                  PackedBlock& p, __m512& scale, __m512& zero, __m512i& bias) {
+    if constexpr (Kind<T>::super) {
+        // The record of superblock b / 8 (QSuperRecord): d and dmin, then 12 bits per block.
+        const uint64_t rec = l.scales_offset + sizeof(QSuperRecord) * (b / kSuper);
+        const __m512i dd = gather(g, rec);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        const uint64_t bit = 12 * (b % kSuper), at = 4 + bit / 8;
+        // The 16-bit window at byte `at` is the high half of the dword ending there.
+        const __m512i v =
+            _mm512_srli_epi32(gather(g, rec + at - 2), static_cast<unsigned>(16 + bit % 8));
+        const __m512i m6 = _mm512_set1_epi32(63);
+        p.scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, m6)));
+        p.min =
+            _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 6), m6)));
+    } else {
+        constexpr uint64_t gb = Kind<T>::group_blocks;
+        if (first || (gb != 0 && b % gb == 0)) {
+            const uint64_t grp = group_of_block<T>(b);
+            scale = gather_half(g, l.scales_offset + 2 * grp);
+            if constexpr (Kind<T>::zero_stored) {
+                // The zero is the top byte of the dword ending at it.
+                const __m512i z = _mm512_srli_epi32(gather(g, l.zeros_offset + grp - 3), 24);
+                zero = _mm512_cvtepi32_ps(z);
+                bias = zero_bias(z);
+            }
+        }
+        p.scale = scale;
+        p.zero = zero;
     }
-    if (blocks % kSuper) int8_rest<T, NT>(row, x, blocks, halves);
+}
+
+// Blocks [b0, b0 + nb) of the packed chunk against NT tokens from tok: acc[t][g] holds the
+// running sums of token t's lanes of group g.
+template <QType T, int NT, bool Biased>
+QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
+                                   const QActivations& a, uint64_t tok,
+                                   __m512 (&acc)[NT][kGroups]) {
+    for (uint64_t i = 0; i < nb; ++i) {
+        const uint64_t b = b0 + i;
+        __m512i isum[NT][kGroups];
+        const int8_t* x[NT];
+        for (int t = 0; t < NT; ++t) {
+            const int32_t zero = Kind<T>::zero_stored ? (Biased ? 128 : 0) : kStartZero<T>;
+            const __m512i start = _mm512_set1_epi32(-zero * a.sums(tok + t)[b]);
+            for (uint64_t g = 0; g < kGroups; ++g) isum[t][g] = start;
+            x[t] = a.codes(tok + t) + kBlock * b;
+        }
+        for (int j = 0; j < 8; ++j) {
+            const __m512i w0 = _mm512_load_si512(&pk[i][0].u[j]);
+            const __m512i w1 = _mm512_load_si512(&pk[i][1].u[j]);
+            for (int t = 0; t < NT; ++t) {
+                int32_t four;  // activations 4j .. 4j + 3 of the block
+                std::memcpy(&four, x[t] + 4 * j, 4);
+                const __m512i q = _mm512_set1_epi32(four);
+                isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], w0, q);
+                isum[t][1] = _mm512_dpbusd_epi32(isum[t][1], w1, q);
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            const __m512 d = _mm512_set1_ps(a.scales(tok + t)[b]);
+            [[maybe_unused]] __m512 qsum;
+            if constexpr (Kind<T>::zero_stored && !Biased)
+                qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok + t)[b]));
+            for (uint64_t g = 0; g < kGroups; ++g) {
+                const __m512 sd = _mm512_mul_ps(pk[i][g].scale, d);
+                __m512 sum = _mm512_cvtepi32_ps(isum[t][g]);
+                if constexpr (Kind<T>::zero_stored && !Biased)  // exact: integers below 2^24
+                    sum = _mm512_fnmadd_ps(pk[i][g].zero, qsum, sum);
+                acc[t][g] = _mm512_add_ps(acc[t][g], _mm512_mul_ps(sd, sum));
+            }
+            if constexpr (Kind<T>::super) {
+                const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok + t)[b]);
+                for (uint64_t g = 0; g < kGroups; ++g)
+                    acc[t][g] = _mm512_sub_ps(acc[t][g], _mm512_mul_ps(pk[i][g].min, ds));
+            }
+        }
+    }
+}
+
+// A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g].
+template <QType T, int NT, bool Biased>
+QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
+                          const QActivations& a, uint64_t tok, __m512* sums) {
+    __m512 acc[NT][kGroups];
     for (int t = 0; t < NT; ++t)
-        out[static_cast<uint64_t>(t) * ldo] = hsum(_mm256_add_ps(halves[0][t], halves[1][t]));
+        for (uint64_t g = 0; g < kGroups; ++g) acc[t][g] = _mm512_load_ps(&sums[kGroups * t + g]);
+    chunk_tokens<T, NT, Biased>(pk, b0, nb, a, tok, acc);
+    for (int t = 0; t < NT; ++t)
+        for (uint64_t g = 0; g < kGroups; ++g) _mm512_store_ps(&sums[kGroups * t + g], acc[t][g]);
+}
+
+// Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1.
+template <QType T, bool Biased>
+QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
+                           const QActivations& a, uint64_t t0, uint64_t n, __m512* sums) {
+    uint64_t t = 0;
+    for (; t + kMaxTokens <= n; t += kMaxTokens)
+        chunk_tile<T, kMaxTokens, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+    if (n - t >= 2) {
+        chunk_tile<T, 2, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+        t += 2;
+    }
+    if (n - t >= 1) chunk_tile<T, 1, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
 }
 
 template <QType T>
-struct Avx512Tile {
-    // 32 zmm: per token an accumulator and a scale vector, the rest for the row's codes and the
-    // products. 8 tokens per unpacked chunk: 1.07x to 1.2x faster than 4 (kernels/README.md).
-    static constexpr int kTokens = 8;
-    template <int NT>
-    static void run(const Row& row, const QActivations& a, uint64_t tok, float* out, uint64_t ldo) {
-        int8_tile<T, NT>(row, a, tok, out, ldo);
+QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                         const QActivations& a, uint64_t t0, uint64_t t1, float* out,
+                         uint64_t ldo) {
+    const QRowLayout l = *qtype_row_layout(T, a.k());
+    const uint64_t blocks = a.blocks(), n = t1 - t0;
+    // Running sums per token and group, and one chunk of repacked blocks (per thread).
+    struct alignas(64) Lanes {
+        float v[kLanes];
+    };
+    thread_local std::vector<Lanes> sums_buffer;
+    if (sums_buffer.size() < n * kGroups) sums_buffer.resize(n * kGroups);
+    auto* sums = reinterpret_cast<__m512*>(sums_buffer.data());
+    alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
+    const bool biased = n > kRawZeroTokens;
+    // Prefetching, into L1: the first 32 rows at once, and while each 32 are computed the next 32,
+    // evenly over the blocks. 32 rows are one stretch of memory read a few bytes per row at a
+    // time, which loses the hardware prefetcher (SmolLM2 q4_g128 decode, 2 threads: 127 tok/s
+    // without either, 281 with the second alone, 351 with both; into L2: 0.95x).
+    prefetch_lines(w + r0 * stride, (std::min(r1, r0 + kGroups * kLanes) - r0) * stride, 0, ~0ull);
+    for (uint64_t rg = r0; rg < r1; rg += kGroups * kLanes) {
+        Group<T> groups[kGroups];
+        for (uint64_t g = 0; g < kGroups; ++g)
+            groups[g] = make_group<T>(w, stride, std::min(rg + g * kLanes, r1 - 1), r1 - 1);
+        for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
+        __m512 scale[kGroups] = {}, zero[kGroups] = {};
+        __m512i bias[kGroups];
+        for (auto& bv : bias)
+            bv = _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero));
+        const uint64_t next = std::min(r1, rg + kGroups * kLanes);
+        const uint64_t ahead_bytes = (std::min(r1, next + kGroups * kLanes) - next) * stride;
+        const uint64_t per_block = (ahead_bytes / 64 + 1 + blocks - 1) / blocks;
+        for (uint64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+            const uint64_t nb = std::min(kChunkBlocks, blocks - b0);
+            for (uint64_t g = 0; g < kGroups; ++g) {
+                __m512i chunk_bias[kChunkBlocks];
+                for (auto& cb : chunk_bias) cb = bias[g];
+                // Whole chunks read their metadata per row and transpose it; a partial last one,
+                // and types with one scale per row, gather it.
+                const bool whole = nb == kChunkBlocks && (Kind<T>::super || Kind<T>::group_blocks);
+                if (whole)
+                    chunk_meta<T>(groups[g], l, b0 / kChunkBlocks, &pk[0][g], kGroups, chunk_bias);
+                for (uint64_t i = 0; i < nb; ++i) {
+                    const uint64_t b = b0 + i;
+                    if (g == 0)
+                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
+                    if (!whole) {
+                        gather_meta<T>(groups[g], l, b, i == 0, pk[i][g], scale[g], zero[g],
+                                       bias[g]);
+                        chunk_bias[i] = bias[g];
+                    }
+                    block_vectors<T>(groups[g], l, b, pk[i][g].u);
+                    if (!kRawCodes<T> && (biased || !Kind<T>::zero_stored))
+                        for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[i]);
+                }
+            }
+            if (biased)
+                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
+            else
+                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
+        }
+        // Lane l of group g is row rg + 16 g + l: the rows that exist, stored.
+        for (uint64_t g = 0; g < kGroups; ++g) {
+            const uint64_t first = rg + g * kLanes;
+            if (first >= r1) break;
+            const auto mask =
+                static_cast<__mmask16>(r1 - first >= kLanes ? 0xffffu : (1u << (r1 - first)) - 1u);
+            for (uint64_t t = 0; t < n; ++t)
+                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[kGroups * t + g]);
+        }
     }
-};
+}
 
 template <QType T>
 void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
@@ -164,7 +458,7 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
     if (a.mode() != QActivations::Mode::int8)  // f32 mode: AVX2's kernel (header comment)
         return avx2_kernels()[static_cast<size_t>(T)].qmatmul(t, w, stride, r0, r1, a, t0, t1, out,
                                                               ldo);
-    qmatmul_rows<T, Avx512Tile<T>>(w, stride, r0, r1, a, t0, t1, out, ldo);
+    int8_rows<T>(w, stride, r0, r1, a, t0, t1, out, ldo);
 }
 
 // The AVX-512 row of kernels/cpu/qdot.cpp's table, built from the qtype table: every quantized
