@@ -24,8 +24,11 @@
 // block 16 vpdpbusd share two weight vectors, and each weight vector serves every token of the
 // tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 10 KiB that stay in
 // L1) and then every token tile passes over it, its accumulators kept between chunks in a small
-// buffer. Since each lane is one row's own sequence of operations, neither the tiles, the chunks,
-// the split of rows over threads nor prefill versus decode can change a bit.
+// buffer. One token (decode) takes one group at a time and no chunk buffer: 4-bit, 3-bit and
+// level types send each block's vectors straight into vpdpbusd (fused_chunk_token), 8-bit types
+// multiply each row in its own layout and reduce the lanes (q8_block_sums). Since each lane is one
+// row's own sequence of operations on the same exact integers, neither the tiles, the chunks, the
+// path, the split of rows over threads nor prefill versus decode can change a bit.
 // f32 mode and dequantize_rows stay AVX2's kernels.
 #include "kernels/cpu/qdot_avx2.hpp"
 
@@ -55,6 +58,8 @@ constexpr uint64_t kLanes = 16;       // rows per group: one per 32-bit lane
 constexpr uint64_t kGroups = 2;       // groups computed together
 constexpr uint64_t kChunkBlocks = 8;  // blocks repacked at a time
 constexpr int kMaxTokens = 4;         // tokens per tile
+// 32 rows up to this size are prefetched into L1, longer ones into L2 (kernels/README.md).
+constexpr uint64_t kPrefetchL1Bytes = 16384;
 
 // The transpose below leaves input row i in lane kFeed[i] (and kFeed is its own inverse), so
 // feeding lane l's row as input kFeed[l] puts every row in its own lane.
@@ -206,14 +211,17 @@ QF_AVX512 inline void chunk_meta(const Group<T>& g, const QRowLayout& l, uint64_
 }
 
 // Lines [first, first + count) of the `bytes` bytes from p (counting the line its last byte
-// may spill into), into L1. Always inlined: GCC treats a function whose only effect is a
-// prefetch as const and deletes calls to it.
+// may spill into), into L1 when `to_l1`, else L2. Always inlined: GCC treats a function whose
+// only effect is a prefetch as const and deletes calls to it.
 __attribute__((always_inline)) QF_AVX512 inline void prefetch_lines(const uint8_t* p,
                                                                     uint64_t bytes, uint64_t first,
-                                                                    uint64_t count) {
+                                                                    uint64_t count, bool to_l1) {
     const uint64_t lines = bytes == 0 ? 0 : bytes / 64 + 1;
     for (uint64_t j = first; j < lines && j - first < count; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
+        if (to_l1)
+            _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
+        else
+            _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T1);
 }
 
 // Per lane: the fp16 at byte `at` of its row (read as the high half of the dword ending there).
@@ -353,6 +361,114 @@ QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], uint64_t b0
     }
 }
 
+// 8-bit types, one token: the integer sums sum_i (w_i + 128) q_i of blocks b and, when `two`,
+// b + 1 of g's 16 rows, row l in lane l, without the repack. Each row's 64 bytes (w XOR 0x80)
+// meet the token's 64 in one vpdpbusd, and the 16 rows' 16 lanes are reduced by a tree of
+// unpacks, lane shuffles and adds: 44 operations per 16 rows and 2 blocks, against 32 shuffles per
+// block for the transpose (q8 decode in L2: kernels/README.md). The same exact integers, so the
+// same bits.
+template <QType T>
+QF_AVX512 inline void q8_block_sums(const Group<T>& g, uint64_t b, bool two, __m512i x, __m512i& sb,
+                                    __m512i& sb1) {
+    const __mmask64 m = two ? ~__mmask64{0} : __mmask64{0xffffffffu};
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i r[kLanes];
+    for (uint64_t i = 0; i < kLanes; ++i) {
+        const __m512i w = _mm512_maskz_loadu_epi8(m, g.row[i] + kBlock * b);
+        r[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, flip), x);
+    }
+    // Per 128-bit lane L (a quarter: L0, L1 block b's halves, L2, L3 block b + 1's), rows 2p and
+    // 2p + 1: [2p: 0 + 2, 2p + 1: 0 + 2, 2p: 1 + 3, 2p + 1: 1 + 3].
+    __m512i s2[8];
+    for (int p = 0; p < 8; ++p)
+        s2[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]),
+                                 _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]));
+    // Rows 4q .. 4q + 3, each its quarter's sum, in lane order.
+    __m512i s4[4];
+    for (int q = 0; q < 4; ++q)
+        s4[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(s2[2 * q], s2[2 * q + 1]),
+                                 _mm512_unpackhi_epi64(s2[2 * q], s2[2 * q + 1]));
+    // [rows 4q..: b, rows 4q..: b + 1, rows 4q + 4..: b, rows 4q + 4..: b + 1]
+    __m512i f[2];
+    for (int h = 0; h < 2; ++h)
+        f[h] = _mm512_add_epi32(_mm512_shuffle_i32x4(s4[2 * h], s4[2 * h + 1], 0x88),
+                                _mm512_shuffle_i32x4(s4[2 * h], s4[2 * h + 1], 0xdd));
+    const __m512i f0 = f[0], f1 = f[1];
+    sb = _mm512_shuffle_i32x4(f0, f1, 0x88);
+    sb1 = _mm512_shuffle_i32x4(f0, f1, 0xdd);
+}
+
+// 8-bit types, one token: blocks [b0, b0 + nb) of the chunk (scales in pk) added into sums.
+template <QType T>
+QF_AVX512 void q8_chunk_token(const Group<T> (&groups)[kGroups], const PackedBlock (*pk)[kGroups],
+                              uint64_t b0, uint64_t nb, const QActivations& a, uint64_t tok,
+                              __m512* sums, uint64_t ng) {
+    __m512 acc[kGroups];
+    for (uint64_t g = 0; g < ng; ++g) acc[g] = _mm512_load_ps(&sums[g]);
+    for (uint64_t i = 0; i < nb; i += 2) {
+        const uint64_t b = b0 + i;
+        const bool two = i + 1 < nb;
+        const __m512i x = _mm512_maskz_loadu_epi8(two ? ~__mmask64{0} : __mmask64{0xffffffffu},
+                                                  a.codes(tok) + kBlock * b);
+        __m512i isum[2][kGroups];
+        for (uint64_t g = 0; g < ng; ++g)
+            q8_block_sums<T>(groups[g], b, two, x, isum[0][g], isum[1][g]);
+        for (uint64_t h = 0; h < (two ? 2u : 1u); ++h) {
+            const __m512i start = _mm512_set1_epi32(-128 * a.sums(tok)[b + h]);
+            const __m512 d = _mm512_set1_ps(a.scales(tok)[b + h]);
+            for (uint64_t g = 0; g < ng; ++g) {
+                const __m512 sd = _mm512_mul_ps(pk[i + h][g].scale, d);
+                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(isum[h][g], start));
+                acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sd, sum));
+            }
+        }
+    }
+    for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
+}
+
+// One token without the chunk buffer (4-bit, 3-bit and level types): each block's vectors go
+// from the rows straight into vpdpbusd. At one token the repack has no tokens to share it, and
+// storing and reloading its vectors cost a fifth of the time (TinyLlama-shape decode).
+template <QType T>
+QF_AVX512 void fused_chunk_token(const Group<T> (&groups)[kGroups], const QRowLayout& l,
+                                 const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
+                                 const QActivations& a, uint64_t tok, __m512* sums, uint64_t ng) {
+    static_assert(!Kind<T>::q8, "8-bit types take q8_chunk_token");
+    // One token: stored zeros are subtracted as floats (kRawZeroTokens), so only the level types'
+    // signed bytes need a bias.
+    constexpr bool flip = !kRawCodes<T> && !Kind<T>::zero_stored;
+    constexpr int32_t start_zero = Kind<T>::zero_stored ? 0 : kStartZero<T>;
+    __m512 acc[kGroups];
+    for (uint64_t g = 0; g < ng; ++g) acc[g] = _mm512_load_ps(&sums[g]);
+    for (uint64_t i = 0; i < nb; ++i) {
+        const uint64_t b = b0 + i;
+        const int8_t* x = a.codes(tok) + kBlock * b;
+        const __m512i start = _mm512_set1_epi32(-start_zero * a.sums(tok)[b]);
+        const __m512 d = _mm512_set1_ps(a.scales(tok)[b]);
+        [[maybe_unused]] const __m512 qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok)[b]));
+        [[maybe_unused]] const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok)[b]);
+        for (uint64_t g = 0; g < ng; ++g) {
+            __m512i u[8];
+            block_vectors<T>(groups[g], l, b, u);
+            __m512i isum = start;
+            for (int j = 0; j < 8; ++j) {
+                int32_t four;
+                std::memcpy(&four, x + 4 * j, 4);
+                const __m512i w =
+                    flip ? _mm512_xor_si512(u[j], _mm512_set1_epi8(static_cast<char>(0x80))) : u[j];
+                isum = _mm512_dpbusd_epi32(isum, w, _mm512_set1_epi32(four));
+            }
+            const PackedBlock& p = pk[i][g];
+            const __m512 sd = _mm512_mul_ps(p.scale, d);
+            __m512 sum = _mm512_cvtepi32_ps(isum);
+            if constexpr (Kind<T>::zero_stored) sum = _mm512_fnmadd_ps(p.zero, qsum, sum);
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sd, sum));
+            if constexpr (Kind<T>::super) acc[g] = _mm512_sub_ps(acc[g], _mm512_mul_ps(p.min, ds));
+        }
+    }
+    for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
+}
+
 // A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g].
 template <QType T, int NT, bool Biased>
 QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
@@ -394,26 +510,31 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
     auto* sums = reinterpret_cast<__m512*>(sums_buffer.data());
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     const bool biased = n > kRawZeroTokens;
+    const bool direct = n == 1;  // q8_chunk_token or fused_chunk_token, no chunk buffer
     // Prefetching, into L1: the first 32 rows at once, and while each 32 are computed the next 32,
     // evenly over the blocks. 32 rows are one stretch of memory read a few bytes per row at a
     // time, which loses the hardware prefetcher (SmolLM2 q4_g128 decode, 2 threads: 127 tok/s
     // without either, 281 with the second alone, 351 with both; into L2: 0.95x).
-    prefetch_lines(w + r0 * stride, (std::min(r1, r0 + kGroups * kLanes) - r0) * stride, 0, ~0ull);
-    for (uint64_t rg = r0; rg < r1; rg += kGroups * kLanes) {
+    // One token takes one group (16 rows) at a time: half as many rows streamed at once
+    // (TinyLlama-shape q4_g32 decode 1.2x to 1.35x faster than two groups, SmolLM2 1.03x to 1.4x).
+    const uint64_t ng = direct ? 1 : kGroups, span = ng * kLanes;
+    const bool to_l1 = span * stride <= kPrefetchL1Bytes;
+    prefetch_lines(w + r0 * stride, (std::min(r1, r0 + span) - r0) * stride, 0, ~0ull, to_l1);
+    for (uint64_t rg = r0; rg < r1; rg += span) {
         Group<T> groups[kGroups];
-        for (uint64_t g = 0; g < kGroups; ++g)
+        for (uint64_t g = 0; g < ng; ++g)
             groups[g] = make_group<T>(w, stride, std::min(rg + g * kLanes, r1 - 1), r1 - 1);
         for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
         __m512 scale[kGroups] = {}, zero[kGroups] = {};
         __m512i bias[kGroups];
         for (auto& bv : bias)
             bv = _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero));
-        const uint64_t next = std::min(r1, rg + kGroups * kLanes);
-        const uint64_t ahead_bytes = (std::min(r1, next + kGroups * kLanes) - next) * stride;
+        const uint64_t next = std::min(r1, rg + span);
+        const uint64_t ahead_bytes = (std::min(r1, next + span) - next) * stride;
         const uint64_t per_block = (ahead_bytes / 64 + 1 + blocks - 1) / blocks;
         for (uint64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
             const uint64_t nb = std::min(kChunkBlocks, blocks - b0);
-            for (uint64_t g = 0; g < kGroups; ++g) {
+            for (uint64_t g = 0; g < ng; ++g) {
                 __m512i chunk_bias[kChunkBlocks];
                 for (auto& cb : chunk_bias) cb = bias[g];
                 // Whole chunks read their metadata per row and transpose it; a partial last one,
@@ -424,30 +545,37 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                 for (uint64_t i = 0; i < nb; ++i) {
                     const uint64_t b = b0 + i;
                     if (g == 0)
-                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
+                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block,
+                                       to_l1);
                     if (!whole) {
                         gather_meta<T>(groups[g], l, b, i == 0, pk[i][g], scale[g], zero[g],
                                        bias[g]);
                         chunk_bias[i] = bias[g];
                     }
+                    if (direct) continue;
                     block_vectors<T>(groups[g], l, b, pk[i][g].u);
                     if (!kRawCodes<T> && (biased || !Kind<T>::zero_stored))
                         for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[i]);
                 }
             }
-            if (biased)
+            if (direct) {
+                if constexpr (Kind<T>::q8)
+                    q8_chunk_token<T>(groups, pk, b0, nb, a, t0, sums, ng);
+                else
+                    fused_chunk_token<T>(groups, l, pk, b0, nb, a, t0, sums, ng);
+            } else if (biased)
                 token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
             else
                 token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
         }
         // Lane l of group g is row rg + 16 g + l: the rows that exist, stored.
-        for (uint64_t g = 0; g < kGroups; ++g) {
+        for (uint64_t g = 0; g < ng; ++g) {
             const uint64_t first = rg + g * kLanes;
             if (first >= r1) break;
             const auto mask =
                 static_cast<__mmask16>(r1 - first >= kLanes ? 0xffffu : (1u << (r1 - first)) - 1u);
             for (uint64_t t = 0; t < n; ++t)
-                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[kGroups * t + g]);
+                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[ng * t + g]);
         }
     }
 }
