@@ -52,7 +52,8 @@ struct BenchResult {
 using BenchProgress = std::function<void(uint64_t tokens_done)>;
 uint64_t bench_total_tokens(const BenchOptions& options);
 
-// One untimed warm-up pass (it faults the mapped weights into memory), then `repetitions` times:
+// An untimed warm-up (one prefill of the measured length and one decode step: the mapped weights
+// faulted in and the buffers allocated, as llama-bench warms up), then `repetitions` times:
 // a prefill of prefill_tokens into a fresh cache, and kBenchDecodeContext untimed positions
 // followed by decode_tokens timed single-token passes in another fresh cache. Throws
 // qforge::Error when the counts are zero or the passes do not fit the model's context.
