@@ -58,8 +58,6 @@ constexpr uint64_t kLanes = 16;       // rows per group: one per 32-bit lane
 constexpr uint64_t kGroups = 2;       // groups computed together
 constexpr uint64_t kChunkBlocks = 8;  // blocks repacked at a time
 constexpr int kMaxTokens = 4;         // tokens per tile
-// 32 rows up to this size are prefetched into L1, longer ones into L2 (kernels/README.md).
-constexpr uint64_t kPrefetchL1Bytes = 16384;
 
 // The transpose below leaves input row i in lane kFeed[i] (and kFeed is its own inverse), so
 // feeding lane l's row as input kFeed[l] puts every row in its own lane.
@@ -252,17 +250,14 @@ QF_AVX512 inline void chunk_meta(const Group<T>& g, const QRowLayout& l, uint64_
 }
 
 // Lines [first, first + count) of the `bytes` bytes from p (counting the line its last byte
-// may spill into), into L1 when `to_l1`, else L2. Always inlined: GCC treats a function whose
-// only effect is a prefetch as const and deletes calls to it.
+// may spill into), into L1. Always inlined: GCC treats a function whose only effect is a
+// prefetch as const and deletes calls to it.
 __attribute__((always_inline)) QF_AVX512 inline void prefetch_lines(const uint8_t* p,
                                                                     uint64_t bytes, uint64_t first,
-                                                                    uint64_t count, bool to_l1) {
+                                                                    uint64_t count) {
     const uint64_t lines = bytes == 0 ? 0 : bytes / 64 + 1;
     for (uint64_t j = first; j < lines && j - first < count; ++j)
-        if (to_l1)
-            _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
-        else
-            _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
 }
 
 // Per lane: the fp16 at byte `at` of its row (read as the high half of the dword ending there).
@@ -540,15 +535,16 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     const bool biased = n > kRawZeroTokens;
     const bool direct = n == 1;  // q8_chunk_token or fused_chunk_token, no chunk buffer
-    // Prefetching, into L1: the first 32 rows at once, and while each 32 are computed the next 32,
-    // evenly over the blocks. 32 rows are one stretch of memory read a few bytes per row at a
-    // time, which loses the hardware prefetcher (SmolLM2 q4_g128 decode, 2 threads: 127 tok/s
-    // without either, 281 with the second alone, 351 with both; into L2: 0.95x).
+    // Prefetching, into L1: the first rows of the call at once, and while each 16 or 32 rows are
+    // computed the next as many, evenly over the blocks. They are one stretch of memory read a
+    // few bytes per row at a time, which loses the hardware prefetcher (SmolLM2 q4_g128 decode, 2
+    // threads: 127 tok/s without either, 281 with the second alone, 351 with both). Into L2
+    // instead: 0.95x there, and 0.9x to 0.96x for one-token products from DRAM at 2048x5632 and
+    // 4096x14336 (q4s_g32, q8_g32; one thread).
     // One token takes one group (16 rows) at a time: half as many rows streamed at once
     // (TinyLlama-shape q4_g32 decode 1.2x to 1.35x faster than two groups, SmolLM2 1.03x to 1.4x).
     const uint64_t ng = direct ? 1 : kGroups, span = ng * kLanes;
-    const bool to_l1 = span * stride <= kPrefetchL1Bytes;
-    prefetch_lines(w + r0 * stride, (std::min(r1, r0 + span) - r0) * stride, 0, ~0ull, to_l1);
+    prefetch_lines(w + r0 * stride, (std::min(r1, r0 + span) - r0) * stride, 0, ~0ull);
     for (uint64_t rg = r0; rg < r1; rg += span) {
         Group<T> groups[kGroups];
         for (uint64_t g = 0; g < ng; ++g)
@@ -574,8 +570,7 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                 for (uint64_t i = 0; i < nb; ++i) {
                     const uint64_t b = b0 + i;
                     if (g == 0)
-                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block,
-                                       to_l1);
+                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
                     if (!whole) {
                         gather_meta<T>(groups[g], l, b, i == 0, pk[i][g], scale[g], zero[g],
                                        bias[g]);
