@@ -8,18 +8,21 @@
 //       super-block types: acc = acc - fl(min * fl(d_b * float(sum_i q_i)))
 //
 // How a block's integer is formed (kernels/README.md, "avx512: one row per lane"):
-//   - Repack. 16 rows' codes of one block are unpacked (per type: q4 nibbles, q3 bit planes,
-//     level tables, q8 bytes) to 32 bytes per row in weight order and transposed, so that
-//     vector j (j = 0..7) holds weights 4j..4j+3 of each row in that row's lane. Each byte is
-//     then the unsigned u = code - zero + 128 (signed codes and levels: code + 128).
+//   - Repack. 16 rows' codes of one block are transposed so that vector j (j = 0..7) holds
+//     weights 4j..4j+3 of each row in that row's lane: 4-bit types without a per-row table
+//     transpose the packed bytes and then split nibbles, the others unpack each row to 32 bytes in
+//     weight order (q3 bit planes, level tables, q8 bytes) and transpose those. Bytes become the
+//     unsigned u = code - zero + 128 (signed codes and levels: code + 128); unsigned codes with
+//     no stored zero (and stored-zero types for a few tokens) go in as they are.
 //   - Products. vpdpbusd multiplies unsigned bytes (u) by signed ones (the token's int8
-//     activations, 4 bytes broadcast to every lane from memory) and adds each lane's four
-//     products into its dword without saturation. Starting each lane from -128 sum_i q_i, eight
-//     vpdpbusd end on sum_i (u_i - 128) q_i = sum_i (code_i - zero) q_i: the reference's integer.
-//     No partial sum can overflow: |start| <= 128 * 32 * 127 and each step adds at most
-//     4 * 255 * 127.
-//   - Scales, zeros and super-block scales/mins are gathered per lane from the 16 rows (each
-//     gather reads a dword that ends inside the row, never past it).
+//     activations, 4 bytes broadcast to every lane) and adds each lane's four products into its
+//     dword without saturation. Starting each lane from -128 sum_i q_i (raw codes: -zero sum_i
+//     q_i, or 0 and the zero subtracted after conversion, exactly), eight vpdpbusd end on
+//     sum_i (code_i - zero) q_i: the reference's integer. No partial sum can overflow:
+//     |start| <= 128 * 32 * 127 and each step adds at most 4 * 255 * 127.
+//   - Scales, zeros and super-block scales/mins of a whole chunk of 8 blocks come from each
+//     row's values transposed to lanes; a partial last chunk gathers them (each gather reads a
+//     dword that ends inside the row, never past it).
 // Rows are computed two groups (32 rows) at a time against tiles of 1 to 4 tokens: per token and
 // block 16 vpdpbusd share two weight vectors, and each weight vector serves every token of the
 // tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 10 KiB that stay in
@@ -32,7 +35,6 @@
 // f32 mode and dequantize_rows stay AVX2's kernels.
 #include "kernels/cpu/qdot_avx2.hpp"
 
-#include <cstdlib>
 #include <utility>
 #include <vector>
 
