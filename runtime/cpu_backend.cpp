@@ -20,7 +20,8 @@ constexpr uint64_t kQuantTile = 4096;
 constexpr uint64_t kFloatTile = 65536;
 // Parts of a parallel region per thread: enough that a thread the OS sets aside on a loaded
 // machine leaves work the others can take, few enough that each stays a whole number of the
-// kernels' row tiles (SmolLM2's 576 rows: 72 a part at 2 threads).
+// kernels' row tiles (SmolLM2's 576 rows: 18 units of kQmatmulRowGrain in parts of 64 or 96
+// at 2 threads).
 constexpr size_t kChunksPerThread = 4;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }

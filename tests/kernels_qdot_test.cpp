@@ -199,6 +199,41 @@ TEST_CASE("qmatmul at every level agrees with a float64 product within derived b
         }
 }
 
+TEST_CASE("qmatmul at avx512 gives scalar's bits over several row groups and every token tile",
+          "[qdot]") {
+    // The AVX-512 kernel computes 16 rows per vector, 32 at a time, tokens in tiles of 4, 2 and
+    // 1, stored zeros raw for up to 4 tokens and biased above (kernels/cpu/qdot_avx512.cpp): 45
+    // rows (two pairs of groups, the last partial) against 1, 2, 4, 5 and 9 tokens cover each
+    // path. A damaged file's zero point above 128 must not change the bits either.
+    if (cpu_isa() < Isa::avx512) {
+        WARN("this CPU has no AVX-512 VNNI: the avx512 level is not run here");
+        return;
+    }
+    uint32_t seed = 900;
+    for (QType t : quantized_types())
+        for (uint64_t k : {uint64_t{100}, uint64_t{576}}) {
+            Matrix m = make_matrix(t, 45, k, seed++);
+            for (bool damaged : {false, true}) {
+                const QRowLayout l = *qtype_row_layout(t, k);
+                if (damaged) {
+                    if (qtype_traits(t).symmetric || qtype_traits(t).super_block) break;
+                    m.bytes[3 * m.stride + l.zeros_offset] = 200;                  // row 3, group 0
+                    m.bytes[40 * m.stride + l.zeros_offset + l.groups - 1] = 255;  // row 40, last
+                }
+                for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
+                    INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
+                                  << (damaged ? " damaged zeros" : ""));
+                    const auto x = make_activations(tokens, k, seed++);
+                    QActivations a;
+                    a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+                    const auto exact = run(Isa::scalar, m, a);
+                    const auto fast = run(Isa::avx512, m, a);
+                    REQUIRE(std::memcmp(fast.data(), exact.data(), 4 * fast.size()) == 0);
+                }
+            }
+        }
+}
+
 TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight", "[qdot]") {
     uint32_t seed = 300;
     for (QType t : quantized_types())

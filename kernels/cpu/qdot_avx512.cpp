@@ -21,20 +21,23 @@
 //     sum_i (code_i - zero) q_i: the reference's integer. No partial sum can overflow:
 //     |start| <= 128 * 32 * 127 and each step adds at most 4 * 255 * 127.
 //   - Scales, zeros and super-block scales/mins of a whole chunk of 8 blocks come from each
-//     row's values transposed to lanes; a partial last chunk gathers them (each gather reads a
-//     dword that ends inside the row, never past it).
+//     row's values transposed to lanes; a partial last chunk, and types with one scale per row,
+//     gather them (each gather reads a dword that ends inside the row, never past it).
 // Rows are computed two groups (32 rows) at a time against tiles of 1 to 4 tokens: per token and
 // block 16 vpdpbusd share two weight vectors, and each weight vector serves every token of the
-// tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 10 KiB that stay in
+// tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 11 KiB that stay in
 // L1) and then every token tile passes over it, its accumulators kept between chunks in a small
 // buffer. One token (decode) takes one group at a time and no chunk buffer: 4-bit, 3-bit and
 // level types send each block's vectors straight into vpdpbusd (fused_chunk_token), 8-bit types
 // multiply each row in its own layout and reduce the lanes (q8_block_sums). Since each lane is one
 // row's own sequence of operations on the same exact integers, neither the tiles, the chunks, the
 // path, the split of rows over threads nor prefill versus decode can change a bit.
-// f32 mode and dequantize_rows stay AVX2's kernels.
+// The bits also rest on -ffp-contract=off (kernels/CMakeLists.txt): GCC's vector multiply and
+// add intrinsics are plain operators it would otherwise fuse. f32 mode and dequantize_rows stay
+// AVX2's kernels.
 #include "kernels/cpu/qdot_avx2.hpp"
 
+#include <climits>
 #include <utility>
 #include <vector>
 
@@ -147,7 +150,7 @@ QF_AVX512 inline __m256i block_codes(const uint8_t* row, const QRowLayout& l, __
     }
 }
 
-// Codes that enter vpdpbusd as they are (unsigned codes with no stored zero: q4s, q3s, the
+// Codes that enter vpdpbusd as they are (unsigned codes with no stored zero: q4s and the
 // super-block types), their zero left to each sum's start; every other type's bytes are biased
 // to u = code - zero + 128 and each sum starts from -128 sum q.
 template <QType T>
@@ -561,27 +564,38 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
         const uint64_t per_block = (ahead_bytes / 64 + 1 + blocks - 1) / blocks;
         for (uint64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
             const uint64_t nb = std::min(kChunkBlocks, blocks - b0);
+            // Metadata first. Whole chunks read it per row and transpose it; a partial last one,
+            // and types with one scale per row, gather it.
+            const bool whole = nb == kChunkBlocks && (Kind<T>::super || Kind<T>::group_blocks);
+            __m512i chunk_bias[kGroups][kChunkBlocks];
             for (uint64_t g = 0; g < ng; ++g) {
-                __m512i chunk_bias[kChunkBlocks];
-                for (auto& cb : chunk_bias) cb = bias[g];
-                // Whole chunks read their metadata per row and transpose it; a partial last one,
-                // and types with one scale per row, gather it.
-                const bool whole = nb == kChunkBlocks && (Kind<T>::super || Kind<T>::group_blocks);
+                for (auto& cb : chunk_bias[g]) cb = bias[g];
                 if (whole)
-                    chunk_meta<T>(groups[g], l, b0 / kChunkBlocks, &pk[0][g], kGroups, chunk_bias);
-                for (uint64_t i = 0; i < nb; ++i) {
-                    const uint64_t b = b0 + i;
-                    if (g == 0)
-                        prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
-                    if (!whole) {
-                        gather_meta<T>(groups[g], l, b, i == 0, pk[i][g], scale[g], zero[g],
+                    chunk_meta<T>(groups[g], l, b0 / kChunkBlocks, &pk[0][g], kGroups,
+                                  chunk_bias[g]);
+                else
+                    for (uint64_t i = 0; i < nb; ++i) {
+                        gather_meta<T>(groups[g], l, b0 + i, i == 0, pk[i][g], scale[g], zero[g],
                                        bias[g]);
-                        chunk_bias[i] = bias[g];
+                        chunk_bias[g][i] = bias[g];
                     }
-                    if (direct) continue;
+            }
+            // A stored zero above 128 (outside every type's code range: only a damaged file has
+            // one) cannot be biased into a byte; such a chunk takes the raw path, exact as well.
+            bool chunk_biased = biased;
+            if constexpr (Kind<T>::zero_stored)
+                for (uint64_t g = 0; g < ng && chunk_biased; ++g)
+                    for (uint64_t i = 0; i < nb; ++i)
+                        if (_mm512_cmp_ps_mask(pk[i][g].zero, _mm512_set1_ps(128.0f), _CMP_GT_OQ))
+                            chunk_biased = false;
+            for (uint64_t i = 0; i < nb; ++i) {
+                const uint64_t b = b0 + i;
+                prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
+                if (direct) continue;
+                for (uint64_t g = 0; g < ng; ++g) {
                     block_vectors<T>(groups[g], l, b, pk[i][g].u);
-                    if (!kRawCodes<T> && (biased || !Kind<T>::zero_stored))
-                        for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[i]);
+                    if (!kRawCodes<T> && (chunk_biased || !Kind<T>::zero_stored))
+                        for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[g][i]);
                 }
             }
             if (direct) {
@@ -589,10 +603,11 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                     q8_chunk_token<T>(groups, pk, b0, nb, a, t0, sums, ng);
                 else
                     fused_chunk_token<T>(groups, l, pk, b0, nb, a, t0, sums, ng);
-            } else if (biased)
+            } else if (chunk_biased) {
                 token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
-            else
+            } else {
                 token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
+            }
         }
         // Lane l of group g is row rg + 16 g + l: the rows that exist, stored.
         for (uint64_t g = 0; g < ng; ++g) {
@@ -612,6 +627,11 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
     if (a.mode() != QActivations::Mode::int8)  // f32 mode: AVX2's kernel (header comment)
         return avx2_kernels()[static_cast<size_t>(T)].qmatmul(t, w, stride, r0, r1, a, t0, t1, out,
                                                               ldo);
+    // Lanes address their rows by int32 byte offsets from a group's first row (the gathers):
+    // rows longer than that allows (k in the hundreds of millions) take the scalar reference,
+    // whose bits these are anyway.
+    if ((kLanes - 1) * stride > static_cast<uint64_t>(INT32_MAX))
+        return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
     int8_rows<T>(w, stride, r0, r1, a, t0, t1, out, ldo);
 }
 
