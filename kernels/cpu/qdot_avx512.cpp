@@ -340,6 +340,20 @@ QF_AVX512 inline void gather_meta(const Group<T>& g, const QRowLayout& l, uint64
     }
 }
 
+// One block's step of the reference's sum, lane by lane: acc + fl(fl(scale * d) * float(isum))
+// (RawZero: isum first less zero * sum q, exact), then for super-block types minus
+// fl(min * ds). Every path below ends each block with this, so they all give the same bits.
+template <QType T, bool RawZero>
+QF_AVX512 inline __m512 block_step(__m512 acc, __m512i isum, const PackedBlock& p, __m512 d,
+                                   [[maybe_unused]] __m512 qsum, [[maybe_unused]] __m512 ds) {
+    __m512 sum = _mm512_cvtepi32_ps(isum);
+    if constexpr (Kind<T>::zero_stored && RawZero)  // exact: integers below 2^24
+        sum = _mm512_fnmadd_ps(p.zero, qsum, sum);
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(p.scale, d), sum));
+    if constexpr (Kind<T>::super) acc = _mm512_sub_ps(acc, _mm512_mul_ps(p.min, ds));
+    return acc;
+}
+
 // Blocks [b0, b0 + nb) of the packed chunk against NT tokens from tok: acc[t][g] holds the
 // running sums of token t's lanes of group g.
 template <QType T, int NT, bool Biased>
@@ -369,21 +383,10 @@ QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], uint64_t b0
         }
         for (int t = 0; t < NT; ++t) {
             const __m512 d = _mm512_set1_ps(a.scales(tok + t)[b]);
-            [[maybe_unused]] __m512 qsum;
-            if constexpr (Kind<T>::zero_stored && !Biased)
-                qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok + t)[b]));
-            for (uint64_t g = 0; g < kGroups; ++g) {
-                const __m512 sd = _mm512_mul_ps(pk[i][g].scale, d);
-                __m512 sum = _mm512_cvtepi32_ps(isum[t][g]);
-                if constexpr (Kind<T>::zero_stored && !Biased)  // exact: integers below 2^24
-                    sum = _mm512_fnmadd_ps(pk[i][g].zero, qsum, sum);
-                acc[t][g] = _mm512_add_ps(acc[t][g], _mm512_mul_ps(sd, sum));
-            }
-            if constexpr (Kind<T>::super) {
-                const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok + t)[b]);
-                for (uint64_t g = 0; g < kGroups; ++g)
-                    acc[t][g] = _mm512_sub_ps(acc[t][g], _mm512_mul_ps(pk[i][g].min, ds));
-            }
+            const __m512 qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok + t)[b]));
+            const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok + t)[b]);
+            for (uint64_t g = 0; g < kGroups; ++g)
+                acc[t][g] = block_step<T, !Biased>(acc[t][g], isum[t][g], pk[i][g], d, qsum, ds);
         }
     }
 }
@@ -443,11 +446,10 @@ QF_AVX512 void q8_chunk_token(const Group<T> (&groups)[kGroups], const PackedBlo
         for (uint64_t h = 0; h < (two ? 2u : 1u); ++h) {
             const __m512i start = _mm512_set1_epi32(-128 * a.sums(tok)[b + h]);
             const __m512 d = _mm512_set1_ps(a.scales(tok)[b + h]);
-            for (uint64_t g = 0; g < ng; ++g) {
-                const __m512 sd = _mm512_mul_ps(pk[i + h][g].scale, d);
-                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(isum[h][g], start));
-                acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sd, sum));
-            }
+            for (uint64_t g = 0; g < ng; ++g)
+                acc[g] = block_step<T, false>(acc[g], _mm512_add_epi32(isum[h][g], start),
+                                              pk[i + h][g], d, _mm512_setzero_ps(),
+                                              _mm512_setzero_ps());  // no zeros, no mins
         }
     }
     for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
@@ -472,8 +474,8 @@ QF_AVX512 void fused_chunk_token(const Group<T> (&groups)[kGroups], const QRowLa
         const int8_t* x = a.codes(tok) + kBlock * b;
         const __m512i start = _mm512_set1_epi32(-start_zero * a.sums(tok)[b]);
         const __m512 d = _mm512_set1_ps(a.scales(tok)[b]);
-        [[maybe_unused]] const __m512 qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok)[b]));
-        [[maybe_unused]] const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok)[b]);
+        const __m512 qsum = _mm512_set1_ps(static_cast<float>(a.sums(tok)[b]));
+        const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok)[b]);
         for (uint64_t g = 0; g < ng; ++g) {
             __m512i u[8];
             block_vectors<T>(groups[g], l, b, u);
@@ -487,12 +489,7 @@ QF_AVX512 void fused_chunk_token(const Group<T> (&groups)[kGroups], const QRowLa
                 part[j % 2] = _mm512_dpbusd_epi32(part[j % 2], w, _mm512_set1_epi32(four));
             }
             const __m512i isum = _mm512_add_epi32(part[0], part[1]);
-            const PackedBlock& p = pk[i][g];
-            const __m512 sd = _mm512_mul_ps(p.scale, d);
-            __m512 sum = _mm512_cvtepi32_ps(isum);
-            if constexpr (Kind<T>::zero_stored) sum = _mm512_fnmadd_ps(p.zero, qsum, sum);
-            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(sd, sum));
-            if constexpr (Kind<T>::super) acc[g] = _mm512_sub_ps(acc[g], _mm512_mul_ps(p.min, ds));
+            acc[g] = block_step<T, true>(acc[g], isum, pk[i][g], d, qsum, ds);
         }
     }
     for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
