@@ -93,8 +93,8 @@ std::vector<float> run(Isa isa, const Rows& m, const uint8_t* w, const std::vect
 
 // 1, 5: only the last products; 8, 13, 40, 100: 8-blocks (and 32-steps); 519, 520, 1100: past
 // one 512-float block of k, ending inside an 8-block, on one, and past the second block.
-constexpr uint64_t kLengths[] = {1, 5, 8, 13, 32, 40, 100, 519, 520, 1100};
-constexpr uint64_t kShapes[][2] = {{1, 1}, {3, 7}, {17, 13}, {5, 2}};  // rows, tokens
+constexpr uint64_t kLengths[] = {1, 5, 8, 13, 32, 40, 100, 519, 520, 1100, 2056, 4133};
+constexpr uint64_t kShapes[][2] = {{1, 1}, {3, 7}, {17, 13}, {5, 2}, {50, 9}};  // rows, tokens
 
 }  // namespace
 

@@ -7,12 +7,15 @@
 // each) sums w[32 s + 8 a + l] x[32 s + 8 a + l] over the 32-steps s in order, the last < 4
 // whole 8-blocks go into accumulator 0, then (a0 + a1) + (a2 + a3), a fixed lane tree and the
 // last < 8 products one by one. Those 32 lane sums are independent chains, so the GEMM may
-// compute them in any interleaving: it keeps one register per chain group (8 lanes with AVX2, 16
-// with AVX-512: accumulators 0|1 and 2|3) per (row, token) of a register tile, runs the chain
-// groups one after another over a cache-sized block of k (the partial sums wait in a small
-// buffer between blocks, unrounded), and finishes each output with dot_row's own lane tree and
-// tail. Each weight row is widened to f32 once per panel of rows (exact) and reused by every
-// token of the call.
+// compute them in any interleaving and on any register lanes:
+//   avx2 (float_gemm_x86.hpp): lanes along k, one register per chain group (8 lanes, one of
+//     dot_row's accumulators) per (row, token) of a 3 x 4 register tile, chain groups one after
+//     another over a cache-sized block of k;
+//   avx512 (float_gemm_avx512.cpp): lanes along rows, one register per chain of 16 rows and one
+//     token, 48 rows x 8 tokens per register tile, weights transposed once per call.
+// Both keep partial sums unrounded between blocks of k and finish each output with dot_row's own
+// adds, lane tree and tail; each weight is widened to f32 (exact) once per call and reused by
+// every token of it.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The x86 float GEMM of kernels/cpu/float_gemm.hpp, written once over a level's vector type V
+// The AVX2 float GEMM of kernels/cpu/float_gemm.hpp (lanes along k), written over a vector type V
 // (internal to kernels/cpu). Each level's translation unit defines QF_GEMM_TARGET (its target
 // attribute) and V before instantiating gemm<V>; everything here has internal linkage, so no copy
 // compiled for one level can be picked by the linker for another.
@@ -11,7 +11,7 @@
 //
 // Layout. A (row, token) output's partial sums are one record of 32 floats, [acc0 | acc1 | acc2 |
 // acc3] of dot_row's four 8-lane accumulators. A chain group is kLanes consecutive floats of it
-// (AVX2: one accumulator, four groups; AVX-512: two, two groups) and covers the same kLanes
+// (AVX2: one accumulator, four groups) and covers the same kLanes
 // floats of every 32-step of k, so group c of step s reads w and x at 32 s + kLanes c: the groups
 // together read each cache line once. The products enter each lane in dot_row's order (step by
 // step, then the 8-blocks into acc0), each lane's sum staying in a register within a block of k
