@@ -239,8 +239,8 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
             qmatmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch,
                         re - rb);
         else
-            float_matmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, x, cols, cols, 0, n,
-                             scratch, re - rb);
+            float_matmul_prepared(w.qtype, w.data, w.row_bytes(), rb, re, float_tokens_, 0, n,
+                                  scratch, re - rb);
         for (uint64_t t = 0; t < n; ++t)
             for (uint64_t r = rb; r < re; ++r)
                 store(y + t * ldy + r, r, scratch[t * (re - rb) + (r - rb)]);
@@ -249,12 +249,18 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
 
 void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, const float* x,
                                      uint64_t n) {
+    bool quantized = false, floats = false;
     for (const Matrix* m : matrices)
         if (qtype_is_quantized(m->qtype)) {
-            acts_.prepare(
-                options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32, x,
-                n, m->cols);
-            return;
+            if (!quantized)
+                acts_.prepare(
+                    options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32,
+                    x, n, m->cols);
+            quantized = true;
+        } else {
+            if (!floats && n > 1)  // decode reads x in place (dot_row)
+                float_tokens_.prepare(isa_, x, m->cols, m->cols, n);
+            floats = true;
         }
 }
 

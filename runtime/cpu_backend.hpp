@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/qdot.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/rope.hpp"
@@ -77,7 +78,8 @@ class CpuBackend final : public Backend, private ForwardOps {
     // Sizes the RoPE table, scratch and activation buffers for a step of up to `batch` tokens
     // in a cache of `capacity` positions; the step's rows.
     BlockActivations prepare_step(uint64_t capacity, uint64_t batch);
-    // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized.
+    // Prepares acts_ from x ([n][k]) when any of `matrices` is quantized, float_tokens_ when any
+    // is a float matrix and n > 1.
     void prepare_activations(std::span<const Matrix* const> matrices, const float* x, uint64_t n);
     // w's product over an input of its own: x gathered by w.col_perm where w has one (into
     // gathered_), prepared, then rows [0, w.rows) into y. Only the products of a layer with a
@@ -114,6 +116,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     std::vector<float> x_, h_, qkv_, att_, gate_, up_;
     std::vector<float> gathered_;  // permuted_product's input, gathered by a column permutation
     QActivations acts_;            // the current product input, prepared for quantized matrices
+    FloatTokens float_tokens_;     // and for float matrices (prefill)
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

@@ -196,3 +196,30 @@ TEST_CASE("float_matmul: non-finite activations as dot_row, and typed errors", "
                                            x.data(), k, k, 0, 1, &out, 1),
                           Error);
 }
+
+TEST_CASE("float_matmul_prepared: tokens prepared once give each call's bits", "[float_gemm]") {
+    const uint64_t n = 53, m = 11, k = 2085, ldx = k + 5;  // two blocks of k, a tail, ragged tiles
+    for (QType t : kFloatTypes) {
+        const Rows rows = make_rows(t, n, k, 0, 11);
+        const std::vector<float> x = make_tokens(m, k, ldx, 12);
+        for (Isa isa : cpu_isa_levels()) {
+            INFO(qtype_traits(t).name << " level " << isa_name(isa));
+            FloatTokens tokens;
+            tokens.prepare(isa, x.data(), ldx, k, m);
+            const std::vector<float> whole = run(isa, rows, rows.data(), x, ldx, 0, n, 0, m);
+            for (auto [r0, r1] : {std::pair<uint64_t, uint64_t>{0, 53}, {5, 37}, {48, 53}})
+                for (auto [t0, t1] : {std::pair<uint64_t, uint64_t>{0, 11}, {3, 10}, {10, 11}}) {
+                    std::vector<float> out((t1 - t0) * (r1 - r0), std::nanf(""));
+                    float_matmul_prepared(t, rows.data(), rows.stride, r0, r1, tokens, t0, t1,
+                                          out.data(), r1 - r0);
+                    for (uint64_t tok = t0; tok < t1; ++tok)
+                        REQUIRE(std::memcmp(&out[(tok - t0) * (r1 - r0)],
+                                            &whole[tok * (n + 2) + r0], 4 * (r1 - r0)) == 0);
+                }
+            float out = 0.0f;
+            REQUIRE_THROWS_AS(
+                float_matmul_prepared(t, rows.data(), rows.stride, 0, 1, tokens, 0, m + 1, &out, 1),
+                Error);
+        }
+    }
+}

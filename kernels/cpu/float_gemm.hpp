@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "formats/qtype.hpp"
 #include "kernels/cpu/isa.hpp"
@@ -37,14 +38,47 @@ void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint6
                       const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
                       float* out, uint64_t ldo);
 
+// Tokens prepared once for many float_matmul calls on the same activations (the CPU backend
+// prepares them per product, before its threads split the rows): avx512 packs them in its
+// chain-major order (float_gemm_avx512.cpp), the other levels read x in place.
+class FloatTokens {
+  public:
+    // x: n tokens of k floats, ldx apart; read now (avx512) or by each call (others), so x must
+    // outlive the calls.
+    void prepare(Isa isa, const float* x, uint64_t ldx, uint64_t k, uint64_t n);
+    Isa isa() const { return isa_; }
+    uint64_t k() const { return k_; }
+    uint64_t n() const { return n_; }
+    const float* x() const { return x_; }
+    uint64_t ldx() const { return ldx_; }
+    const float* packed() const { return packed_.data(); }  // avx512: token t at packed_ld() * t
+    uint64_t packed_ld() const { return packed_ld_; }
+
+  private:
+    Isa isa_ = Isa::scalar;
+    const float* x_ = nullptr;
+    uint64_t ldx_ = 0, k_ = 0, n_ = 0, packed_ld_ = 0;
+    std::vector<float> packed_;
+};
+
+// float_matmul on prepared tokens [t0, t1) of x, at x.isa(). Throws qforge::Error for a type that
+// is not a float row type or tokens past x.n().
+void float_matmul_prepared(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                           const FloatTokens& x, uint64_t t0, uint64_t t1, float* out,
+                           uint64_t ldo);
+
 namespace detail {
 // The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1.
 void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                      const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
                      uint64_t ldo);
+// avx512 on tokens packed by pack_tokens_avx512: n tokens of x into `packed`, tokens_ld_avx512(k)
+// floats apart; the kernel reads tokens [t0, t1) of them.
+uint64_t tokens_ld_avx512(uint64_t k);
+void pack_tokens_avx512(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed);
 void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                       const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
-                       float* out, uint64_t ldo);
+                       const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                       uint64_t ldo);
 }  // namespace detail
 
 }  // namespace qforge

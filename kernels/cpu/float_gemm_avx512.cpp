@@ -332,26 +332,47 @@ inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
     return v.data() + (64 - at % 64) % 64 / sizeof(float);
 }
 
+// Blocks of k: [s0, s0 + kBlockSteps) 32-steps each; the last also takes the 8-blocks (k < 32:
+// only they).
+inline uint64_t block_count(uint64_t k) {
+    return std::max<uint64_t>(1, (k / kChains + kBlockSteps - 1) / kBlockSteps);
+}
+inline Block block_at(uint64_t k, uint64_t bi) {
+    const uint64_t steps = k / kChains, s0 = bi * kBlockSteps;
+    return Block{std::min(steps, s0 + kBlockSteps) - s0,
+                 bi + 1 == block_count(k) ? k % kChains / 8 : 0};
+}
+// A packed token: the blocks' positions (block bi at kChains * kBlockSteps * bi), then the last
+// k mod 8 floats as they are, then padding (so tokens are not a multiple of the L1 set stride
+// apart).
+inline uint64_t token_ld(uint64_t k) { return (k + 15) / 16 * 16 + 16; }
+
+QF_AVX512 void pack_tokens(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed) {
+    const uint64_t steps = k / kChains, body = k / 8 * 8, blocks = block_count(k);
+    for (uint64_t tok = 0; tok < n; ++tok) {
+        const float* src = x + tok * ldx;
+        float* dst = packed + tok * token_ld(k);
+        for (uint64_t bi = 0; bi < blocks; ++bi)
+            pack_token(src, steps, bi * kBlockSteps, block_at(k, bi),
+                       dst + kChains * bi * kBlockSteps);
+        std::memcpy(dst + body, src + body, 4 * (k - body));
+    }
+}
+
 QF_AVX512 void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                    const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                    const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,
                     uint64_t ldo) {
     static constexpr auto table = tile_table(std::make_index_sequence<kGroups * kTokens>());
     constexpr uint64_t tile_rows = kGroups * kLanes;
-    const uint64_t steps = k / kChains, eights = k % kChains / 8, body = k / 8 * 8,
-                   tails = k - body, m = t1 - t0;
+    const uint64_t steps = k / kChains, body = k / 8 * 8, tails = k - body, m = t1 - t0;
     const auto pack = t == QType::f32   ? pack_weights<QType::f32>
                       : t == QType::f16 ? pack_weights<QType::f16>
                                         : pack_weights<QType::bf16>;
     const auto pack_t = t == QType::f32   ? pack_tail<QType::f32>
                         : t == QType::f16 ? pack_tail<QType::f16>
                                           : pack_tail<QType::bf16>;
-    // Blocks of k: [s0, s0 + kBlockSteps) steps; the last also takes the 8-blocks (k < 32: only).
-    const uint64_t blocks = std::max<uint64_t>(1, (steps + kBlockSteps - 1) / kBlockSteps);
-    auto block_at = [&](uint64_t bi) {
-        const uint64_t s0 = bi * kBlockSteps;
-        return Block{std::min(steps, s0 + kBlockSteps) - s0, bi + 1 == blocks ? eights : 0};
-    };
-    thread_local std::vector<float> panel_buf, tail_buf, part_buf, x_buf;
+    const uint64_t blocks = block_count(k);
+    thread_local std::vector<float> panel_buf, tail_buf, part_buf;
     float* panel = aligned_floats(panel_buf, kGroups * kGroupStride * kLanes);
     float* tail = aligned_floats(tail_buf, 8 * tile_rows);
     const uint64_t pld = kGroups * kChains * kLanes;  // a token's partial sums
@@ -359,18 +380,8 @@ QF_AVX512 void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
     // they stay in L1 instead of streaming the whole call's through L2).
     float* part =
         aligned_floats(part_buf, (blocks == 1 ? std::min<uint64_t>(m, kTokens) : m) * pld);
-    // Tokens in the blocks' chain-major order (a block's positions at kChains * s0), then the
-    // last k mod 8 floats as they are.
-    const uint64_t xld = (k + 15) / 16 * 16 + 16;  // not a multiple of the L1 set stride
-    float* xs = aligned_floats(x_buf, m * xld);
-    for (uint64_t tok = 0; tok < m; ++tok) {
-        const float* src = x + (t0 + tok) * ldx;
-        float* dst = xs + tok * xld;
-        for (uint64_t bi = 0; bi < blocks; ++bi)
-            pack_token(src, steps, bi * kBlockSteps, block_at(bi),
-                       dst + kChains * bi * kBlockSteps);
-        std::memcpy(dst + body, src + body, 4 * tails);
-    }
+    const uint64_t xld = token_ld(k);
+    const float* xs = packed + t0 * xld;
     const uint64_t token_tiles = (m + kTokens - 1) / kTokens;
     for (uint64_t rb = r0; rb < r1; rb += tile_rows) {
         const uint64_t rows = std::min(r1, rb + tile_rows) - rb;
@@ -378,7 +389,7 @@ QF_AVX512 void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
         const uint8_t* w_tile = w + rb * stride;
         for (uint64_t bi = 0; bi < blocks; ++bi) {
             const uint64_t s0 = bi * kBlockSteps;
-            const Block b = block_at(bi);
+            const Block b = block_at(k, bi);
             pack(w_tile, stride, rows, groups, s0, b, kChains * steps, panel);
             if (bi + 1 == blocks && tails) pack_t(w_tile, stride, rows, groups, body, tails, tail);
             const bool last = bi + 1 == blocks;
@@ -407,13 +418,30 @@ QF_AVX512 void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
 }  // namespace
 #endif
 
-void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                       const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1,
-                       float* out, uint64_t ldo) {
+uint64_t tokens_ld_avx512(uint64_t k) {
 #if defined(__x86_64__)
-    gemm(t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
+    return token_ld(k);
 #else
-    float_gemm_avx2(t, w, stride, r0, r1, x, ldx, k, t0, t1, out, ldo);
+    return k;
+#endif
+}
+
+void pack_tokens_avx512(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed) {
+#if defined(__x86_64__)
+    pack_tokens(x, ldx, k, n, packed);
+#else
+    (void)x, (void)ldx, (void)k, (void)n, (void)packed;
+#endif
+}
+
+void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+                       const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                       uint64_t ldo) {
+#if defined(__x86_64__)
+    gemm(t, w, stride, r0, r1, packed, k, t0, t1, out, ldo);
+#else
+    (void)t, (void)w, (void)stride, (void)r0, (void)r1, (void)packed, (void)k, (void)t0, (void)t1,
+        (void)out, (void)ldo;
 #endif
 }
 
