@@ -43,7 +43,7 @@ struct Shape {
 
 std::vector<Shape> shapes() {
     std::vector<Shape> s;
-    for (uint64_t hd : {4u, 8u, 12u, 64u, 72u})
+    for (uint64_t hd : {4u, 8u, 12u, 64u, 72u, 128u, 136u})
         for (uint64_t group : {1u, 3u, 5u, 8u})
             for (uint64_t n : {1u, 7u, 16u, 23u}) s.push_back({hd, group, n, hd * 2 + 3});
     return s;

@@ -8,8 +8,9 @@
 // (its own order per level, then times scale), and each output element adds its positions'
 // products in position order, one rounding each. So prefill equals decode and any thread count
 // gives the same bits. Levels: scalar (8 lanes of separate multiplies and adds, the order the
-// runtime used before these kernels) and avx2 (8-lane FMA chains; avx512 runs the same code,
-// so the two give the same bits). scalar and avx2 differ by float rounding only.
+// runtime used before these kernels), avx2 (8-lane FMA chains) and avx512 (avx2's scores, and
+// the mix's same FMAs per output on 16 lanes: the same bits as avx2). scalar and avx2 differ by
+// float rounding only.
 #pragma once
 
 #include <cstdint>
