@@ -62,6 +62,15 @@ std::string blas_kernels() {
     return name;
 }
 
+std::string blas_kernels_notice() {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const std::string name = blas_kernels();
+    if (!forced || blas_kernel_level(name) >= cpu_isa()) return {};
+    return "OPENBLAS_CORETYPE=" + std::string(forced) + " keeps OpenBLAS on its " + name +
+           " kernels, below this CPU's " + std::string(isa_name(cpu_isa())) +
+           " level: calibration runs slower (unset it to let qforge choose)";
+}
+
 BlasSingleThread::BlasSingleThread() : saved_(openblas_get_num_threads()) {
     blas_kernels();
     openblas_set_num_threads(1);

@@ -47,6 +47,10 @@ inline constexpr uint64_t kHessianTile = 256;
 // choice (not DYNAMIC_ARCH) is left as it is. Returns OpenBLAS's name of the kernels in use,
 // which the .qf header records (products and H depend on them in the last bits).
 std::string blas_kernels();
+// When OPENBLAS_CORETYPE names kernels below the CPU's level (cpu_isa()), the line saying so,
+// for a notice (calibration then runs slower: on a Zen 5 with OPENBLAS_CORETYPE=Haswell, GPTQ on
+// SmolLM2-135M took 245 s against 184 s with SkylakeX); otherwise empty.
+std::string blas_kernels_notice();
 
 // While alive, OpenBLAS runs every call on its calling thread (openblas_set_num_threads(1));
 // the previous setting is restored afterwards. Process-wide: do not overlap with other code that

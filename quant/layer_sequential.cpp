@@ -65,6 +65,8 @@ struct LayerSequential::State {
           pool(p),
           f(s.config(), c.nsamples, c.seqlen, p) {
         for (size_t i = 0; i < s.tensors().size(); ++i) index[s.tensors()[i].name] = i;
+        if (const std::string notice = blas_kernels_notice(); !notice.empty())
+            std::fprintf(stderr, "note: %s\n", notice.c_str());
     }
 
     size_t at(const std::string& name) const {

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -24,6 +25,7 @@
 
 #include "core/error.hpp"
 #include "formats/qtype.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "quant/gptq.hpp"
 #include "quant/hessian.hpp"
 #include "runtime/thread_pool.hpp"
@@ -175,6 +177,19 @@ TEST_CASE("Hessian: misuse is an error", "[gptq][hessian]") {
 // The tiled factor against its definition (U H' U^T = I, U upper) and against LAPACK's
 // untiled factorisation of the same reversed matrix, over three tiles (the last partial), with
 // identical bits for any thread count; the lower triangle (H) is never written.
+TEST_CASE("BLAS kernels: a notice only when OPENBLAS_CORETYPE holds them below the CPU's level",
+          "[gptq][hessian]") {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const std::string notice = blas_kernels_notice();
+    INFO("OPENBLAS_CORETYPE " << (forced ? forced : "(unset)") << ", kernels " << blas_kernels());
+    if (!forced) REQUIRE(notice.empty());  // qforge chooses (or the BLAS cannot choose at all)
+    if (!notice.empty()) {
+        REQUIRE(notice.find(std::string("OPENBLAS_CORETYPE=") + forced) != std::string::npos);
+        REQUIRE(notice.find(blas_kernels()) != std::string::npos);
+        REQUIRE(notice.find(isa_name(cpu_isa())) != std::string::npos);
+    }
+}
+
 TEST_CASE("Hessian factor: tiled inverse Cholesky is U with H'^-1 = U^T U", "[gptq][hessian]") {
     const uint64_t k = 2 * kFactorTile + 88, n = 2 * k;
     const auto x = correlated_inputs(n, k, 40, 21);
