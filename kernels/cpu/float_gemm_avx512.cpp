@@ -60,7 +60,6 @@ struct Block {
     uint64_t steps, eights;
     uint64_t length(uint64_t g) const { return steps + (g < 8 ? eights : 0); }
     uint64_t start(uint64_t g) const { return g * steps + std::min<uint64_t>(g, 8) * eights; }
-    uint64_t size() const { return kChains * steps + 8 * eights; }
 };
 
 // A chain's first position in a row tile's panel: one position of padding per chain, so the 32
@@ -254,12 +253,11 @@ QF_AVX512 inline void pack_token(const float* x, uint64_t steps, uint64_t s0, co
             at[b.start(g) + b.steps + e] = x[kChains * steps + 8 * e + g];
 }
 
-// One register tile over one block: row groups [0, G) of the panel (`groups` per position)
-// against tokens [0, T) (packed, xld floats apart, at the block's start), every chain; partial
-// sums at part[((tok * groups + group) * 32 + g) * 16], tokens pld floats apart.
+// One register tile over one block: row groups [0, G) of the panel (kGroupStride positions
+// apart) against tokens [0, T) (packed, xld floats apart, at the block's start), every chain;
+// partial sums at part[tok * pld + (group * 32 + g) * 16].
 struct Tile {
     const float* panel;
-    uint64_t groups;
     const float* x;
     uint64_t xld;
     Block b;
@@ -395,9 +393,9 @@ QF_AVX512 void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
             const bool last = bi + 1 == blocks;
             for (uint64_t tt = 0; tt < token_tiles; ++tt) {
                 const uint64_t tb = tt * kTokens, te = std::min(m, tb + kTokens);
-                const Tile tile{panel, groups, xs + tb * xld + kChains * s0,
-                                xld,   b,      part + (blocks == 1 ? 0 : tb) * pld,
-                                pld,   bi == 0};
+                const Tile tile{panel,  xs + tb * xld + kChains * s0,        xld,
+                                b,      part + (blocks == 1 ? 0 : tb) * pld, pld,
+                                bi == 0};
                 table[(groups - 1) * kTokens + (te - tb - 1)](tile);
                 if (last)  // the tile's outputs while its partial sums are in L1
                     for (uint64_t tok = tb; tok < te; ++tok)
