@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cpu/group_codes.hpp"
 #include "quant/hessian.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -57,6 +58,7 @@ void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const
     std::string failure;  // the first error, raised on the caller's thread
     for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
         std::vector<float> row(k);
+        std::vector<int32_t> codes(k);
         int8_t levels[16] = {};  // learned-table types: the scaled row's levels
         for (uint64_t r = r0; r < r1; ++r) {
             for (uint64_t c = 0; c < k; ++c) row[c] = s ? w[r * k + c] * s[c] : w[r * k + c];
@@ -70,9 +72,9 @@ void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const
                         failure = std::to_string(r) + ", column " + std::to_string(c0);
                     return;
                 }
+                group_codes(t, *p, ws, n, codes.data());
                 for (uint64_t j = 0; j < n; ++j) {
-                    const float q =
-                        qtype_dequantize_value(t, *p, qtype_quantize_value(t, *p, ws[j]));
+                    const float q = qtype_dequantize_value(t, *p, codes[j]);
                     out[r * k + c0 + j] = s ? q / s[c0 + j] : q;
                 }
             }
@@ -142,6 +144,7 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
         // Candidate i's clamped weights, and its error d_i = Q(c_i) - w: rows of d, and d H_gg.
         std::vector<float> c(kAwqClipSteps * gs);
         std::vector<double> d(kAwqClipSteps * gs), dh(d.size());
+        std::vector<int32_t> codes(gs);
         int8_t levels[16] = {};  // learned-table types: the row's levels, before clipping
         for (uint64_t r = r0; r < r1; ++r) {
             if (qtype_has_row_levels(t)) fit_row_levels(w + r * k, nullptr, k, gs, levels);
@@ -162,10 +165,10 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
                             failure = std::to_string(r) + ", column " + std::to_string(c0);
                         return;
                     }
+                    group_codes(t, *p, ci, n, codes.data());
                     for (uint64_t j = 0; j < n; ++j)
-                        di[j] = static_cast<double>(qtype_dequantize_value(
-                                    t, *p, qtype_quantize_value(t, *p, ci[j]))) -
-                                wg[j];
+                        di[j] =
+                            static_cast<double>(qtype_dequantize_value(t, *p, codes[j])) - wg[j];
                 }
                 cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, kAwqClipSteps,
                             static_cast<int>(n), 1.0, h.data() + c0 * k + c0, static_cast<int>(k),

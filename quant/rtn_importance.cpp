@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/half.hpp"
+#include "kernels/cpu/group_codes.hpp"
 #include "quant/rtn_super.hpp"
 
 namespace qforge {
@@ -37,7 +38,7 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
                                   const double* a, uint64_t n) {
     const QTypeTraits& tr = qtype_traits(t);
     std::vector<int32_t> codes(n);
-    for (uint64_t j = 0; j < n; ++j) codes[j] = qtype_quantize_value(t, trial, w[j]);
+    group_codes(t, trial, w, n, codes.data());
     int32_t zero = tr.implicit_zero;
     if (!tr.symmetric) {
         const auto fit = weighted_line_fit(codes.data(), w, a, n);
@@ -76,10 +77,13 @@ std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, c
 
 double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
                              uint64_t n) {
+    thread_local std::vector<int32_t> codes;
+    codes.resize(n);
+    group_codes(t, p, w, n, codes.data());
     double e = 0.0;
     for (uint64_t j = 0; j < n; ++j) {
-        const double d = static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(
-                                                         t, p, qtype_quantize_value(t, p, w[j])));
+        const double d =
+            static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(t, p, codes[j]));
         e += weight_of(a, j) * d * d;
     }
     return e;
@@ -161,7 +165,7 @@ QuantStatus quantize_row_importance(QType t, const float* w, const double* impor
         auto p = importance_group_grid(t, w + b, importance + b, e - b, levels);
         if (!p) return QuantStatus::scale_overflow;
         groups[g] = *p;
-        for (uint64_t j = b; j < e; ++j) codes[j] = qtype_quantize_value(t, *p, w[j]);
+        group_codes(t, *p, w + b, e - b, codes.data() + b);
     }
     pack_row(t, codes.data(), groups.data(), k, row);
     return QuantStatus::ok;

@@ -1,0 +1,80 @@
+// kernels/cpu/group_codes: at every level this CPU has, each code equals qtype_quantize_value's
+// (formats/qtype.cpp, the scalar definition the stored files follow), for every quantized type,
+// on groups of random weights with their reference grid, on weights placed exactly halfway
+// between two codes (round to nearest even), on weights far outside the grid (the clamp), on
+// signed zeros, on an all-zero group (scale 0) and on run lengths that end inside a vector.
+#include <catch2/catch.hpp>
+#include <random>
+#include <vector>
+
+#include "formats/qtype.hpp"
+#include "kernels/cpu/group_codes.hpp"
+#include "kernels/cpu/isa.hpp"
+
+using namespace qforge;
+
+namespace {
+
+// The reference grid of w for type t (super-block types: the group as its own super-block).
+std::optional<QGroupParams> reference_grid(QType t, const std::vector<float>& w) {
+    if (qtype_has_super_blocks(t)) {
+        const auto sp = qtype_super_params(t, w.data(), w.size());
+        if (!sp) return std::nullopt;
+        return qtype_group_params_in(t, *sp, w.data(), w.size());
+    }
+    return qtype_group_params(t, w.data(), w.size());
+}
+
+void require_same_codes(QType t, const QGroupParams& p, const std::vector<float>& w) {
+    std::vector<int32_t> want(w.size());
+    for (size_t j = 0; j < w.size(); ++j) want[j] = qtype_quantize_value(t, p, w[j]);
+    for (Isa isa : cpu_isa_levels()) {
+        std::vector<int32_t> got(w.size(), -999);
+        group_codes_isa(isa, t, p, w.data(), w.size(), got.data());
+        INFO(qtype_traits(t).name << " level " << isa_name(isa) << " n " << w.size());
+        REQUIRE(got == want);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("group_codes: every level gives qtype_quantize_value's codes", "[kernels][group_codes]") {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (const auto& row : kQTypes) {
+        const QType t = row.type;
+        if (!qtype_is_quantized(t) || qtype_has_row_levels(t)) continue;  // row tables: scalar
+        for (uint64_t n : {1u, 7u, 16u, 17u, 31u, 32u, 128u, 200u}) {
+            std::vector<float> w(n);
+            for (float& v : w) v = dist(rng) * 0.05f;
+            const auto p = reference_grid(t, w);
+            REQUIRE(p);
+            require_same_codes(t, *p, w);
+            if (p->scale == 0.0f || qtype_has_levels(t)) continue;
+            // Halfway between codes (ties to even), outside the grid, and signed zeros, on the
+            // same grid.
+            std::vector<float> edge(n);
+            for (uint64_t j = 0; j < n; ++j) {
+                const float c = static_cast<float>(static_cast<int>(j % 40) - 20);
+                switch (j % 4) {
+                    case 0:
+                        edge[j] = (c + 0.5f) * p->scale - p->min;
+                        break;
+                    case 1:
+                        edge[j] = c * 1e3f * p->scale;
+                        break;
+                    case 2:
+                        edge[j] = j % 8 == 2 ? -0.0f : 0.0f;
+                        break;
+                    default:
+                        edge[j] = (c - 0.5f) * p->scale;
+                        break;
+                }
+            }
+            require_same_codes(t, *p, edge);
+        }
+        const std::vector<float> zeros(33, 0.0f);
+        const auto pz = reference_grid(t, zeros);
+        if (pz) require_same_codes(t, *pz, zeros);
+    }
+}
