@@ -14,8 +14,9 @@ namespace qforge {
 
 namespace {
 // Prefill: outputs per call of the fused kernels (rows x tokens), within the per-thread scratch.
-// The float GEMM packs its tokens once per call (11% of its time at 128 rows per call), so it
-// takes more rows per call: 512 at 128 tokens.
+// The float GEMM's avx2 level packs its tokens once per call (11% of its time at 128 rows per
+// call), so it takes more rows per call: 512 at 128 tokens (avx512 reads float_tokens_, packed
+// once per product).
 constexpr uint64_t kQuantTile = 4096;
 constexpr uint64_t kFloatTile = 65536;
 // Parts of a parallel region per thread: enough that a thread the OS sets aside on a loaded

@@ -65,7 +65,7 @@ __attribute__((target("avx2,fma,avx512f"))) void codes_avx512(const Uniform& u, 
                  zero = _mm512_set1_ps(u.zero), lo = _mm512_set1_ps(u.lo),
                  hi = _mm512_set1_ps(u.hi);
     for (uint64_t j = 0; j < n; j += 16) {
-        const __mmask16 m = n - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const auto m = static_cast<__mmask16>(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1);
         __m512 r = _mm512_div_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(m, w + j), add), scale);
         r = _mm512_add_ps(_mm512_roundscale_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                           zero);
