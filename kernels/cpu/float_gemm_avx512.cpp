@@ -77,22 +77,12 @@ QF_AVX512 inline __m512 widen16(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// 16 elements of a float row (type T) from element j, widened to f32 exactly; with a count < 16
-// only that many, the other lanes zero.
+// Elements [j, j + 16) of a float row (type T) widened to f32 exactly; with a mask, only its
+// lanes (the others zero).
 template <QType T>
-QF_AVX512 inline __m512 load_row(const uint8_t* row, uint64_t j) {
-    if constexpr (T == QType::f32) return _mm512_loadu_ps(row + 4 * j);
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j));
-    if constexpr (T == QType::f16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-template <QType T>
-QF_AVX512 inline __m512 load_row(const uint8_t* row, uint64_t j, uint64_t count) {
-    const auto m = static_cast<__mmask16>((1u << count) - 1);
+QF_AVX512 inline __m512 load_row(const uint8_t* row, uint64_t j, __mmask16 m = 0xffff) {
     if constexpr (T == QType::f32) return _mm512_maskz_loadu_ps(m, row + 4 * j);
-    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * j);
-    if constexpr (T == QType::f16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return widen16<T>(_mm256_maskz_loadu_epi16(m, row + 2 * j));
 }
 
 // r[i] = row i (16 floats) -> r[c] = column c (16 rows).
@@ -123,7 +113,7 @@ QF_AVX512 inline void transpose16(__m512 r[16]) {
     }
 }
 
-// Columns [j, j + count) (count < 16, or 16 with count unset) of 16 weight rows as column vectors
+// Columns [j, j + count) (count <= 16) of 16 weight rows as column vectors
 // of 16 rows. A row group of fewer rows repeats its last row (lanes whose outputs are not stored).
 template <QType T>
 QF_AVX512 inline void load_columns(const uint8_t* w, uint64_t stride, uint64_t rows, uint64_t j,
@@ -131,7 +121,7 @@ QF_AVX512 inline void load_columns(const uint8_t* w, uint64_t stride, uint64_t r
 #pragma GCC unroll 16
     for (uint64_t i = 0; i < 16; ++i) {
         const uint8_t* row = w + std::min(i, rows - 1) * stride;
-        col[i] = count == 16 ? load_row<T>(row, j) : load_row<T>(row, j, count);
+        col[i] = load_row<T>(row, j, static_cast<__mmask16>((1u << count) - 1));
     }
     transpose16(col);
 }
@@ -182,7 +172,7 @@ QF_AVX512 inline void load_columns_32(const uint8_t* w, uint64_t stride, uint64_
 
 // The weights of one row tile (rows [0, rows) of w, `groups` row groups) for one block of k
 // (32-steps [s0, s0 + b.steps), then b.eights 8-blocks at element e0) into `panel`: position p
-// of chain g at panel[((b.start(g) + p) * groups + group) * 16].
+// of chain g of row group gi at panel[(gi * kGroupStride + panel_start(b, g) + p) * 16].
 template <QType T>
 QF_AVX512 void pack_weights(const uint8_t* w, uint64_t stride, uint64_t rows, uint64_t groups,
                             uint64_t s0, const Block& b, uint64_t e0, float* panel) {
@@ -321,13 +311,6 @@ QF_AVX512 inline __m512 finish(const float* c, const float* tail, uint64_t group
         sum = _mm512_add_ps(
             sum, _mm512_mul_ps(_mm512_load_ps(tail + e * groups * kLanes), _mm512_set1_ps(x[e])));
     return sum;
-}
-
-// n floats of v starting on a 64-byte boundary (v grows as needed).
-inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
-    v.resize(n + 16);
-    const auto at = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + (64 - at % 64) % 64 / sizeof(float);
 }
 
 // Blocks of k: [s0, s0 + kBlockSteps) 32-steps each; the last also takes the 8-blocks (k < 32:

@@ -187,14 +187,6 @@ QF_GEMM_TARGET inline void interleave_groups(float* row, uint64_t steps) {
     }
 }
 
-// n floats of v starting on a 64-byte boundary (v grows as needed): a vector load that splits a
-// cache line costs a second access, and unaligned operands measured 1.4x slower.
-inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
-    v.resize(n + 16);
-    const auto at = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + (64 - at % 64) % 64 / sizeof(float);
-}
-
 // Rows [r0, r1) times tokens [t0, t1) (float_gemm.hpp's contract; t is f32, f16 or bf16, k >= 1).
 // The tokens are packed once per call and each panel of panel_rows() rows
 // widened once, both 64-byte aligned with a row length rounded up to 16 floats; per panel, tiles
