@@ -99,6 +99,10 @@ struct CpuBackendOptions {
     // The kernels' instruction-set level (kernels/cpu/isa.hpp); unset: cpu_isa(). The tests run
     // every level the CPU has; a level above cpu_isa() is refused.
     std::optional<Isa> isa = std::nullopt;
+    // Quantized matrices repacked at load for the avx512 kernels (kernels/cpu/qpack.hpp: the
+    // same bits, decode and prefill faster, the packed copies' memory besides the file's pages).
+    // QFORGE_NO_REPACK=1 in the environment turns it off too (to compare the two).
+    bool repack = true;
 };
 
 // The CPU backend; `pool` (shared by every backend of a process) runs its parallel loops.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/error.hpp"
@@ -57,6 +58,27 @@ CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions o
     row_scratch_.assign(static_cast<size_t>(pool.size()),
                         std::vector<float>(kFloatTile + kMaxBatch));
     score_scratch_.resize(static_cast<size_t>(pool.size()));
+    pack_matrices();
+}
+
+void CpuBackend::pack_matrices() {
+    if (!options_.repack || !options_.int8_activations || std::getenv("QFORGE_NO_REPACK")) return;
+    auto add = [&](const Matrix& w) {
+        if (w.rows == 0 || !qmatmul_packed_serves(isa_, w.qtype) || packed_.count(&w)) return;
+        QPackedRows p(w.qtype, w.rows, w.cols);
+        split(p.tiles(), p.bytes(),
+              [&](uint64_t b, uint64_t e, int) { p.pack(w.data, w.row_bytes(), b, e); });
+        packed_.emplace(&w, std::move(p));
+        model_.release_pages(w);  // resident once: the packed copy
+    };
+    for (uint64_t layer = 0; layer < c_.num_layers; ++layer)
+        for (int i = 0; i < kBlockLinears; ++i) add(model_.weight(layer, static_cast<Weight>(i)));
+    add(model_.lm_head());
+}
+
+const QPackedRows* CpuBackend::packed(const Matrix& w) const {
+    const auto it = packed_.find(&w);
+    return it == packed_.end() ? nullptr : &it->second;
 }
 
 std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
@@ -236,7 +258,9 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     if (rows_per_block > kQmatmulRowGrain) rows_per_block -= rows_per_block % kQmatmulRowGrain;
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
         const uint64_t re = std::min(r1, rb + rows_per_block);
-        if (qtype_is_quantized(w.qtype))
+        if (const QPackedRows* p = packed(w))
+            qmatmul_packed(*p, rb, re, acts_, 0, n, scratch, re - rb);
+        else if (qtype_is_quantized(w.qtype))
             qmatmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch,
                         re - rb);
         else

@@ -20,10 +20,12 @@
 
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "kernels/cpu/qpack.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/thread_pool.hpp"
@@ -99,6 +101,12 @@ class CpuBackend final : public Backend, private ForwardOps {
     template <class F>
     void split(uint64_t n, uint64_t work, F&& fn, uint64_t grain = 1);
 
+    // Repacks every quantized layer matrix and the LM head that the level has a packed kernel
+    // for (options_.repack) into packed_.
+    void pack_matrices();
+    // w's packed rows, or null.
+    const QPackedRows* packed(const Matrix& w) const;
+
     const Model& model_;
     const ModelConfig& c_;
     const BlockDesc desc_;
@@ -117,6 +125,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     std::vector<float> gathered_;  // permuted_product's input, gathered by a column permutation
     QActivations acts_;            // the current product input, prepared for quantized matrices
     FloatTokens float_tokens_;     // and for float matrices (prefill)
+    std::unordered_map<const Matrix*, QPackedRows> packed_;  // pack_matrices
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

@@ -96,6 +96,12 @@ std::span<const uint8_t> Model::bytes(const QfTensorInfo& t) {
     return decoded_.back();
 }
 
+void Model::release_pages(const Matrix& m) const {
+    for (const auto& d : decoded_)
+        if (m.data >= d.data() && m.data < d.data() + d.size()) return;
+    if (const QfTensorInfo* t = file_.find(m.name)) file_.release(*t);
+}
+
 Matrix Model::load_matrix(const std::string& name) {
     const QfTensorInfo& t = file_.at(name);
     return Matrix{name,          t.qtype,       bytes(t).data(),

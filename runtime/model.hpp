@@ -60,6 +60,11 @@ class Model {
     // The bias of q, k or v: empty unless config.attention_bias (and for every other weight).
     const std::vector<float>& bias(uint64_t layer, Weight w) const;
 
+    // Drops m's pages from this process when they lie in the file's mapping (a backend that
+    // keeps its own copy of m, the CPU backend's packed rows, no longer reads them); a later read
+    // faults them back in from the page cache. Decoded tensors are left alone.
+    void release_pages(const Matrix& m) const;
+
     // Bytes of weights a single-token decode reads: every layer matrix and the LM head (the
     // embedding contributes one row, not counted). For bandwidth ratios.
     uint64_t decode_weight_bytes() const;

@@ -39,6 +39,7 @@
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "kernels/cpu/qpack.hpp"
 #include "test_support.hpp"
 
 using namespace qforge;
@@ -232,6 +233,68 @@ TEST_CASE("qmatmul at avx512 gives scalar's bits over several row groups and eve
                 }
             }
         }
+}
+
+TEST_CASE("qmatmul_packed gives scalar's bits for every packed type, row range and token tile",
+          "[qdot]") {
+    // Rows repacked 16 to a tile (kernels/cpu/qpack.hpp): 45 rows (a last tile of 13), k ending
+    // inside a block, a chunk and a weight group (100, 300), two whole superblocks (512) and 2056
+    // (a 1-block last chunk); ranges from a tile boundary and from inside a tile (the kernel then
+    // computes the tile and stores the rows asked for); 1 to 9 tokens (the one-token path, raw
+    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout.
+    bool any = false;
+    for (QType t : quantized_types()) {
+        if (!qmatmul_packed_serves(cpu_isa(), t)) continue;
+        any = true;
+        uint32_t seed = 1700 + static_cast<uint32_t>(t);
+        for (uint64_t k : {uint64_t{100}, uint64_t{300}, uint64_t{512}, uint64_t{2056}}) {
+            Matrix m = make_matrix(t, 45, k, seed++);
+            for (bool damaged : {false, true}) {
+                if (damaged) {
+                    if (qtype_traits(t).symmetric || qtype_traits(t).super_block) break;
+                    const QRowLayout l = *qtype_row_layout(t, k);
+                    m.bytes[3 * m.stride + l.zeros_offset] = 200;
+                    m.bytes[40 * m.stride + l.zeros_offset + l.groups - 1] = 255;
+                }
+                QPackedRows packed(t, m.n, k);
+                packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
+                packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
+                for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
+                    const auto x = make_activations(tokens, k, seed++);
+                    QActivations a;
+                    a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+                    const auto exact = run(Isa::scalar, m, a);
+                    const uint64_t ldo = m.n + 2;
+                    for (auto [r0, r1] :
+                         {std::pair<uint64_t, uint64_t>{0, 45}, {16, 45}, {5, 37}, {33, 34}}) {
+                        INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
+                                      << " rows " << r0 << ".." << r1
+                                      << (damaged ? " damaged zeros" : ""));
+                        std::vector<float> out(tokens * ldo, std::nanf(""));
+                        qmatmul_packed(packed, r0, r1, a, 0, tokens, out.data() + r0, ldo);
+                        for (uint64_t tok = 0; tok < tokens; ++tok)
+                            for (uint64_t r = 0; r < ldo; ++r) {
+                                const float v = out[tok * ldo + r];
+                                if (r < r0 || r >= r1) {
+                                    REQUIRE(std::isnan(v));  // untouched
+                                    continue;
+                                }
+                                const float e = exact[tok * ldo + r];
+                                REQUIRE(std::memcmp(&v, &e, 4) == 0);
+                            }
+                    }
+                }
+            }
+        }
+    }
+    if (!any) {
+        WARN("this CPU has no AVX-512 VNNI: the packed kernels are not run here");
+        return;
+    }
+    // Types without a packed layout are refused, not computed wrongly.
+    REQUIRE_FALSE(qpack_layout(QType::q3_g32, 64).has_value());
+    REQUIRE_FALSE(qpack_layout(QType::f16, 64).has_value());
+    REQUIRE_THROWS_AS(QPackedRows(QType::q4t_g32, 16, 64), Error);
 }
 
 TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight", "[qdot]") {

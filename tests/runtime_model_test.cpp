@@ -417,7 +417,7 @@ TEST_CASE("cpu backend: a matrix with a column permutation gathers its input fir
 TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefill == decode",
           "[runtime][quant]") {
     test::ScratchDir dir("runtime-quant-det");
-    for (QType qtype : {QType::q4_g32, QType::q8, QType::q4s_g64}) {
+    for (QType qtype : {QType::q4_g32, QType::q8, QType::q4s_g64, QType::q4k_g32}) {
         Variant v = kVariants[0];
         v.qtype = qtype;
         const fs::path path = dir / "m.qf";
@@ -435,6 +435,12 @@ TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefil
                 REQUIRE(prefill == run_token_by_token(*cpu, tokens));
                 if (first.empty()) first = prefill;
                 REQUIRE(prefill == first);
+                // Rows repacked at load (kernels/cpu/qpack.hpp, on AVX-512 CPUs) or read in
+                // place: the same bits.
+                auto in_place = make_cpu_backend(
+                    model, pool,
+                    {.min_parallel_work = 0, .int8_activations = int8, .repack = false});
+                REQUIRE(run(*in_place, tokens) == first);
             }
         }
         fs::remove(path);

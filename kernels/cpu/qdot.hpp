@@ -88,6 +88,16 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
 void qmatmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                  const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
 
+// Rows repacked at load for the avx512 kernels (kernels/cpu/qpack.hpp).
+class QPackedRows;
+// Whether qmatmul_packed serves type t at level isa: avx512 and a type with a packed layout.
+bool qmatmul_packed_serves(Isa isa, QType t);
+// qmatmul on packed rows, int8 mode: rows [r0, r1) of m (any r0; multiples of 16 waste no lanes)
+// against tokens [t0, t1), the bits of qmatmul_scalar on the same rows. Throws qforge::Error
+// where qmatmul_packed_serves(cpu_isa(), m.type()) is false, or in f32 mode.
+void qmatmul_packed(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                    uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+
 // Fast dequantization of n consecutive rows of k weights into out[n][k] (equal to
 // dequantize_row_ref, bit for bit).
 void dequantize_rows(QType t, const uint8_t* w, uint64_t stride, uint64_t n, uint64_t k,

@@ -30,6 +30,14 @@ const QKernelRow& avx2_kernels();
 // product, bit-identical to qmatmul_scalar's; f32 mode and dequantization are AVX2's.
 const QKernelRow& avx512_kernels();
 
+// The AVX-512 products on packed rows (kernels/cpu/qpack.hpp), qmatmul_packed's contract; null
+// for types without a packed layout.
+using QPackedKernel = void (*)(const QPackedRows& m, uint64_t r0, uint64_t r1,
+                               const QActivations& a, uint64_t t0, uint64_t t1, float* out,
+                               uint64_t ldo);
+using QPackedKernelRow = std::array<QPackedKernel, kQTypeCount>;
+const QPackedKernelRow& avx512_packed_kernels();
+
 // Int8 activation blocks for QActivations::prepare: `blocks` whole blocks of 32 floats from x,
 // each to codes q (32 per block), scale d and code sum s; the same bits as the scalar
 // quantize_activation_block in qdot.cpp (the same division and round-to-nearest-even).

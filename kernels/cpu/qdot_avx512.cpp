@@ -36,6 +36,7 @@
 // add intrinsics are plain operators it would otherwise fuse. f32 mode and dequantize_rows stay
 // AVX2's kernels.
 #include "kernels/cpu/qdot_avx2.hpp"
+#include "kernels/cpu/qpack.hpp"
 
 #include <climits>
 #include <utility>
@@ -206,6 +207,24 @@ QF_AVX512 inline __m512 half_lanes(__m512i v, bool high) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
+// The scales and mins of the first nb blocks of a superblock from the 16 rows' records
+// (QSuperRecord, 16 bytes) transposed: v[0] holds d and dmin, v[1..3] the 6-bit scales and mins,
+// block i's 12 bits from bit 12 i of v[1..3].
+QF_AVX512 inline void super_meta(const __m512i (&v)[4], uint64_t nb, PackedBlock* p,
+                                 uint64_t p_stride) {
+    const __m512 d = half_lanes(v[0], false), dmin = half_lanes(v[0], true);
+    const __m512i m6 = _mm512_set1_epi32(63);
+    for (uint64_t b = 0; b < nb; ++b) {
+        const unsigned bit = static_cast<unsigned>(12 * b), j = 1 + bit / 32, sh = bit % 32;
+        __m512i x = _mm512_srli_epi32(v[j], sh);
+        if (sh + 12 > 32) x = _mm512_or_si512(x, _mm512_slli_epi32(v[j + 1], 32 - sh));
+        // d * sc and dmin * mn: exact, as super_value's
+        p[b * p_stride].scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(x, m6)));
+        p[b * p_stride].min =
+            _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, 6), m6)));
+    }
+}
+
 // A whole chunk's (8 blocks, one superblock) scales, mins and zero biases of group g, one 16-lane
 // vector per block. Super-block types transpose the 16 records and cut each block's 6-bit scale
 // and min out of them (q4k_g32 one-token products in L2: 1.7x faster than the route below);
@@ -215,21 +234,9 @@ template <QType T>
 QF_AVX512 inline void chunk_meta(const Group<T>& g, const QRowLayout& l, uint64_t s, PackedBlock* p,
                                  uint64_t p_stride, __m512i (&bias)[kChunkBlocks]) {
     if constexpr (Kind<T>::super) {
-        // The 16 rows' records (QSuperRecord, 16 bytes) transposed: v[0] holds d and dmin, v[1..3]
-        // the 6-bit scales and mins, block i's 12 bits from bit 12 i of v[1..3].
         __m512i v[4];
         transpose_dwords(g.row, l.scales_offset + sizeof(QSuperRecord) * s, v);
-        const __m512 d = half_lanes(v[0], false), dmin = half_lanes(v[0], true);
-        const __m512i m6 = _mm512_set1_epi32(63);
-        for (uint64_t b = 0; b < kChunkBlocks; ++b) {
-            const unsigned bit = static_cast<unsigned>(12 * b), j = 1 + bit / 32, sh = bit % 32;
-            __m512i x = _mm512_srli_epi32(v[j], sh);
-            if (sh + 12 > 32) x = _mm512_or_si512(x, _mm512_slli_epi32(v[j + 1], 32 - sh));
-            // d * sc and dmin * mn: exact, as super_value's
-            p[b * p_stride].scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(x, m6)));
-            p[b * p_stride].min = _mm512_mul_ps(
-                dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, 6), m6)));
-        }
+        super_meta(v, kChunkBlocks, p, p_stride);
         return;
     }
     __m256i scale_rows[kLanes], other_rows[kLanes];  // other: zeros (floats)
@@ -455,14 +462,15 @@ QF_AVX512 void q8_chunk_token(const Group<T> (&groups)[kGroups], const PackedBlo
     for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
 }
 
-// One token without the chunk buffer (4-bit, 3-bit and level types): each block's vectors go
-// from the rows straight into vpdpbusd. At one token the repack has no tokens to share it, and
-// storing and reloading its vectors cost a fifth of the time (TinyLlama-shape decode).
-template <QType T>
-QF_AVX512 void fused_chunk_token(const Group<T> (&groups)[kGroups], const QRowLayout& l,
-                                 const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
-                                 const QActivations& a, uint64_t tok, __m512* sums, uint64_t ng) {
-    static_assert(!Kind<T>::q8, "8-bit types take q8_chunk_token");
+// One token without the chunk buffer: each block's vectors go straight into vpdpbusd, from
+// vectors(g, i, u) (block b0 + i of group g). At one token the repack has no tokens to share it,
+// and storing and reloading its vectors cost a fifth of the time (TinyLlama-shape decode). Rows in
+// their own layout take this for 4-bit, 3-bit and level types (8-bit types: q8_chunk_token);
+// packed rows for every type.
+template <QType T, class Vectors>
+QF_AVX512 void fused_chunk_token(Vectors&& vectors, const PackedBlock (*pk)[kGroups], uint64_t b0,
+                                 uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums,
+                                 uint64_t ng) {
     // One token: stored zeros are subtracted as floats (kRawZeroTokens), so only the level types'
     // signed bytes need a bias.
     constexpr bool flip = !kRawCodes<T> && !Kind<T>::zero_stored;
@@ -478,7 +486,7 @@ QF_AVX512 void fused_chunk_token(const Group<T> (&groups)[kGroups], const QRowLa
         const __m512 ds = _mm512_set1_ps(a.scaled_sums(tok)[b]);
         for (uint64_t g = 0; g < ng; ++g) {
             __m512i u[8];
-            block_vectors<T>(groups[g], l, b, u);
+            vectors(g, i, u);
             // Two chains of four vpdpbusd (one of eight waited on its latency), added at the end.
             __m512i part[2] = {start, _mm512_setzero_si512()};
             for (int j = 0; j < 8; ++j) {
@@ -521,6 +529,49 @@ QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64
     if (n - t >= 1) chunk_tile<T, 1, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
 }
 
+// A stored zero above 128 (outside every type's code range: only a damaged file has one) cannot
+// be biased into a byte: a chunk with one takes the raw path, exact as well.
+template <QType T>
+QF_AVX512 inline bool zeros_biasable(const PackedBlock (*pk)[kGroups], uint64_t nb, uint64_t ng) {
+    if constexpr (Kind<T>::zero_stored)
+        for (uint64_t g = 0; g < ng; ++g)
+            for (uint64_t i = 0; i < nb; ++i)
+                if (_mm512_cmp_ps_mask(pk[i][g].zero, _mm512_set1_ps(128.0f), _CMP_GT_OQ))
+                    return false;
+    return true;
+}
+
+// Lane l of group g holds row rg + 16 g + l of every token (sums[ng * t + g]): the rows of
+// [r0, r1) among them, stored at out[t * ldo + row - r0].
+QF_AVX512 inline void store_lanes(const __m512* sums, uint64_t ng, uint64_t rg, uint64_t r0,
+                                  uint64_t r1, uint64_t n, float* out, uint64_t ldo) {
+    for (uint64_t g = 0; g < ng; ++g) {
+        const uint64_t first = rg + g * kLanes;
+        if (first >= r1) break;
+        const uint64_t lo = std::max(first, r0) - first, hi = std::min(r1 - first, kLanes);
+        const auto mask = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        for (uint64_t t = 0; t < n; ++t) {
+            if (lo == 0) {
+                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[ng * t + g]);
+                continue;
+            }
+            alignas(64) float lanes[kLanes];  // a tile that starts before r0 (packed rows)
+            _mm512_store_ps(lanes, sums[ng * t + g]);
+            std::copy(lanes + lo, lanes + hi, out + t * ldo);
+        }
+    }
+}
+
+// Running sums of n tokens' groups (two per token), per thread.
+QF_AVX512 inline __m512* token_sums(uint64_t n) {
+    struct alignas(64) Lanes {
+        float v[kLanes];
+    };
+    thread_local std::vector<Lanes> buffer;
+    if (buffer.size() < n * kGroups) buffer.resize(n * kGroups);
+    return reinterpret_cast<__m512*>(buffer.data());
+}
+
 template <QType T>
 QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                          const QActivations& a, uint64_t t0, uint64_t t1, float* out,
@@ -528,12 +579,7 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
     const QRowLayout l = *qtype_row_layout(T, a.k());
     const uint64_t blocks = a.blocks(), n = t1 - t0;
     // Running sums per token and group, and one chunk of repacked blocks (per thread).
-    struct alignas(64) Lanes {
-        float v[kLanes];
-    };
-    thread_local std::vector<Lanes> sums_buffer;
-    if (sums_buffer.size() < n * kGroups) sums_buffer.resize(n * kGroups);
-    auto* sums = reinterpret_cast<__m512*>(sums_buffer.data());
+    __m512* sums = token_sums(n);
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     const bool biased = n > kRawZeroTokens;
     const bool direct = n == 1;  // q8_chunk_token or fused_chunk_token, no chunk buffer
@@ -577,14 +623,7 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                         chunk_bias[g][i] = bias[g];
                     }
             }
-            // A stored zero above 128 (outside every type's code range: only a damaged file has
-            // one) cannot be biased into a byte; such a chunk takes the raw path, exact as well.
-            bool chunk_biased = biased;
-            if constexpr (Kind<T>::zero_stored)
-                for (uint64_t g = 0; g < ng && chunk_biased; ++g)
-                    for (uint64_t i = 0; i < nb; ++i)
-                        if (_mm512_cmp_ps_mask(pk[i][g].zero, _mm512_set1_ps(128.0f), _CMP_GT_OQ))
-                            chunk_biased = false;
+            const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
             for (uint64_t i = 0; i < nb; ++i) {
                 const uint64_t b = b0 + i;
                 prefetch_lines(w + next * stride, ahead_bytes, b * per_block, per_block);
@@ -599,22 +638,18 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                 if constexpr (Kind<T>::q8)
                     q8_chunk_token<T>(groups, pk, b0, nb, a, t0, sums, ng);
                 else
-                    fused_chunk_token<T>(groups, l, pk, b0, nb, a, t0, sums, ng);
+                    fused_chunk_token<T>(
+                        [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
+                            block_vectors<T>(groups[g], l, b0 + i, u);
+                        },
+                        pk, b0, nb, a, t0, sums, ng);
             } else if (chunk_biased) {
                 token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
             } else {
                 token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
             }
         }
-        // Lane l of group g is row rg + 16 g + l: the rows that exist, stored.
-        for (uint64_t g = 0; g < ng; ++g) {
-            const uint64_t first = rg + g * kLanes;
-            if (first >= r1) break;
-            const auto mask =
-                static_cast<__mmask16>(r1 - first >= kLanes ? 0xffffu : (1u << (r1 - first)) - 1u);
-            for (uint64_t t = 0; t < n; ++t)
-                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[ng * t + g]);
-        }
+        store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
     }
 }
 
@@ -630,6 +665,161 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
     if ((kLanes - 1) * stride > static_cast<uint64_t>(INT32_MAX))
         return qmatmul_scalar(t, w, stride, r0, r1, a, t0, t1, out, ldo);
     int8_rows<T>(w, stride, r0, r1, a, t0, t1, out, ldo);
+}
+
+// ---- Packed rows (kernels/cpu/qpack.hpp) ----
+// The same products on rows repacked at load: a block's vectors are loaded (4-bit: and split
+// into nibbles) instead of gathered from 16 rows and transposed, and the scales and zeros come
+// as 16-lane vectors. Everything after (the chunk buffer, the token tiles, the one-token path,
+// block_step) is the row layout's, so the bits are qmatmul_scalar's too.
+
+// Block vectors u[8] (before the bias) from a packed block's codes.
+template <QType T>
+QF_AVX512 inline void packed_vectors(const uint8_t* codes, __m128i table, __m512i (&u)[8]) {
+    const auto* v = reinterpret_cast<const __m512i*>(codes);
+    if constexpr (Kind<T>::q4) {
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int j = 0; j < 4; ++j) {
+            const __m512i x = _mm512_load_si512(v + j);
+            u[j] = _mm512_and_si512(x, m4);
+            u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        }
+        if constexpr (Kind<T>::levels) {
+            const __m512i t = _mm512_broadcast_i32x4(table);
+            for (auto& x : u) x = _mm512_shuffle_epi8(t, x);
+        }
+    } else {
+        for (int j = 0; j < 8; ++j) u[j] = _mm512_load_si512(v + j);
+    }
+}
+
+// One weight group's 16 scales (and zeros, with their byte bias) from the packed meta at `at`.
+struct GroupMeta {
+    __m512 scale, zero;
+    __m512i bias;
+};
+template <QType T>
+QF_AVX512 inline GroupMeta packed_group_meta(const uint8_t* at) {
+    GroupMeta m;
+    m.scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+    m.zero = _mm512_setzero_ps();
+    m.bias = _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero));
+    if constexpr (Kind<T>::zero_stored) {
+        const __m512i z = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 2 * kLanes)));
+        m.zero = _mm512_cvtepi32_ps(z);
+        m.bias = zero_bias(z);
+    }
+    return m;
+}
+
+// The chunk's nb blocks' scales (mins, zeros) into p[i * p_stride] and their biases; per-row
+// types take the tile's `row` meta.
+template <QType T>
+QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& pl, uint64_t nb,
+                                        const GroupMeta& row, PackedBlock* p, uint64_t p_stride,
+                                        __m512i (&bias)[kChunkBlocks]) {
+    if constexpr (Kind<T>::super) {
+        const auto* v = reinterpret_cast<const __m512i*>(meta);
+        const __m512i records[4] = {_mm512_load_si512(v), _mm512_load_si512(v + 1),
+                                    _mm512_load_si512(v + 2), _mm512_load_si512(v + 3)};
+        super_meta(records, nb, p, p_stride);
+        for (uint64_t i = 0; i < nb; ++i) bias[i] = row.bias;
+        return;
+    }
+    GroupMeta m = row;
+    for (uint64_t i = 0; i < nb; ++i) {
+        if (pl.group_blocks != 0 && i % pl.group_blocks == 0)
+            m = packed_group_meta<T>(meta + i / pl.group_blocks * pl.group_meta);
+        p[i * p_stride].scale = m.scale;
+        p[i * p_stride].zero = m.zero;
+        bias[i] = m.bias;
+    }
+}
+
+// How far ahead of each chunk the packed kernel prefetches, into L1. A tile is one stream of
+// bytes (and a thread's tiles follow each other), but the hardware prefetcher alone left the
+// one-token product waiting on its loads: TinyLlama-shape q4s_g32 decode 36 tok/s without this,
+// 57-67 with it, where the row layout's kernel ran 48-53 (2 threads, alternating; 2, 8, 12 and
+// 16 KiB and prefetching into L2 measured no better within the host's noise).
+constexpr uint64_t kPackedAhead = 4096;
+
+// One token takes one tile at a time (two at once, through the chunk buffer: 0.7x).
+template <QType T>
+QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                           uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    const QPackLayout& pl = m.layout();
+    const uint64_t n = t1 - t0;
+    __m512* sums = token_sums(n);
+    alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
+    const bool biased = n > kRawZeroTokens;
+    const bool direct = n == 1;  // fused_chunk_token, no chunk buffer
+    const uint64_t ng = direct ? 1 : kGroups, span = ng * kLanes;
+    __m128i table = _mm_setzero_si128();
+    if constexpr (Kind<T>::levels)
+        table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+    for (uint64_t rg = r0 - r0 % kLanes; rg < r1; rg += span) {
+        // Group g is tile rg / 16 + g; one past the matrix's end computes tile rg's rows again,
+        // which are not stored.
+        const uint8_t* tile[kGroups];
+        GroupMeta row[kGroups];
+        for (uint64_t g = 0; g < ng; ++g) {
+            const uint64_t i = rg / kLanes + g;
+            tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
+            row[g] = packed_group_meta<T>(tile[g]);  // per-row types' header (else unused)
+        }
+        for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
+        for (uint64_t c = 0; c < pl.chunks; ++c) {
+            const uint64_t nb = pl.chunk_blocks(c), b0 = c * kChunkBlocks;
+            const uint8_t* codes[kGroups];
+            __m512i chunk_bias[kGroups][kChunkBlocks];
+            for (uint64_t g = 0; g < ng; ++g) {
+                const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
+                prefetch_lines(chunk + kPackedAhead, pl.chunk_bytes, 0, ~0ull);
+                packed_chunk_meta<T>(chunk, pl, nb, row[g], &pk[0][g], kGroups, chunk_bias[g]);
+                codes[g] = chunk + pl.meta_bytes(nb);
+            }
+            if (direct) {
+                fused_chunk_token<T>(
+                    [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
+                        packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
+                    },
+                    pk, b0, nb, a, t0, sums, ng);
+                continue;
+            }
+            const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
+            for (uint64_t i = 0; i < nb; ++i)
+                for (uint64_t g = 0; g < ng; ++g) {
+                    packed_vectors<T>(codes[g] + i * pl.block_bytes, table, pk[i][g].u);
+                    if (!kRawCodes<T> && (chunk_biased || !Kind<T>::zero_stored))
+                        for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[g][i]);
+                }
+            if (chunk_biased)
+                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
+            else
+                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
+        }
+        store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
+    }
+}
+
+template <QType T>
+void qmatmul_packed_t(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                      uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    packed_rows<T>(m, r0, r1, a, t0, t1, out, ldo);
+}
+
+template <QType T>
+constexpr QPackedKernel packed_entry() {
+    if constexpr (qtype_is_quantized(T) && (Kind<T>::q4 || Kind<T>::q8) && !Kind<T>::row_levels)
+        return qmatmul_packed_t<T>;
+    else
+        return nullptr;
+}
+
+template <size_t... I>
+constexpr QPackedKernelRow packed_row(std::index_sequence<I...>) {
+    return {{packed_entry<kQTypes[I].type>()...}};
 }
 
 // The AVX-512 row of kernels/cpu/qdot.cpp's table, built from the qtype table: every quantized
@@ -654,10 +844,20 @@ const QKernelRow& avx512_kernels() {
     return row;
 }
 
+const QPackedKernelRow& avx512_packed_kernels() {
+    static constexpr QPackedKernelRow row = packed_row(std::make_index_sequence<kQTypeCount>{});
+    return row;
+}
+
 #else  // no x86: the table never selects this level
 
 const QKernelRow& avx512_kernels() {
     static constexpr QKernelRow row{};
+    return row;
+}
+
+const QPackedKernelRow& avx512_packed_kernels() {
+    static constexpr QPackedKernelRow row{};
     return row;
 }
 
