@@ -32,6 +32,7 @@
 #include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "kernels/cpu/qpack.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -107,8 +108,20 @@ struct Weights {
     Shape s;
     uint64_t stride, bytes, copies;
     std::unique_ptr<uint8_t[]> data;
+    std::vector<QPackedRows> packed;  // each copy repacked (qpack.hpp), on first use
     const uint8_t* copy(uint64_t i) const { return data.get() + (i % copies) * bytes; }
 };
+
+// w's copies repacked for qmatmul_packed, as the CPU backend does at load.
+const std::vector<QPackedRows>& packed_copies(const Weights& w) {
+    auto& packed = const_cast<Weights&>(w).packed;
+    if (packed.empty())
+        for (uint64_t c = 0; c < w.copies; ++c) {
+            packed.emplace_back(w.t, w.s.out, w.s.in);
+            packed.back().pack(w.copy(c), w.stride, 0, packed.back().tiles());
+        }
+    return packed;
+}
 
 const Weights& weights(QType t, Shape s, uint64_t rotate_bytes = kRotateBytes) {
     static std::unique_ptr<Weights> cached;
@@ -186,18 +199,28 @@ void split_rows(int threads, uint64_t n, const std::function<void(uint64_t, uint
         [&](int i) { f(n * static_cast<uint64_t>(i) / 2, n * static_cast<uint64_t>(i + 1) / 2); });
 }
 
+// packed: rows repacked at load (int8 mode, the avx512 level), split over the threads at a
+// multiple of 32 rows as the CPU backend splits them.
 void bm_quant(benchmark::State& state, QType t, Shape s, uint64_t m, QActivations::Mode mode,
-              int threads, uint64_t rotate_bytes = kRotateBytes) {
+              int threads, uint64_t rotate_bytes = kRotateBytes, bool packed = false) {
     const Weights& w = weights(t, s, rotate_bytes);
+    const std::vector<QPackedRows>* pk = packed ? &packed_copies(w) : nullptr;
     const auto x = activations(m, s.in);
     QActivations a;
     a.prepare(mode, x.data(), m, s.in);
     std::vector<float> out(m * s.out);
     uint64_t i = 0;
     for (auto _ : state) {
-        const uint8_t* wc = w.copy(i++);
+        const uint64_t c = i++;
+        const uint8_t* wc = w.copy(c);
         split_rows(threads, s.out, [&](uint64_t r0, uint64_t r1) {
-            qmatmul(t, wc, w.stride, r0, r1, a, 0, m, out.data() + r0, s.out);
+            if (pk) {
+                r0 -= r0 % kQmatmulRowGrain;
+                if (r1 < s.out) r1 -= r1 % kQmatmulRowGrain;
+                qmatmul_packed((*pk)[c % w.copies], r0, r1, a, 0, m, out.data() + r0, s.out);
+            } else {
+                qmatmul(t, wc, w.stride, r0, r1, a, 0, m, out.data() + r0, s.out);
+            }
         });
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
@@ -304,6 +327,14 @@ void register_all() {
                             mname + "/threads:" + std::to_string(th),
                         [=](benchmark::State& st) { bm_quant(st, t, s, 1, mode, th); });
                 }
+        for (QType t : quant)
+            if (qmatmul_packed_serves(cpu_isa(), t))
+                for (int th : {1, 2})
+                    reg("gemv/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                            "/packed/threads:" + std::to_string(th),
+                        [=](benchmark::State& st) {
+                            bm_quant(st, t, s, 1, QActivations::Mode::int8, th, kRotateBytes, true);
+                        });
     }
     // Prefill at the two smaller shapes (4096x14336 at m = 128 would take seconds per iteration).
     for (Shape s : {kShapes[0], kShapes[1]})
@@ -319,6 +350,13 @@ void register_all() {
                             "/m:" + std::to_string(m) + "/" + mname + "/threads:2",
                         [=](benchmark::State& st) { bm_quant(st, t, s, m, mode, 2); });
                 }
+            for (QType t : quant)
+                if (qmatmul_packed_serves(cpu_isa(), t))
+                    reg("gemm/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                            "/m:" + std::to_string(m) + "/packed/threads:2",
+                        [=](benchmark::State& st) {
+                            bm_quant(st, t, s, m, QActivations::Mode::int8, 2, kRotateBytes, true);
+                        });
         }
     // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
@@ -350,6 +388,17 @@ void register_all() {
                                              })
                     ->Unit(benchmark::kMicrosecond);
             }
+    for (QType t : quant)
+        if (qmatmul_packed_serves(cpu_isa(), t))
+            for (uint64_t m : {1u, 16u})
+                benchmark::RegisterBenchmark(
+                    ("l2/" + std::string(qtype_traits(t).name) +
+                     "/512x1024/m:" + std::to_string(m) + "/packed")
+                        .c_str(),
+                    [=](benchmark::State& st) {
+                        bm_quant(st, t, {512, 1024}, m, QActivations::Mode::int8, 1, 0, true);
+                    })
+                    ->Unit(benchmark::kMicrosecond);
     for (Shape s : kShapes)
         for (uint64_t m : {1u, 128u})
             reg("prepare/k:" + std::to_string(s.in) + "/m:" + std::to_string(m),
