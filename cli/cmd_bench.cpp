@@ -82,6 +82,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                                 {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
                                 {"bandwidth_fraction", *r.bandwidth_fraction},
                                 {"int8_activations", !common.float_activations},
+                                {"bf16_activations", common.bf16_activations},
                                 {"cpu_isa", std::string(isa_name(cpu_isa()))},
                                 {"fp16_saturations", backend->fp16_saturations()}};
             std::printf("%s\n", j.dump(2).c_str());

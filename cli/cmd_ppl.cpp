@@ -51,7 +51,8 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
     add_model_input(app, "--kl-base", a->kl_base,
                     "base model (e.g. the FP16 .qf, or any input kind): also report KL divergence "
                     "from it, top-1 agreement "
-                    "and RMS of the probability difference, both run in the same pass");
+                    "and RMS of the probability difference, both run in the same pass (the "
+                    "base always with exact bf16 activations)");
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
     add_backend_option(app, common);
@@ -93,8 +94,12 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
 
         ThreadPool pool(resolved_threads(common));
         auto backend = make_selected_backend(common, model, pool);
+        // The base is the reference: its bf16 products keep exact activations, so
+        // `--bf16-activations --kl-base` on the same file measures what the mode costs.
+        CommonOptions base_options = common;
+        base_options.bf16_activations = false;
         std::unique_ptr<Backend> base_backend =
-            base ? make_selected_backend(common, *base, pool) : nullptr;
+            base ? make_selected_backend(base_options, *base, pool) : nullptr;
 
         const bool chatty = !common.quiet;
         if (chatty)

@@ -271,11 +271,15 @@ void add_cpu_backend_options(CLI::App& app, CommonOptions& o) {
     app.add_flag("--float-activations", o.float_activations,
                  "multiply quantized weights with float32 activations instead of int8 blocks "
                  "(exact, slower; to measure what int8 activations cost)");
+    app.add_flag("--bf16-activations", o.bf16_activations,
+                 "multiply bf16 weights with activations rounded to bf16 (AVX-512 BF16: faster "
+                 "prefill, inexact; refused on a CPU without it; other weights unchanged)");
 }
 
 CpuBackendOptions cpu_backend_options(const CommonOptions& o) {
     CpuBackendOptions b;
     b.int8_activations = !o.float_activations;
+    b.bf16_activations = o.bf16_activations;
     return b;
 }
 

@@ -103,6 +103,10 @@ struct CpuBackendOptions {
     // same bits, decode and prefill faster, the packed copies' memory besides the file's pages).
     // QFORGE_NO_REPACK=1 in the environment turns it off too (to compare the two).
     bool repack = true;
+    // bf16 matrices times activations rounded to bf16 (AVX-512 BF16's vdpbf16ps,
+    // kernels/cpu/bf16_gemm.hpp): inexact, faster prefill; refused on a CPU without it. Other
+    // matrices are unchanged.
+    bool bf16_activations = false;
 };
 
 // The CPU backend; `pool` (shared by every backend of a process) runs its parallel loops.

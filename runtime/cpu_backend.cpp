@@ -62,13 +62,28 @@ CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions o
 }
 
 void CpuBackend::pack_matrices() {
-    if (!options_.repack || !options_.int8_activations || std::getenv("QFORGE_NO_REPACK")) return;
+    if (options_.bf16_activations && (isa_ < Isa::avx512 || !bf16_dot_available()))
+        throw Error(
+            "cpu backend: bf16 activations need the avx512 level and AVX-512 BF16; this "
+            "process runs " +
+            cpu_isa_description());
+    const bool quantized =
+        options_.repack && options_.int8_activations && !std::getenv("QFORGE_NO_REPACK");
     auto add = [&](const Matrix& w) {
-        if (w.rows == 0 || !qmatmul_packed_serves(isa_, w.qtype) || packed_.count(&w)) return;
-        QPackedRows p(w.qtype, w.rows, w.cols);
-        split(p.tiles(), p.bytes(),
-              [&](uint64_t b, uint64_t e, int) { p.pack(w.data, w.row_bytes(), b, e); });
-        packed_.emplace(&w, std::move(p));
+        if (w.rows == 0) return;
+        if (quantized && qmatmul_packed_serves(isa_, w.qtype) && !packed_.count(&w)) {
+            QPackedRows p(w.qtype, w.rows, w.cols);
+            split(p.tiles(), p.bytes(),
+                  [&](uint64_t b, uint64_t e, int) { p.pack(w.data, w.row_bytes(), b, e); });
+            packed_.emplace(&w, std::move(p));
+        } else if (options_.bf16_activations && w.qtype == QType::bf16 && !bf16_packed_.count(&w)) {
+            Bf16PackedRows p(w.rows, w.cols);
+            split(p.tiles(), p.tiles() * p.tile_bytes(),
+                  [&](uint64_t b, uint64_t e, int) { p.pack(w.data, w.row_bytes(), b, e); });
+            bf16_packed_.emplace(&w, std::move(p));
+        } else {
+            return;
+        }
         model_.release_pages(w);  // resident once: the packed copy
     };
     for (uint64_t layer = 0; layer < c_.num_layers; ++layer)
@@ -79,6 +94,11 @@ void CpuBackend::pack_matrices() {
 const QPackedRows* CpuBackend::packed(const Matrix& w) const {
     const auto it = packed_.find(&w);
     return it == packed_.end() ? nullptr : &it->second;
+}
+
+const Bf16PackedRows* CpuBackend::bf16_packed(const Matrix& w) const {
+    const auto it = bf16_packed_.find(&w);
+    return it == bf16_packed_.end() ? nullptr : &it->second;
 }
 
 std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
@@ -247,7 +267,8 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
         else
             *dst = v;
     };
-    if (n == 1 && !qtype_is_quantized(w.qtype)) {  // decode: read each row once, from the mapping
+    const Bf16PackedRows* bf16 = bf16_packed(w);
+    if (n == 1 && !qtype_is_quantized(w.qtype) && !bf16) {  // decode: each row once, in place
         for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot(w.qtype, w.row(r), x, cols));
         return;
     }
@@ -260,6 +281,8 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
         const uint64_t re = std::min(r1, rb + rows_per_block);
         if (const QPackedRows* p = packed(w))
             qmatmul_packed(*p, rb, re, acts_, 0, n, scratch, re - rb);
+        else if (bf16)  // decode too: one token is a 1-token tile, the same bits
+            bf16_matmul(*bf16, rb, re, bf16_tokens_, 0, n, scratch, re - rb);
         else if (qtype_is_quantized(w.qtype))
             qmatmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch,
                         re - rb);
@@ -274,9 +297,12 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
 
 void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, const float* x,
                                      uint64_t n) {
-    bool quantized = false, floats = false;
+    bool quantized = false, floats = false, bf16 = false;
     for (const Matrix* m : matrices)
-        if (qtype_is_quantized(m->qtype)) {
+        if (bf16_packed(*m)) {
+            if (!bf16) bf16_tokens_.prepare(x, n, m->cols);
+            bf16 = true;
+        } else if (qtype_is_quantized(m->qtype)) {
             if (!quantized)
                 acts_.prepare(
                     options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32,

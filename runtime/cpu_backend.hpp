@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/qdot.hpp"
 #include "kernels/cpu/qpack.hpp"
@@ -102,10 +103,12 @@ class CpuBackend final : public Backend, private ForwardOps {
     void split(uint64_t n, uint64_t work, F&& fn, uint64_t grain = 1);
 
     // Repacks every quantized layer matrix and the LM head that the level has a packed kernel
-    // for (options_.repack) into packed_.
+    // for (options_.repack) into packed_, and with options_.bf16_activations every bf16 one
+    // into bf16_packed_.
     void pack_matrices();
     // w's packed rows, or null.
     const QPackedRows* packed(const Matrix& w) const;
+    const Bf16PackedRows* bf16_packed(const Matrix& w) const;
 
     const Model& model_;
     const ModelConfig& c_;
@@ -126,6 +129,9 @@ class CpuBackend final : public Backend, private ForwardOps {
     QActivations acts_;            // the current product input, prepared for quantized matrices
     FloatTokens float_tokens_;     // and for float matrices (prefill)
     std::unordered_map<const Matrix*, QPackedRows> packed_;  // pack_matrices
+    // options_.bf16_activations: the bf16 matrices packed, and the product input rounded.
+    std::unordered_map<const Matrix*, Bf16PackedRows> bf16_packed_;
+    Bf16Tokens bf16_tokens_;
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
 };

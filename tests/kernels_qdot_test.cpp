@@ -83,15 +83,6 @@ Matrix make_matrix(QType t, uint64_t n, uint64_t k, uint32_t seed) {
     return m;
 }
 
-std::vector<float> make_activations(uint64_t m, uint64_t k, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(m * k);
-    for (auto& v : x) v = dist(rng);
-    for (uint64_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;  // outliers, as in real activations
-    return x;
-}
-
 // Exact (float64) product and magnitude M (see the header comment) of row r with token t.
 struct Reference {
     double value, magnitude;
@@ -167,7 +158,7 @@ TEST_CASE("qmatmul at every level agrees with a float64 product within derived b
             const uint64_t n = k >= 4096 ? 5 : 9;
             const Matrix m = make_matrix(t, n, k, seed++);
             for (uint64_t tokens : {1u, 3u, 17u}) {
-                const auto x = make_activations(tokens, k, seed++);
+                const auto x = test::kernel_activations(tokens, k, seed++);
                 for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
                     QActivations a;
                     a.prepare(mode, x.data(), tokens, k);
@@ -224,7 +215,7 @@ TEST_CASE("qmatmul at avx512 gives scalar's bits over several row groups and eve
                 for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
                     INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
                                   << (damaged ? " damaged zeros" : ""));
-                    const auto x = make_activations(tokens, k, seed++);
+                    const auto x = test::kernel_activations(tokens, k, seed++);
                     QActivations a;
                     a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
                     const auto exact = run(Isa::scalar, m, a);
@@ -260,7 +251,7 @@ TEST_CASE("qmatmul_packed gives scalar's bits for every packed type, row range a
                 packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
                 packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
                 for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
-                    const auto x = make_activations(tokens, k, seed++);
+                    const auto x = test::kernel_activations(tokens, k, seed++);
                     QActivations a;
                     a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
                     const auto exact = run(Isa::scalar, m, a);
@@ -303,7 +294,7 @@ TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight"
         for (uint64_t k : {uint64_t{172}, uint64_t{4096}}) {
             const uint64_t tokens = 3, n = 7;
             const Matrix m = make_matrix(t, n, k, seed++);
-            const auto x = make_activations(tokens, k, seed++);
+            const auto x = test::kernel_activations(tokens, k, seed++);
             QActivations a8, a32;
             a8.prepare(QActivations::Mode::int8, x.data(), tokens, k);
             a32.prepare(QActivations::Mode::f32, x.data(), tokens, k);
@@ -334,7 +325,7 @@ TEST_CASE("qmatmul: every row and token tiling gives the same bits", "[qdot]") {
         for (uint64_t k : {uint64_t{100}, uint64_t{576}, uint64_t{1000}}) {
             const uint64_t n = 13, tokens = 17;
             const Matrix m = make_matrix(t, n, k, seed++);
-            const auto x = make_activations(tokens, k, seed++);
+            const auto x = test::kernel_activations(tokens, k, seed++);
             for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
                 for (Isa isa : cpu_isa_levels()) {
                     INFO("qtype " << qtype_traits(t).name << " k " << k << " mode "
@@ -377,7 +368,7 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
     for (QType t : quantized_types()) {
         const uint64_t k = 200, n = 3, tokens = 2;
         const Matrix m = make_matrix(t, n, k, 900);
-        auto x = make_activations(tokens, k, 901);
+        auto x = test::kernel_activations(tokens, k, 901);
         x[k + 150] = std::numeric_limits<float>::infinity();  // token 1 only
         for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
             QActivations a;
@@ -398,7 +389,7 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
 TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layout", "[qdot]") {
     for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{100}, uint64_t{300}, uint64_t{520}}) {
         const uint64_t tokens = 2;
-        auto x = make_activations(tokens, k, 77);
+        auto x = test::kernel_activations(tokens, k, 77);
         if (k >= 64)
             for (uint64_t j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block
         if (k >= 300)  // a block whose x / d land on halves: 127 / 127 * (i + 0.5)
@@ -443,8 +434,8 @@ TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layout", "[qdot]"
 
 TEST_CASE("qmatmul on float rows in f32 mode is dot_row", "[qdot]") {
     const uint64_t k = 100, n = 3;
-    const auto w = make_activations(n, k, 11);
-    const auto x = make_activations(2, k, 12);
+    const auto w = test::kernel_activations(n, k, 11);
+    const auto x = test::kernel_activations(2, k, 12);
     QActivations a;
     a.prepare(QActivations::Mode::f32, x.data(), 2, k);
     std::vector<float> out(2 * n);
@@ -476,7 +467,7 @@ TEST_CASE("dequantize_rows equals dequantize_row_ref bit for bit", "[qdot]") {
 
 TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws", "[qdot]") {
     const uint64_t k = 64;
-    const auto x = make_activations(1, k, 13);
+    const auto x = test::kernel_activations(1, k, 13);
     QActivations a;
     a.prepare(QActivations::Mode::int8, x.data(), 1, k);
     std::vector<uint8_t> w(4096, 0);

@@ -13,6 +13,7 @@
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "quant/block_forward.hpp"
 #include "quant/hessian.hpp"
 #include "runtime/backend.hpp"
@@ -325,6 +326,45 @@ TEST_CASE("cpu backend and model loader refuse bad input with a clear error", "[
                             Contains("tensor 'layers.0.mlp.gate': shape [72, 48] but the config's "
                                      "intermediate_size 70 and hidden_size 48 require [70, 48]"));
     }
+}
+
+TEST_CASE(
+    "cpu backend, bf16 activations: near the reference, identical for any thread count, "
+    "prefill == decode",
+    "[runtime]") {
+    test::ScratchDir dir("runtime-bf16");
+    const Variant& v = kVariants[2];
+    const fs::path path = dir / "m.qf";
+    write_model(path, variant_config(v), QType::bf16, 9);
+    Model model(path.string());
+    ThreadPool one(1);
+    if (!bf16_dot_available()) {
+        WARN("no AVX-512 BF16 at this process's level: the mode is refused, not run");
+        REQUIRE_THROWS_AS(make_cpu_backend(model, one, {.bf16_activations = true}), Error);
+        return;
+    }
+    const auto tokens = some_tokens(41, model.config().vocab_size, 2);
+    // Each activation rounded to bf16 moves by at most 2^-8 of itself (0.4%, about 0.1% RMS
+    // for Gaussian-like values); every projection (7 per layer, 2 layers, the head) adds such an
+    // error, so logits move by about sqrt(15) * 0.1% ~ 0.4%; 3% as for int8 activations (whose
+    // per-element rounding is larger) allows for softmax and SwiGLU. A wrong pair order or a
+    // dropped pair moves logits by tens of percent.
+    const auto ref = reference_forward(model, tokens);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        auto cpu =
+            make_cpu_backend(model, pool, {.min_parallel_work = 0, .bf16_activations = true});
+        const auto prefill = run(*cpu, tokens);
+        INFO("threads " << threads);
+        REQUIRE(worst_rel_l2(prefill, ref) <= 3e-2);
+        REQUIRE(prefill == run_token_by_token(*cpu, tokens));
+        if (first.empty()) first = prefill;
+        REQUIRE(prefill == first);
+    }
+    // It is another product than the exact mode's.
+    auto exact = make_cpu_backend(model, one);
+    REQUIRE(run(*exact, tokens) != first);
 }
 
 TEST_CASE("cpu backend runs every quantized qtype: exact with float activations, near with int8",

@@ -134,4 +134,13 @@ std::vector<float> correlated_inputs(uint64_t n, uint64_t k, uint64_t latent, ui
     return x;
 }
 
+std::vector<float> kernel_activations(uint64_t m, uint64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (auto& v : x) v = dist(rng);
+    for (uint64_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+    return x;
+}
+
 }  // namespace qforge::test

@@ -75,6 +75,10 @@ std::vector<uint8_t> matrix_bytes(QType t, uint64_t rows, uint64_t cols,
 // channels: the correlated inputs of a real linear layer in miniature (GPTQ and refit tests).
 std::vector<float> correlated_inputs(uint64_t n, uint64_t k, uint64_t latent, uint64_t seed);
 
+// Activations [m][k] for kernel tests: standard normal, every 97th value 20 times larger (the
+// outliers real activations have).
+std::vector<float> kernel_activations(uint64_t m, uint64_t k, uint32_t seed);
+
 // Every quantized type of formats/qtype.hpp's table, in table order.
 inline std::vector<QType> quantized_types() {
     std::vector<QType> v;

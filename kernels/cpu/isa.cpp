@@ -99,6 +99,7 @@ std::string_view isa_name(Isa isa) {
 
 Isa cpu_isa_supported() { return choice().supported; }
 Isa cpu_isa() { return choice().used; }
+bool cpu_has_avx512_bf16() { return choice().features.avx512_bf16; }
 
 std::string cpu_isa_description() {
     const Choice& c = choice();

@@ -32,6 +32,9 @@ Isa cpu_isa_supported();
 // The level in use: cpu_isa_supported() capped by QFORGE_ISA / QFORGE_NO_AVX2.
 Isa cpu_isa();
 
+// Whether the CPU has AVX-512 BF16 (vdpbf16ps; kernels/cpu/bf16_gemm.hpp), whatever the level.
+bool cpu_has_avx512_bf16();
+
 // Every level up to cpu_isa(), lowest first (what the kernel tests run).
 std::vector<Isa> cpu_isa_levels();
 

@@ -1,0 +1,77 @@
+// bf16 weights times activations rounded to bf16, with AVX-512 BF16's vdpbf16ps: an opt-in,
+// inexact mode for bf16 models (CpuBackendOptions::bf16_activations, `--bf16-activations`). The
+// exact mode (float_gemm.hpp's dot_row bits, activations in f32) stays the default.
+//
+// What the mode changes. Each activation is rounded to bf16 (round to nearest even; 8
+// significant bits, so |x - bf16(x)| <= 2^-8 |x|); the weights are bf16 already, so every
+// product w * bf16(x) is exact in f32, and vdpbf16ps adds two of them per lane per instruction
+// (denormal bf16 inputs and f32 results are flushed to zero, as the instruction defines). A
+// product's error is then at most 2^-8 sum |w x| from the activations plus (k + 5) 2^-24 sum |w x|
+// from the f32 sums (tests/kernels_bf16_gemm_test.cpp); KL divergence against exact activations
+// is measured in kernels/README.md, "bf16 activations".
+//
+// Order. Row r's output is one chain per lane: acc = 0; for each pair p of weights (2p, 2p + 1)
+// in order, acc = vdpbf16ps(acc, w pair, x pair); rows sit in lanes, 16 to a vector. So an
+// output's operations depend only on k, never on the row or token tile, the thread, or prefill
+// versus decode (one token is a 1-token tile): bit-identical across all of them on one CPU.
+// The weights are repacked once, at load, 16 rows to a tile with each pair of a row in its lane
+// (`Bf16PackedRows`), so neither decode nor prefill transposes anything.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace qforge {
+
+// Whether this process can run the mode: the avx512 level in use and AVX-512 BF16 on the CPU.
+bool bf16_dot_available();
+
+// bf16 rows [rows][k] (2 bytes per weight, rows `stride` bytes apart) repacked: tile i holds rows
+// 16 i .. 16 i + 15, and for each pair p the 16 rows' weights (2p, 2p + 1) as one 64-byte vector
+// (lane l: row 16 i + l, weight 2p in the low half). Rows past the last and a last odd weight are
+// zero.
+class Bf16PackedRows {
+  public:
+    Bf16PackedRows() = default;
+    Bf16PackedRows(uint64_t rows, uint64_t k);
+    // Packs tiles [tile0, tile1) (callers may split them over threads).
+    void pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1);
+
+    uint64_t rows() const { return rows_; }
+    uint64_t k() const { return k_; }
+    uint64_t pairs() const { return (k_ + 1) / 2; }
+    uint64_t tiles() const { return (rows_ + 15) / 16; }
+    uint64_t tile_bytes() const { return pairs() * 64; }
+    const uint8_t* tile(uint64_t i) const { return data_.get() + i * tile_bytes(); }
+
+  private:
+    struct Free {
+        void operator()(uint8_t* p) const;
+    };
+    uint64_t rows_ = 0, k_ = 0;
+    std::unique_ptr<uint8_t[], Free> data_;
+};
+
+// n tokens of k activations rounded to bf16 (round to nearest even, NaN kept a NaN), as pairs:
+// token t's pair p is one 32-bit word, weight 2p's activation in its low half, a last odd one
+// paired with zero.
+class Bf16Tokens {
+  public:
+    void prepare(const float* x, uint64_t n, uint64_t k);
+    uint64_t tokens() const { return n_; }
+    uint64_t k() const { return k_; }
+    const uint32_t* pairs(uint64_t t) const { return p_.data() + t * ((k_ + 1) / 2); }
+
+  private:
+    uint64_t n_ = 0, k_ = 0;
+    std::vector<uint32_t> p_;
+};
+
+// out[(t - t0) * ldo + (r - r0)] = row r of w . token t of x in this mode, for rows [r0, r1)
+// (any r0; tiles start at multiples of 16) and tokens [t0, t1). Throws qforge::Error when
+// bf16_dot_available() is false or k differs.
+void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
+                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+
+}  // namespace qforge
