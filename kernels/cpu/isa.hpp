@@ -39,7 +39,8 @@ bool cpu_has_avx512_bf16();
 std::vector<Isa> cpu_isa_levels();
 
 // One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
-// the level in use, then the CPU's highest level and the extensions it has that no level uses yet.
+// the level in use, then the CPU's highest level and the extensions it has beyond the levels
+// (avx512_bf16: the opt-in bf16-activation mode; avx_vnni: unused).
 std::string cpu_isa_description();
 
 }  // namespace qforge
