@@ -698,7 +698,9 @@ struct GroupMeta {
     __m512 scale, zero;
     __m512i bias;
 };
-template <QType T>
+// Biased: also the zeros' byte bias (a vpmulld, which one token, subtracting its zeros as
+// floats, does without).
+template <QType T, bool Biased>
 QF_AVX512 inline GroupMeta packed_group_meta(const uint8_t* at) {
     GroupMeta m;
     m.scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
@@ -708,14 +710,14 @@ QF_AVX512 inline GroupMeta packed_group_meta(const uint8_t* at) {
         const __m512i z = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 2 * kLanes)));
         m.zero = _mm512_cvtepi32_ps(z);
-        m.bias = zero_bias(z);
+        if constexpr (Biased) m.bias = zero_bias(z);
     }
     return m;
 }
 
 // The chunk's nb blocks' scales (mins, zeros) into p[i * p_stride] and their biases; per-row
 // types take the tile's `row` meta.
-template <QType T>
+template <QType T, bool Biased>
 QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& pl, uint64_t nb,
                                         const GroupMeta& row, PackedBlock* p, uint64_t p_stride,
                                         __m512i (&bias)[kChunkBlocks]) {
@@ -730,7 +732,7 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
     GroupMeta m = row;
     for (uint64_t i = 0; i < nb; ++i) {
         if (pl.group_blocks != 0 && i % pl.group_blocks == 0)
-            m = packed_group_meta<T>(meta + i / pl.group_blocks * pl.group_meta);
+            m = packed_group_meta<T, Biased>(meta + i / pl.group_blocks * pl.group_meta);
         p[i * p_stride].scale = m.scale;
         p[i * p_stride].zero = m.zero;
         bias[i] = m.bias;
@@ -766,7 +768,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
         for (uint64_t g = 0; g < ng; ++g) {
             const uint64_t i = rg / kLanes + g;
             tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
-            row[g] = packed_group_meta<T>(tile[g]);  // per-row types' header (else unused)
+            row[g] = packed_group_meta<T, true>(tile[g]);  // per-row types' header (else unused)
         }
         for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
         for (uint64_t c = 0; c < pl.chunks; ++c) {
@@ -776,7 +778,12 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             for (uint64_t g = 0; g < ng; ++g) {
                 const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
                 prefetch_lines(chunk + kPackedAhead, pl.chunk_bytes, 0, ~0ull);
-                packed_chunk_meta<T>(chunk, pl, nb, row[g], &pk[0][g], kGroups, chunk_bias[g]);
+                if (direct)
+                    packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
+                                                chunk_bias[g]);
+                else
+                    packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
+                                               chunk_bias[g]);
                 codes[g] = chunk + pl.meta_bytes(nb);
             }
             if (direct) {
