@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "formats/qf.hpp"
+#include "formats/qf_validate.hpp"
 #include "quant/gptq.hpp"
 #include "quant/rtn.hpp"
 #include "runtime/model.hpp"
@@ -313,6 +314,23 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
                             " is not supported (quantize the float model instead)");
         total_bytes += qtype_tensor_bytes(t.qtype, t.shape).value_or(0);
         plan.push_back(std::move(p));
+    }
+    // A calibrated run reads blocks of weights together, long before it writes them: a NaN or
+    // an infinity would surface as an error about a whole block (GPTQ) or an fp16 overflow (AWQ)
+    // after minutes of work, so every weight it will quantize is checked first, as verify and
+    // RTN name them.
+    if (quant_method_info(options.recipe.method).calibrated || options.calibrated.importance) {
+        std::vector<uint8_t> scratch;
+        for (size_t i = 0; i < plan.size(); ++i) {
+            if (!qtype_traits(plan[i].source).is_float) continue;
+            QfTensorInfo info;
+            info.name = plan[i].name;
+            info.qtype = plan[i].source;
+            info.shape = plan[i].shape;
+            if (const auto bad = find_non_finite(info, src->bytes(i, scratch)))
+                throw Error(src->file_of(i), plan[i].name, *bad + ": weights must be finite");
+            src->release(i);
+        }
     }
     ThreadPool pool(std::max(1, options.threads));
     const std::unique_ptr<CalibrationSet> calibration = calibration_set(options, *src);

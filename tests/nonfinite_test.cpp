@@ -130,6 +130,24 @@ TEST_CASE("nonfinite: NaN or Inf weights are an error naming the model and the p
             REQUIRE_THAT(r.output, Contains("are not finite"));
             REQUIRE_THAT(r.output, !Contains("PPL ="));
         }
+        // Quantizing reads every weight before any calibration: the same error, naming the
+        // tensor, from every method, and no output file.
+        for (const char* method : {"rtn", "gptq", "awq"}) {
+            INFO(method);
+            const fs::path out = dir / (std::string(c.label) + "-" + method + ".qf");
+            const auto r =
+                test::run_qforge("-q quantize " + quoted(bad) + " -o " + quoted(out) +
+                                 " --qtype q4_g32 --method " + method +
+                                 (std::string(method) == "rtn"
+                                      ? ""
+                                      : " --calib " + quoted(text) + " --seqlen 32 --nsamples 4"));
+            INFO(r.output);
+            REQUIRE(r.exit_code == 1);
+            REQUIRE_THAT(r.output, Contains(bad.string() + ": tensor '" + c.tensor + "'"));
+            REQUIRE_THAT(r.output, Contains("weights must be finite"));
+            REQUIRE_THAT(r.output, !Contains("block"));  // before any calibration work
+            REQUIRE(!fs::exists(out));
+        }
         // ppl names the chunk and the text token.
         const auto p = test::run_qforge("-q ppl " + quoted(bad) + " -f " + quoted(text) +
                                         " --ctx 32 --protocol gptq");
