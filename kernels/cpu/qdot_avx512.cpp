@@ -768,7 +768,12 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
         for (uint64_t g = 0; g < ng; ++g) {
             const uint64_t i = rg / kLanes + g;
             tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
-            row[g] = packed_group_meta<T, true>(tile[g]);  // per-row types' header (else unused)
+            if constexpr (Kind<T>::group_blocks == 0 && !Kind<T>::super)
+                row[g] = packed_group_meta<T, true>(tile[g]);  // the per-row scales' header
+            else
+                row[g] =
+                    GroupMeta{_mm512_setzero_ps(), _mm512_setzero_ps(),
+                              _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
         }
         for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
         for (uint64_t c = 0; c < pl.chunks; ++c) {
