@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "runtime/model.hpp"
 
 namespace qforge::cli {
 
@@ -296,7 +297,21 @@ std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Mod
                                                ThreadPool& pool) {
     BackendOptions b;
     b.cpu = cpu_backend_options(o);
-    return make_backend(*backend_kind_from_name(o.backend), model, pool, b);
+    auto backend = make_backend(*backend_kind_from_name(o.backend), model, pool, b);
+    if (o.bf16_activations) {
+        // The mode touches bf16 matrices only: say so rather than leave an f16 or quantized
+        // model's user waiting for a speed-up.
+        bool any = model.lm_head().qtype == QType::bf16;
+        for (uint64_t layer = 0; layer < model.config().num_layers && !any; ++layer)
+            for (int i = 0; i < kBlockLinears; ++i)
+                any = any || model.weight(layer, static_cast<Weight>(i)).qtype == QType::bf16;
+        if (!any)
+            std::fprintf(stderr,
+                         "note: %s has no bf16 matrices: --bf16-activations changes nothing "
+                         "(convert with --dtype bf16 to use it)\n",
+                         model.path().c_str());
+    }
+    return backend;
 }
 
 void print_fp16_saturations(const Backend& backend) {

@@ -11,6 +11,7 @@
 
 #include "cli_support.hpp"
 #include "formats/qf.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
@@ -140,4 +141,35 @@ TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context en
         REQUIRE(r.output.rfind("qforge: error: ", 0) == 0);
         REQUIRE_THAT(r.output, Contains("context of 128"));
     }
+}
+
+TEST_CASE(
+    "qforge bench --bf16-activations: bf16 models run, others get a note, refused below "
+    "AVX-512 BF16",
+    "[bench][cli][shared]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("bench-bf16");
+    const fs::path hf = data / "stories260K" / "hf";
+    const fs::path f32 = convert(hf, dir / "f32.qf");
+    const fs::path bf16 = convert(hf, dir / "bf16.qf", "--dtype bf16");
+    const std::string args = " -p 8 -n 4 -r 1 -t 2 -q --bf16-activations";
+    const auto lowered = test::run_qforge("bench " + q(bf16) + args, "QFORGE_ISA=avx2");
+    INFO(lowered.output);
+    REQUIRE(lowered.exit_code == 1);
+    REQUIRE_THAT(lowered.output,
+                 Contains("bf16 activations need the avx512 level and AVX-512 BF16"));
+    if (!bf16_dot_available()) {
+        WARN("no AVX-512 BF16 at this process's level: only the refusal is checked");
+        return;
+    }
+    const auto plain = test::run_qforge("bench " + q(f32) + args);
+    INFO(plain.output);
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE_THAT(plain.output,
+                 Contains("has no bf16 matrices: --bf16-activations changes nothing"));
+    const auto j = bench_json(bf16, "-p 8 -n 4 -r 1 -t 2 --bf16-activations");
+    REQUIRE(j.at("bf16_activations").get<bool>());
+    auto r = test::run_qforge("bench " + q(bf16) + args);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.output, !Contains("no bf16 matrices"));
 }
