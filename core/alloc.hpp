@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -45,5 +46,14 @@ decltype(auto) naming_file_on_bad_alloc(const std::string& file, F&& f) {
                     "out of memory while reading it (a size exceeds what can be allocated)");
     }
 }
+
+// A buffer for weights a kernel streams through, 64-byte aligned; 2 MiB or more in 2 MiB-aligned
+// memory advised for huge pages (one TLB entry per 2 MiB of a stream). An Error naming `what`
+// and the size when it cannot be allocated.
+struct FreeAligned {
+    void operator()(uint8_t* p) const;
+};
+using AlignedBytes = std::unique_ptr<uint8_t[], FreeAligned>;
+AlignedBytes stream_buffer(uint64_t bytes, const std::string& what);
 
 }  // namespace qforge

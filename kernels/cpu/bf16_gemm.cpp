@@ -9,7 +9,6 @@
 #include "kernels/cpu/bf16_gemm.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -32,22 +31,15 @@ constexpr uint64_t kBlockPairs = 1024;  // pairs per block of k
 constexpr int kMaxGroups = 3;           // tiles per register tile
 constexpr int kMaxTokens = 8;           // tokens per register tile
 
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
-
 }  // namespace
 
 bool bf16_dot_available() { return cpu_isa() >= Isa::avx512 && cpu_has_avx512_bf16(); }
-
-void Bf16PackedRows::Free::operator()(uint8_t* p) const { std::free(p); }
 
 Bf16PackedRows::Bf16PackedRows(uint64_t rows, uint64_t k) : rows_(rows), k_(k) {
     if (rows == 0 || k == 0)
         throw Error("bf16 packed rows: " + std::to_string(rows) + " rows of " + std::to_string(k) +
                     " weights: nothing to pack");
-    const uint64_t bytes = round_up(tiles() * tile_bytes(), 64);
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
-    if (!data_)
-        throw Error("bf16 packed rows: out of memory for " + std::to_string(bytes) + " bytes");
+    data_ = stream_buffer(tiles() * tile_bytes(), "bf16 packed rows");
 }
 
 void Bf16PackedRows::pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1) {

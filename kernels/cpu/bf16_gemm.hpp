@@ -19,8 +19,9 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
+
+#include "core/alloc.hpp"
 
 namespace qforge {
 
@@ -46,11 +47,8 @@ class Bf16PackedRows {
     const uint8_t* tile(uint64_t i) const { return data_.get() + i * tile_bytes(); }
 
   private:
-    struct Free {
-        void operator()(uint8_t* p) const;
-    };
     uint64_t rows_ = 0, k_ = 0;
-    std::unique_ptr<uint8_t[], Free> data_;
+    AlignedBytes data_;
 };
 
 // n tokens of k activations rounded to bf16 (round to nearest even, NaN kept a NaN), as pairs:

@@ -3,11 +3,8 @@
 #include "kernels/cpu/qpack.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <sys/mman.h>
 
 #include "core/error.hpp"
 
@@ -17,7 +14,6 @@ namespace {
 
 constexpr uint64_t kBlock = 32;
 constexpr uint64_t kLine = 64;
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
 
 bool packable(QType t) {
     const QTypeTraits& tr = qtype_traits(t);
@@ -56,8 +52,6 @@ std::optional<QPackLayout> qpack_layout(QType t, uint64_t k) {
     return p;
 }
 
-void QPackedRows::Free::operator()(uint8_t* p) const { std::free(p); }
-
 QPackedRows::QPackedRows(QType t, uint64_t rows, uint64_t k) : type_(t), rows_(rows), k_(k) {
     const auto layout = qpack_layout(t, k);
     if (!layout || rows == 0)
@@ -65,14 +59,8 @@ QPackedRows::QPackedRows(QType t, uint64_t rows, uint64_t k) : type_(t), rows_(r
                     std::to_string(rows) + " rows of " + std::to_string(k) +
                     " weights has no packed layout");
     layout_ = *layout;
-    // Large matrices in 2 MiB-aligned memory the kernel may back with huge pages (one TLB entry
-    // per 2 MiB of a stream; no difference measured beyond the host's noise, and none lost).
-    const uint64_t align = bytes() >= kHugePage ? kHugePage : kLine;
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, round_up(bytes(), align))));
-    if (!data_) throw Error("packed rows: out of memory for " + std::to_string(bytes()) + " bytes");
-#if defined(MADV_HUGEPAGE)
-    if (align == kHugePage) ::madvise(data_.get(), round_up(bytes(), align), MADV_HUGEPAGE);
-#endif
+    // Huge pages for large matrices: no difference measured beyond the host's noise, none lost.
+    data_ = stream_buffer(bytes(), "packed rows");
 }
 
 void QPackedRows::pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1) {

@@ -26,9 +26,9 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 
+#include "core/alloc.hpp"
 #include "formats/qtype.hpp"
 
 namespace qforge {
@@ -77,13 +77,10 @@ class QPackedRows {
     uint64_t bytes() const { return tiles() * layout_.tile_bytes; }
 
   private:
-    struct Free {
-        void operator()(uint8_t* p) const;
-    };
     QType type_ = QType::f32;
     uint64_t rows_ = 0, k_ = 0;
     QPackLayout layout_{};
-    std::unique_ptr<uint8_t[], Free> data_;
+    AlignedBytes data_;
 };
 
 }  // namespace qforge
