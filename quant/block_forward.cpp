@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/qdot.hpp"
 #include "runtime/thread_pool.hpp"
@@ -204,6 +205,7 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
     // (the first sgemm) before it writes their outputs, and no other block reads them: out may
     // be q.
     const uint64_t blocks = (seq_len_ + kAttentionBlock - 1) / kAttentionBlock;
+    const Isa isa = cpu_isa();
     pool_.parallel_for(sequences_ * c_.num_heads, [&](size_t b, size_t e) {
         std::vector<float> p(kAttentionBlock * seq_len_);
         for (size_t task = b; task < e; ++task) {
@@ -233,8 +235,9 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
                         if (cap > 0.0f) pr[j] = std::tanh(pr[j] / cap) * cap;
                         m = std::max(m, pr[j]);
                     }
+                    exp_shifted(isa, pr + lo, hi - lo, m);  // the runtime's exp (activation.hpp)
                     float sum = 0.0f;
-                    for (uint64_t j = lo; j < hi; ++j) sum += (pr[j] = std::exp(pr[j] - m));
+                    for (uint64_t j = lo; j < hi; ++j) sum += pr[j];
                     const float inv = 1.0f / sum;
                     std::fill(pr, pr + lo, 0.0f);
                     for (uint64_t j = lo; j < hi; ++j) pr[j] *= inv;
@@ -271,8 +274,8 @@ void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, u
         pool_.parallel_for(nt * inter, [&](size_t b, size_t e) {
             if (gelu)
                 for (size_t i = b; i < e; ++i) m[i] = gelu_tanh(g[i]) * u[i];
-            else
-                for (size_t i = b; i < e; ++i) m[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+            else  // the runtime's SiLU (activation.hpp)
+                silu_mul(cpu_isa(), g + b, u + b, m + b, e - b);
         });
     }
 }

@@ -16,11 +16,11 @@
 // grids only when its output error, measured again exactly on the stored grids, is lower.
 //
 // Cost: per sweep, one update of g per group (a dgemm of the panel's steps by H's rows J), 2 rows
-// k^2 flops, plus two products with H for the errors before and after: about 6 rows k^2 * 2 flops
-// at 4 sweeps, a few times GPTQ's own column loop (rows k^2 * 2); small next to the calibration
-// forward for models up to ~1B (SmolLM2: k <= 1536), but an 8B model's down_proj (4096 x 14336)
-// needs about 1e13 flops, a few minutes per layer on 2 cores (estimated, not measured; --no-refit
-// skips it).
+// k^2 flops, and H_JJ a for the panel's rows (one dgemm per group, 2 rows k group flops), plus two
+// products with H for the errors before and after: about 6 rows k^2 * 2 flops at 4 sweeps, a few
+// times GPTQ's own column loop (rows k^2 * 2); small next to the calibration forward for models up
+// to ~1B (SmolLM2: k <= 1536), but an 8B model's down_proj (4096 x 14336) needs about 1e13 flops, a
+// few minutes per layer on 2 cores (estimated, not measured; --no-refit skips it).
 //
 // Determinism: rows in fixed panels, single-threaded BLAS products of shapes that depend only on
 // the layer (BlasSingleThread must be alive, quant/hessian.hpp), so the grids do not depend on
