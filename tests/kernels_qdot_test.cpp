@@ -39,6 +39,7 @@
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/qdot.hpp"
+#include "kernels/cpu/qdot_avx2.hpp"
 #include "kernels/cpu/qpack.hpp"
 #include "test_support.hpp"
 
@@ -221,6 +222,41 @@ TEST_CASE("qmatmul at avx512 gives scalar's bits over several row groups and eve
                     const auto exact = run(Isa::scalar, m, a);
                     const auto fast = run(Isa::avx512, m, a);
                     REQUIRE(std::memcmp(fast.data(), exact.data(), 4 * fast.size()) == 0);
+                }
+            }
+        }
+}
+
+TEST_CASE("qmatmul: the avx2 level's AVX-VNNI row gives the AVX2 row's bits", "[qdot]") {
+    // vpdpbusd adds each dword's four byte products exactly; maddubs and madd give the same
+    // integers where no int16 pair saturates (kernels/cpu/qdot_x86.hpp): every type, both modes,
+    // k of 3 blocks (a pair and an odd block), 4 (two pairs, the last partial), 10 (a superblock
+    // and a pair) and 17 (two superblocks and an odd block), token tiles of 1 to 4 and a ragged
+    // one (9 tokens), against the two rows called directly.
+    if (!cpu_has_avx_vnni() || cpu_isa() < Isa::avx2) {
+        WARN("this CPU has no AVX-VNNI (or runs below avx2): the VNNI row is not run here");
+        return;
+    }
+    uint32_t seed = 1300;
+    for (QType t : quantized_types())
+        for (uint64_t k : {uint64_t{96}, uint64_t{100}, uint64_t{300}, uint64_t{520}}) {
+            const Matrix m = make_matrix(t, 7, k, seed++);
+            for (uint64_t tokens : {1u, 4u, 9u}) {
+                const auto x = test::kernel_activations(tokens, k, seed++);
+                for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32}) {
+                    INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
+                                  << " mode " << mode_name(mode));
+                    QActivations a;
+                    a.prepare(mode, x.data(), tokens, k);
+                    std::vector<float> out[2];
+                    const detail::QKernelRow* rows[2] = {&detail::avx2_kernels(),
+                                                         &detail::avx_vnni_kernels()};
+                    for (int i = 0; i < 2; ++i) {
+                        out[i].assign(tokens * m.n, std::nanf(""));
+                        (*rows[i])[static_cast<size_t>(t)].qmatmul(
+                            t, m.bytes.data(), m.stride, 0, m.n, a, 0, tokens, out[i].data(), m.n);
+                    }
+                    REQUIRE(std::memcmp(out[0].data(), out[1].data(), 4 * out[0].size()) == 0);
                 }
             }
         }

@@ -16,7 +16,7 @@ struct CpuFeatures {
     bool avx2 = false;    // AVX2 + FMA + F16C, with the OS saving the ymm state
     bool avx512 = false;  // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
     bool avx512_bf16 = false;
-    bool avx_vnni = false;  // VEX-encoded vpdpbusd (no level uses it yet)
+    bool avx_vnni = false;  // VEX-encoded vpdpbusd (the avx2 level's int8 products)
 };
 
 #ifdef QF_X86
@@ -100,6 +100,12 @@ std::string_view isa_name(Isa isa) {
 Isa cpu_isa_supported() { return choice().supported; }
 Isa cpu_isa() { return choice().used; }
 bool cpu_has_avx512_bf16() { return choice().features.avx512_bf16; }
+bool cpu_has_avx_vnni() { return choice().features.avx_vnni; }
+bool cpu_uses_avx_vnni() {
+    static const bool use =
+        cpu_has_avx_vnni() && cpu_isa() >= Isa::avx2 && !std::getenv("QFORGE_NO_AVX_VNNI");
+    return use;
+}
 
 std::string cpu_isa_description() {
     const Choice& c = choice();
@@ -107,7 +113,7 @@ std::string cpu_isa_description() {
     s += " (CPU: ";
     s += isa_name(c.supported);
     if (c.features.avx512_bf16) s += ", avx512_bf16";
-    if (c.features.avx_vnni) s += ", avx_vnni";
+    if (c.features.avx_vnni) s += cpu_uses_avx_vnni() ? ", avx_vnni" : ", avx_vnni off";
     if (c.note && c.used != c.supported) {
         s += "; lowered by ";
         s += c.note;

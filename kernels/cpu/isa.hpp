@@ -1,7 +1,8 @@
 // Instruction-set levels of the CPU kernels and the one run-time choice among them.
 //
 //   scalar  the reference versions: plain C++, obviously right
-//   avx2    AVX2 + FMA + F16C (every x86-64 CPU of the last decade)
+//   avx2    AVX2 + FMA + F16C (every x86-64 CPU of the last decade); its int8 products take
+//           AVX-VNNI's vpdpbusd where the CPU has it (same bits; QFORGE_NO_AVX_VNNI=1: not)
 //   avx512  avx2 plus AVX-512 F/BW/VL and VNNI (vpdpbusd): the int8-activation products 16
 //           rows at a time, bit-identical to scalar's (kernels/README.md says why)
 //
@@ -35,12 +36,20 @@ Isa cpu_isa();
 // Whether the CPU has AVX-512 BF16 (vdpbf16ps; kernels/cpu/bf16_gemm.hpp), whatever the level.
 bool cpu_has_avx512_bf16();
 
+// Whether the CPU has AVX-VNNI (VEX vpdpbusd on 256-bit registers), whatever the level; and
+// whether the avx2 level's int8 products use it: the CPU has it, the level in use is avx2 or
+// above, and QFORGE_NO_AVX_VNNI is not set. The products give the same bits either way
+// (kernels/cpu/qdot_avx_vnni.cpp), so this is a speed choice only, never a result one.
+bool cpu_has_avx_vnni();
+bool cpu_uses_avx_vnni();
+
 // Every level up to cpu_isa(), lowest first (what the kernel tests run).
 std::vector<Isa> cpu_isa_levels();
 
 // One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
 // the level in use, then the CPU's highest level and the extensions it has beyond the levels
-// (avx512_bf16: the opt-in bf16-activation mode; avx_vnni: unused).
+// (avx512_bf16: the opt-in bf16-activation mode; avx_vnni: the avx2 level's int8 products, or
+// "avx_vnni off" when QFORGE_NO_AVX_VNNI turns that off).
 std::string cpu_isa_description();
 
 }  // namespace qforge

@@ -192,8 +192,10 @@ KernelTable build_kernel_table() {
         auto& cell = table[static_cast<size_t>(Isa::scalar)][static_cast<size_t>(row.type)];
         cell = {qmatmul_scalar, dequantize_rows_scalar};
     }
-    const detail::QKernelRow* own[kIsaCount] = {nullptr, &detail::avx2_kernels(),
-                                                &detail::avx512_kernels()};
+    // The avx2 row: with AVX-VNNI's vpdpbusd where the CPU has it (the same bits).
+    const detail::QKernelRow* own[kIsaCount] = {
+        nullptr, cpu_uses_avx_vnni() ? &detail::avx_vnni_kernels() : &detail::avx2_kernels(),
+        &detail::avx512_kernels()};
     for (size_t level = 1; level < kIsaCount; ++level)
         for (const QTypeTraits& row : kQTypes) {
             const size_t i = static_cast<size_t>(row.type);

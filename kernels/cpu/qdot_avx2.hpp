@@ -25,6 +25,9 @@ using QKernelRow = std::array<QKernels, kQTypeCount>;  // indexed by QType, as k
 
 // The AVX2/FMA/F16C kernels (qdot_avx2.cpp): every quantized type, k >= 1.
 const QKernelRow& avx2_kernels();
+// The same kernels with AVX-VNNI's vpdpbusd for the int8 products (qdot_avx_vnni.cpp): the avx2
+// row's bits; call only where the CPU has AVX-VNNI (isa.hpp's cpu_has_avx_vnni).
+const QKernelRow& avx_vnni_kernels();
 
 // The AVX-512 F/BW/VL + VNNI kernels (qdot_avx512.cpp): every quantized type's int8-activation
 // product, bit-identical to qmatmul_scalar's; f32 mode and dequantization are AVX2's.

@@ -21,7 +21,15 @@ namespace qforge::detail {
 
 namespace {
 
+// The AVX2 helpers' target; qdot_avx_vnni.cpp defines it with avxvnni added first.
+#ifndef QF_AVX2
 #define QF_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+// 1: the int8 products below use AVX-VNNI's vpdpbusd (VEX, 256-bit) instead of maddubs and madd.
+// Every site's int16 pair sums are below 2^15 (said at each), so both give the same int32 sums.
+#ifndef QF_INT8_VNNI
+#define QF_INT8_VNNI 0
+#endif
 
 constexpr uint64_t kBlock = 32;  // weights per activation block and per code chunk
 constexpr uint64_t kSuper = 8;   // blocks per superblock: one 8-lane vector of their scales
@@ -309,7 +317,7 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const Row& row, uin
                                                              const __m256* cs,
                                                              const Int8Tokens<NT>& x, __m256* acc) {
     const uint8_t* codes = row.codes;
-    const __m256i ones = _mm256_set1_epi16(1);
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
     if constexpr (Kind<T>::unsigned_codes) {
         __m256i lo, hi;
         if constexpr (Kind<T>::q3) {
@@ -326,9 +334,15 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const Row& row, uin
             const __m256i ahi =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 64 * p + 32));
             // 15 * 127 * 2 per int16 from each half: the sum cannot saturate.
+#if QF_INT8_VNNI
+            const __m256i s32 = _mm256_dpbusd_avx_epi32(
+                _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, alo), hi, ahi);
+#else
             const __m256i s16 =
                 _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
-            const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
+            const __m256i s32 = _mm256_madd_epi16(s16, ones);
+#endif
+            const __m256 sum = _mm256_cvtepi32_ps(s32);
             acc[t] = _mm256_fmadd_ps(pair_lanes(cs[t], j), sum, acc[t]);
         }
     } else {
@@ -355,11 +369,18 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_pair(const Row& row, uin
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 64 * p));
             const __m256i ahi =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 64 * p + 32));
+#if QF_INT8_VNNI
+            const __m256i s32 = _mm256_dpbusd_avx_epi32(
+                _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ua, _mm256_sign_epi8(alo, wa)), ub,
+                _mm256_sign_epi8(ahi, wb));
+#else
             const __m256i sa =
                 _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(alo, wa)), ones);
             const __m256i sb =
                 _mm256_madd_epi16(_mm256_maddubs_epi16(ub, _mm256_sign_epi8(ahi, wb)), ones);
-            const __m256 sum = _mm256_cvtepi32_ps(_mm256_add_epi32(sa, sb));
+            const __m256i s32 = _mm256_add_epi32(sa, sb);
+#endif
+            const __m256 sum = _mm256_cvtepi32_ps(s32);
             acc[t] = _mm256_fmadd_ps(pair_lanes(cs[t], j), sum, acc[t]);
         }
     }
@@ -373,7 +394,7 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_single(const Row& row, u
                                                                const Int8Tokens<NT>& x,
                                                                __m256* acc) {
     const uint8_t* codes = row.codes;
-    const __m256i ones = _mm256_set1_epi16(1);
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
     __m256i w;
     if constexpr (Kind<T>::q3) {
         w = q3_block_codes(codes, b);
@@ -388,12 +409,14 @@ __attribute__((always_inline)) QF_AVX2 inline void int8_single(const Row& row, u
     }
     for (int t = 0; t < NT; ++t) {
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + 32 * b));
-        __m256i s16;
-        if constexpr (Kind<T>::unsigned_codes)
-            s16 = _mm256_maddubs_epi16(w, a);
-        else
-            s16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
-        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
+        const __m256i u = Kind<T>::unsigned_codes ? w : _mm256_abs_epi8(w);
+        const __m256i v = Kind<T>::unsigned_codes ? a : _mm256_sign_epi8(a, w);
+#if QF_INT8_VNNI
+        const __m256i s32 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, v);
+#else
+        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), ones);
+#endif
+        const __m256 sum = _mm256_cvtepi32_ps(s32);
         acc[t] = _mm256_fmadd_ps(cs[t], sum, acc[t]);
     }
 }
