@@ -18,16 +18,14 @@ namespace {
 
 constexpr uint64_t kRefitPanel = 64;  // rows per panel: one thread's unit, one dgemm's height
 
-// Rows [b, e) of the symmetric H (lower triangle and diagonal read) into out ([e - b][k]): the
-// part left of each row's diagonal from that row, the rest from the later rows' columns
-// [b, e), read contiguously.
-void h_rows(const double* h, uint64_t k, uint64_t b, uint64_t e, double* out) {
-    for (uint64_t j = b; j < e; ++j) {
-        std::copy(h + j * k, h + j * k + j + 1, out + (j - b) * k);
-        for (uint64_t c = j + 1; c < e; ++c) out[(j - b) * k + c] = h[c * k + j];
-    }
-    for (uint64_t c = e; c < k; ++c)
-        for (uint64_t j = b; j < e; ++j) out[(j - b) * k + c] = h[c * k + j];
+// The symmetric H in full (k * k, row-major) from its lower triangle and diagonal: each group's
+// rows H[J, :] are then one contiguous run, read in place by every panel and sweep (copying them
+// out per group, panel and sweep, half of it transposed, was 6% of a GPTQ run).
+std::vector<double> full_symmetric(const double* h, uint64_t k) {
+    std::vector<double> out(k * k);
+    for (uint64_t i = 0; i < k; ++i)
+        for (uint64_t j = 0; j <= i; ++j) out[i * k + j] = out[j * k + i] = h[i * k + j];
+    return out;
 }
 
 // The level code c of a group stands for (the group's step multiplies it; the min is apart).
@@ -100,9 +98,10 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
     const bool with_min = qtype_traits(t).super_block != 0;
     const uint64_t panels = (rows + kRefitPanel - 1) / kRefitPanel;
     std::vector<double> row_error(rows, 0.0);
+    const std::vector<double> hfull = full_symmetric(h, k);
     auto run = [&](size_t pb, size_t pe) {
-        std::vector<double> res(kRefitPanel * k), g(kRefitPanel * k), hj(group * k),
-            step(kRefitPanel * group), s(kRefitPanel * groups), m(kRefitPanel * groups);
+        std::vector<double> res(kRefitPanel * k), g(kRefitPanel * k), step(kRefitPanel * group),
+            s(kRefitPanel * groups), m(kRefitPanel * groups);
         std::vector<double> before(kRefitPanel), a(kRefitPanel * group), h1s(group),
             ha(kRefitPanel * group);
         std::vector<QGroupParams> kept(kRefitPanel * groups);  // the grids before the refit
@@ -121,7 +120,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
             for (int sweep = 0; sweep < sweeps; ++sweep)
                 for (uint64_t gi = 0; gi < groups; ++gi) {
                     const uint64_t b = gi * group, e = std::min(k, b + group), nj = e - b;
-                    h_rows(h, k, b, e, hj.data());
+                    const double* hj = hfull.data() + b * k;  // H[J, :], exactly symmetric
                     // Row sums of H_JJ, the same for every row of the panel.
                     for (uint64_t j = 0; j < nj; ++j) {
                         double h1 = 0.0;
@@ -129,9 +128,9 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
                         h1s[j] = h1;
                     }
                     // The panel's levels A ([n][nj]: codes minus the zero) and H_JJ a for every
-                    // row at once, as one product A H_JJ (H_JJ is exactly symmetric: h_rows reads
-                    // one triangle). One single-threaded dgemm of fixed shape: a per-row loop of
-                    // the same sums was 9% of a GPTQ run's time (perf).
+                    // row at once, as one product A H_JJ (H_JJ is exactly symmetric: hfull is
+                    // built from one triangle). One single-threaded dgemm of fixed shape: a per-row
+                    // loop of the same sums was 9% of a GPTQ run's time (perf).
                     for (uint64_t i = 0; i < n; ++i) {
                         const QGroupParams& p = p0[i * groups + gi];
                         const int32_t* ci = codes + (r0 + i) * k + b;
@@ -139,8 +138,8 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
                     }
                     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
                                 static_cast<int>(nj), static_cast<int>(nj), 1.0, a.data(),
-                                static_cast<int>(nj), hj.data() + b, static_cast<int>(k), 0.0,
-                                ha.data(), static_cast<int>(nj));
+                                static_cast<int>(nj), hj + b, static_cast<int>(k), 0.0, ha.data(),
+                                static_cast<int>(nj));
                     for (uint64_t i = 0; i < n; ++i) {
                         // u = B^T g_J, M = B^T H_JJ B with B = [a, -1] (or [a]).
                         const double* av = a.data() + i * nj;
@@ -173,7 +172,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
                     // g -= step * H[J, :]
                     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
                                 static_cast<int>(k), static_cast<int>(nj), -1.0, step.data(),
-                                static_cast<int>(nj), hj.data(), static_cast<int>(k), 1.0, g.data(),
+                                static_cast<int>(nj), hj, static_cast<int>(k), 1.0, g.data(),
                                 static_cast<int>(k));
                 }
             // Store, measure again on the stored grids, keep a row's refit only when it is better.
