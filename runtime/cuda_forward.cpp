@@ -233,7 +233,7 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         const uint64_t lf = first < start + m ? first - start : m;
         const uint64_t pos0 = cache.size();
         upload_step(tokens.data() + start, m, pos0);
-        if (m == 1 && o_.use_graphs)
+        if (m == 1 && o_.use_graphs && !cuda::sync_launches())
             launch_graph(cache, lf == 0 ? Graph::decode_logits : Graph::decode_no_logits);
         else
             enqueue(m, cache, lf);
@@ -326,7 +326,7 @@ std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint6
     cuda::Event start, stop;
     for (uint64_t i = 0; i < steps; ++i) {
         if (i == warmup) start.record(stream_);
-        if (o_.use_graphs)
+        if (o_.use_graphs && !cuda::sync_launches())
             launch_graph(cache, Graph::greedy);
         else
             enqueue_greedy_step(cache);

@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 8): ONE command for a lent GPU machine. It configures a CUDA-only
-# build for the machine's own GPU, builds the CUDA tests and benchmark, runs the tests, runs the
-# benchmark (GEMV bandwidth per qtype, GEMM paths vs cuBLAS fp16, Llama-3-8B-shape decode), and
-# leaves a log and the table under $OUT. Expected 3-4 minutes on an H200 (build ~1.5, tests ~1,
-# benchmark ~0.5; estimates, not yet measured there); stage limits 60 + 210 + 120 + 120 seconds.
+# The prepared GPU check (issues 8 and 20): ONE command for a lent GPU machine. It runs the CUDA
+# tests and benchmark from binaries built here beforehand (carried in; rebuilt there only when they
+# do not load), GPU tests first, each in its own process with every launch synchronised
+# (QFORGE_CUDA_SYNC=1: a fault is reported at the launch of the kernel that made it), then a
+# compute-sanitizer memcheck over a trimmed subset, then the host tests, the backend-equivalence
+# sweep and the benchmark (GEMV bandwidth per qtype, GEMM paths vs cuBLAS fp16, Llama-3-8B-shape
+# decode). A failing GPU test skips the benchmark (its minutes go to the next try). It leaves a log
+# and the table under $OUT; the last line is `ALL GPU CHECKS PASSED` only when every GPU test
+# ran and passed (none skipped) and memcheck ran clean.
 #
-# Before the first lease, here (Debian, apt, a built qforge):
-#     scripts/fetch_gpu_check_deps.sh --qforge build-cuda/cli/qforge
-# Then the lead's call of the device tool (`run`), exactly:
+# Before the lease, here (Debian, apt, a built qforge; about 10 minutes on 2 cores):
+#     scripts/fetch_gpu_check_deps.sh --qforge build/cli/qforge
+#     scripts/gpu_check.sh --arch 90 --jobs 2 --prebuild
+# which builds the CUDA-only configuration for sm_90 (H100/H200) in build-gpu-check and copies
+# the two binaries to out/gpu_prebuilt. Then the lead's call of the device tool (`run`), exactly:
 #     command:   bash scripts/gpu_check.sh
-#     carry:     ["third_party/debs/root", "third_party/gpu_check_data"]
+#     carry:     ["third_party/debs/root", "third_party/gpu_check_data", "out/gpu_prebuilt"]
 #     timeout_s: 540
-# What comes back ($OUT): gpu_check.log (everything), ctest.log, gpu_check_table.txt (the table),
-# backend_ops_table.txt (the backend-equivalence sweep's errors per op and qtype), build.log.
-# Rerun the same call after a fix; give the machine back when done.
+# What comes back ($OUT): gpu_check.log (everything), gpu_tests.log (each GPU test's output),
+# memcheck.log, host_tests.log, gpu_check_table.txt (the table), backend_ops_table.txt (the
+# backend-equivalence sweep's errors per op and qtype), build.log when it had to build.
+# Rerun the same call after a fix (rebuild out/gpu_prebuilt here first); give the machine back.
 #
-# Rehearsal without a GPU (builds for sm_90, everything skips with a printed reason):
-#     scripts/gpu_check.sh --arch 90 --jobs 2 --quick --timeout-scale 6
+# Rehearsal without a GPU (every stage runs; the GPU tests skip, so the last line is absent):
+#     scripts/gpu_check.sh --quick --timeout-scale 6
 #
 # Options:
-#   --arch A        CMAKE_CUDA_ARCHITECTURES (default: native, the GPU of this machine)
+#   --arch A        CMAKE_CUDA_ARCHITECTURES when building (default: native, this machine's GPU)
 #   --jobs N        build parallelism (default: all cores)
-#   --build-dir D   (default: build-gpu-check, removed first)
+#   --build-dir D   (default: build-gpu-check; reused, never removed)
+#   --prebuilt D    the carried binaries (default: out/gpu_prebuilt); used when both load
+#   --prebuild      build, copy the binaries to the --prebuilt folder, and stop
 #   --quick         benchmark at smoke sizes (a rehearsal, not a measurement)
 #   --timeout-scale N  multiply every stage's time limit by N (slow rehearsal machines)
 #   --skip-tests, --skip-bench
@@ -34,6 +43,8 @@ root=$(pwd)
 arch=native
 jobs=$(nproc 2>/dev/null || echo 4)
 build=build-gpu-check
+prebuilt=out/gpu_prebuilt
+prebuild=0
 quick=0
 run_tests=1
 run_bench=1
@@ -43,11 +54,13 @@ while [ $# -gt 0 ]; do
     --arch) arch="${2:?--arch needs a value}"; shift 2 ;;
     --jobs) jobs="${2:?--jobs needs a value}"; shift 2 ;;
     --build-dir) build="${2:?--build-dir needs a value}"; shift 2 ;;
+    --prebuilt) prebuilt="${2:?--prebuilt needs a value}"; shift 2 ;;
+    --prebuild) prebuild=1; shift ;;
     --quick) quick=1; shift ;;
     --timeout-scale) scale="${2:?--timeout-scale needs a value}"; shift 2 ;;
     --skip-tests) run_tests=0; shift ;;
     --skip-bench) run_bench=0; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +77,7 @@ deps=${QFORGE_DEPS_ROOT:-$root/third_party/debs/root}
 data=${QFORGE_GPU_CHECK_DATA:-$root/third_party/gpu_check_data}
 case "$deps" in /*) ;; *) deps="$root/$deps" ;; esac
 case "$data" in /*) ;; *) data="$root/$data" ;; esac
+case "$prebuilt" in /*) ;; *) prebuilt="$root/$prebuilt" ;; esac
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start ))s; }
 
@@ -86,41 +100,137 @@ if [ ! -d "$deps/usr/include" ]; then
 fi
 [ -d "$data" ] || say "note: $data is absent: the stories260K tests will skip"
 
-# ---- configure and build ---------------------------------------------------------------------
-generator=()
-command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-rm -rf "$build"
-say "configure ($(elapsed))"
-if ! timeout $((60 * scale)) cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DQFORGE_GPU_CHECK_BUILD=ON -DQFORGE_DEPS_ROOT="$deps" -DQFORGE_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$OUT/build.log" 2>&1; then
-  tail -30 "$OUT/build.log" | tee -a "$log"
-  say "FAIL: configure (log: build.log)"
-  exit 1
+# ---- binaries: the carried ones, or a build ----------------------------------------------------
+# The static dependencies come from $deps; the binaries need only the CUDA runtime the machine
+# has. A carried binary that does not start (another CUDA major version, a missing library) is
+# rebuilt here, in $build, which is reused when present (never removed).
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+starts() {  # starts BINARY: the bench answers --help with status 0
+  [ -x "$1" ] && timeout 60 "$1" --help >/dev/null 2>&1
+}
+lists() {  # lists BINARY: the Catch2 tests list their names (the status is the count, not 0)
+  [ -x "$1" ] && [ -n "$(timeout 60 "$1" --list-test-names-only 2>/dev/null | head -1)" ]
+}
+tests_bin="$prebuilt/qforge_cuda_tests"
+bench_bin="$prebuilt/qforge_cuda_bench"
+if [ "$prebuild" = 0 ] && lists "$tests_bin" && starts "$bench_bin"; then
+  say "using the carried binaries in $prebuilt ($(elapsed)): $(cat "$prebuilt/BUILT" 2>/dev/null)"
+else
+  [ "$prebuild" = 0 ] && say "the carried binaries in $prebuilt are absent or do not load: building"
+  generator=()
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  say "configure ($(elapsed))"
+  configure() {
+    timeout $((60 * scale)) cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DQFORGE_GPU_CHECK_BUILD=ON -DQFORGE_DEPS_ROOT="$deps" -DQFORGE_CUDA=ON \
+      -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >>"$OUT/build.log" 2>&1
+  }
+  : >"$OUT/build.log"
+  if ! configure; then
+    # A cache from another machine or generator: start the configuration (not the objects) over.
+    rm -f "$build/CMakeCache.txt"
+    if ! configure; then
+      tail -30 "$OUT/build.log" | tee -a "$log"
+      say "FAIL: configure (log: build.log)"
+      exit 1
+    fi
+  fi
+  say "build with $jobs jobs ($(elapsed))"
+  if ! timeout $((210 * scale)) cmake --build "$build" -j "$jobs" >>"$OUT/build.log" 2>&1; then
+    grep -E "error|Error" -A4 "$OUT/build.log" | head -60 | tee -a "$log"
+    say "FAIL: build (log: build.log)"
+    exit 1
+  fi
+  say "built ($(elapsed))"
+  tests_bin="$build/tests/qforge_cuda_tests"
+  bench_bin="$build/bench/qforge_cuda_bench"
+  if [ "$prebuild" = 1 ]; then
+    mkdir -p "$prebuilt"
+    for b in "$tests_bin" "$bench_bin"; do
+      cp "$b" "$prebuilt/" && strip "$prebuilt/$(basename "$b")"
+    done
+    echo "$(git describe --always --dirty 2>/dev/null) sm_$arch $(date -u +%F)" >"$prebuilt/BUILT"
+    say "prebuilt: $(du -sh "$prebuilt" | cut -f1) in $prebuilt ($(cat "$prebuilt/BUILT")); carry it with the deps"
+    exit 0
+  fi
 fi
-say "build with $jobs jobs ($(elapsed))"
-if ! timeout $((210 * scale)) cmake --build "$build" -j "$jobs" >>"$OUT/build.log" 2>&1; then
-  grep -E "error|Error" -A4 "$OUT/build.log" | head -60 | tee -a "$log"
-  say "FAIL: build (log: build.log)"
-  exit 1
-fi
-say "built ($(elapsed))"
 
-# ---- tests -----------------------------------------------------------------------------------
+# ---- GPU tests first, one process each, launches synchronised ---------------------------------
+# Each "[cuda]" test case runs alone (a device fault cannot take the others with it) with
+# QFORGE_CUDA_SYNC=1, so a fault names the launch that made it. Counted: passed, failed, skipped
+# (no device: the test prints SKIPPED).
+gpu_pass=0 gpu_fail=0 gpu_skip=0
 tests_line="tests: not run"
 if [ "$run_tests" = 1 ]; then
-  say "tests ($(elapsed))"
-  QFORGE_GPU_CHECK_DATA="$data" timeout $((120 * scale)) ctest --test-dir "$build" --output-on-failure \
-      -j 4 --timeout $((110 * scale)) >"$OUT/ctest.log" 2>&1
+  say "GPU tests ($(elapsed))"
+  : >"$OUT/gpu_tests.log"
+  mapfile -t gpu_tests < <("$tests_bin" --list-test-names-only "[cuda]" 2>/dev/null | sed '/^$/d')
+  for t in "${gpu_tests[@]}"; do
+    # Catch2 reads commas in a test spec as "or", so escape them
+    spec=${t//,/\\,}
+    QFORGE_CUDA_SYNC=1 QFORGE_GPU_CHECK_DATA="$data" timeout $((60 * scale)) \
+        "$tests_bin" "$spec" >"$OUT/one_test.log" 2>&1
+    rc=$?
+    { echo "== $t (rc $rc)"; cat "$OUT/one_test.log"; } >>"$OUT/gpu_tests.log"
+    if [ $rc -ne 0 ]; then
+      gpu_fail=$((gpu_fail + 1))
+      say "FAILED: $t (rc $rc)"
+      grep -E "FAILED|error|Error|with expansion" -A3 "$OUT/one_test.log" | head -20 | tee -a "$log"
+    elif grep -q "SKIPPED:" "$OUT/one_test.log"; then
+      gpu_skip=$((gpu_skip + 1))
+    else
+      gpu_pass=$((gpu_pass + 1))
+    fi
+  done
+  rm -f "$OUT/one_test.log"
+  tests_line="GPU tests: ${#gpu_tests[@]} cases, $gpu_pass passed, $gpu_fail failed, $gpu_skip skipped"
+  say "$tests_line ($(elapsed))"
+  [ "$gpu_skip" -gt 0 ] && say "skipped: $(grep -m1 'SKIPPED:' "$OUT/gpu_tests.log")"
+  [ "$gpu_fail" -gt 0 ] && status=1
+fi
+
+# ---- memcheck over a trimmed subset ----------------------------------------------------------
+# compute-sanitizer's memcheck runs 10-100x slower: the kernel-level tests only (every kernel
+# family once), not the whole backend.
+memcheck_line="memcheck: not run"
+memcheck_clean=0
+if [ "$run_tests" = 1 ]; then
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -z "$sanitizer" ]; then
+    memcheck_line="memcheck: not run (compute-sanitizer not found)"
+  elif [ "$gpu_pass" = 0 ]; then
+    memcheck_line="memcheck: not run (no GPU test passed)"
+  else
+    say "memcheck ($(elapsed))"
+    QFORGE_GPU_CHECK_DATA="$data" timeout $((150 * scale)) "$sanitizer" --tool memcheck \
+        --error-exitcode 86 --leak-check no "$tests_bin" \
+        "CUDA kernels match the CPU reference" \
+        "CUDA embedding lookup and fp16 dequantization are exact" \
+        "CUDA matmul adds the bias and accumulates into the output" >"$OUT/memcheck.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/memcheck.log" | tee -a "$log"
+    if [ $rc -eq 0 ] && ! grep -q "SKIPPED:" "$OUT/memcheck.log"; then
+      memcheck_line="memcheck: clean"
+      memcheck_clean=1
+    else
+      memcheck_line="memcheck: FAILED (rc $rc; log: memcheck.log)"
+      status=1
+    fi
+  fi
+  say "$memcheck_line"
+fi
+
+# ---- host tests ------------------------------------------------------------------------------
+if [ "$run_tests" = 1 ]; then
+  say "host tests ($(elapsed))"
+  timeout $((60 * scale)) "$tests_bin" "[cuda_host]" >"$OUT/host_tests.log" 2>&1
   rc=$?
-  grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | tee -a "$log"
-  tests_line="tests: $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)"
-  tests_line+="; skipped $(grep -c '\*\*\*Skipped' "$OUT/ctest.log")"
+  tail -2 "$OUT/host_tests.log" | tee -a "$log"
   if [ $rc -ne 0 ]; then
     status=1
-    say "FAIL: tests (rc $rc; log: ctest.log)"
+    say "FAIL: host tests (rc $rc; log: host_tests.log)"
   fi
 fi
 
@@ -131,7 +241,7 @@ fi
 ops_table="$OUT/backend_ops_table.txt"
 if [ "$run_tests" = 1 ]; then
   say "backend ops sweep ($(elapsed))"
-  timeout $((60 * scale)) "$build/tests/qforge_cuda_tests" "[backend_ops]" >"$ops_table" 2>&1
+  timeout $((60 * scale)) "$tests_bin" "[backend_ops]" >"$ops_table" 2>&1
   rc=$?
   tee -a "$log" <"$ops_table"
   if [ $rc -ne 0 ]; then
@@ -142,11 +252,13 @@ fi
 
 # ---- benchmark -------------------------------------------------------------------------------
 table="$OUT/gpu_check_table.txt"
-if [ "$run_bench" = 1 ]; then
+if [ "$run_bench" = 1 ] && [ "$gpu_fail" -gt 0 ]; then
+  say "benchmark skipped: $gpu_fail GPU test(s) failed"
+elif [ "$run_bench" = 1 ]; then
   say "benchmark ($(elapsed))"
   bench_args=(--out "$table")
   [ "$quick" = 1 ] && bench_args+=(--quick)
-  timeout $((120 * scale)) "$build/bench/qforge_cuda_bench" "${bench_args[@]}" 2>&1 | tee -a "$log"
+  timeout $((120 * scale)) "$bench_bin" "${bench_args[@]}" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then
     status=1
@@ -155,15 +267,20 @@ if [ "$run_bench" = 1 ]; then
 fi
 
 # ---- summary ---------------------------------------------------------------------------------
+all_passed=0
+[ "$status" = 0 ] && [ "$gpu_pass" -gt 0 ] && [ "$gpu_fail" = 0 ] && [ "$gpu_skip" = 0 ] &&
+  [ "$memcheck_clean" = 1 ] && all_passed=1
 {
   echo
   echo "== gpu_check summary ($(elapsed))"
   echo "$tests_line"
+  echo "$memcheck_line"
   [ -s "$ops_table" ] && grep -E "^(backend|cuda)" "$ops_table"
   [ -s "$table" ] && cat "$table"
   [ "$status" = 0 ] && echo "gpu_check: OK" || echo "gpu_check: FAILED (see above)"
+  [ "$all_passed" = 1 ] && echo "ALL GPU CHECKS PASSED"
 } 2>&1 | tee -a "$log"
 if [ -s "$table" ]; then
-  printf '\n%s\n' "$tests_line" >>"$table"
+  printf '\n%s\n%s\n' "$tests_line" "$memcheck_line" >>"$table"
 fi
 exit "$status"
