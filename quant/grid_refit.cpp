@@ -18,14 +18,13 @@ namespace {
 
 constexpr uint64_t kRefitPanel = 64;  // rows per panel: one thread's unit, one dgemm's height
 
-// The symmetric H in full (k * k, row-major) from its lower triangle and diagonal: each group's
-// rows H[J, :] are then one contiguous run, read in place by every panel and sweep (copying them
-// out per group, panel and sweep, half of it transposed, was 6% of a GPTQ run).
-std::vector<double> full_symmetric(const double* h, uint64_t k) {
-    std::vector<double> out(k * k);
+// H made whole in place from its lower triangle and diagonal (the upper triangle overwritten by
+// their mirror): each group's rows H[J, :] are then one contiguous run, read in place by every
+// panel and sweep (copying them out per group, panel and sweep, half of it transposed, was 6% of
+// a GPTQ run), with no second k * k copy (1.6 GB at an 8B model's k = 14336).
+void mirror_lower(double* h, uint64_t k) {
     for (uint64_t i = 0; i < k; ++i)
-        for (uint64_t j = 0; j <= i; ++j) out[i * k + j] = out[j * k + i] = h[i * k + j];
-    return out;
+        for (uint64_t j = 0; j < i; ++j) h[j * k + i] = h[i * k + j];
 }
 
 // The level code c of a group stands for (the group's step multiplies it; the min is apart).
@@ -88,7 +87,7 @@ bool store_grids(QType t, uint64_t group, uint64_t groups, const double* s, cons
 
 }  // namespace
 
-double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const double* h,
+double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, double* h,
                    const int32_t* codes, QGroupParams* params, int sweeps, ThreadPool* pool) {
     const QRowLayout l = *qtype_row_layout(t, k);
     const uint64_t group = l.group, groups = l.groups;
@@ -98,7 +97,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
     const bool with_min = qtype_traits(t).super_block != 0;
     const uint64_t panels = (rows + kRefitPanel - 1) / kRefitPanel;
     std::vector<double> row_error(rows, 0.0);
-    const std::vector<double> hfull = full_symmetric(h, k);
+    mirror_lower(h, k);
     auto run = [&](size_t pb, size_t pe) {
         std::vector<double> res(kRefitPanel * k), g(kRefitPanel * k), step(kRefitPanel * group),
             s(kRefitPanel * groups), m(kRefitPanel * groups);
@@ -120,7 +119,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
             for (int sweep = 0; sweep < sweeps; ++sweep)
                 for (uint64_t gi = 0; gi < groups; ++gi) {
                     const uint64_t b = gi * group, e = std::min(k, b + group), nj = e - b;
-                    const double* hj = hfull.data() + b * k;  // H[J, :], exactly symmetric
+                    const double* hj = h + b * k;  // H[J, :], exactly symmetric
                     // Row sums of H_JJ, the same for every row of the panel.
                     for (uint64_t j = 0; j < nj; ++j) {
                         double h1 = 0.0;
@@ -128,9 +127,9 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const dou
                         h1s[j] = h1;
                     }
                     // The panel's levels A ([n][nj]: codes minus the zero) and H_JJ a for every
-                    // row at once, as one product A H_JJ (H_JJ is exactly symmetric: hfull is
-                    // built from one triangle). One single-threaded dgemm of fixed shape: a per-row
-                    // loop of the same sums was 9% of a GPTQ run's time (perf).
+                    // row at once, as one product A H_JJ (H_JJ is exactly symmetric: mirror_lower
+                    // made it from one triangle). One single-threaded dgemm of fixed shape: a
+                    // per-row loop of the same sums was 9% of a GPTQ run's time (perf).
                     for (uint64_t i = 0; i < n; ++i) {
                         const QGroupParams& p = p0[i * groups + gi];
                         const int32_t* ci = codes + (r0 + i) * k + b;

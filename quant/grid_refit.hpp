@@ -39,10 +39,11 @@ inline constexpr int kGridRefitSweeps = 4;  // Gauss-Seidel sweeps over a row's 
 
 // Refits params (rows * groups grids of qtype t, groups = its layout's) to codes (rows * k,
 // column order) for the weights w (rows * k, float32) and H (k * k row-major; its lower triangle
-// and diagonal are read); learned-table grids carry their row's levels. Grouped types only (an
-// Error for one scale per row). Returns trace((W - Q) H (W - Q)^T) for the grids it leaves in
-// params.
-double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, const double* h,
+// and diagonal are read, and its upper triangle is overwritten with their mirror, so h ends
+// symmetric: GPTQ's inverse factor, kept there, is no longer needed by then); learned-table grids
+// carry their row's levels. Grouped types only (an Error for one scale per row). Returns
+// trace((W - Q) H (W - Q)^T) for the grids it leaves in params.
+double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, double* h,
                    const int32_t* codes, QGroupParams* params, int sweeps,
                    ThreadPool* pool = nullptr);
 

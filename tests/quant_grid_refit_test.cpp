@@ -122,8 +122,9 @@ TEST_CASE("grid refit: fp16-scale types converge to the dense least-squares scal
         INFO(qtype_traits(t).name);
         const QRowLayout l = *qtype_row_layout(t, k);
         RtnRows r = rtn(t, w, rows, k);
+        std::vector<double> hm = h;  // refit_grids mirrors its lower triangle in place
         const double total =
-            refit_grids(t, w.data(), rows, k, h.data(), r.codes.data(), r.params.data(), 200);
+            refit_grids(t, w.data(), rows, k, hm.data(), r.codes.data(), r.params.data(), 200);
         for (uint64_t i = 0; i < rows; ++i) {
             // The dense problem: q = A s, A[c][g] = level of code c in its group g.
             std::vector<double> a(k * l.groups, 0.0);
@@ -175,7 +176,8 @@ TEST_CASE("grid refit: no row gets worse, and most get better, every grouped typ
             dequantize_row_ref(t, r.packed.data() + i * l.row_bytes, k, before.data());
             errors_before[i] = row_error(h, k, w.data() + i * k, before.data());
         }
-        const double total = refit_grids(t, w.data(), rows, k, h.data(), r.codes.data(),
+        std::vector<double> hm = h;  // refit_grids mirrors its lower triangle in place
+        const double total = refit_grids(t, w.data(), rows, k, hm.data(), r.codes.data(),
                                          r.params.data(), kGridRefitSweeps);
         double sum = 0.0;
         int better = 0;
