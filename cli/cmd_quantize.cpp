@@ -191,6 +191,7 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         std::vector<std::string> tensor_types;
         MethodChoices choices;
         std::string target_size, plan_types;
+        std::string calib_products = "auto";
     };
     auto a = std::make_shared<Args>();
     add_input_option(app, "input", a->opts.input,
@@ -252,6 +253,13 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
         "--method rtn it applies when --calib is given (one calibration pass) (default: " +
             method_defaults_help([](const MethodDefaults& d) { return on_off(d.importance); }) +
             ")");
+    app.add_option("--calib-products", a->calib_products,
+                   "calibrated methods: the precision of the calibration forward's products and "
+                   "of the Hessians: bf16 (inputs rounded to bf16, exact products summed in f32 "
+                   "by AVX-512 BF16, twice as fast; as GPU tools calibrate in bf16/fp16), f32 "
+                   "(exact float32), or auto: bf16 where the CPU has AVX-512 BF16, else f32")
+        ->capture_default_str()
+        ->check(parsed_by([](const std::string& s) { parse_calib_products(s); }));
     app.add_option("--resume", co.resume_dir,
                    "calibrated methods: save each finished block's state in DIR (created if "
                    "absent); a rerun with the same DIR, input, recipe and calibration continues "
@@ -331,6 +339,7 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             throw UsageError("--method " + a->method + " needs calibration text: --calib FILE");
         try {
             resolve_method_options(a->opts.recipe.method, a->choices, cal);
+            cal.products = parse_calib_products(a->calib_products);
         } catch (const Error& e) {
             throw UsageError(e.detail());
         }

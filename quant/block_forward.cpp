@@ -48,13 +48,19 @@ Matrix f32_matrix(std::string name, const std::vector<float>& w, uint64_t rows, 
 }
 
 BlockForward::BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len,
-                           ThreadPool& pool)
+                           ThreadPool& pool, CalibProducts products)
     : c_(config),
       desc_(block_desc(config)),
       sequences_(sequences),
       seq_len_(seq_len),
       pool_(pool),
+      products_(products),
       rope_(config, seq_len) {
+    if (products == CalibProducts::bf16 && !bf16_dot_available())
+        throw Error(
+            "calibration: bf16 products need the avx512 level and AVX-512 BF16; this "
+            "process runs " +
+            cpu_isa_description());
     if (config.rope_local_theta > 0.0) rope_local_ = RopeTable(config, seq_len, true);
     if (sequences == 0 || seq_len == 0)
         throw Error("calibration: the batch needs at least one sequence of one token");
@@ -114,60 +120,114 @@ void BlockForward::norm_add(uint64_t, Norm which, Rows in, Rows out, uint64_t n)
     apply_norm(which, in, out, n, true);
 }
 
-void BlockForward::linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x,
-                              uint64_t n, float* y) const {
+BlockForward::Prepared BlockForward::prepare(const Matrix& w) const {
+    Prepared p;
+    p.rows = w.rows;
+    p.cols = w.cols;
+    if (w.qtype == QType::f32) {
+        p.f32 = reinterpret_cast<const float*>(w.data);
+    } else {
+        p.owned.resize(w.rows * w.cols);
+        pool_.parallel_for(w.rows, [&](size_t b, size_t e) {
+            for (size_t r = b; r < e; ++r)
+                row_to_f32(w.qtype, w.row(r), p.owned.data() + r * w.cols, w.cols);
+        });
+        p.f32 = p.owned.data();
+    }
+    if (products_ == CalibProducts::bf16) {
+        p.bf16 = Bf16PackedRows(w.rows, w.cols);
+        pool_.parallel_for(p.bf16.tiles(),
+                           [&](size_t b, size_t e) { p.bf16.pack_f32(p.f32, w.cols, b, e); });
+        p.owned = {};
+        p.f32 = nullptr;
+    }
+    return p;
+}
+
+void BlockForward::apply(std::span<const Prepared> ws, const float* x, uint64_t n,
+                         std::span<float* const> ys) const {
+    const uint64_t cols = ws.front().cols;
+    const uint64_t token_panels = (n + kPanelTokens - 1) / kPanelTokens;
+    if (products_ == CalibProducts::bf16) {
+        // Per panel of kPanelTokens tokens: its inputs rounded once, then every row of every
+        // matrix; each output's chain depends on k alone (kernels/cpu/bf16_gemm.hpp), so panels
+        // go to whichever thread comes free.
+        pool_.run_chunks(token_panels, [&](size_t p, int) {
+            thread_local Bf16Tokens tokens;
+            const uint64_t t0 = p * kPanelTokens, nt = std::min(kPanelTokens, n - t0);
+            tokens.resize(nt, cols);
+            tokens.fill(x + t0 * cols, 0, nt);
+            for (size_t i = 0; i < ws.size(); ++i)
+                bf16_matmul(ws[i].bf16, 0, ws[i].rows, tokens, 0, nt, ys[i] + t0 * ws[i].rows,
+                            ws[i].rows);
+        });
+        return;
+    }
     // y[n][rows] = x[n][cols] * W[rows][cols]^T, in fixed panels of kPanelRows weight rows x
     // kPanelTokens tokens spread over the pool, each one single-threaded sgemm: every output's
     // summation depends only on the shapes, never on the thread count (quant/hessian.hpp's
     // BlasSingleThread must be alive).
-    const uint64_t row_panels = (rows + kPanelRows - 1) / kPanelRows;
-    const uint64_t token_panels = (n + kPanelTokens - 1) / kPanelTokens;
-    pool_.parallel_for(row_panels * token_panels, [&](size_t b, size_t e) {
-        for (size_t p = b; p < e; ++p) {
-            const uint64_t r0 = (p % row_panels) * kPanelRows, t0 = (p / row_panels) * kPanelTokens;
-            const uint64_t nr = std::min(kPanelRows, rows - r0),
-                           nt = std::min(kPanelTokens, n - t0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt),
-                        static_cast<int>(nr), static_cast<int>(cols), 1.0f, x + t0 * cols,
-                        static_cast<int>(cols), w + r0 * cols, static_cast<int>(cols), 0.0f,
-                        y + t0 * rows + r0, static_cast<int>(rows));
-        }
-    });
+    for (size_t i = 0; i < ws.size(); ++i) {
+        const Prepared& w = ws[i];
+        const uint64_t rows = w.rows;
+        float* y = ys[i];
+        const uint64_t row_panels = (rows + kPanelRows - 1) / kPanelRows;
+        pool_.parallel_for(row_panels * token_panels, [&](size_t b, size_t e) {
+            for (size_t p = b; p < e; ++p) {
+                const uint64_t r0 = (p % row_panels) * kPanelRows,
+                               t0 = (p / row_panels) * kPanelTokens;
+                const uint64_t nr = std::min(kPanelRows, rows - r0),
+                               nt = std::min(kPanelTokens, n - t0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt),
+                            static_cast<int>(nr), static_cast<int>(cols), 1.0f, x + t0 * cols,
+                            static_cast<int>(cols), w.f32 + r0 * cols, static_cast<int>(cols), 0.0f,
+                            y + t0 * rows + r0, static_cast<int>(rows));
+            }
+        });
+    }
 }
 
 void BlockForward::linear(const Matrix& w, const float* x, uint64_t n, float* y) const {
-    if (w.qtype == QType::f32) {
-        linear_f32(reinterpret_cast<const float*>(w.data), w.rows, w.cols, x, n, y);
-        return;
-    }
-    std::vector<float> wf(w.rows * w.cols);
-    pool_.parallel_for(w.rows, [&](size_t b, size_t e) {
-        for (size_t r = b; r < e; ++r)
-            row_to_f32(w.qtype, w.row(r), wf.data() + r * w.cols, w.cols);
-    });
-    linear_f32(wf.data(), w.rows, w.cols, x, n, y);
+    const Prepared p[1] = {prepare(w)};
+    float* const out[1] = {y};
+    apply(p, x, n, out);
 }
 
 void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, uint64_t n) {
     if (parts.empty()) return;
     if (hook) hook->before_products(parts.front().weight, in, n);
+    // The products of the shared input in one pass (bf16: its rounding once for all of them);
+    // a product added to its output goes through sum_ first.
+    std::vector<Prepared> ws;
+    std::vector<float*> ys;
+    ws.reserve(parts.size());
+    bool summed = false;
     for (const Product& p : parts) {
         const Matrix& w = weight(p.weight);
         require_dense(in, w.cols, "product input");
         require_dense(p.out, w.rows, "product output");
-        float* y = p.out.data;
+        ws.push_back(prepare(w));
+        ys.push_back(p.out.data);
         if (p.accumulate) {
+            if (summed)
+                throw Error("calibration forward: two products of one input add to outputs");
+            summed = true;
             sum_.resize(n * w.rows);
-            y = sum_.data();
+            ys.back() = sum_.data();
         }
-        linear(w, in.data, n, y);
+    }
+    apply(ws, in.data, n, ys);
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const Product& p = parts[i];
+        const uint64_t rows = ws[i].rows;
+        float* y = ys[i];
         const size_t bi = static_cast<size_t>(p.weight);
         const std::vector<float>* bias = bi < 3 ? view.qkv_bias[bi] : nullptr;
         if (p.bias && bias && !bias->empty())
             for (uint64_t t = 0; t < n; ++t)
-                for (uint64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += (*bias)[r];
+                for (uint64_t r = 0; r < rows; ++r) y[t * rows + r] += (*bias)[r];
         if (p.accumulate)
-            for (uint64_t i = 0; i < n * w.rows; ++i) p.out.data[i] += sum_[i];
+            for (uint64_t j = 0; j < n * rows; ++j) p.out.data[j] += sum_[j];
     }
 }
 
@@ -266,10 +326,11 @@ void BlockForward::gated_products(uint64_t, Rows in, Activation act, Rows out, u
     up_.resize(gate_.size());
     const float* g = gate_.data();
     const float* u = up_.data();
+    const Prepared gu[2] = {prepare(gate), prepare(up)};
+    float* const outs[2] = {gate_.data(), up_.data()};
     for (uint64_t t0 = 0; t0 < n; t0 += kGateChunk) {
         const uint64_t nt = std::min(kGateChunk, n - t0);
-        linear(gate, in.data + t0 * d, nt, gate_.data());
-        linear(up, in.data + t0 * d, nt, up_.data());
+        apply(gu, in.data + t0 * d, nt, outs);
         float* m = out.data + t0 * inter;
         pool_.parallel_for(nt * inter, [&](size_t b, size_t e) {
             if (gelu)

@@ -16,9 +16,12 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "formats/model_config.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "quant/calibration.hpp"
 #include "runtime/model.hpp"
 #include "runtime/rope.hpp"
 #include "runtime/transformer.hpp"
@@ -63,7 +66,8 @@ class BlockForward final : public BlockOps {
     // this many per row.
     static constexpr uint64_t kAttentionBlock = 64;
 
-    BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len, ThreadPool& pool);
+    BlockForward(const ModelConfig& config, uint64_t sequences, uint64_t seq_len, ThreadPool& pool,
+                 CalibProducts products = CalibProducts::f32);
 
     uint64_t tokens() const { return sequences_ * seq_len_; }
     const ModelConfig& config() const { return c_; }
@@ -90,11 +94,21 @@ class BlockForward final : public BlockOps {
 
     // y[t][r] = x[t] . W[r] for `n` tokens; W in any qtype.
     void linear(const Matrix& w, const float* x, uint64_t n, float* y) const;
-    // The same with float32 weights [rows][cols] already in memory.
-    void linear_f32(const float* w, uint64_t rows, uint64_t cols, const float* x, uint64_t n,
-                    float* y) const;
 
   private:
+    // A matrix ready for products: f32 rows (the view's own when f32, else dequantized once) or,
+    // with bf16 products, packed bf16 rows.
+    struct Prepared {
+        uint64_t rows = 0, cols = 0;
+        const float* f32 = nullptr;
+        std::vector<float> owned;
+        Bf16PackedRows bf16;
+    };
+    Prepared prepare(const Matrix& w) const;
+    // ys[i][t][r] = x[t] . row r of ws[i] for n tokens; every matrix has x's width.
+    void apply(std::span<const Prepared> ws, const float* x, uint64_t n,
+               std::span<float* const> ys) const;
+
     const Matrix& weight(Weight w) const;
     void rms_norm(const float* x, const std::vector<float>& weight, float* out, uint64_t n,
                   NormShape shape, bool accumulate = false) const;
@@ -110,6 +124,7 @@ class BlockForward final : public BlockOps {
     BlockDesc desc_;
     uint64_t sequences_, seq_len_;
     ThreadPool& pool_;
+    CalibProducts products_;
     RopeTable rope_, rope_local_;  // rope_local_: the sliding layers' (ModelConfig::local_rope)
 };
 

@@ -140,7 +140,7 @@ void BlockQuantizer::set_view() {
 }
 
 HessianStats BlockQuantizer::hessian(Rows in, uint64_t k, uint64_t n) const {
-    HessianAccumulator acc(k, &ctx_.pool);
+    HessianAccumulator acc(k, &ctx_.pool, ctx_.options.products);
     acc.add(in.data, n);
     return acc.finish();
 }

@@ -8,11 +8,28 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/tokenizer.hpp"
 
 namespace qforge {
+
+// The precision of the calibration pass's products: the block forward's linears and the
+// Hessians' x^T x (quant/block_forward.hpp, quant/hessian.hpp).
+//   f32   float32 inputs, OpenBLAS sgemm / ssyrk (the exact mode).
+//   bf16  inputs rounded to bf16 (8 significant bits), each product exact in f32, summed in f32
+//         by AVX-512 BF16's vdpbf16ps (kernels/cpu/bf16_gemm.hpp): twice the f32 rate. The
+//         models GPTQ and AWQ tools quantize on GPUs run their calibration forward in bf16 or
+//         fp16 the same way; quant/README.md gives the measured cost.
+// Attention, norms, activations and all of GPTQ's and AWQ's own algebra stay f32 / f64 in both.
+enum class CalibProducts : uint8_t { f32, bf16 };
+std::string_view calib_products_name(CalibProducts p);
+// bf16 where this process can run it (kernels/cpu/bf16_gemm.hpp's bf16_dot_available()), else f32.
+CalibProducts default_calib_products();
+// "auto" (the default), "f32" or "bf16"; throws qforge::Error for another name, and for bf16
+// where the CPU cannot run it.
+CalibProducts parse_calib_products(std::string_view name);
 
 struct CalibrationOptions {
     std::vector<std::string> files;  // plain text, read whole, joined by a blank line

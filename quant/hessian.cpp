@@ -77,7 +77,13 @@ BlasSingleThread::BlasSingleThread() : saved_(openblas_get_num_threads()) {
 }
 BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(saved_); }
 
-HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool) : k_(k), pool_(pool) {
+HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool, CalibProducts products)
+    : k_(k), pool_(pool), products_(products) {
+    if (products == CalibProducts::bf16 && !bf16_dot_available())
+        throw Error(
+            "Hessian: bf16 products need the avx512 level and AVX-512 BF16; this process "
+            "runs " +
+            cpu_isa_description());
     if (k == 0) throw Error("Hessian: a layer with no inputs");
     const auto kk = checked_mul(k, k);
     const auto chunk = checked_mul(kHessianChunk, k);
@@ -122,42 +128,68 @@ void HessianAccumulator::flush_chunk() {
     buffered_ = 0;
 }
 
-// Tile by tile (the tiles spread over the threads): the tile's float64 sum stays in cache while
-// the chunks' float32 products are added to it in chunk order, as one chunk at a time would.
+namespace {
+
+// Tile p of the upper triangle's tiles of `side` inputs a side, in row order: (bi, bj), bj >= bi.
+std::pair<uint64_t, uint64_t> upper_tile(uint64_t p, uint64_t tiles) {
+    uint64_t bi = 0, first = 0;  // pair index of (bi, bi)
+    while (p >= first + (tiles - bi)) first += tiles - bi++;
+    return {bi, bi + (p - first)};
+}
+
+// Adds to tile (bi, bj) of sum (k x k, float64, row-major) the float32 products product(c, out)
+// writes into out ([ni][nj], row i0 + i, column j0 + j) for chunks c = 0 .. chunks - 1 in order,
+// their upper triangle only on the diagonal; the tile's float64 sum stays in cache meanwhile.
+template <class Product>
+void add_tile_products(std::vector<double>& sum, uint64_t k, uint64_t side, uint64_t bi,
+                       uint64_t bj, uint64_t chunks, Product&& product) {
+    const uint64_t i0 = bi * side, j0 = bj * side;
+    const uint64_t ni = std::min(side, k - i0), nj = std::min(side, k - j0);
+    thread_local std::vector<float> tile;
+    thread_local std::vector<double> acc;
+    tile.resize(ni * nj);
+    acc.resize(ni * nj);
+    for (uint64_t i = 0; i < ni; ++i)
+        std::copy_n(sum.data() + (i0 + i) * k + j0, nj, acc.data() + i * nj);
+    for (uint64_t c = 0; c < chunks; ++c) {
+        product(c, i0, ni, j0, nj, tile.data());
+        for (uint64_t i = 0; i < ni; ++i) {
+            double* s = acc.data() + i * nj;
+            const float* t = tile.data() + i * nj;
+            for (uint64_t j = bi == bj ? i : 0; j < nj; ++j) s[j] += static_cast<double>(t[j]);
+        }
+    }
+    for (uint64_t i = 0; i < ni; ++i)
+        std::copy_n(acc.data() + i * nj, nj, sum.data() + (i0 + i) * k + j0);
+}
+
+}  // namespace
+
+// Tile by tile (the tiles spread over the threads), the chunks' float32 products added to the
+// tile's float64 sum in chunk order, as one chunk at a time would.
 void HessianAccumulator::multiply_chunks(const float* x, uint64_t chunks, uint64_t rows) {
+    if (products_ == CalibProducts::bf16) {
+        multiply_chunks_bf16(x, chunks, rows);
+        return;
+    }
     const uint64_t tiles = (k_ + kHessianTile - 1) / kHessianTile;
     const uint64_t pairs = tiles * (tiles + 1) / 2;  // tiles (bi, bj) with bj >= bi
     const int k = static_cast<int>(k_), n = static_cast<int>(rows);
+    auto product = [&](uint64_t c, uint64_t i0, uint64_t ni, uint64_t j0, uint64_t nj,
+                       float* tile) {
+        const float* a = x + c * rows * k_ + i0;
+        if (i0 == j0)
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(ni), n, 1.0f, a, k,
+                        0.0f, tile, static_cast<int>(nj));
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(ni),
+                        static_cast<int>(nj), n, 1.0f, a, k, x + c * rows * k_ + j0, k, 0.0f, tile,
+                        static_cast<int>(nj));
+    };
     auto run = [&](size_t begin, size_t end) {
-        std::vector<float> tile(kHessianTile * kHessianTile);
-        std::vector<double> acc(kHessianTile * kHessianTile);
-        uint64_t bi = 0, first = 0;  // pair index of (bi, bi)
         for (size_t p = begin; p < end; ++p) {
-            while (p >= first + (tiles - bi)) first += tiles - bi++;
-            const uint64_t bj = bi + (p - first);
-            const uint64_t i0 = bi * kHessianTile, j0 = bj * kHessianTile;
-            const uint64_t ni = std::min(kHessianTile, k_ - i0),
-                           nj = std::min(kHessianTile, k_ - j0);
-            for (uint64_t i = 0; i < ni; ++i)
-                std::copy_n(sum_.data() + (i0 + i) * k_ + j0, nj, acc.data() + i * nj);
-            for (uint64_t c = 0; c < chunks; ++c) {
-                const float* a = x + c * rows * k_ + i0;
-                if (bi == bj)
-                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(ni), n,
-                                1.0f, a, k, 0.0f, tile.data(), static_cast<int>(nj));
-                else
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(ni),
-                                static_cast<int>(nj), n, 1.0f, a, k, x + c * rows * k_ + j0, k,
-                                0.0f, tile.data(), static_cast<int>(nj));
-                for (uint64_t i = 0; i < ni; ++i) {
-                    double* s = acc.data() + i * nj;
-                    const float* t = tile.data() + i * nj;
-                    for (uint64_t j = bi == bj ? i : 0; j < nj; ++j)
-                        s[j] += static_cast<double>(t[j]);
-                }
-            }
-            for (uint64_t i = 0; i < ni; ++i)
-                std::copy_n(acc.data() + i * nj, nj, sum_.data() + (i0 + i) * k_ + j0);
+            const auto [bi, bj] = upper_tile(p, tiles);
+            add_tile_products(sum_, k_, kHessianTile, bi, bj, chunks, product);
         }
     };
     BlasSingleThread single;
@@ -165,6 +197,41 @@ void HessianAccumulator::multiply_chunks(const float* x, uint64_t chunks, uint64
         pool_->parallel_for(pairs, run);
     else
         run(0, pairs);
+}
+
+// bf16: runs of chunks (their packed columns within about 32 MB): each chunk's columns packed
+// once (channels as rows, the chunk's rows as pairs), then tile by tile, as above, the chunks'
+// Gram products added to the tile's float64 sum in chunk order. Every task's outputs depend on
+// the rows alone, so threads claim tasks as they come free.
+void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, uint64_t rows) {
+    const uint64_t tiles = (k_ + kHessianTileBf16 - 1) / kHessianTileBf16;
+    const uint64_t pairs = tiles * (tiles + 1) / 2;
+    const uint64_t run = std::clamp<uint64_t>((uint64_t{32} << 20) / (k_ * rows * 2), 1, 64);
+    auto each = [&](size_t n, auto&& fn) {
+        if (pool_)
+            pool_->run_chunks(n, [&](size_t i, int) { fn(i); });
+        else
+            for (size_t i = 0; i < n; ++i) fn(i);
+    };
+    for (uint64_t c0 = 0; c0 < chunks; c0 += run) {
+        const uint64_t nc = std::min(run, chunks - c0);
+        if (packed_.size() < nc) packed_.resize(nc);
+        for (uint64_t c = 0; c < nc; ++c)
+            if (packed_[c].rows() != k_ || packed_[c].k() != rows)
+                packed_[c] = Bf16PackedRows(k_, rows);
+        each(nc, [&](size_t c) {
+            packed_[c].pack_columns(x + (c0 + c) * rows * k_, k_, 0, packed_[c].tiles());
+        });
+        each(pairs, [&](size_t p) {
+            const auto [bi, bj] = upper_tile(p, tiles);
+            add_tile_products(
+                sum_, k_, kHessianTileBf16, bi, bj, nc,
+                [&](uint64_t c, uint64_t i0, uint64_t ni, uint64_t j0, uint64_t nj, float* tile) {
+                    // tile[i][j] = column j0 + j . column i0 + i
+                    bf16_gram(packed_[c], j0, j0 + nj, i0, i0 + ni, tile, nj);
+                });
+        });
+    }
 }
 
 HessianStats HessianAccumulator::finish() {
@@ -190,6 +257,8 @@ HessianStats HessianAccumulator::finish() {
     st.mean_abs.resize(k_);
     for (uint64_t c = 0; c < k_; ++c) st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
     chunk_ = {};
+    packed_.clear();
+    packed_.shrink_to_fit();
     return st;
 }
 

@@ -22,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "quant/calibration.hpp"
+
 namespace qforge {
 
 class ThreadPool;
@@ -73,11 +76,21 @@ struct HessianStats {
     std::vector<double> mean_abs;  // k: 1/N * sum |x[c]| per input channel (AWQ)
 };
 
+// With CalibProducts::bf16 each chunk's product is bf16_gram of its rows rounded to bf16
+// (kernels/cpu/bf16_gemm.hpp: one f32 chain per entry over the chunk's 128 pairs of rows, in row
+// order), its columns packed once per chunk; tiles of kHessianTileBf16 only split the work. The
+// chunks, their float64 sum and hence the determinism are as above. Each input is rounded to 8
+// significant bits, so a product moves by at most 2^-7 + 2^-16 of itself: far below GPTQ's 1e-2
+// damping. (Chunks of 1024 rows ran slower: a register tile's 512 pairs of weights, 96 KiB, no
+// longer stay in L1.)
+inline constexpr uint64_t kHessianTileBf16 = 96;  // 6 tiles of 16 rows: 2 register tiles
+
 class HessianAccumulator {
   public:
     // Tiles are spread over `pool`'s threads (the caller's thread alone when null); the pool
-    // must outlive the accumulator.
-    explicit HessianAccumulator(uint64_t k, ThreadPool* pool = nullptr);
+    // must outlive the accumulator. bf16 needs bf16_dot_available().
+    explicit HessianAccumulator(uint64_t k, ThreadPool* pool = nullptr,
+                                CalibProducts products = CalibProducts::f32);
 
     uint64_t k() const { return k_; }
     uint64_t count() const { return count_; }
@@ -93,9 +106,12 @@ class HessianAccumulator {
     void flush_chunk();
     // Adds the products of `chunks` consecutive chunks of `rows` rows each at x.
     void multiply_chunks(const float* x, uint64_t chunks, uint64_t rows);
+    void multiply_chunks_bf16(const float* x, uint64_t chunks, uint64_t rows);
 
     uint64_t k_;
     ThreadPool* pool_;
+    CalibProducts products_;
+    std::vector<Bf16PackedRows> packed_;  // bf16: a run of chunks' columns
     uint64_t count_ = 0;
     uint64_t buffered_ = 0;  // rows in chunk_ not yet multiplied
     bool finished_ = false;

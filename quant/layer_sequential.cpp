@@ -63,7 +63,7 @@ struct LayerSequential::State {
           calib(c),
           options(o),
           pool(p),
-          f(s.config(), c.nsamples, c.seqlen, p) {
+          f(s.config(), c.nsamples, c.seqlen, p, o.products) {
         for (size_t i = 0; i < s.tensors().size(); ++i) index[s.tensors()[i].name] = i;
         if (const std::string notice = blas_kernels_notice(); !notice.empty())
             std::fprintf(stderr, "note: %s\n", notice.c_str());
@@ -264,6 +264,7 @@ nlohmann::json LayerSequential::record() const {
                         {"calibration", s_->calib.to_json()},
                         {"true_sequential", true},
                         {"blas_kernels", blas_kernels()},
+                        {"products", std::string(calib_products_name(s_->options.products))},
                         {"linears", linears}};
     if (s_->options.importance) r["importance"] = "diag(H): mean squared activation per input";
     if (s_->options.method == QuantMethod::gptq || s_->options.method == QuantMethod::awq_gptq) {

@@ -52,6 +52,7 @@ struct CalibratedOptions {
     // Every method: each group's grid by the diag(H)-weighted search (quant/rtn_importance.hpp);
     // method rtn then runs the pipeline too (one calibration pass, the grids weighted).
     bool importance = false;
+    CalibProducts products = CalibProducts::f32;  // the forward's and H's (quant/calibration.hpp)
     std::string resume_dir;  // --resume: per-block state (quant/resume_state.hpp); empty: none
 };
 

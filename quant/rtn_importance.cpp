@@ -2,6 +2,8 @@
 #include "quant/rtn_importance.hpp"
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -33,24 +35,33 @@ int32_t clamp_zero(QType t, double z) {
 
 double weight_of(const double* a, uint64_t j) { return a ? a[j] : 1.0; }
 
+// The N sums of f(j)[i] over j < n, each an InterleavedSum (kernels/cpu/group_codes.hpp).
+template <size_t N, class F>
+std::array<double, N> interleaved_sums(uint64_t n, F&& f) {
+    std::array<InterleavedSum, N> s;
+    for (uint64_t j = 0; j < n; ++j) {
+        const std::array<double, N> v = f(j);
+        for (size_t i = 0; i < N; ++i) s[i].add(j, v[i]);
+    }
+    std::array<double, N> out;
+    for (size_t i = 0; i < N; ++i) out[i] = s[i].total();
+    return out;
+}
+
 // The least-squares refit of a grid to the codes that `trial` gives the weights (header, A_i).
-std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const float* w,
-                                  const double* a, uint64_t n) {
+std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const int32_t* codes,
+                                  const float* w, const double* a, uint64_t n) {
     const QTypeTraits& tr = qtype_traits(t);
-    std::vector<int32_t> codes(n);
-    group_codes(t, trial, w, n, codes.data());
     int32_t zero = tr.implicit_zero;
     if (!tr.symmetric) {
-        const auto fit = weighted_line_fit(codes.data(), w, a, n);
+        const auto fit = weighted_line_fit(codes, w, a, n);
         if (!fit || !(fit->scale > 0)) return std::nullopt;
         zero = clamp_zero(t, -fit->offset / fit->scale);
     }
-    double num = 0, den = 0;
-    for (uint64_t j = 0; j < n; ++j) {
+    const auto [num, den] = interleaved_sums<2>(n, [&](uint64_t j) {
         const double aj = weight_of(a, j), c = qtype_code_level(t, codes[j], trial.levels) - zero;
-        num += aj * w[j] * c;
-        den += aj * c * c;
-    }
+        return std::array<double, 2>{aj * w[j] * c, aj * c * c};
+    });
     if (!(den > 0)) return std::nullopt;
     const double scale = num / den;
     if (!tr.symmetric && !(scale > 0)) return std::nullopt;
@@ -61,15 +72,10 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const floa
 
 std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, const double* a,
                                          uint64_t n) {
-    double s = 0, sc = 0, scc = 0, sw = 0, swc = 0;
-    for (uint64_t j = 0; j < n; ++j) {
+    const auto [s, sc, scc, sw, swc] = interleaved_sums<5>(n, [&](uint64_t j) {
         const double aj = weight_of(a, j), c = codes[j], x = w[j];
-        s += aj;
-        sc += aj * c;
-        scc += aj * c * c;
-        sw += aj * x;
-        swc += aj * x * c;
-    }
+        return std::array<double, 5>{aj, aj * c, aj * c * c, aj * x, aj * x * c};
+    });
     const double det = s * scc - sc * sc;
     if (!(det > 0)) return std::nullopt;
     return LineFit{(s * swc - sc * sw) / det, (scc * sw - sc * swc) / det, scc, swc};
@@ -77,16 +83,7 @@ std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, c
 
 double importance_grid_error(QType t, const QGroupParams& p, const float* w, const double* a,
                              uint64_t n) {
-    thread_local std::vector<int32_t> codes;
-    codes.resize(n);
-    group_codes(t, p, w, n, codes.data());
-    double e = 0.0;
-    for (uint64_t j = 0; j < n; ++j) {
-        const double d =
-            static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(t, p, codes[j]));
-        e += weight_of(a, j) * d * d;
-    }
-    return e;
+    return group_error(t, p, w, a, n);
 }
 
 std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const double* a,
@@ -127,11 +124,19 @@ std::optional<QGroupParams> importance_group_grid(QType t, const float* w, const
         const int steps_off = i - kImportanceSteps / 2;
         return levels ? static_cast<double>(steps_off) : steps_off / 10.0;
     };
+    // The refits depend on the trial's codes alone: a trial giving the codes of the one before
+    // gives the same refits, so they are not evaluated again (equal errors never replace).
+    thread_local std::vector<int32_t> codes, previous;
+    codes.resize(n);
+    previous.assign(n, INT32_MIN);
     auto try_grid = [&](const std::optional<QGroupParams>& trial) {
         if (!trial) return;
         consider(trial);
-        consider(refit(t, *trial, w, a, n));
-        if (a) consider(refit(t, *trial, w, nullptr, n));
+        group_codes(t, *trial, w, n, codes.data());
+        if (codes == previous) return;
+        consider(refit(t, *trial, codes.data(), w, a, n));
+        if (a) consider(refit(t, *trial, codes.data(), w, nullptr, n));
+        previous.swap(codes);
     };
     for (int i = 0; i < kImportanceSteps; ++i) {
         const double d = steps + offset(i);

@@ -31,7 +31,8 @@
 // So the candidates of the unweighted search (a == 1: 0, T_i, A_i) are among the weighted one's,
 // and its weighted error is never larger than the unweighted choice's (tested against a float64
 // brute force). Candidates whose scale overflows fp16 or rounds to zero are skipped. The errors
-// are summed in float64 in column order: deterministic, independent of threads.
+// are summed in float64 in a fixed order (four interleaved partial sums, columns j mod 4, added
+// pairwise): deterministic, independent of threads.
 //
 // This is llama.cpp's make_qx_quants / make_qkx2_quants idea (scan trial scales around the
 // range, refit the scale to the codes by weighted least squares) restated for our grids: integer

@@ -197,6 +197,8 @@ const BadLine kBadLines[] = {
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T --damp abc",
      "--damp: 'abc' is not a number"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib D", "--calib: '"},
+    {"quantize C -o O --qtype q4_g32 --method gptq --calib T --calib-products fp8",
+     "--calib-products: 'fp8' is not one of auto, f32, bf16"},
     {"quantize C -o O --qtype q4_g32 --method gptq --calib T X", "--calib: '"},
     {"quantize C -o O --qtype q4_g32 --method gptq",
      "--method gptq needs calibration text: --calib FILE"},

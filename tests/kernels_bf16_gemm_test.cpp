@@ -9,6 +9,7 @@
 // k 2^-126 covers flushed denormals. Then: bit equality across row ranges, token tiles, one token
 // at a time (decode) and blocks of k, and NaN activations giving NaN.
 #include <array>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -143,4 +144,89 @@ TEST_CASE("Bf16Tokens rounds to nearest even and pairs the activations", "[bf16]
     REQUIRE((p[1] & 0xffffu) == f32_to_bf16(-2.5f));
     REQUIRE(std::isnan(bf16_to_f32(static_cast<uint16_t>(p[1] >> 16))));
     REQUIRE(p[2] == f32_to_bf16(7.0f));  // a last odd activation pairs with zero
+}
+
+TEST_CASE("f32_to_bf16_array gives f32_to_bf16's bits at every level", "[bf16]") {
+    std::vector<float> x = {0.0f,          -0.0f,           1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                            0x1p-130f,     -0x1p-149f,      INFINITY,       -INFINITY,
+                            std::nanf(""), -std::nanf("7"), 3.3895314e38f,  -1.0e-39f};
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<uint32_t> bits;
+    for (int i = 0; i < 300; ++i) x.push_back(std::bit_cast<float>(bits(rng)));
+    for (Isa isa : cpu_isa_levels())
+        for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{15}, uint64_t{17}, x.size()}) {
+            INFO(isa_name(isa) << " n " << n);
+            std::vector<uint16_t> out(n + 1, 0xabcd);
+            f32_to_bf16_array(x.data(), n, out.data(), isa);
+            for (uint64_t i = 0; i < n; ++i) REQUIRE(out[i] == f32_to_bf16(x[i]));
+            REQUIRE(out[n] == 0xabcd);  // nothing past n
+        }
+}
+
+TEST_CASE("pack_f32 and pack_columns give pack()'s tiles of the rounded rows", "[bf16]") {
+    for (uint64_t rows : {uint64_t{1}, uint64_t{16}, uint64_t{45}})
+        for (uint64_t k : {uint64_t{1}, uint64_t{2}, uint64_t{33}, uint64_t{256}}) {
+            INFO("rows " << rows << " k " << k);
+            // x: [k][ld] with ld > rows; its columns are the rows; w = x^T as f32 and as bf16.
+            const uint64_t ld = rows + 3;
+            const auto x = test::kernel_activations(k, ld, static_cast<uint32_t>(rows * 1000 + k));
+            std::vector<float> w(rows * k);
+            std::vector<uint16_t> wb(rows * k);
+            for (uint64_t r = 0; r < rows; ++r)
+                for (uint64_t j = 0; j < k; ++j) {
+                    w[r * k + j] = x[j * ld + r];
+                    wb[r * k + j] = f32_to_bf16(w[r * k + j]);
+                }
+            Bf16PackedRows ref(rows, k), from_f32(rows, k);
+            ref.pack(reinterpret_cast<const uint8_t*>(wb.data()), 2 * k, 0, ref.tiles());
+            from_f32.pack_f32(w.data(), k, 0, from_f32.tiles());
+            const uint64_t bytes = ref.tiles() * ref.tile_bytes();
+            REQUIRE(std::memcmp(ref.tile(0), from_f32.tile(0), bytes) == 0);
+            for (Isa isa : cpu_isa_levels()) {
+                INFO(isa_name(isa));
+                Bf16PackedRows cols(rows, k);
+                cols.pack_columns(x.data(), ld, 0, 1, isa);  // two calls, as threads would
+                cols.pack_columns(x.data(), ld, 1, cols.tiles(), isa);
+                REQUIRE(std::memcmp(ref.tile(0), cols.tile(0), bytes) == 0);
+            }
+        }
+}
+
+TEST_CASE("bf16_gram is bf16_matmul with the rows as the tokens", "[bf16]") {
+    if (!bf16_dot_available()) {
+        WARN("this process has no AVX-512 BF16 at its level: the bf16 mode is not run here");
+        return;
+    }
+    // x: 37 calibration rows of 50 inputs (an odd number of rows: the last pair half zero);
+    // the Gram matrix of its columns is x^T x.
+    const uint64_t n = 37, k = 50;
+    const auto x = test::kernel_activations(n, k, 77);
+    Bf16PackedRows cols(k, n);
+    cols.pack_columns(x.data(), k, 0, cols.tiles());
+    std::vector<float> xt(k * n);
+    for (uint64_t i = 0; i < n; ++i)
+        for (uint64_t j = 0; j < k; ++j) xt[j * n + i] = x[i * k + j];
+    Bf16Tokens tokens;
+    tokens.prepare(xt.data(), k, n);
+    std::vector<float> gram(k * k), ref(k * k);
+    bf16_gram(cols, 0, k, 0, k, gram.data(), k);
+    bf16_matmul(cols, 0, k, tokens, 0, k, ref.data(), k);
+    REQUIRE(std::memcmp(gram.data(), ref.data(), 4 * k * k) == 0);
+    // A block from inside: the same bits; and within the bound of the float64 x^T x.
+    std::vector<float> part(7 * 20);
+    bf16_gram(cols, 20, 40, 3, 10, part.data(), 20);
+    for (uint64_t t = 3; t < 10; ++t)
+        for (uint64_t r = 20; r < 40; ++r) {
+            REQUIRE(std::memcmp(&part[(t - 3) * 20 + (r - 20)], &gram[t * k + r], 4) == 0);
+            double exact = 0.0, mag = 0.0;
+            for (uint64_t i = 0; i < n; ++i) {
+                exact += static_cast<double>(x[i * k + r]) * x[i * k + t];
+                mag += std::fabs(static_cast<double>(x[i * k + r]) * x[i * k + t]);
+            }
+            // Both factors rounded: (1 + 2^-8)^2 - 1 <= 2^-7 + 2^-16; the f32 chain as above.
+            const double bound =
+                1.01 * (0x1p-7 + 0x1p-16 + static_cast<double>(n + 1) * 0x1p-24 * 1.01) * mag +
+                static_cast<double>(n) * 0x1p-126;
+            REQUIRE(std::fabs(part[(t - 3) * 20 + (r - 20)] - exact) <= bound);
+        }
 }

@@ -4,6 +4,8 @@
 // between two codes (round to nearest even), on weights far outside the grid (the clamp), on
 // signed zeros, on an all-zero group (scale 0) and on run lengths that end inside a vector.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -76,5 +78,47 @@ TEST_CASE("group_codes: every level gives qtype_quantize_value's codes", "[kerne
         const std::vector<float> zeros(33, 0.0f);
         const auto pz = reference_grid(t, zeros);
         if (pz) require_same_codes(t, *pz, zeros);
+    }
+}
+
+// group_error against a float64 reference written here: the terms from qtype_quantize_value and
+// qtype_dequantize_value, summed in the documented order (term j into partial sum j mod 8, then
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))): the same bits at every level, with and
+// without importance, for run lengths that end inside a vector.
+TEST_CASE("group_error: every level gives the reference's bits", "[kernels][group_codes]") {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::uniform_real_distribution<double> decade(-2.0, 2.0);
+    for (const auto& row : kQTypes) {
+        const QType t = row.type;
+        if (!qtype_is_quantized(t) || qtype_has_row_levels(t)) continue;
+        for (uint64_t n : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 128u, 200u}) {
+            std::vector<float> w(n);
+            std::vector<double> a(n);
+            for (uint64_t j = 0; j < n; ++j) {
+                w[j] = dist(rng) * 0.05f;
+                a[j] = std::pow(10.0, decade(rng));
+            }
+            const auto p = reference_grid(t, w);
+            REQUIRE(p);
+            for (const double* imp :
+                 {static_cast<const double*>(nullptr), static_cast<const double*>(a.data())}) {
+                double s[8] = {};
+                for (uint64_t j = 0; j < n; ++j) {
+                    const double d =
+                        static_cast<double>(w[j]) - static_cast<double>(qtype_dequantize_value(
+                                                        t, *p, qtype_quantize_value(t, *p, w[j])));
+                    s[j % 8] += (imp ? imp[j] : 1.0) * d * d;
+                }
+                const double want =
+                    ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+                for (Isa isa : cpu_isa_levels()) {
+                    INFO(row.name << " level " << isa_name(isa) << " n " << n << " importance "
+                                  << (imp != nullptr));
+                    const double got = group_error_isa(isa, t, *p, w.data(), imp, n);
+                    REQUIRE(std::memcmp(&got, &want, sizeof got) == 0);
+                }
+            }
+        }
     }
 }

@@ -3,9 +3,13 @@
 // independent sequences, each starting at position 0.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "cli_support.hpp"
+#include "convert/convert.hpp"
+#include "core/error.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "quant/block_forward.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/thread_pool.hpp"
@@ -51,5 +55,91 @@ TEST_CASE("block forward, layer by layer, equals the CPU backend on stories260K"
         }
         INFO("sequence " << s << ": relative L2 " << std::sqrt(diff / norm));
         REQUIRE(std::sqrt(diff / norm) <= 1e-5);
+    }
+}
+
+// bf16 products (CalibProducts::bf16) on the model stored as bf16. Each product is
+// bf16_matmul on the same bf16 weights with its input rounded to bf16, bit for bit (for any
+// thread count and across token panels); the whole forward then stays near the CPU backend's
+// bf16-activation mode, which rounds the same products' inputs. Not bit-near: a 1e-6 difference
+// elsewhere (attention's summation order) moves an activation across a bf16 rounding boundary
+// now and then, a 2^-8 step, so the bound is the runtime's bf16 test's (3e-2: each rounding
+// moves an activation by at most 2^-8; a wrong pair order or a dropped pair moves logits by tens
+// of percent).
+TEST_CASE("block forward with bf16 products: bf16_matmul's bits, near the CPU backend's bf16 mode",
+          "[quant][calib][shared]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    if (!bf16_dot_available()) {
+        WARN("no AVX-512 BF16 at this process's level: bf16 products are refused, not run");
+        ThreadPool pool(1);
+        REQUIRE_THROWS_AS(BlockForward(ModelConfig{}, 1, 2, pool, CalibProducts::bf16), Error);
+        return;
+    }
+    test::ScratchDir dir("block-forward-bf16");
+    ConvertOptions o;
+    o.input = (data / "stories260K" / "hf").string();
+    o.output = (dir / "bf16.qf").string();
+    o.tokenizer = (data / "stories260K" / "tok512.bin").string();
+    o.dtype = QType::bf16;
+    convert_checkpoint(o);
+    Model model(o.output);
+    const ModelConfig& c = model.config();
+
+    // Every linear of a block, on 600 random tokens (two panels of kPanelTokens).
+    const uint64_t n = 600;
+    for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        BlockForward f(c, 1, n, pool, CalibProducts::bf16);
+        for (int wi = 0; wi <= kBlockLinears; ++wi) {
+            const Matrix& w = model.weight(1, Weight(wi));
+            const auto x = test::kernel_activations(n, w.cols, 5 + static_cast<uint32_t>(wi));
+            std::vector<float> y(n * w.rows), ref(n * w.rows);
+            f.linear(w, x.data(), n, y.data());
+            Bf16PackedRows p(w.rows, w.cols);
+            p.pack(w.data, w.row_bytes(), 0, p.tiles());
+            Bf16Tokens t;
+            t.prepare(x.data(), n, w.cols);
+            bf16_matmul(p, 0, w.rows, t, 0, n, ref.data(), w.rows);
+            INFO("threads " << threads << " weight " << wi);
+            REQUIRE(std::memcmp(y.data(), ref.data(), 4 * y.size()) == 0);
+        }
+    }
+
+    const uint64_t sequences = 3, seq_len = 40;
+    std::mt19937 rng(8);
+    std::vector<int32_t> tokens(sequences * seq_len);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+    std::vector<float> first;
+    for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        BlockForward f(c, sequences, seq_len, pool, CalibProducts::bf16);
+        std::vector<float> x = embed_tokens(model, tokens);
+        for (uint64_t l = 0; l < c.num_layers; ++l) run_layer(f, model, l, x);
+        std::vector<float> h(x.size()), logits(tokens.size() * c.vocab_size);
+        f.view = layer_view(model, 0);
+        f.norm(0, Norm::final, {x.data(), c.hidden_size}, {h.data(), c.hidden_size}, tokens.size());
+        const Product head[] = {{Weight::lm_head, {logits.data(), c.vocab_size}}};
+        f.products(0, {h.data(), c.hidden_size}, head, tokens.size());
+        if (first.empty()) {
+            first = logits;
+        } else {
+            INFO("threads " << threads);
+            REQUIRE(std::memcmp(first.data(), logits.data(), 4 * logits.size()) == 0);
+        }
+    }
+    ThreadPool pool(2);
+    auto cpu = make_cpu_backend(model, pool, {.bf16_activations = true});
+    for (uint64_t s = 0; s < sequences; ++s) {
+        auto cache = cpu->new_cache(seq_len);
+        std::vector<float> ref(seq_len * c.vocab_size);
+        cpu->forward({tokens.data() + s * seq_len, seq_len}, *cache, 0, ref);
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+            const double d = first[s * seq_len * c.vocab_size + i] - ref[i];
+            diff += d * d;
+            norm += double(ref[i]) * ref[i];
+        }
+        INFO("sequence " << s << ": relative L2 " << std::sqrt(diff / norm));
+        REQUIRE(std::sqrt(diff / norm) <= 3e-2);
     }
 }

@@ -25,6 +25,17 @@ struct Grid {
     int32_t zero;
 };
 
+// The search's summation order (rtn_importance.hpp): term j into partial sum j mod 8, the eight
+// added as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)).
+struct Sum8 {
+    double s[8] = {};
+    size_t n = 0;
+    void operator+=(double v) { s[n++ % 8] += v; }
+    operator double() const {
+        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+};
+
 // The stored quantizer's code for w (formats/qtype.hpp: round to nearest even, clamped).
 int32_t ref_code(QType t, float scale, int32_t zero, float w) {
     if (scale == 0.0f) return zero;
@@ -36,7 +47,7 @@ int32_t ref_code(QType t, float scale, int32_t zero, float w) {
 
 double ref_error(QType t, Grid g, const std::vector<float>& w, const std::vector<double>& a) {
     const float s = f16_to_f32(g.scale_bits);
-    double e = 0;
+    Sum8 e;
     for (size_t j = 0; j < w.size(); ++j) {
         const double d = double(w[j]) - double(s * float(ref_code(t, s, g.zero, w[j]) - g.zero));
         e += a[j] * d * d;
@@ -66,7 +77,7 @@ std::vector<Grid> ref_candidates(QType t, const std::vector<float>& w, const std
         int32_t z = tr.implicit_zero;
         if (!tr.symmetric) {
             // Normal equations of min sum wt (w - s c - o)^2.
-            double s00 = 0, s01 = 0, s11 = 0, b0 = 0, b1 = 0;
+            Sum8 s00, s01, s11, b0, b1;
             for (size_t j = 0; j < w.size(); ++j) {
                 s00 += wt[j] * c[j] * c[j];
                 s01 += wt[j] * c[j];
@@ -80,7 +91,7 @@ std::vector<Grid> ref_candidates(QType t, const std::vector<float>& w, const std
             if (!(s > 0)) return;
             z = zero_of(-off / s);
         }
-        double num = 0, den = 0;
+        Sum8 num, den;
         for (size_t j = 0; j < w.size(); ++j) {
             num += wt[j] * w[j] * (c[j] - z);
             den += wt[j] * (c[j] - z) * (c[j] - z);
@@ -160,7 +171,7 @@ int32_t level_code(const int8_t* levels, float scale, float w) {
 double level_error(const int8_t* levels, uint16_t scale_bits, const std::vector<float>& w,
                    const std::vector<double>& a) {
     const float s = f16_to_f32(scale_bits);
-    double e = 0;
+    Sum8 e;
     for (size_t j = 0; j < w.size(); ++j) {
         const double d = double(w[j]) - double(s * float(levels[level_code(levels, s, w[j])]));
         e += a[j] * d * d;
@@ -177,7 +188,7 @@ uint16_t level_brute_force(QType t, const std::vector<float>& w, const std::vect
         if (std::isfinite(s) && (h & 0x7c00) != 0x7c00 && (h & 0x7fff) != 0) o.push_back(h);
     };
     auto fit = [&](uint16_t trial, const std::vector<double>& wt) {
-        double num = 0, den = 0;
+        Sum8 num, den;
         for (size_t j = 0; j < w.size(); ++j) {
             const double l = levels[level_code(levels, f16_to_f32(trial), w[j])];
             num += wt[j] * w[j] * l;

@@ -6,6 +6,13 @@
 // of kBlockPairs; between blocks each accumulator waits, as the f32 value it is, in a small
 // buffer (storing an f32 and loading it back changes no bit), so a row triple's block of weights
 // (3 x 1024 x 64 bytes) stays in L2 while every token tile passes over it.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's masked AVX-512 intrinsics self-initialise their "undefined" operands, which
+// -W(maybe-)uninitialized reports inside the system header once inlined (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include "kernels/cpu/bf16_gemm.hpp"
 
 #include <algorithm>
@@ -19,6 +26,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define QF_AVX512_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define QF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #endif
 
 namespace qforge {
@@ -34,6 +42,60 @@ constexpr int kMaxTokens = 8;           // tokens per register tile
 }  // namespace
 
 bool bf16_dot_available() { return cpu_isa() >= Isa::avx512 && cpu_has_avx512_bf16(); }
+
+#if defined(__x86_64__)
+namespace {
+
+// f32_to_bf16 on 16 lanes, in integer steps (the bits of core/half.hpp's definition; vcvtneps2bf16
+// would flush denormals instead): the low 16 bits of each lane.
+QF_AVX512 __m512i bf16_lanes(__m512 v) {
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i hi = _mm512_srli_epi32(x, 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i bias =
+        _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+    return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
+QF_AVX512 void f32_to_bf16_avx512(const float* x, uint64_t n, uint16_t* out) {
+    for (uint64_t i = 0; i < n; i += kLanes) {
+        const auto m = static_cast<__mmask16>(n - i >= kLanes ? 0xffffu : (1u << (n - i)) - 1);
+        const __m512i b = bf16_lanes(_mm512_maskz_loadu_ps(m, x + i));
+        _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtepi32_epi16(b));
+    }
+}
+
+// Tile `tile` of rows `rows` (lanes past it zero) from the columns of x [k][ld]: pair p, lane l
+// holds columns 16 tile + l of x's rows 2p (low half) and 2p + 1 (high half; zero past k).
+QF_AVX512 void pack_columns_avx512(const float* x, uint64_t ld, uint64_t rows, uint64_t k,
+                                   uint64_t tile, uint8_t* out) {
+    const uint64_t c0 = tile * kLanes, np = (k + 1) / 2;
+    const auto m = static_cast<__mmask16>(rows - c0 >= kLanes ? 0xffffu : (1u << (rows - c0)) - 1);
+    for (uint64_t p = 0; p < np; ++p) {
+        const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, x + 2 * p * ld + c0));
+        const __m512i hi = 2 * p + 1 < k
+                               ? bf16_lanes(_mm512_maskz_loadu_ps(m, x + (2 * p + 1) * ld + c0))
+                               : _mm512_setzero_si512();
+        const __m512i pair = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
+                                             _mm512_slli_epi32(hi, 16));
+        _mm512_store_si512(reinterpret_cast<__m512i*>(out + p * kPairBytes), pair);
+    }
+}
+
+}  // namespace
+#endif
+
+void f32_to_bf16_array(const float* x, uint64_t n, uint16_t* out, Isa isa) {
+#if defined(__x86_64__)
+    if (isa >= Isa::avx512) {
+        f32_to_bf16_avx512(x, n, out);
+        return;
+    }
+#endif
+    for (uint64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
 
 Bf16PackedRows::Bf16PackedRows(uint64_t rows, uint64_t k) : rows_(rows), k_(k) {
     if (rows == 0 || k == 0)
@@ -56,22 +118,76 @@ void Bf16PackedRows::pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uin
     }
 }
 
-void Bf16Tokens::prepare(const float* x, uint64_t n, uint64_t k) {
+void Bf16PackedRows::pack_f32(const float* w, uint64_t ld, uint64_t tile0, uint64_t tile1) {
+    std::vector<uint16_t> row(k_);
+    for (uint64_t tile = tile0; tile < tile1; ++tile) {
+        uint8_t* out = data_.get() + tile * tile_bytes();
+        std::memset(out, 0, tile_bytes());
+        for (uint64_t l = 0; l < kLanes && tile * kLanes + l < rows_; ++l) {
+            f32_to_bf16_array(w + (tile * kLanes + l) * ld, k_, row.data());
+            for (uint64_t p = 0; p < pairs(); ++p)
+                std::memcpy(out + p * kPairBytes + 4 * l, row.data() + 2 * p,
+                            2 * p + 1 < k_ ? 4 : 2);
+        }
+    }
+}
+
+void Bf16PackedRows::pack_columns(const float* x, uint64_t ld, uint64_t tile0, uint64_t tile1,
+                                  Isa isa) {
+    for (uint64_t tile = tile0; tile < tile1; ++tile) {
+        uint8_t* out = data_.get() + tile * tile_bytes();
+#if defined(__x86_64__)
+        if (isa >= Isa::avx512) {
+            pack_columns_avx512(x, ld, rows_, k_, tile, out);
+            continue;
+        }
+#endif
+        std::memset(out, 0, tile_bytes());
+        for (uint64_t l = 0; l < kLanes && tile * kLanes + l < rows_; ++l)
+            for (uint64_t i = 0; i < k_; ++i) {
+                const uint16_t b = f32_to_bf16(x[i * ld + tile * kLanes + l]);
+                std::memcpy(out + (i / 2) * kPairBytes + 4 * l + 2 * (i % 2), &b, 2);
+            }
+    }
+}
+
+void Bf16Tokens::resize(uint64_t n, uint64_t k) {
     n_ = n;
     k_ = k;
-    const uint64_t np = (k + 1) / 2;
-    p_.assign(n * np, 0);
-    for (uint64_t t = 0; t < n; ++t)
-        for (uint64_t i = 0; i < k; ++i)
-            p_[t * np + i / 2] |= static_cast<uint32_t>(f32_to_bf16(x[t * k + i]))
-                                  << (16 * (i % 2));
+    p_.resize(n * ((k + 1) / 2));
+}
+
+void Bf16Tokens::fill(const float* x, uint64_t t0, uint64_t t1) {
+    const uint64_t np = (k_ + 1) / 2;
+    for (uint64_t t = t0; t < t1; ++t) {
+        auto* out = reinterpret_cast<uint16_t*>(p_.data() + t * np);  // little-endian: 2p low
+        f32_to_bf16_array(x + t * k_, k_, out);
+        if (k_ % 2) out[k_] = 0;  // a last odd activation pairs with zero
+    }
+}
+
+void Bf16Tokens::prepare(const float* x, uint64_t n, uint64_t k) {
+    resize(n, k);
+    fill(x, 0, n);
 }
 
 #if defined(__x86_64__)
 namespace {
 
-// Pairs [p0, p0 + np) of tiles `tile` (G of them) against tokens x[0..NT): acc[g][t] in and out.
-template <int G, int NT>
+// Where token t's pairs are: at tokens->pairs(t), one word apart (Bf16Tokens), or, when `rows`
+// is set, row t of those packed rows: lane t % 16 of tile t / 16, kLanes words apart.
+struct TokenPairs {
+    const Bf16Tokens* tokens = nullptr;
+    const Bf16PackedRows* rows = nullptr;
+    const uint32_t* at(uint64_t t) const {
+        if (rows) return reinterpret_cast<const uint32_t*>(rows->tile(t / kLanes)) + t % kLanes;
+        return tokens->pairs(t);
+    }
+};
+
+// Pairs [p0, p0 + np) of tiles `tile` (G of them) against tokens x[0..NT), their pairs XS words
+// apart: acc[g][t] in and out.
+template <int G, int NT, int XS>
 QF_AVX512_BF16 void tile_block(const uint8_t* const (&tile)[kMaxGroups], uint64_t p0, uint64_t np,
                                const uint32_t* const (&x)[kMaxTokens], __m512 (&acc)[G][NT]) {
     for (uint64_t p = p0; p < p0 + np; ++p) {
@@ -81,7 +197,7 @@ QF_AVX512_BF16 void tile_block(const uint8_t* const (&tile)[kMaxGroups], uint64_
                 _mm512_load_si512(reinterpret_cast<const __m512i*>(tile[g] + p * kPairBytes)));
         for (int t = 0; t < NT; ++t) {
             const __m512bh xp =
-                reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t][p])));
+                reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t][p * XS])));
             for (int g = 0; g < G; ++g) acc[g][t] = _mm512_dpbf16_ps(acc[g][t], w[g], xp);
         }
     }
@@ -89,33 +205,34 @@ QF_AVX512_BF16 void tile_block(const uint8_t* const (&tile)[kMaxGroups], uint64_
 
 // Tokens [t0, t0 + NT) against the G tiles over pairs [p0, p0 + np), the accumulators from and
 // back to sums[t][g] (zeros when first).
-template <int G, int NT>
+template <int G, int NT, int XS>
 QF_AVX512_BF16 void token_tile(const uint8_t* const (&tile)[kMaxGroups], uint64_t p0, uint64_t np,
-                               const Bf16Tokens& xs, uint64_t t0, bool first, __m512* sums) {
+                               const TokenPairs& xs, uint64_t t0, bool first, __m512* sums) {
     __m512 acc[G][NT];
     const uint32_t* x[kMaxTokens] = {};
     for (int t = 0; t < NT; ++t) {
-        x[t] = xs.pairs(t0 + static_cast<uint64_t>(t));
+        x[t] = xs.at(t0 + static_cast<uint64_t>(t));
         for (int g = 0; g < G; ++g)
             acc[g][t] = first ? _mm512_setzero_ps() : _mm512_load_ps(&sums[t * kMaxGroups + g]);
     }
-    tile_block<G, NT>(tile, p0, np, x, acc);
+    tile_block<G, NT, XS>(tile, p0, np, x, acc);
     for (int t = 0; t < NT; ++t)
         for (int g = 0; g < G; ++g) _mm512_store_ps(&sums[t * kMaxGroups + g], acc[g][t]);
 }
 
-template <int G, int NT>
+template <int G, int NT, int XS>
 QF_AVX512_BF16 void token_tile_dispatch(const uint8_t* const (&tile)[kMaxGroups], uint64_t p0,
-                                        uint64_t np, const Bf16Tokens& xs, uint64_t t0, int nt,
+                                        uint64_t np, const TokenPairs& xs, uint64_t t0, int nt,
                                         bool first, __m512* sums) {
     if constexpr (NT > 1)
-        if (nt < NT) return token_tile_dispatch<G, NT - 1>(tile, p0, np, xs, t0, nt, first, sums);
-    token_tile<G, NT>(tile, p0, np, xs, t0, first, sums);
+        if (nt < NT)
+            return token_tile_dispatch<G, NT - 1, XS>(tile, p0, np, xs, t0, nt, first, sums);
+    token_tile<G, NT, XS>(tile, p0, np, xs, t0, first, sums);
 }
 
-template <int G>
+template <int G, int XS>
 QF_AVX512_BF16 void groups_product(const Bf16PackedRows& w, uint64_t tile0, uint64_t r0,
-                                   uint64_t r1, const Bf16Tokens& xs, uint64_t t0, uint64_t t1,
+                                   uint64_t r1, const TokenPairs& xs, uint64_t t0, uint64_t t1,
                                    float* out, uint64_t ldo) {
     const uint64_t n = t1 - t0, np = w.pairs();
     const uint8_t* tile[kMaxGroups] = {};
@@ -130,14 +247,21 @@ QF_AVX512_BF16 void groups_product(const Bf16PackedRows& w, uint64_t tile0, uint
         const uint64_t nb = std::min(kBlockPairs, np - p0);
         for (uint64_t t = 0; t < n; t += kMaxTokens) {
             const int nt = static_cast<int>(std::min<uint64_t>(kMaxTokens, n - t));
-            token_tile_dispatch<G, kMaxTokens>(tile, p0, nb, xs, t0 + t, nt, p0 == 0,
-                                               sums + t * kMaxGroups);
+            token_tile_dispatch<G, kMaxTokens, XS>(tile, p0, nb, xs, t0 + t, nt, p0 == 0,
+                                                   sums + t * kMaxGroups);
         }
     }
     // Lane l of tile g is row 16 (tile0 + g) + l: the rows of [r0, r1) among them.
     for (int g = 0; g < G; ++g) {
         const uint64_t first = (tile0 + static_cast<uint64_t>(g)) * kLanes;
         const uint64_t lo = std::max(first, r0) - first, hi = std::min(r1 - first, kLanes);
+        if (lo == 0) {  // lanes [0, hi) to out from row `first` on: one masked store
+            const auto m = static_cast<__mmask16>(hi == kLanes ? 0xffffu : (1u << hi) - 1);
+            for (uint64_t t = 0; t < n; ++t)
+                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), m,
+                                      sums[t * kMaxGroups + static_cast<uint64_t>(g)]);
+            continue;
+        }
         for (uint64_t t = 0; t < n; ++t) {
             alignas(64) float lanes[kLanes];
             _mm512_store_ps(lanes, sums[t * kMaxGroups + static_cast<uint64_t>(g)]);
@@ -146,28 +270,37 @@ QF_AVX512_BF16 void groups_product(const Bf16PackedRows& w, uint64_t tile0, uint
     }
 }
 
-void bf16_matmul_avx512(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& xs,
-                        uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+template <int XS>
+void product_avx512(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const TokenPairs& xs,
+                    uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
     const uint64_t last = (r1 - 1) / kLanes;
     for (uint64_t tile0 = r0 / kLanes; tile0 <= last; tile0 += kMaxGroups) {
         const uint64_t g = std::min<uint64_t>(kMaxGroups, last + 1 - tile0);
         if (g == 3)
-            groups_product<3>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
+            groups_product<3, XS>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
         else if (g == 2)
-            groups_product<2>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
+            groups_product<2, XS>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
         else
-            groups_product<1>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
+            groups_product<1, XS>(w, tile0, r0, r1, xs, t0, t1, out, ldo);
     }
 }
 
 }  // namespace
 #endif
 
-void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
-                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+namespace {
+
+void require_bf16_dot() {
     if (!bf16_dot_available())
         throw Error("bf16 activations need the avx512 level and AVX-512 BF16; this process runs " +
                     cpu_isa_description());
+}
+
+}  // namespace
+
+void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
+                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    require_bf16_dot();
     if (x.k() != w.k() || r1 > w.rows() || t1 > x.tokens())
         throw Error("bf16_matmul: rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                     ") and tokens up to " + std::to_string(t1) + " of k = " +
@@ -175,7 +308,20 @@ void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16To
                     std::to_string(w.k()) + " and " + std::to_string(x.tokens()) + " tokens");
     if (r0 >= r1 || t0 >= t1) return;
 #if defined(__x86_64__)
-    bf16_matmul_avx512(w, r0, r1, x, t0, t1, out, ldo);
+    product_avx512<1>(w, r0, r1, TokenPairs{&x, nullptr}, t0, t1, out, ldo);
+#endif
+}
+
+void bf16_gram(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0, uint64_t t1,
+               float* out, uint64_t ldo) {
+    require_bf16_dot();
+    if (r1 > w.rows() || t1 > w.rows())
+        throw Error("bf16_gram: rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                    ") against rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
+                    ") asked of " + std::to_string(w.rows()) + " rows");
+    if (r0 >= r1 || t0 >= t1) return;
+#if defined(__x86_64__)
+    product_avx512<static_cast<int>(kLanes)>(w, r0, r1, TokenPairs{nullptr, &w}, t0, t1, out, ldo);
 #endif
 }
 

@@ -16,17 +16,26 @@
 // versus decode (one token is a 1-token tile): bit-identical across all of them on one CPU.
 // The weights are repacked once, at load, 16 rows to a tile with each pair of a row in its lane
 // (`Bf16PackedRows`), so neither decode nor prefill transposes anything.
+//
+// The calibration pass (quant/) uses the same chain for its products in bf16 mode: weights
+// packed from f32 (`pack_f32`), and Gram matrices x^T x of chunks of calibration rows
+// (`pack_columns`, `bf16_gram`), whose inputs are then rounded to bf16 like the activations.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/alloc.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace qforge {
 
 // Whether this process can run the mode: the avx512 level in use and AVX-512 BF16 on the CPU.
 bool bf16_dot_available();
+
+// out[i] = f32_to_bf16(x[i]) for i < n (core/half.hpp's bits, NaN kept a NaN; 16 at a time at
+// the avx512 level: `isa`, for tests of each level).
+void f32_to_bf16_array(const float* x, uint64_t n, uint16_t* out, Isa isa = cpu_isa());
 
 // bf16 rows [rows][k] (2 bytes per weight, rows `stride` bytes apart) repacked: tile i holds rows
 // 16 i .. 16 i + 15, and for each pair p the 16 rows' weights (2p, 2p + 1) as one 64-byte vector
@@ -38,6 +47,12 @@ class Bf16PackedRows {
     Bf16PackedRows(uint64_t rows, uint64_t k);
     // Packs tiles [tile0, tile1) (callers may split them over threads).
     void pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1);
+    // The same from f32 rows [rows][k], `ld` floats apart, each weight rounded to bf16.
+    void pack_f32(const float* w, uint64_t ld, uint64_t tile0, uint64_t tile1);
+    // The columns of x [k][ld] (k rows of at least rows() floats) as the rows: row r is column r
+    // of x, rounded to bf16 (for the Gram matrix x^T x: bf16_gram).
+    void pack_columns(const float* x, uint64_t ld, uint64_t tile0, uint64_t tile1,
+                      Isa isa = cpu_isa());
 
     uint64_t rows() const { return rows_; }
     uint64_t k() const { return k_; }
@@ -56,7 +71,10 @@ class Bf16PackedRows {
 // paired with zero.
 class Bf16Tokens {
   public:
-    void prepare(const float* x, uint64_t n, uint64_t k);
+    void prepare(const float* x, uint64_t n, uint64_t k);  // resize(n, k), fill(x, 0, n)
+    void resize(uint64_t n, uint64_t k);
+    // Tokens [t0, t1) from x [n][k] (x points at token 0; callers may split tokens over threads).
+    void fill(const float* x, uint64_t t0, uint64_t t1);
     uint64_t tokens() const { return n_; }
     uint64_t k() const { return k_; }
     const uint32_t* pairs(uint64_t t) const { return p_.data() + t * ((k_ + 1) / 2); }
@@ -71,5 +89,12 @@ class Bf16Tokens {
 // bf16_dot_available() is false or k differs.
 void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
                  uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+
+// The Gram matrix of w's rows: out[(t - t0) * ldo + (r - r0)] = row r . row t, for rows
+// [r0, r1) and t in [t0, t1): bf16_matmul's chain with w's rows as the tokens (the same bits as
+// bf16_matmul against a Bf16Tokens holding them). With w from pack_columns(x), the (r, t) entry
+// of x^T x. Throws as bf16_matmul.
+void bf16_gram(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0, uint64_t t1,
+               float* out, uint64_t ldo);
 
 }  // namespace qforge

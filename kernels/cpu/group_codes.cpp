@@ -74,9 +74,109 @@ __attribute__((target("avx2,fma,avx512f"))) void codes_avx512(const Uniform& u, 
     }
 }
 
+// One term of group_error (the scalar expression; `code` from qtype_quantize_value).
+inline double error_term(QType t, const QGroupParams& p, float w, const double* a, uint64_t j,
+                         int32_t code) {
+    const double d =
+        static_cast<double>(w) - static_cast<double>(qtype_dequantize_value(t, p, code));
+    return (a ? a[j] : 1.0) * d * d;
+}
+
+// group_error's terms [from, n) added to sum (the scalar version, and the vector ones' tails).
+void error_tail(QType t, const QGroupParams& p, const float* w, const double* a, uint64_t from,
+                uint64_t n, InterleavedSum& sum) {
+    for (uint64_t j = from; j < n; ++j)
+        sum.add(j, error_term(t, p, w[j], a, j, qtype_quantize_value(t, p, w[j])));
+}
+
+// Uniform grids: deq = scale * (code - zero) - min, the code as an integral float (r - zero is
+// the exact integer code - zero); 8 terms per step, lanes j mod 8 of two 4-double accumulators.
+__attribute__((target("avx2,fma"))) double error_avx2(QType t, const QGroupParams& p,
+                                                      const Uniform& u, const float* w,
+                                                      const double* a, uint64_t n) {
+    const __m256 scale = _mm256_set1_ps(u.scale), add = _mm256_set1_ps(u.add),
+                 zero = _mm256_set1_ps(u.zero), lo = _mm256_set1_ps(u.lo),
+                 hi = _mm256_set1_ps(u.hi), dscale = _mm256_set1_ps(p.scale),
+                 dzero = _mm256_set1_ps(static_cast<float>(p.zero)), dmin = _mm256_set1_ps(p.min);
+    __m256d acc[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    uint64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 wv = _mm256_loadu_ps(w + j);
+        __m256 r = _mm256_div_ps(_mm256_add_ps(wv, add), scale);
+        r = _mm256_add_ps(_mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
+        r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+        const __m256 deq = _mm256_sub_ps(_mm256_mul_ps(dscale, _mm256_sub_ps(r, dzero)), dmin);
+        for (int h = 0; h < 2; ++h) {
+            const __m128 wh = h ? _mm256_extractf128_ps(wv, 1) : _mm256_castps256_ps128(wv);
+            const __m128 qh = h ? _mm256_extractf128_ps(deq, 1) : _mm256_castps256_ps128(deq);
+            const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(wh), _mm256_cvtps_pd(qh));
+            const __m256d av = a ? _mm256_loadu_pd(a + j + 4 * h) : _mm256_set1_pd(1.0);
+            acc[h] = _mm256_add_pd(acc[h], _mm256_mul_pd(_mm256_mul_pd(av, d), d));
+        }
+    }
+    InterleavedSum sum;
+    _mm256_storeu_pd(sum.s, acc[0]);
+    _mm256_storeu_pd(sum.s + 4, acc[1]);
+    error_tail(t, p, w, a, j, n, sum);
+    return sum.total();
+}
+
+// 16 terms per step: lanes j mod 8 of one 8-double accumulator, the low 8 weights first.
+__attribute__((target("avx2,fma,avx512f"))) double error_avx512(QType t, const QGroupParams& p,
+                                                                const Uniform& u, const float* w,
+                                                                const double* a, uint64_t n) {
+    const __m512 scale = _mm512_set1_ps(u.scale), add = _mm512_set1_ps(u.add),
+                 zero = _mm512_set1_ps(u.zero), lo = _mm512_set1_ps(u.lo),
+                 hi = _mm512_set1_ps(u.hi), dscale = _mm512_set1_ps(p.scale),
+                 dzero = _mm512_set1_ps(static_cast<float>(p.zero)), dmin = _mm512_set1_ps(p.min);
+    __m512d acc = _mm512_setzero_pd();
+    uint64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 wv = _mm512_loadu_ps(w + j);
+        __m512 r = _mm512_div_ps(_mm512_add_ps(wv, add), scale);
+        r = _mm512_add_ps(_mm512_roundscale_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                          zero);
+        r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+        const __m512 deq = _mm512_sub_ps(_mm512_mul_ps(dscale, _mm512_sub_ps(r, dzero)), dmin);
+        for (int h = 0; h < 2; ++h) {
+            const __m256 wh = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(wv), 1))
+                                : _mm512_castps512_ps256(wv);
+            const __m256 qh = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(deq), 1))
+                                : _mm512_castps512_ps256(deq);
+            const __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(wh), _mm512_cvtps_pd(qh));
+            const __m512d av = a ? _mm512_loadu_pd(a + j + 8 * h) : _mm512_set1_pd(1.0);
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(_mm512_mul_pd(av, d), d));
+        }
+    }
+    InterleavedSum sum;
+    _mm512_storeu_pd(sum.s, acc);
+    error_tail(t, p, w, a, j, n, sum);
+    return sum.total();
+}
+
 #endif
 
 }  // namespace
+
+double group_error_isa(Isa isa, QType t, const QGroupParams& p, const float* w, const double* a,
+                       uint64_t n) {
+    if (isa > cpu_isa())
+        throw Error("group_error: level " + std::string(isa_name(isa)) +
+                    " requested, this process runs at most " + std::string(isa_name(cpu_isa())));
+#if defined(__x86_64__)
+    if (!qtype_has_levels(t) && p.scale != 0.0f && isa != Isa::scalar) {
+        const Uniform u = uniform(t, p);
+        return isa == Isa::avx512 ? error_avx512(t, p, u, w, a, n) : error_avx2(t, p, u, w, a, n);
+    }
+#endif
+    InterleavedSum sum;
+    error_tail(t, p, w, a, 0, n, sum);
+    return sum.total();
+}
+
+double group_error(QType t, const QGroupParams& p, const float* w, const double* a, uint64_t n) {
+    return group_error_isa(cpu_isa(), t, p, w, a, n);
+}
 
 void group_codes_isa(Isa isa, QType t, const QGroupParams& p, const float* w, uint64_t n,
                      int32_t* codes) {

@@ -24,4 +24,25 @@ void group_codes(QType t, const QGroupParams& p, const float* w, uint64_t n, int
 void group_codes_isa(Isa isa, QType t, const QGroupParams& p, const float* w, uint64_t n,
                      int32_t* codes);
 
+// Eight interleaved float64 partial sums: add(j, v) adds v to partial sum j mod 8, total()
+// returns ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). A fixed order, so a sum's bits do
+// not depend on how it is vectorised, and eight independent chains of adds instead of one.
+struct InterleavedSum {
+    double s[8] = {};
+    void add(uint64_t j, double v) { s[j % 8] += v; }
+    double total() const {
+        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+};
+
+// A grid's weighted squared error on n finite weights: the InterleavedSum over j < n of
+// (a_j d_j) d_j, d_j = double(w_j) - double(qtype_dequantize_value(t, p, c_j)) with
+// c_j = qtype_quantize_value(t, p, w_j) (a null: every a_j = 1). The same bits at every level:
+// the vector versions compute each term with the scalar expression's operations lane by lane.
+// (The importance search evaluates dozens of grids per group: one scalar chain per grid was its
+// whole cost.)
+double group_error(QType t, const QGroupParams& p, const float* w, const double* a, uint64_t n);
+double group_error_isa(Isa isa, QType t, const QGroupParams& p, const float* w, const double* a,
+                       uint64_t n);
+
 }  // namespace qforge
