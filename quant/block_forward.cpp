@@ -289,18 +289,11 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
                     float* pr = p.data() + r * len;
                     // Seen keys: [first, pos], at [first - k0, pos - k0] in the row.
                     const uint64_t lo = first - k0, hi = pos - k0 + 1;
-                    float m = -INFINITY;
-                    for (uint64_t j = lo; j < hi; ++j) {
-                        pr[j] *= scale;
-                        if (cap > 0.0f) pr[j] = std::tanh(pr[j] / cap) * cap;
-                        m = std::max(m, pr[j]);
-                    }
-                    exp_shifted(isa, pr + lo, hi - lo, m);  // the runtime's exp (activation.hpp)
-                    float sum = 0.0f;
-                    for (uint64_t j = lo; j < hi; ++j) sum += pr[j];
-                    const float inv = 1.0f / sum;
+                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= scale;
+                    if (cap > 0.0f)
+                        for (uint64_t j = lo; j < hi; ++j) pr[j] = std::tanh(pr[j] / cap) * cap;
+                    softmax(isa, pr + lo, hi - lo);  // the runtime's (activation.hpp)
                     std::fill(pr, pr + lo, 0.0f);
-                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= inv;
                     std::fill(pr + hi, pr + len, 0.0f);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),

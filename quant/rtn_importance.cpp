@@ -58,10 +58,22 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const int3
         if (!fit || !(fit->scale > 0)) return std::nullopt;
         zero = clamp_zero(t, -fit->offset / fit->scale);
     }
-    const auto [num, den] = interleaved_sums<2>(n, [&](uint64_t j) {
-        const double aj = weight_of(a, j), c = qtype_code_level(t, codes[j], trial.levels) - zero;
-        return std::array<double, 2>{aj * w[j] * c, aj * c * c};
-    });
+    // sum a w (c - zero) and sum a (c - zero)^2: the moments' swc and scc (uniform grids: c is
+    // the code), or over the levels.
+    double num, den;
+    if (qtype_has_levels(t)) {
+        const auto sums = interleaved_sums<2>(n, [&](uint64_t j) {
+            const double aj = weight_of(a, j),
+                         c = qtype_code_level(t, codes[j], trial.levels) - zero;
+            return std::array<double, 2>{aj * w[j] * c, aj * c * c};
+        });
+        num = sums[0];
+        den = sums[1];
+    } else {
+        const CodeMoments m = code_moments(codes, zero, w, a, n);
+        num = m.swc;
+        den = m.scc;
+    }
     if (!(den > 0)) return std::nullopt;
     const double scale = num / den;
     if (!tr.symmetric && !(scale > 0)) return std::nullopt;
@@ -72,10 +84,7 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const int3
 
 std::optional<LineFit> weighted_line_fit(const int32_t* codes, const float* w, const double* a,
                                          uint64_t n) {
-    const auto [s, sc, scc, sw, swc] = interleaved_sums<5>(n, [&](uint64_t j) {
-        const double aj = weight_of(a, j), c = codes[j], x = w[j];
-        return std::array<double, 5>{aj, aj * c, aj * c * c, aj * x, aj * x * c};
-    });
+    const auto [s, sc, scc, sw, swc] = code_moments(codes, 0, w, a, n);
     const double det = s * scc - sc * sc;
     if (!(det > 0)) return std::nullopt;
     return LineFit{(s * swc - sc * sw) / det, (scc * sw - sc * swc) / det, scc, swc};

@@ -477,15 +477,7 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
         float* o = out.data + row * out.ld + kvh * group * hd;
         std::fill(o, o + group * hd, 0.0f);
-        for (uint64_t g = 0; g < group; ++g) {
-            float* sc = scores + g * len;
-            const float max_score = *std::max_element(sc, sc + len);
-            exp_shifted(isa_, sc, len, max_score);
-            float sum = 0.0f;
-            for (uint64_t j = 0; j < len; ++j) sum += sc[j];
-            const float inv = 1.0f / sum;
-            for (uint64_t j = 0; j < len; ++j) sc[j] *= inv;
-        }
+        for (uint64_t g = 0; g < group; ++g) softmax(isa_, scores + g * len, len);
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
             head_mix(isa_, scores + j, len, group, hd, cache.values(layer, first + j) + kvh * hd,

@@ -10,6 +10,7 @@
 // rounding of 1 + e (e's error enters scaled by e / (1 + e) <= 1), the division and the product
 // with up: 8u relative, plus |up| 2^-110 absolute where exp(-g) overflows (the exact SiLU is
 // below |g| e^-88 there). std::exp (scalar) is within 1 ulp, inside the same bounds.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -142,6 +143,41 @@ TEST_CASE("activation: an element's value does not depend on n or its place",
             }
             REQUIRE(std::memcmp(parts.data(), whole.data(), 4 * g.size()) == 0);
             REQUIRE(std::memcmp(ep.data(), ex.data(), 4 * g.size()) == 0);
+        }
+    }
+}
+
+// softmax: exp_shifted's exponentials of s - max, summed in the documented order (i mod 8 partial
+// sums, then ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))), each times 1 / sum: the same bits
+// as that composition written here, at every level, for lengths that end inside a vector; and
+// within float64's softmax by (10 + n) u: each exp 4u, their sum 4u + (n - 1) u, 1 / sum and the
+// product one rounding each.
+TEST_CASE("activation: softmax at every level, its order and against float64",
+          "[kernels][activation]") {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 4.0f);
+    for (uint64_t n : {1u, 7u, 8u, 9u, 31u, 300u}) {
+        std::vector<float> s(n);
+        for (float& v : s) v = d(rng);
+        for (Isa isa : cpu_isa_levels()) {
+            INFO("level " << isa_name(isa) << " n " << n);
+            std::vector<float> got = s, e = s;
+            softmax(isa, got.data(), n);
+            exp_shifted(isa, e.data(), n, *std::max_element(s.begin(), s.end()));
+            float p[8] = {};
+            for (uint64_t i = 0; i < n; ++i) p[i % 8] += e[i];
+            const float inv =
+                1.0f / (((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])));
+            double mx = s[0], total = 0.0;
+            for (float v : s) mx = std::max(mx, static_cast<double>(v));
+            for (float v : s) total += std::exp(v - mx);
+            for (uint64_t i = 0; i < n; ++i) {
+                const float want = e[i] * inv;
+                REQUIRE(std::memcmp(&got[i], &want, 4) == 0);
+                const double exact = std::exp(s[i] - mx) / total;
+                REQUIRE(std::fabs(got[i] - exact) <=
+                        (10.0 + static_cast<double>(n)) * kU * exact + 1e-30);
+            }
         }
     }
 }

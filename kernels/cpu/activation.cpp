@@ -21,6 +21,19 @@ void exp_shifted_scalar(float* s, uint64_t n, float shift) {
     for (uint64_t i = 0; i < n; ++i) s[i] = std::exp(s[i] - shift);
 }
 
+float lanes_total(const float (&p)[8]) {
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+void softmax_scalar(float* s, uint64_t n) {
+    const float m = *std::max_element(s, s + n);
+    exp_shifted_scalar(s, n, m);
+    float part[8] = {};
+    for (uint64_t i = 0; i < n; ++i) part[i % 8] += s[i];
+    const float inv = 1.0f / lanes_total(part);
+    for (uint64_t i = 0; i < n; ++i) s[i] *= inv;
+}
+
 #if defined(__x86_64__)
 
 #define QF_ACT_AVX2 __attribute__((target("avx2,fma")))
@@ -92,9 +105,42 @@ QF_ACT_AVX2 void exp_shifted_avx2(float* s, uint64_t n, float shift) {
     });
 }
 
+QF_ACT_AVX2 void softmax_avx2(float* s, uint64_t n) {
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, mv);
+    float m = *std::max_element(lanes, lanes + 8);
+    for (; i < n; ++i) m = std::max(m, s[i]);
+    const __m256 sh = _mm256_set1_ps(m), index = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 sum = _mm256_setzero_ps();
+    by_vectors(n, [&](uint64_t j, uint64_t c) QF_ACT_AVX2 {
+        __m256 e = exp8(_mm256_sub_ps(load_part(s + j, c), sh));
+        store_part(s + j, c, e);
+        if (c < 8)  // lanes past n add nothing
+            e = _mm256_and_ps(
+                e, _mm256_cmp_ps(index, _mm256_set1_ps(static_cast<float>(c)), _CMP_LT_OQ));
+        sum = _mm256_add_ps(sum, e);
+    });
+    float part[8];
+    _mm256_storeu_ps(part, sum);
+    const __m256 inv = _mm256_set1_ps(1.0f / lanes_total(part));
+    by_vectors(n, [&](uint64_t j, uint64_t c) QF_ACT_AVX2 {
+        store_part(s + j, c, _mm256_mul_ps(load_part(s + j, c), inv));
+    });
+}
+
 #endif
 
 }  // namespace
+
+void softmax(Isa isa, float* s, uint64_t n) {
+#if defined(__x86_64__)
+    if (isa >= Isa::avx2) return softmax_avx2(s, n);
+#endif
+    softmax_scalar(s, n);
+}
 
 void silu_mul(Isa isa, const float* gate, const float* up, float* out, uint64_t n) {
 #if defined(__x86_64__)

@@ -25,4 +25,11 @@ void silu_mul(Isa isa, const float* gate, const float* up, float* out, uint64_t 
 // s[i] = exp(s[i] - shift) for i < n.
 void exp_shifted(Isa isa, float* s, uint64_t n, float shift);
 
+// The softmax of s[0..n) in place (n >= 1): m = the largest s[i]; e[i] = exp_shifted's exp(s[i] -
+// m); their sum in eight interleaved partial sums (i mod 8, each in order) added as
+// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)); then s[i] = e[i] * (1 / sum). The same
+// order at every level (one running sum was a chain of dependent adds: 5% of a calibration
+// pass). Each row's value depends only on the row: any thread count, prefill or decode.
+void softmax(Isa isa, float* s, uint64_t n);
+
 }  // namespace qforge

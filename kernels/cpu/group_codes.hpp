@@ -45,4 +45,15 @@ double group_error(QType t, const QGroupParams& p, const float* w, const double*
 double group_error_isa(Isa isa, QType t, const QGroupParams& p, const float* w, const double* a,
                        uint64_t n);
 
+// The moments of a weighted least-squares line through the points (c_j, x_j), c_j = codes[j] -
+// offset (as a double) and x_j = double(w[j]): InterleavedSums over j < n of a_j, a_j c_j,
+// (a_j c_j) c_j, a_j x_j and (a_j x_j) c_j (a null: every a_j = 1). The same bits at every level.
+struct CodeMoments {
+    double s, sc, scc, sw, swc;
+};
+CodeMoments code_moments(const int32_t* codes, int32_t offset, const float* w, const double* a,
+                         uint64_t n);
+CodeMoments code_moments_isa(Isa isa, const int32_t* codes, int32_t offset, const float* w,
+                             const double* a, uint64_t n);
+
 }  // namespace qforge
