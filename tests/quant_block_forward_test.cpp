@@ -17,6 +17,30 @@
 
 using namespace qforge;
 
+namespace {
+
+// Requires each of the `sequences` runs of seq_len tokens' logits (from `logits`, all sequences
+// back to back) within relative L2 `bound` of `backend`'s forward of that sequence from position 0.
+void require_near_backend(Backend& backend, const ModelConfig& c,
+                          const std::vector<int32_t>& tokens, uint64_t sequences, uint64_t seq_len,
+                          const std::vector<float>& logits, double bound) {
+    for (uint64_t s = 0; s < sequences; ++s) {
+        auto cache = backend.new_cache(seq_len);
+        std::vector<float> ref(seq_len * c.vocab_size);
+        backend.forward({tokens.data() + s * seq_len, seq_len}, *cache, 0, ref);
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+            const double d = logits[s * seq_len * c.vocab_size + i] - ref[i];
+            diff += d * d;
+            norm += double(ref[i]) * ref[i];
+        }
+        INFO("sequence " << s << ": relative L2 " << std::sqrt(diff / norm));
+        REQUIRE(std::sqrt(diff / norm) <= bound);
+    }
+}
+
+}  // namespace
+
 TEST_CASE("block forward, layer by layer, equals the CPU backend on stories260K",
           "[quant][calib][shared]") {
     QF_REQUIRE_SHARED_DATA(data);
@@ -39,23 +63,11 @@ TEST_CASE("block forward, layer by layer, equals the CPU backend on stories260K"
     const Product head[] = {{Weight::lm_head, {logits.data(), c.vocab_size}}};
     f.products(0, {h.data(), hidden}, head, tokens.size());
 
+    // Both are float32 with different summation orders (sgemm vs fixed-order dot products):
+    // a few float32 roundings per activation, ~1e-6 relative; 1e-5 catches any wrong
+    // position, mask or head mapping (those move logits by > 1e-2).
     auto cpu = make_cpu_backend(model, pool);
-    for (uint64_t s = 0; s < sequences; ++s) {
-        auto cache = cpu->new_cache(seq_len);
-        std::vector<float> ref(seq_len * c.vocab_size);
-        cpu->forward({tokens.data() + s * seq_len, seq_len}, *cache, 0, ref);
-        // Both are float32 with different summation orders (sgemm vs fixed-order dot products):
-        // a few float32 roundings per activation, ~1e-6 relative; 1e-5 catches any wrong
-        // position, mask or head mapping (those move logits by > 1e-2).
-        double diff = 0.0, norm = 0.0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const double d = logits[s * seq_len * c.vocab_size + i] - ref[i];
-            diff += d * d;
-            norm += double(ref[i]) * ref[i];
-        }
-        INFO("sequence " << s << ": relative L2 " << std::sqrt(diff / norm));
-        REQUIRE(std::sqrt(diff / norm) <= 1e-5);
-    }
+    require_near_backend(*cpu, c, tokens, sequences, seq_len, logits, 1e-5);
 }
 
 // bf16 products (CalibProducts::bf16) on the model stored as bf16. Each product is
@@ -129,17 +141,5 @@ TEST_CASE("block forward with bf16 products: bf16_matmul's bits, near the CPU ba
     }
     ThreadPool pool(2);
     auto cpu = make_cpu_backend(model, pool, {.bf16_activations = true});
-    for (uint64_t s = 0; s < sequences; ++s) {
-        auto cache = cpu->new_cache(seq_len);
-        std::vector<float> ref(seq_len * c.vocab_size);
-        cpu->forward({tokens.data() + s * seq_len, seq_len}, *cache, 0, ref);
-        double diff = 0.0, norm = 0.0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const double d = first[s * seq_len * c.vocab_size + i] - ref[i];
-            diff += d * d;
-            norm += double(ref[i]) * ref[i];
-        }
-        INFO("sequence " << s << ": relative L2 " << std::sqrt(diff / norm));
-        REQUIRE(std::sqrt(diff / norm) <= 3e-2);
-    }
+    require_near_backend(*cpu, c, tokens, sequences, seq_len, first, 3e-2);
 }
