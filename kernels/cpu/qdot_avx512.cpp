@@ -272,6 +272,19 @@ __attribute__((always_inline)) QF_AVX512 inline void prefetch_lines(const uint8_
         _mm_prefetch(reinterpret_cast<const char*>(p + 64 * j), _MM_HINT_T0);
 }
 
+// Lines [0, lines) from p, prefetched into L1 in `parts` even portions, portion i at a time:
+// spread over a chunk's work instead of issued at its start, where a burst of misses filled the
+// miss buffers and stalled the prefetch instructions themselves (kPackedAhead).
+struct Prefetch {
+    const uint8_t* p = nullptr;
+    uint64_t lines = 0;
+    uint64_t parts = 1;
+    QF_AVX512 void portion(uint64_t i) const {
+        for (uint64_t l = lines * i / parts, e = lines * (i + 1) / parts; l < e; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T0);
+    }
+};
+
 // Per lane: the fp16 at byte `at` of its row (read as the high half of the dword ending there).
 template <QType T>
 QF_AVX512 inline __m512 gather_half(const Group<T>& g, uint64_t at) {
@@ -470,7 +483,7 @@ QF_AVX512 void q8_chunk_token(const Group<T> (&groups)[kGroups], const PackedBlo
 template <QType T, class Vectors>
 QF_AVX512 void fused_chunk_token(Vectors&& vectors, const PackedBlock (*pk)[kGroups], uint64_t b0,
                                  uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums,
-                                 uint64_t ng) {
+                                 uint64_t ng, const Prefetch (&pf)[kGroups] = {}) {
     // One token: stored zeros are subtracted as floats (kRawZeroTokens), so only the level types'
     // signed bytes need a bias.
     constexpr bool flip = !kRawCodes<T> && !Kind<T>::zero_stored;
@@ -478,6 +491,7 @@ QF_AVX512 void fused_chunk_token(Vectors&& vectors, const PackedBlock (*pk)[kGro
     __m512 acc[kGroups];
     for (uint64_t g = 0; g < ng; ++g) acc[g] = _mm512_load_ps(&sums[g]);
     for (uint64_t i = 0; i < nb; ++i) {
+        for (const auto& f : pf) f.portion(i);
         const uint64_t b = b0 + i;
         const int8_t* x = a.codes(tok) + kBlock * b;
         const __m512i start = _mm512_set1_epi32(-start_zero * a.sums(tok)[b]);
@@ -515,18 +529,35 @@ QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_
         for (uint64_t g = 0; g < kGroups; ++g) _mm512_store_ps(&sums[kGroups * t + g], acc[t][g]);
 }
 
-// Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1.
+// The tiles token_tiles splits n tokens into.
+constexpr uint64_t token_tile_count(uint64_t n) {
+    return n / kMaxTokens + (n % kMaxTokens) / 2 + (n % kMaxTokens) % 2;
+}
+
+// Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1; pf's portion i before
+// tile i (pf's parts: token_tile_count(n)).
 template <QType T, bool Biased>
 QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
-                           const QActivations& a, uint64_t t0, uint64_t n, __m512* sums) {
-    uint64_t t = 0;
-    for (; t + kMaxTokens <= n; t += kMaxTokens)
+                           const QActivations& a, uint64_t t0, uint64_t n, __m512* sums,
+                           const Prefetch (&pf)[kGroups] = {}) {
+    uint64_t t = 0, tile = 0;
+    auto ahead = [&] {
+        for (const auto& f : pf) f.portion(tile);
+        ++tile;
+    };
+    for (; t + kMaxTokens <= n; t += kMaxTokens) {
+        ahead();
         chunk_tile<T, kMaxTokens, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+    }
     if (n - t >= 2) {
+        ahead();
         chunk_tile<T, 2, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
         t += 2;
     }
-    if (n - t >= 1) chunk_tile<T, 1, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+    if (n - t >= 1) {
+        ahead();
+        chunk_tile<T, 1, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+    }
 }
 
 // A stored zero above 128 (outside every type's code range: only a damaged file has one) cannot
@@ -744,6 +775,9 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
 // one-token product waiting on its loads: TinyLlama-shape q4s_g32 decode 36 tok/s without this,
 // 57-67 with it, where the row layout's kernel ran 48-53 (2 threads, alternating; 2, 8, 12 and
 // 16 KiB and prefetching into L2 measured no better within the host's noise).
+// Each chunk's lines are issued in portions, one before each token tile (one token: before each
+// block), not all at its start (Prefetch): at 16 tokens a burst of 66 prefetches stalled on the
+// full miss buffers, 17% of a 16-stream serve profile (Zen 4).
 constexpr uint64_t kPackedAhead = 4096;
 
 // One token takes one tile at a time (two at once, through the chunk buffer: 0.7x).
@@ -780,9 +814,11 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             const uint64_t nb = pl.chunk_blocks(c), b0 = c * kChunkBlocks;
             const uint8_t* codes[kGroups];
             __m512i chunk_bias[kGroups][kChunkBlocks];
+            Prefetch pf[kGroups];
             for (uint64_t g = 0; g < ng; ++g) {
                 const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
-                prefetch_lines(chunk + kPackedAhead, pl.chunk_bytes, 0, ~0ull);
+                pf[g] = {chunk + kPackedAhead, pl.chunk_bytes / 64 + 1,
+                         direct ? nb : token_tile_count(n)};
                 if (direct)
                     packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
                                                 chunk_bias[g]);
@@ -796,7 +832,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                     [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
                         packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
                     },
-                    pk, b0, nb, a, t0, sums, ng);
+                    pk, b0, nb, a, t0, sums, ng, pf);
                 continue;
             }
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
@@ -807,9 +843,9 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                         for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[g][i]);
                 }
             if (chunk_biased)
-                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
+                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums, pf);
             else
-                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
+                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums, pf);
         }
         store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
     }
