@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -210,38 +211,51 @@ struct Gpu {
 void bench_gemv(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gbs, Report& r) {
     const std::vector<Shape> shapes =
         a.quick ? std::vector<Shape>{{256, 512}, {512, 1000}}
-                : std::vector<Shape>{{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 5632}};
+                : std::vector<Shape>{
+                      {4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 5632}, {1024, 4096}};
     r.line("%s", "");
-    r.line("GEMV (decode, 1 token): GB/s of weights + x + y, fraction of the copy bandwidth");
-    std::string head = "qtype    ";
+    r.line(
+        "GEMV (decode, 1 token): GB/s of weights + x + y, fraction of the copy bandwidth; each "
+        "layout (plans.hpp), * = the one auto chooses");
+    std::string head = "qtype    layout";
     for (const Shape& s : shapes) {
         char col[64];
         std::snprintf(col, sizeof col, " %6llux%-6llu", static_cast<unsigned long long>(s.rows),
                       static_cast<unsigned long long>(s.k));
         head += col;
-        head += "      ";
+        head += "    ";
     }
     r.line("%s", head.c_str());
     for (const auto& row : kCudaQTypes) {
         if (!row.supported) continue;
-        std::string line = std::string(qtype_traits(row.type).name);
-        line.resize(9, ' ');
+        std::string lines[2];
+        for (GemvLayout layout : {GemvLayout::block, GemvLayout::warp}) {
+            std::string& line = lines[static_cast<int>(layout)];
+            line = std::string(qtype_traits(row.type).name);
+            line.resize(9, ' ');
+            line += std::string(gemv_layout_name(layout));
+            line.resize(15, ' ');
+        }
         for (const Shape& s : shapes) {
             Copies w(row.type, s, g.l2, stream);
             const uint64_t kpad = w.views[0].fmt.kpad;
             DeviceBuffer<float> x(kpad), y(s.rows);
             x.fill_bytes(0);
-            const double sec = time_calls(stream, 3, a.quick ? 5 : 40, [&](int i) {
-                launch_gemv(w.views[static_cast<size_t>(i) % w.views.size()], x.get(), kpad, 1,
-                            {y.get(), s.rows, nullptr, false}, stream);
-            });
-            const double bytes = static_cast<double>(w.bytes() + 4 * (s.k + s.rows));
-            const double gbs = bytes / sec / kGB;
-            char cell[64];
-            std::snprintf(cell, sizeof cell, " %6.0f GB/s %3.0f%%", gbs, 100.0 * gbs / copy_gbs);
-            line += cell;
+            const GemvLayout chosen = choose_gemv_layout(w.views[0].fmt, s.rows);
+            for (GemvLayout layout : {GemvLayout::block, GemvLayout::warp}) {
+                const double sec = time_calls(stream, 3, a.quick ? 5 : 40, [&](int i) {
+                    launch_gemv(w.views[static_cast<size_t>(i) % w.views.size()], x.get(), kpad, 1,
+                                {y.get(), s.rows, nullptr, false}, stream, layout);
+                });
+                const double bytes = static_cast<double>(w.bytes() + 4 * (s.k + s.rows));
+                const double gbs = bytes / sec / kGB;
+                char cell[64];
+                std::snprintf(cell, sizeof cell, " %6.0f GB/s %3.0f%%%c", gbs,
+                              100.0 * gbs / copy_gbs, layout == chosen ? '*' : ' ');
+                lines[static_cast<int>(layout)] += cell;
+            }
         }
-        r.line("%s", line.c_str());
+        for (const std::string& line : lines) r.line("%s", line.c_str());
     }
 }
 
@@ -365,22 +379,30 @@ void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
         static_cast<unsigned long long>(c.vocab_size));
     r.line("        greedy, one CUDA graph per token, %llu timed steps after 8",
            static_cast<unsigned long long>(a.decode_steps));
-    r.line("%-9s %10s %12s %12s %10s", "qtype", "tok/s", "GB/token", "GB/s", "of copy");
+    r.line("%-9s %-7s %10s %12s %12s %10s", "qtype", "gemv", "tok/s", "GB/token", "GB/s",
+           "of copy");
     struct Row {
         QType t;
         double tok_s, bytes;
     };
-    std::vector<Row> rows;
+    std::vector<Row> rows;  // the default (auto) layout's
     for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
-        CudaBackendOptions o;
-        o.max_batch = 1;
-        CudaSyntheticModel model(c, t, 42, o);
-        const auto timing = model.time_greedy_decode(8, a.decode_steps);
-        const double bytes = static_cast<double>(model.decode_weight_bytes());
-        const double gbs = bytes * timing.tokens_per_s / kGB;
-        r.line("%-9s %10.1f %12.3f %12.0f %9.0f%%", std::string(qtype_traits(t).name).c_str(),
-               timing.tokens_per_s, bytes / kGB, gbs, 100.0 * gbs / copy_gbs);
-        rows.push_back({t, timing.tokens_per_s, bytes});
+        for (std::optional<GemvLayout> layout :
+             {std::optional<GemvLayout>{}, std::optional<GemvLayout>{GemvLayout::block},
+              std::optional<GemvLayout>{GemvLayout::warp}}) {
+            CudaBackendOptions o;
+            o.max_batch = 1;
+            o.gemv_layout = layout;
+            CudaSyntheticModel model(c, t, 42, o);
+            const auto timing = model.time_greedy_decode(8, a.decode_steps);
+            const double bytes = static_cast<double>(model.decode_weight_bytes());
+            const double gbs = bytes * timing.tokens_per_s / kGB;
+            r.line("%-9s %-7s %10.1f %12.3f %12.0f %9.0f%%",
+                   std::string(qtype_traits(t).name).c_str(),
+                   layout ? std::string(gemv_layout_name(*layout)).c_str() : "auto",
+                   timing.tokens_per_s, bytes / kGB, gbs, 100.0 * gbs / copy_gbs);
+            if (!layout) rows.push_back({t, timing.tokens_per_s, bytes});
+        }
     }
     const Row &f16 = rows[0], &q4 = rows[2];
     const double target = 0.75 * (f16.bytes / q4.bytes) * f16.tok_s;

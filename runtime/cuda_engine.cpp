@@ -237,6 +237,7 @@ void CudaEngine::allocate_activations() {
     mctx_.workspace_floats = workspace_.size();
     mctx_.saturated = saturated_.get();
     mctx_.forced = o_.forced_path;
+    mctx_.gemv_layout = o_.gemv_layout;
 }
 
 void CudaEngine::ensure_rope(uint64_t positions) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -161,6 +162,19 @@ Reference reference(const HostMatrix& w, const std::vector<float>& x, uint64_t l
     return r;
 }
 
+// Every path, the GEMV in both layouts (plans.hpp: GemvLayout).
+struct PathRun {
+    MatmulPath path;
+    std::optional<GemvLayout> layout;
+    const char* name;
+};
+constexpr PathRun kPathRuns[] = {
+    {MatmulPath::gemv, GemvLayout::block, "gemv/block"},
+    {MatmulPath::gemv, GemvLayout::warp, "gemv/warp"},
+    {MatmulPath::mma, std::nullopt, "mma"},
+    {MatmulPath::cublas, std::nullopt, "cublas"},
+};
+
 double tolerance_factor(MatmulPath path, const GpuMatrixFormat& f) {
     const double k = static_cast<double>(f.kpad);
     switch (path) {
@@ -269,18 +283,62 @@ TEST_CASE("CUDA matmul paths match the CPU reference for every qtype and shape",
                                             ref.y.begin() + static_cast<long>(m * rows)),
                         std::vector<double>(ref.mag.begin(),
                                             ref.mag.begin() + static_cast<long>(m * rows))};
-                    for (MatmulPath path :
-                         {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
+                    for (const PathRun& run : kPathRuns) {
+                        const MatmulPath path = run.path;
                         if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
                         INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
-                                                  << " path " << matmul_path_name(path));
+                                                  << " path " << run.name);
                         dy.fill_bytes(0xff);
                         ctx.mc.forced = path;
+                        ctx.mc.gemv_layout = run.layout;
                         REQUIRE(matmul(ctx.mc, gw.view, dx.get(), ldx, m,
                                        {dy.get(), ldo, nullptr, false}) == path);
                         ctx.stream.sync();
                         check_output(dy.download(m * ldo), sub, m, rows, ldo,
                                      tolerance_factor(path, f), nullptr, nullptr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The GEMV's loops at the ends of its range: k = 172 ends inside a chunk and a group; k = 14336
+// (Llama's down_proj) gives the block layout two chunk steps per thread and the warp layout 14
+// chunks per lane (its prefetch of the next chunk runs past the row's end on the last); rows
+// below and above one warp layout block; every token tile.
+TEST_CASE("CUDA GEMV covers long rows and odd k in both layouts", "[cuda]") {
+    QF_REQUIRE_GPU();
+    for (QType t : supported_qtypes()) {
+        for (uint64_t k : {uint64_t{172}, uint64_t{14336}}) {
+            for (uint64_t rows : {uint64_t{5}, uint64_t{67}}) {
+                const uint64_t m_max = 8;
+                const HostMatrix hw = make_matrix(t, rows, k, static_cast<uint32_t>(k + 7 * rows));
+                GpuMatrix gw = upload(hw);
+                const GpuMatrixFormat& f = gw.view.fmt;
+                const uint64_t ldx = f.kpad;
+                const auto x = make_activations(m_max, k, ldx, static_cast<uint32_t>(k + rows));
+                const Reference ref = reference(hw, x, ldx, m_max);
+                DeviceBuffer<float> dx(x.size());
+                dx.upload(x);
+                const uint64_t ldo = rows + 3;
+                DeviceBuffer<float> dy(m_max * ldo);
+                Stream stream;
+                for (uint64_t m : {uint64_t{1}, uint64_t{3}, uint64_t{8}}) {
+                    const Reference sub{
+                        std::vector<double>(ref.y.begin(),
+                                            ref.y.begin() + static_cast<long>(m * rows)),
+                        std::vector<double>(ref.mag.begin(),
+                                            ref.mag.begin() + static_cast<long>(m * rows))};
+                    for (GemvLayout layout : {GemvLayout::block, GemvLayout::warp}) {
+                        INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
+                                                  << " layout " << gemv_layout_name(layout));
+                        dy.fill_bytes(0xff);
+                        launch_gemv(gw.view, dx.get(), ldx, m, {dy.get(), ldo, nullptr, false},
+                                    stream.get(), layout);
+                        stream.sync();
+                        check_output(dy.download(m * ldo), sub, m, rows, ldo,
+                                     tolerance_factor(MatmulPath::gemv, f), nullptr, nullptr);
                     }
                 }
             }
@@ -311,11 +369,13 @@ TEST_CASE("CUDA matmul adds the bias and accumulates into the output", "[cuda]")
                 std::vector<double>(ref.y.begin(), ref.y.begin() + static_cast<long>(m * rows)),
                 std::vector<double>(ref.mag.begin(),
                                     ref.mag.begin() + static_cast<long>(m * rows))};
-            for (MatmulPath path : {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
+            for (const PathRun& run : kPathRuns) {
+                const MatmulPath path = run.path;
                 if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
-                INFO(qtype_traits(t).name << " m " << m << " path " << matmul_path_name(path));
+                INFO(qtype_traits(t).name << " m " << m << " path " << run.name);
                 dy.upload(base);
                 ctx.mc.forced = path;
+                ctx.mc.gemv_layout = run.layout;
                 matmul(ctx.mc, gw.view, dx.get(), ldx, m, {dy.get(), ldo, db.get(), true});
                 ctx.stream.sync();
                 check_output(dy.download(m * ldo), sub, m, rows, ldo, tolerance_factor(path, f),

@@ -6,15 +6,19 @@
 //   k         any (rows are walked in 32-weight chunks; weights past k are zero), k < 2^31
 //   rows      any, < 2^31
 //   tokens    1 .. 8 per launch (compiled tiles 1, 2, 4, 8; the host runs passes for more)
-//   threads   a multiple of 32 up to 256 (plans.hpp: plan_gemv)
+//   threads   a multiple of 32 up to 256 (plans.hpp: plan_gemv); the warp layout: 128
 //
-// Work split: a block owns R rows (q4: 4, q8: 2, floats: 1, so each thread loads 64 bytes of
+// Two layouts (plans.hpp: GemvLayout) run the same per-chunk arithmetic below.
+// Block layout: a block owns R rows (q4: 4, q8: 2, floats: 1, so each thread loads 64 bytes of
 // weights per chunk step and reuses each activation load R times); its threads take the row's
 // chunks round-robin (thread i: chunks i, i + threads, ...), so a warp's loads of one row are 32
 // consecutive 16-byte pieces. A chunk of a quantized row is dequantized as exact (code - zero)
 // floats (dequant.hpp), dotted with the activations, and scaled once: acc += scale * partial.
 // Partial sums are reduced with warp shuffles and then across warps in a fixed order: results are
 // deterministic (no atomics).
+// Warp layout: each warp owns R rows and walks all their chunks (lane l: chunks l, l + 32, ...),
+// issuing the next chunk's loads before it computes the current one, so its loads stay in flight
+// for the whole row; the lanes' sums meet in warp shuffles (no shared memory, no barrier).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -247,22 +251,79 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     }
 }
 
-template <WeightKind K>
-void launch_kind(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
+template <WeightKind K, int M>
+__global__ void __launch_bounds__(128) gemv_warp_kernel(GemvParams p) {
+    constexpr int R = Kind<K>::R;
+    const uint32_t lane = threadIdx.x % 32;
+    const uint32_t row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
+    if (row0 >= p.w.rows) return;  // the whole warp: no barrier follows
+
+    const uint8_t* rowp[R];
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        valid[r] = row0 + r < p.w.rows;
+        rowp[r] = p.w.w + static_cast<uint64_t>(valid[r] ? row0 + r : row0) * p.w.row_bytes;
+    }
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+
+    uint32_t c = lane;
+    Chunk<K> cur;
+    load_chunk<K>(p, rowp, valid, c, c < p.w.chunks, cur);
+    while (c < p.w.chunks) {
+        const uint32_t n = c + 32;
+        Chunk<K> next;
+        load_chunk<K>(p, rowp, valid, n, n < p.w.chunks, next);
+        accumulate_chunk<K, M>(p, cur, c, acc);
+        cur = next;
+        c = n;
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+            float s = warp_sum(acc[r][t]);
+            const uint32_t row = row0 + r;
+            if (lane == static_cast<uint32_t>(r * M + t) && row < p.w.rows &&
+                t < static_cast<int>(p.m)) {
+                if (p.out.bias) s += p.out.bias[row];
+                float* y = p.out.y + static_cast<uint64_t>(t) * p.out.ldo + row;
+                *y = p.out.accumulate ? *y + s : s;
+            }
+        }
+}
+
+template <WeightKind K, int M>
+void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, bool warp_layout,
                  cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(threads);
+    if (warp_layout)
+        gemv_warp_kernel<K, M><<<grid, block, 0, stream>>>(p);
+    else
+        gemv_kernel<K, M><<<grid, block, 0, stream>>>(p);
+}
+
+template <WeightKind K>
+void launch_kind(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
+                 bool warp_layout, cudaStream_t stream) {
+    static_assert(Kind<K>::R * 8 <= 32, "the warp layout writes R x M results from one lane each");
     switch (token_tile) {
         case 1:
-            gemv_kernel<K, 1><<<grid, block, 0, stream>>>(p);
+            launch_tile<K, 1>(p, threads, blocks, warp_layout, stream);
             break;
         case 2:
-            gemv_kernel<K, 2><<<grid, block, 0, stream>>>(p);
+            launch_tile<K, 2>(p, threads, blocks, warp_layout, stream);
             break;
         case 4:
-            gemv_kernel<K, 4><<<grid, block, 0, stream>>>(p);
+            launch_tile<K, 4>(p, threads, blocks, warp_layout, stream);
             break;
         default:
-            gemv_kernel<K, 8><<<grid, block, 0, stream>>>(p);
+            launch_tile<K, 8>(p, threads, blocks, warp_layout, stream);
             break;
     }
     QF_CUDA_CHECK_LAUNCH();

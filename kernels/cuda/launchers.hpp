@@ -43,11 +43,11 @@ struct GemvParams {
     OutParams out;
 };
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    cudaStream_t stream);
+                    bool warp_layout, cudaStream_t stream);
 void gemv_q8_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    cudaStream_t stream);
+                    bool warp_layout, cudaStream_t stream);
 void gemv_float_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                       cudaStream_t stream);
+                       bool warp_layout, cudaStream_t stream);
 
 // ---- Fused tensor-core GEMM (gemm_mma.cu) ---------------------------------------------------
 struct MmaParams {

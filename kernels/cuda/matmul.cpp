@@ -55,9 +55,10 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
 }
 
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream) {
+                 const MatmulOut& out, cudaStream_t stream, std::optional<GemvLayout> layout) {
     check_product(w, x, ldx, m, out);
-    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m);
+    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m, choose_gemv_layout(w.fmt, w.rows, layout));
+    const bool warp = plan.layout == GemvLayout::warp;
     for (uint64_t t0 = 0; t0 < m; t0 += kGemvMaxTokens) {
         GemvParams p;
         p.w = to_rows_params(w);
@@ -68,13 +69,13 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
         p.out.y = out.y + t0 * out.ldo;
         switch (w.fmt.kind) {
             case WeightKind::q4:
-                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
+                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
                 break;
             case WeightKind::q8:
-                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
+                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
                 break;
             default:
-                gemv_float_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
+                gemv_float_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
         }
     }
 }
@@ -162,7 +163,7 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
         path = *ctx.forced;
     }
     if (path == MatmulPath::gemv) {
-        launch_gemv(w, x, ldx, m, out, ctx.stream);
+        launch_gemv(w, x, ldx, m, out, ctx.stream, ctx.gemv_layout);
         return path;
     }
     const uint64_t kpad = w.fmt.kpad;

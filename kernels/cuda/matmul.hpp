@@ -42,9 +42,11 @@ struct MatmulOut {
     bool accumulate = false;
 };
 
-// The GEMV path for m <= kGemvMaxTokens tokens (gemv_*.cu).
+// The GEMV path (gemv_*.cu), passes of up to kGemvMaxTokens tokens, in the layout
+// choose_gemv_layout gives for `layout` (plans.hpp).
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream);
+                 const MatmulOut& out, cudaStream_t stream,
+                 std::optional<GemvLayout> layout = std::nullopt);
 
 // The fused tensor-core path (gemm_mma.cu): x16 holds the activations in fp16, round_up(m, 32)
 // rows of ldx16 >= kpad halves (pad rows and columns zero, as convert_rows_to_f16 leaves them);
@@ -79,6 +81,7 @@ struct MatmulContext {
     uint64_t workspace_floats = 0;
     unsigned long long* saturated = nullptr;  // device: fp16 activations clamped (or null)
     std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
+    std::optional<GemvLayout> gemv_layout;    // tests and benchmarks: this GEMV layout
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights
