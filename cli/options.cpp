@@ -271,7 +271,8 @@ void add_file_option(CLI::App& app, CommonOptions& o, bool required) {
 void add_cpu_backend_options(CLI::App& app, CommonOptions& o) {
     app.add_flag("--float-activations", o.float_activations,
                  "multiply quantized weights with float32 activations instead of int8 blocks "
-                 "(exact, slower; to measure what int8 activations cost)");
+                 "(CPU, and CUDA's decode products; exact, slower; to measure what int8 "
+                 "activations cost)");
     app.add_flag("--bf16-activations", o.bf16_activations,
                  "multiply bf16 weights with activations rounded to bf16 (AVX-512 BF16: faster "
                  "prefill, inexact; refused on a CPU without it; other weights unchanged)");
@@ -297,6 +298,7 @@ std::unique_ptr<Backend> make_selected_backend(const CommonOptions& o, const Mod
                                                ThreadPool& pool) {
     BackendOptions b;
     b.cpu = cpu_backend_options(o);
+    b.cuda.int8_activations = !o.float_activations;
     auto backend = make_backend(*backend_kind_from_name(o.backend), model, pool, b);
     if (o.bf16_activations) {
         // The mode touches bf16 matrices only: say so rather than leave an f16 or quantized

@@ -33,8 +33,9 @@ struct CudaBackendOptions {
     uint64_t max_batch = 512;  // tokens per internal step of a long batch (bounds activations)
     // Tests and benchmarks: run every product through this path (kernels/cuda/plans.hpp).
     std::optional<cuda::MatmulPath> forced_path;
-    // Tests and benchmarks: every GEMV in this layout (else QFORGE_CUDA_GEMV, else the plan's).
-    std::optional<cuda::GemvLayout> gemv_layout;
+    // Products of up to 8 tokens through quantized weights take int8 activation blocks, as the
+    // CPU backend's default (kernels/cuda/gemv.cuh); false: float32 activations, exact products.
+    bool int8_activations = true;
 };
 
 class CudaEngine;  // the device-side model and forward pass (cuda_backend.cpp)

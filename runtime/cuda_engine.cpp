@@ -220,8 +220,8 @@ void CudaEngine::allocate_activations() {
     }
     const bool batched = batch_ > cuda::kGemvMaxTokens || o_.forced_path.has_value();
     const auto scratch = cuda::matmul_scratch_size(batch_, max_kpad, max_rows);
+    x16_ = DeviceBuffer<uint16_t>(scratch.x16_halves);  // the GEMV's activation scratch too
     if (batched) {
-        x16_ = DeviceBuffer<uint16_t>(scratch.x16_halves);
         if (any_quant) w16_ = DeviceBuffer<uint16_t>(scratch.w16_halves);
         if (ws) workspace_ = DeviceBuffer<float>(ws);
     }
@@ -237,7 +237,7 @@ void CudaEngine::allocate_activations() {
     mctx_.workspace_floats = workspace_.size();
     mctx_.saturated = saturated_.get();
     mctx_.forced = o_.forced_path;
-    mctx_.gemv_layout = o_.gemv_layout;
+    mctx_.gemv_int8 = o_.int8_activations;
 }
 
 void CudaEngine::ensure_rope(uint64_t positions) {

@@ -462,13 +462,20 @@ TEST_CASE("backend ops: CUDA matches the float64 reference", "[backend_ops][cuda
     std::string why;
     if (list_gpus(&why).empty()) QF_SKIP("cuda: no CUDA device: " + why);
     // The CUDA backend's numerics (runtime/cuda_backend.hpp): products of more than 8 tokens in
-    // fp16 on the tensor cores, fp16 keys and values, an online softmax.
+    // fp16 on the tensor cores, fp16 keys and values, an online softmax; products of up to 8
+    // tokens with int8 activation blocks for quantized weights (the default) or float ones.
     Numerics num;
     num.cpu_kernels = false;
     num.fp16_products = true;
     num.fp16_kv = true;
     num.online_softmax = true;
-    run_sweep({{"cuda", num, false, [](const Model& m) { return make_cuda_backend(m); }}},
-              "backend_ops_cuda");
+    Numerics int8 = num;
+    int8.int8_activations = true;
+    CudaBackendOptions exact;
+    exact.int8_activations = false;
+    run_sweep(
+        {{"cuda/int8", int8, true, [](const Model& m) { return make_cuda_backend(m); }},
+         {"cuda/f32", num, false, [exact](const Model& m) { return make_cuda_backend(m, exact); }}},
+        "backend_ops_cuda");
 #endif
 }

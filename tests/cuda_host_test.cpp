@@ -4,7 +4,6 @@
 // the tiling and dispatch plans.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -299,47 +298,6 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     const GemvPlan sq = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1);
     REQUIRE(sq.threads == 128);
     REQUIRE(sq.chunk_steps == 1);
-}
-
-TEST_CASE("GEMV warp layout plans: whole warps of rows, and the layout choice", "[cuda_host]") {
-    for (QType t : supported_types()) {
-        const QTypeTraits& tr = qtype_traits(t);
-        for (uint64_t k : {uint64_t{8}, uint64_t{576}, uint64_t{14336}}) {
-            const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
-            for (uint64_t rows : {uint64_t{1}, uint64_t{67}, uint64_t{4096}}) {
-                INFO(tr.name << " k " << k << " rows " << rows);
-                const GemvPlan p = plan_gemv(f, rows, 3, GemvLayout::warp);
-                REQUIRE(p.layout == GemvLayout::warp);
-                REQUIRE(p.threads == kGemvWarpThreads);
-                const uint64_t r = gemv_rows_per_block(f.kind);
-                REQUIRE(p.rows_per_block == r * kGemvWarpThreads / 32);
-                REQUIRE(p.blocks * p.rows_per_block >= rows);
-                REQUIRE((p.blocks - 1) * p.rows_per_block < rows);
-                REQUIRE(uint64_t{32} * p.chunk_steps >= f.chunks);
-                REQUIRE(uint64_t{32} * (p.chunk_steps - 1) < f.chunks);
-                REQUIRE(p.token_tile == 4);
-            }
-        }
-    }
-    // auto: q8 and floats warp from kGemvWarpMinWarps warps' worth of rows (q8: 2 rows per
-    // warp), q4 block; the environment variable overrides auto, a forced layout overrides both.
-    const GpuMatrixFormat q8 = gpu_matrix_format(QType::q8_g32, 4096);
-    REQUIRE(choose_gemv_layout(q8, 2 * kGemvWarpMinWarps) == GemvLayout::warp);
-    REQUIRE(choose_gemv_layout(q8, 2 * kGemvWarpMinWarps - 2) == GemvLayout::block);
-    const GpuMatrixFormat f16 = gpu_matrix_format(QType::f16, 4096);
-    REQUIRE(choose_gemv_layout(f16, kGemvWarpMinWarps) == GemvLayout::warp);
-    const GpuMatrixFormat q4 = gpu_matrix_format(QType::q4_g128, 4096);
-    REQUIRE(choose_gemv_layout(q4, 1 << 20) == GemvLayout::block);
-    ::setenv("QFORGE_CUDA_GEMV", "warp", 1);
-    REQUIRE(choose_gemv_layout(q4, 4) == GemvLayout::warp);
-    REQUIRE(choose_gemv_layout(q4, 4, GemvLayout::block) == GemvLayout::block);
-    ::setenv("QFORGE_CUDA_GEMV", "fast", 1);
-    REQUIRE_THROWS_WITH(choose_gemv_layout(q4, 4),
-                        Catch::Contains("QFORGE_CUDA_GEMV") && Catch::Contains("fast"));
-    ::unsetenv("QFORGE_CUDA_GEMV");
-    REQUIRE(choose_gemv_layout(q4, 4096, GemvLayout::warp) == GemvLayout::warp);
-    REQUIRE(choose_gemv_layout(q4, 1 << 20, GemvLayout::block) == GemvLayout::block);
-    REQUIRE(gemv_layout_name(GemvLayout::warp) == "warp");
 }
 
 TEST_CASE("tensor-core GEMM plans split K without empty splits", "[cuda_host]") {

@@ -10,11 +10,12 @@
 // with): fp32 accumulation of depth d gives d * 2^-24 * A; rounding the activations to fp16 (the
 // tensor-core paths) adds 2^-11 * A; rounding the weights to fp16 (dequantize + cuBLAS) another
 // 2^-11 * A; tensor-core fp32 accumulation is allowed 2^-22 per k-step of 16.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <optional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -162,18 +163,70 @@ Reference reference(const HostMatrix& w, const std::vector<float>& x, uint64_t l
     return r;
 }
 
-// Every path, the GEMV in both layouts (plans.hpp: GemvLayout).
+// Every path (the GEMV with float activations: exact products; int8 has its own test below).
 struct PathRun {
     MatmulPath path;
-    std::optional<GemvLayout> layout;
     const char* name;
 };
 constexpr PathRun kPathRuns[] = {
-    {MatmulPath::gemv, GemvLayout::block, "gemv/block"},
-    {MatmulPath::gemv, GemvLayout::warp, "gemv/warp"},
-    {MatmulPath::mma, std::nullopt, "mma"},
-    {MatmulPath::cublas, std::nullopt, "cublas"},
+    {MatmulPath::gemv, "gemv/f32"},
+    {MatmulPath::mma, "mma"},
+    {MatmulPath::cublas, "cublas"},
 };
+
+// The CPU's int8 activation block (kernels/cpu/qdot.cpp's quantize_activation_block), written
+// out again: d = fl(amax / 127), codes round-to-even(fl(x / d)) clamped to +-127.
+struct Int8Block {
+    float d = 0.0f;
+    int32_t q[32] = {};
+    int32_t sum = 0;
+};
+Int8Block int8_block(const float* x, uint64_t n) {
+    Int8Block b;
+    float amax = 0.0f;
+    for (uint64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+    b.d = amax / 127.0f;
+    if (b.d > 0.0f)
+        for (uint64_t j = 0; j < n; ++j) {
+            b.q[j] = static_cast<int32_t>(std::clamp(std::nearbyint(x[j] / b.d), -127.0f, 127.0f));
+            b.sum += b.q[j];
+        }
+    return b;
+}
+
+// The int8 product of every row and token: sum over blocks b of fl(scale_g * d_b) *
+// (sum_i code_i q_i - zero_g * sum_b), each term exact in double; mag sums |terms|.
+Reference reference_int8(const HostMatrix& w, const std::vector<float>& x, uint64_t ldx,
+                         uint64_t m) {
+    Reference r;
+    r.y.assign(m * w.rows, 0.0);
+    r.mag.assign(m * w.rows, 0.0);
+    const uint64_t stride = *qtype_row_bytes(w.t, w.k), blocks = (w.k + 31) / 32;
+    const uint64_t group = qtype_traits(w.t).group;
+    parallel_for(m, [&](uint64_t t) {
+        std::vector<Int8Block> xb(blocks);
+        for (uint64_t b = 0; b < blocks; ++b)
+            xb[b] = int8_block(x.data() + t * ldx + 32 * b, std::min<uint64_t>(32, w.k - 32 * b));
+        for (uint64_t n = 0; n < w.rows; ++n) {
+            const uint8_t* row = w.file.data() + n * stride;
+            double s = 0.0, a = 0.0;
+            for (uint64_t b = 0; b < blocks; ++b) {
+                const uint64_t g = 32 * b / (group ? group : w.k);
+                int64_t isum = 0;
+                for (uint64_t i = 32 * b; i < std::min(w.k, 32 * b + 32); ++i)
+                    isum += int64_t{row_code(w.t, row, i)} * xb[b].q[i - 32 * b];
+                isum -= int64_t{row_group_zero(w.t, row, w.k, g)} * xb[b].sum;
+                const double term =
+                    double{row_group_scale(w.t, row, w.k, g) * xb[b].d} * static_cast<double>(isum);
+                s += term;
+                a += std::fabs(term);
+            }
+            r.y[t * w.rows + n] = s;
+            r.mag[t * w.rows + n] = a;
+        }
+    });
+    return r;
+}
 
 double tolerance_factor(MatmulPath path, const GpuMatrixFormat& f) {
     const double k = static_cast<double>(f.kpad);
@@ -219,6 +272,7 @@ struct Ctx {
         mc.w16_halves = w16.size();
         mc.workspace = ws.get();
         mc.workspace_floats = ws.size();
+        mc.gemv_int8 = false;  // exact GEMVs here; int8 activations have their own test
     }
     ~Ctx() { cublasDestroy(cublas); }
 };
@@ -290,7 +344,6 @@ TEST_CASE("CUDA matmul paths match the CPU reference for every qtype and shape",
                                                   << " path " << run.name);
                         dy.fill_bytes(0xff);
                         ctx.mc.forced = path;
-                        ctx.mc.gemv_layout = run.layout;
                         REQUIRE(matmul(ctx.mc, gw.view, dx.get(), ldx, m,
                                        {dy.get(), ldo, nullptr, false}) == path);
                         ctx.stream.sync();
@@ -303,43 +356,61 @@ TEST_CASE("CUDA matmul paths match the CPU reference for every qtype and shape",
     }
 }
 
-// The GEMV's loops at the ends of its range: k = 172 ends inside a chunk and a group; k = 14336
-// (Llama's down_proj) gives the block layout two chunk steps per thread and the warp layout 14
-// chunks per lane (its prefetch of the next chunk runs past the row's end on the last); rows
-// below and above one warp layout block; every token tile.
-TEST_CASE("CUDA GEMV covers long rows and odd k in both layouts", "[cuda]") {
+// The GEMV in both activation modes at the ends of its range: k = 172 ends inside a chunk and a
+// group; k = 14336 (Llama's down_proj) gives each thread two chunk steps; 1 to 11 tokens (every
+// token tile, and two passes). int8 against the CPU's int8 formula (reference_int8): the integer
+// sums are exact, so only the float accumulation of one term per 32-block is rounded.
+TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k", "[cuda]") {
     QF_REQUIRE_GPU();
     for (QType t : supported_qtypes()) {
-        for (uint64_t k : {uint64_t{172}, uint64_t{14336}}) {
+        const bool quantized = qtype_is_quantized(t);
+        for (uint64_t k : {uint64_t{172}, uint64_t{576}, uint64_t{14336}}) {
             for (uint64_t rows : {uint64_t{5}, uint64_t{67}}) {
-                const uint64_t m_max = 8;
+                const uint64_t m_max = 11;
                 const HostMatrix hw = make_matrix(t, rows, k, static_cast<uint32_t>(k + 7 * rows));
                 GpuMatrix gw = upload(hw);
                 const GpuMatrixFormat& f = gw.view.fmt;
                 const uint64_t ldx = f.kpad;
                 const auto x = make_activations(m_max, k, ldx, static_cast<uint32_t>(k + rows));
-                const Reference ref = reference(hw, x, ldx, m_max);
+                const Reference exact = reference(hw, x, ldx, m_max);
+                const Reference int8 = quantized ? reference_int8(hw, x, ldx, m_max) : Reference{};
                 DeviceBuffer<float> dx(x.size());
                 dx.upload(x);
                 const uint64_t ldo = rows + 3;
-                DeviceBuffer<float> dy(m_max * ldo);
+                DeviceBuffer<float> dy(m_max * ldo), scratch(gemv_scratch_floats(f.kpad));
                 Stream stream;
-                for (uint64_t m : {uint64_t{1}, uint64_t{3}, uint64_t{8}}) {
-                    const Reference sub{
-                        std::vector<double>(ref.y.begin(),
-                                            ref.y.begin() + static_cast<long>(m * rows)),
-                        std::vector<double>(ref.mag.begin(),
-                                            ref.mag.begin() + static_cast<long>(m * rows))};
-                    for (GemvLayout layout : {GemvLayout::block, GemvLayout::warp}) {
+                for (uint64_t m : {uint64_t{1}, uint64_t{3}, uint64_t{8}, uint64_t{11}}) {
+                    for (bool i8 : {false, true}) {
+                        if (i8 && !quantized) continue;
+                        const Reference& ref = i8 ? int8 : exact;
+                        const Reference sub{
+                            std::vector<double>(ref.y.begin(),
+                                                ref.y.begin() + static_cast<long>(m * rows)),
+                            std::vector<double>(ref.mag.begin(),
+                                                ref.mag.begin() + static_cast<long>(m * rows))};
                         INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
-                                                  << " layout " << gemv_layout_name(layout));
+                                                  << (i8 ? " int8" : " f32"));
                         dy.fill_bytes(0xff);
                         launch_gemv(gw.view, dx.get(), ldx, m, {dy.get(), ldo, nullptr, false},
-                                    stream.get(), layout);
+                                    stream.get(), scratch.get(), i8);
                         stream.sync();
-                        check_output(dy.download(m * ldo), sub, m, rows, ldo,
-                                     tolerance_factor(MatmulPath::gemv, f), nullptr, nullptr);
+                        const double factor = i8 ? (static_cast<double>(f.chunks) + 64.0) * kU32
+                                                 : tolerance_factor(MatmulPath::gemv, f);
+                        check_output(dy.download(m * ldo), sub, m, rows, ldo, factor, nullptr,
+                                     nullptr);
                     }
+                }
+                // A NaN activation makes every row's product NaN in both modes (int8: its
+                // block's d is NaN, as on the CPU).
+                std::vector<float> bad(x.begin(), x.begin() + static_cast<long>(ldx));
+                bad[k / 2] = std::numeric_limits<float>::quiet_NaN();
+                dx.upload(bad);
+                for (bool i8 : {false, true}) {
+                    launch_gemv(gw.view, dx.get(), ldx, 1, {dy.get(), ldo, nullptr, false},
+                                stream.get(), scratch.get(), i8);
+                    stream.sync();
+                    const auto y = dy.download(rows);
+                    for (uint64_t n = 0; n < rows; ++n) REQUIRE(std::isnan(y[n]));
                 }
             }
         }
@@ -375,7 +446,6 @@ TEST_CASE("CUDA matmul adds the bias and accumulates into the output", "[cuda]")
                 INFO(qtype_traits(t).name << " m " << m << " path " << run.name);
                 dy.upload(base);
                 ctx.mc.forced = path;
-                ctx.mc.gemv_layout = run.layout;
                 matmul(ctx.mc, gw.view, dx.get(), ldx, m, {dy.get(), ldo, db.get(), true});
                 ctx.stream.sync();
                 check_output(dy.download(m * ldo), sub, m, rows, ldo, tolerance_factor(path, f),

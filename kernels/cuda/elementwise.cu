@@ -130,6 +130,58 @@ __global__ void geglu_tanh_kernel(float* gate, const float* up, uint64_t ld, uin
     }
 }
 
+// xi[t][j][c] (float4 units) = x[t][32c + 4j .. 32c + 4j + 3]: the GEMV's chunk-interleaved
+// activations (launchers.hpp). One thread per float4, written in order (reads 128 bytes apart).
+__global__ void interleave_chunks_kernel(const float4* x, uint64_t ldx4, uint32_t m,
+                                         uint32_t chunks, float4* xi) {
+    const uint64_t per_token = static_cast<uint64_t>(chunks) * 8;
+    const uint64_t total = static_cast<uint64_t>(m) * per_token;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t t = i / per_token, d = i % per_token;
+        const uint64_t j = d / chunks, c = d % chunks;
+        xi[i] = __ldg(x + t * ldx4 + c * 8 + j);
+    }
+}
+
+// One thread per (token, chunk): the CPU's quantize_activation_block (kernels/cpu/qdot.cpp) in
+// the same float operations (amax / 127, x / d rounded to nearest even, clamped to +-127).
+__global__ void quantize_chunks_kernel(const float4* x, uint64_t ldx4, uint32_t m, uint32_t chunks,
+                                       uint4* xq, float* xd, int32_t* xs) {
+    const uint64_t total = static_cast<uint64_t>(m) * chunks;
+    for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t t = i / chunks, c = i % chunks;
+        const float4* xc = x + t * ldx4 + c * 8;
+        float v[32];
+        for (int q = 0; q < 8; ++q) {
+            const float4 f = __ldg(xc + q);
+            v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+        }
+        float amax = 0.0f;
+        bool finite = true;
+        for (int j = 0; j < 32; ++j) {
+            finite = finite && isfinite(v[j]);
+            amax = fmaxf(amax, fabsf(v[j]));
+        }
+        const float d = __fdiv_rn(amax, 127.0f);
+        uint32_t words[8] = {};
+        int32_t sum = 0;
+        if (finite && d > 0.0f) {
+            for (int j = 0; j < 32; ++j) {
+                const int32_t q =
+                    static_cast<int32_t>(fminf(fmaxf(rintf(__fdiv_rn(v[j], d)), -127.0f), 127.0f));
+                sum += q;
+                words[j / 4] |= (static_cast<uint32_t>(q) & 0xffu) << (8 * (j % 4));
+            }
+        }
+        xq[(2 * t) * chunks + c] = make_uint4(words[0], words[1], words[2], words[3]);
+        xq[(2 * t + 1) * chunks + c] = make_uint4(words[4], words[5], words[6], words[7]);
+        xd[i] = !finite ? __int_as_float(0x7fc00000) : (d > 0.0f ? d : 0.0f);
+        xs[i] = sum;
+    }
+}
+
 __global__ void scale_rows_kernel(float* x, uint64_t ld, uint32_t n, uint32_t width, float s) {
     const uint64_t total = static_cast<uint64_t>(n) * width;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -234,6 +286,21 @@ void geglu_tanh_launch(float* gate, const float* up, uint64_t ld, uint32_t n, ui
                        cudaStream_t stream) {
     geglu_tanh_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
         gate, up, ld, n, width);
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void interleave_chunks_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t chunks, float* xi,
+                              cudaStream_t stream) {
+    interleave_chunks_kernel<<<grid_for(static_cast<uint64_t>(m) * chunks * 8), kThreads, 0,
+                               stream>>>(reinterpret_cast<const float4*>(x), ldx / 4, m, chunks,
+                                         reinterpret_cast<float4*>(xi));
+    QF_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_chunks_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t chunks, void* xq,
+                            float* xd, int32_t* xs, cudaStream_t stream) {
+    quantize_chunks_kernel<<<grid_for(static_cast<uint64_t>(m) * chunks), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(x), ldx / 4, m, chunks, static_cast<uint4*>(xq), xd, xs);
     QF_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,24 +1,27 @@
 // Matrix-vector products for decode (and batches of up to 8 tokens): weights read once with
-// 16-byte coalesced loads, dequantized in registers, fp32 activations and accumulation.
+// 16-byte coalesced loads and dequantized in registers; fp32 accumulation.
+//
+// Two activation modes (launchers.hpp: GemvParams), prepared by one small kernel per pass:
+//   f32   the activations chunk-interleaved, so the threads of a warp, which walk consecutive
+//         chunks, read them coalesced; a chunk of a quantized row is dequantized as exact
+//         (code - zero) floats (dequant.hpp), dotted with the activations, and scaled once:
+//         acc += scale * partial. Exact products (any kind).
+//   int8  q4/q8 rows: the CPU's int8 activation blocks; a chunk is an exact integer dot product
+//         (dp4a, 4 codes per instruction, no float operation per weight), acc += (scale * d) *
+//         (isum - zero * sum): the same formula as the CPU's default (kernels/cpu/qdot.hpp).
 //
 // Supported configurations (anything else is refused on the host before a launch):
 //   kinds     q4 (q4_g*, q4s_g*), q8 (q8, q8_g*), f16, bf16, f32 (gpu_format.hpp's table)
 //   k         any (rows are walked in 32-weight chunks; weights past k are zero), k < 2^31
 //   rows      any, < 2^31
 //   tokens    1 .. 8 per launch (compiled tiles 1, 2, 4, 8; the host runs passes for more)
-//   threads   a multiple of 32 up to 256 (plans.hpp: plan_gemv); the warp layout: 128
+//   threads   a multiple of 32 up to 256 (plans.hpp: plan_gemv)
 //
-// Two layouts (plans.hpp: GemvLayout) run the same per-chunk arithmetic below.
-// Block layout: a block owns R rows (q4: 4, q8: 2, floats: 1, so each thread loads 64 bytes of
+// Work split: a block owns R rows (q4: 4, q8: 2, floats: 1, so each thread loads 64 bytes of
 // weights per chunk step and reuses each activation load R times); its threads take the row's
 // chunks round-robin (thread i: chunks i, i + threads, ...), so a warp's loads of one row are 32
-// consecutive 16-byte pieces. A chunk of a quantized row is dequantized as exact (code - zero)
-// floats (dequant.hpp), dotted with the activations, and scaled once: acc += scale * partial.
-// Partial sums are reduced with warp shuffles and then across warps in a fixed order: results are
-// deterministic (no atomics).
-// Warp layout: each warp owns R rows and walks all their chunks (lane l: chunks l, l + 32, ...),
-// issuing the next chunk's loads before it computes the current one, so its loads stay in flight
-// for the whole row; the lanes' sums meet in warp shuffles (no shared memory, no barrier).
+// consecutive 16-byte pieces. Partial sums are reduced with warp shuffles and then across warps
+// in a fixed order: results are deterministic (no atomics).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -112,6 +115,7 @@ template <WeightKind K>
 struct Chunk {
     uint4 v[Kind<K>::R][Kind<K>::V];
     float scale[Kind<K>::R], zm[Kind<K>::R];
+    int32_t zero[Kind<K>::R];  // quantized: the zero code (int8 mode)
 };
 
 template <WeightKind K>
@@ -141,6 +145,7 @@ __device__ __forceinline__ void load_chunk(const GemvParams& p,
                                   ? static_cast<int32_t>(__ldg(rowp[r] + p.w.zeros_offset + g))
                                   : p.w.zero;
             d.zm[r] = zero_magic(K == WeightKind::q8, z);
+            d.zero[r] = z;
         }
     } else {
 #pragma unroll
@@ -158,19 +163,20 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < M; ++t) part[r][t] = 0.0f;
-    const float* xc = p.x + static_cast<uint64_t>(c) * 32;
+    // Chunk c's float4 q of token t: xc4[t * ldx / 4 + q * chunks] (the interleaved layout).
+    const float4* xc4 = reinterpret_cast<const float4*>(p.x) + c;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         float w[R][8];
 #pragma unroll
         for (int r = 0; r < R; ++r) slice<K>(d.v[r], j, d.zm[r], w[r]);
-        const int pa = slice_offset_a<K>(j), pb = slice_offset_b<K>(j);
+        const uint32_t qa = slice_offset_a<K>(j) / 4, qb = slice_offset_b<K>(j) / 4;
 #pragma unroll
         for (int t = 0; t < M; ++t) {
             if (t < static_cast<int>(p.m)) {
-                const float* xt = xc + static_cast<uint64_t>(t) * p.ldx;
-                const float4 a = __ldg(reinterpret_cast<const float4*>(xt + pa));
-                const float4 b = __ldg(reinterpret_cast<const float4*>(xt + pb));
+                const float4* xt = xc4 + static_cast<uint64_t>(t) * (p.ldx / 4);
+                const float4 a = __ldg(xt + qa * p.w.chunks);
+                const float4 b = __ldg(xt + qb * p.w.chunks);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float s = part[r][t];
@@ -193,7 +199,48 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
         for (int t = 0; t < M; ++t) acc[r][t] = fmaf(d.scale[r], part[r][t], acc[r][t]);
 }
 
+// int8 mode: acc[r][t] += (scale_r * d_t) * (codes of chunk c of row r . token t's int8 codes -
+// zero_r * sum_t), the integer dot product exact (|isum| < 2^24, so its float is exact too).
 template <WeightKind K, int M>
+__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const Chunk<K>& d,
+                                                    uint32_t c, float (&acc)[Kind<K>::R][M]) {
+    constexpr int R = Kind<K>::R;
+    static_assert(K == WeightKind::q4 || K == WeightKind::q8, "int8 mode reads quantized rows");
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+        if (t >= static_cast<int>(p.m)) continue;
+        const uint64_t at = static_cast<uint64_t>(t) * p.w.chunks + c;
+        const uint4 lo = __ldg(p.xq + 2 * static_cast<uint64_t>(t) * p.w.chunks + c);
+        const uint4 hi = __ldg(p.xq + (2 * static_cast<uint64_t>(t) + 1) * p.w.chunks + c);
+        const float dx = __ldg(p.xd + at);
+        const int32_t sx = __ldg(p.xs + at);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            int32_t isum = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if constexpr (K == WeightKind::q4) {
+                    // word j: weights 4j..4j+3 in the low nibbles, 16+4j..16+4j+3 in the high
+                    const uint32_t w = word(d.v[r][0], j);
+                    isum = __dp4a(static_cast<int>(w & 0x0F0F0F0Fu), static_cast<int>(word(lo, j)),
+                                  isum);
+                    isum = __dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu),
+                                  static_cast<int>(word(hi, j)), isum);
+                } else {
+                    // signed codes, weights 4j.. in v[0], 16+4j.. in v[1]
+                    isum = __dp4a(static_cast<int>(word(d.v[r][0], j)),
+                                  static_cast<int>(word(lo, j)), isum);
+                    isum = __dp4a(static_cast<int>(word(d.v[r][1], j)),
+                                  static_cast<int>(word(hi, j)), isum);
+                }
+            }
+            isum -= d.zero[r] * sx;
+            acc[r][t] = fmaf(d.scale[r] * dx, static_cast<float>(isum), acc[r][t]);
+        }
+    }
+}
+
+template <WeightKind K, int M, bool I8>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     constexpr int R = Kind<K>::R;
     // Decode (1-2 tokens): two chunks' loads in flight per thread before either is used, so a
@@ -224,7 +271,12 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
-            if (cu < p.w.chunks) accumulate_chunk<K, M>(p, ch[u], cu, acc);
+            if (cu < p.w.chunks) {
+                if constexpr (I8)
+                    accumulate_chunk_i8<K, M>(p, ch[u], cu, acc);
+                else
+                    accumulate_chunk<K, M>(p, ch[u], cu, acc);
+            }
         }
     }
 
@@ -252,78 +304,32 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
 }
 
 template <WeightKind K, int M>
-__global__ void __launch_bounds__(128) gemv_warp_kernel(GemvParams p) {
-    constexpr int R = Kind<K>::R;
-    const uint32_t lane = threadIdx.x % 32;
-    const uint32_t row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
-    if (row0 >= p.w.rows) return;  // the whole warp: no barrier follows
-
-    const uint8_t* rowp[R];
-    bool valid[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        valid[r] = row0 + r < p.w.rows;
-        rowp[r] = p.w.w + static_cast<uint64_t>(valid[r] ? row0 + r : row0) * p.w.row_bytes;
-    }
-    float acc[R][M];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
-
-    uint32_t c = lane;
-    Chunk<K> cur;
-    load_chunk<K>(p, rowp, valid, c, c < p.w.chunks, cur);
-    while (c < p.w.chunks) {
-        const uint32_t n = c + 32;
-        Chunk<K> next;
-        load_chunk<K>(p, rowp, valid, n, n < p.w.chunks, next);
-        accumulate_chunk<K, M>(p, cur, c, acc);
-        cur = next;
-        c = n;
-    }
-
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < M; ++t) {
-            float s = warp_sum(acc[r][t]);
-            const uint32_t row = row0 + r;
-            if (lane == static_cast<uint32_t>(r * M + t) && row < p.w.rows &&
-                t < static_cast<int>(p.m)) {
-                if (p.out.bias) s += p.out.bias[row];
-                float* y = p.out.y + static_cast<uint64_t>(t) * p.out.ldo + row;
-                *y = p.out.accumulate ? *y + s : s;
-            }
-        }
-}
-
-template <WeightKind K, int M>
-void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, bool warp_layout,
-                 cudaStream_t stream) {
+void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(threads);
-    if (warp_layout)
-        gemv_warp_kernel<K, M><<<grid, block, 0, stream>>>(p);
-    else
-        gemv_kernel<K, M><<<grid, block, 0, stream>>>(p);
+    if constexpr (K == WeightKind::q4 || K == WeightKind::q8) {
+        if (p.xq) {
+            gemv_kernel<K, M, true><<<grid, block, 0, stream>>>(p);
+            return;
+        }
+    }
+    gemv_kernel<K, M, false><<<grid, block, 0, stream>>>(p);
 }
 
 template <WeightKind K>
 void launch_kind(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                 bool warp_layout, cudaStream_t stream) {
-    static_assert(Kind<K>::R * 8 <= 32, "the warp layout writes R x M results from one lane each");
+                 cudaStream_t stream) {
     switch (token_tile) {
         case 1:
-            launch_tile<K, 1>(p, threads, blocks, warp_layout, stream);
+            launch_tile<K, 1>(p, threads, blocks, stream);
             break;
         case 2:
-            launch_tile<K, 2>(p, threads, blocks, warp_layout, stream);
+            launch_tile<K, 2>(p, threads, blocks, stream);
             break;
         case 4:
-            launch_tile<K, 4>(p, threads, blocks, warp_layout, stream);
+            launch_tile<K, 4>(p, threads, blocks, stream);
             break;
         default:
-            launch_tile<K, 8>(p, threads, blocks, warp_layout, stream);
+            launch_tile<K, 8>(p, threads, blocks, stream);
             break;
     }
     QF_CUDA_CHECK_LAUNCH();

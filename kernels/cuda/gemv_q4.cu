@@ -5,8 +5,8 @@
 namespace qforge::cuda {
 
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    bool warp_layout, cudaStream_t stream) {
-    gemv_detail::launch_kind<WeightKind::q4>(p, threads, token_tile, blocks, warp_layout, stream);
+                    cudaStream_t stream) {
+    gemv_detail::launch_kind<WeightKind::q4>(p, threads, token_tile, blocks, stream);
 }
 
 }  // namespace qforge::cuda

@@ -35,19 +35,31 @@ struct OutParams {
 };
 
 // ---- GEMV (gemv_q4.cu, gemv_q8.cu, gemv_float.cu) -------------------------------------------
+// x is the activations chunk-interleaved (interleave_chunks_launch): token t's float4 j (0..7)
+// of chunk c at xi[t * ldx + 4 * (j * chunks + c)], so the threads that walk consecutive chunks
+// read consecutive 16 bytes (coalesced: the row-major x put each thread's 128 bytes at a stride
+// of 128, and the L1 bandwidth that cost capped every GEMV at a third of the device's).
+// int8 activations (q4/q8 rows, when xq is set; quantize_chunks_launch): per token and chunk the
+// CPU's int8 block (kernels/cpu/qdot.hpp: d = amax / 127, codes round(x / d), their sum), codes
+// interleaved as two 16-byte halves: half h of chunk c of token t at xq[(2t + h) * chunks + c];
+// d and the sum at xd / xs[t * chunks + c]. A chunk's product is then an exact integer dot product
+// (dp4a) scaled once: acc += (scale * d) * (isum - zero * sum), the CPU's int8 formula.
 struct GemvParams {
     RowsParams w;
-    const float* x = nullptr;  // m rows, stride ldx
+    const float* x = nullptr;  // m tokens, chunk-interleaved, stride ldx (>= chunks * 32)
     uint64_t ldx = 0;
+    const uint4* xq = nullptr;  // int8 mode: codes (x unused)
+    const float* xd = nullptr;
+    const int32_t* xs = nullptr;
     uint32_t m = 0;  // tokens in this pass, <= token_tile
     OutParams out;
 };
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    bool warp_layout, cudaStream_t stream);
+                    cudaStream_t stream);
 void gemv_q8_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    bool warp_layout, cudaStream_t stream);
+                    cudaStream_t stream);
 void gemv_float_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                       bool warp_layout, cudaStream_t stream);
+                       cudaStream_t stream);
 
 // ---- Fused tensor-core GEMM (gemm_mma.cu) ---------------------------------------------------
 struct MmaParams {
@@ -74,6 +86,17 @@ void dequantize_f16_launch(const RowsParams& w, uint32_t r0, uint32_t n, uint16_
 void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m_pad, uint32_t k,
                             uint16_t* x16, uint64_t ldx16, unsigned long long* saturated,
                             cudaStream_t stream);
+// xi[t * chunks * 32 + 4 * (j * chunks + c) + e] = x[t * ldx + 32 * c + 4 * j + e] for t < m,
+// c < chunks, j < 8, e < 4: the GEMV's activation layout (GemvParams). x 16-byte aligned,
+// ldx a multiple of 4 and at least chunks * 32.
+void interleave_chunks_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t chunks, float* xi,
+                              cudaStream_t stream);
+// The GEMV's int8 activations (GemvParams) of m tokens of x (chunks * 32 floats each, padding
+// included, stride ldx): codes (2 * m * chunks 16-byte halves) into xq, scales and sums
+// (m * chunks each) into xd and xs. The same values as the CPU's QActivations::prepare, bit for
+// bit: a block with NaN or infinity gets d = NaN, an all-zero block d = 0.
+void quantize_chunks_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t chunks, void* xq,
+                            float* xd, int32_t* xs, cudaStream_t stream);
 // y[t][r] (+)= bias[r] for t < m, r < rows (the cuBLAS path's bias).
 void add_bias_launch(float* y, uint64_t ldy, uint32_t m, uint32_t rows, const float* bias,
                      cudaStream_t stream);

@@ -55,27 +55,40 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
 }
 
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream, std::optional<GemvLayout> layout) {
+                 const MatmulOut& out, cudaStream_t stream, float* scratch, bool int8) {
     check_product(w, x, ldx, m, out);
-    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m, choose_gemv_layout(w.fmt, w.rows, layout));
-    const bool warp = plan.layout == GemvLayout::warp;
+    if (!scratch || !aligned16(scratch))
+        throw UnsupportedOnCuda("a GEMV without a 16-byte aligned activation scratch");
+    int8 = int8 && w.fmt.quantized();
+    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m);
+    const uint32_t chunks = u32(w.fmt.chunks);
     for (uint64_t t0 = 0; t0 < m; t0 += kGemvMaxTokens) {
         GemvParams p;
         p.w = to_rows_params(w);
-        p.x = x + t0 * ldx;
-        p.ldx = ldx;
         p.m = u32(std::min(kGemvMaxTokens, m - t0));
+        if (int8) {
+            // codes (32 bytes per chunk and token), then scales, then sums
+            auto* xq = reinterpret_cast<uint4*>(scratch);
+            auto* xd = reinterpret_cast<float*>(xq + 2 * uint64_t{kGemvMaxTokens} * chunks);
+            auto* xs = reinterpret_cast<int32_t*>(xd + kGemvMaxTokens * chunks);
+            quantize_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, xq, xd, xs, stream);
+            p.xq = xq, p.xd = xd, p.xs = xs;
+        } else {
+            interleave_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, scratch, stream);
+            p.x = scratch;
+            p.ldx = w.fmt.kpad;
+        }
         p.out = out_params(out);
         p.out.y = out.y + t0 * out.ldo;
         switch (w.fmt.kind) {
             case WeightKind::q4:
-                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
+                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
                 break;
             case WeightKind::q8:
-                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
+                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
                 break;
             default:
-                gemv_float_launch(p, plan.threads, plan.token_tile, plan.blocks, warp, stream);
+                gemv_float_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
         }
     }
 }
@@ -121,7 +134,9 @@ void dequantize_rows_to_f16(const DeviceMatrix& w, uint64_t r0, uint64_t n, uint
 MatmulScratchSize matmul_scratch_size(uint64_t m_max, uint64_t max_kpad, uint64_t max_rows,
                                       uint64_t max_slab_halves) {
     MatmulScratchSize s;
+    // At least 32 rows of halves: also the GEMV's interleaved fp32 scratch (8 rows of floats).
     s.x16_halves = round_up(m_max, kMmaTileTokens) * max_kpad;
+    static_assert(2 * kGemvMaxTokens <= kMmaTileTokens);
     s.w16_halves = std::max(max_kpad, std::min(max_slab_halves, max_rows * max_kpad));
     return s;
 }
@@ -163,7 +178,11 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
         path = *ctx.forced;
     }
     if (path == MatmulPath::gemv) {
-        launch_gemv(w, x, ldx, m, out, ctx.stream, ctx.gemv_layout);
+        if (gemv_scratch_floats(w.fmt.kpad) * 2 > ctx.x16_halves)
+            throw UnsupportedOnCuda("a GEMV of rows of " + std::to_string(w.fmt.kpad) +
+                                    " beyond the activation scratch");
+        launch_gemv(w, x, ldx, m, out, ctx.stream, reinterpret_cast<float*>(ctx.x16),
+                    ctx.gemv_int8);
         return path;
     }
     const uint64_t kpad = w.fmt.kpad;

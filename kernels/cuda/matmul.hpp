@@ -42,11 +42,13 @@ struct MatmulOut {
     bool accumulate = false;
 };
 
-// The GEMV path (gemv_*.cu), passes of up to kGemvMaxTokens tokens, in the layout
-// choose_gemv_layout gives for `layout` (plans.hpp).
+// The GEMV path (gemv_*.cu), passes of up to kGemvMaxTokens tokens. Each pass first prepares its
+// tokens in `scratch` (gemv_scratch_floats(kpad) floats, 16-byte aligned): int8 activation
+// blocks when `int8` and the rows are quantized, else the floats chunk-interleaved
+// (launchers.hpp: GemvParams).
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream,
-                 std::optional<GemvLayout> layout = std::nullopt);
+                 const MatmulOut& out, cudaStream_t stream, float* scratch, bool int8);
+inline uint64_t gemv_scratch_floats(uint64_t kpad) { return kGemvMaxTokens * kpad; }
 
 // The fused tensor-core path (gemm_mma.cu): x16 holds the activations in fp16, round_up(m, 32)
 // rows of ldx16 >= kpad halves (pad rows and columns zero, as convert_rows_to_f16 leaves them);
@@ -73,7 +75,7 @@ struct MatmulContext {
     cublasHandle_t cublas = nullptr;  // bound to `stream` by the owner
     int cc_major = 0;
     int sm_count = 1;
-    uint16_t* x16 = nullptr;  // fp16 activations
+    uint16_t* x16 = nullptr;  // fp16 activations; the GEMV's interleaved fp32 activations
     uint64_t x16_halves = 0;
     uint16_t* w16 = nullptr;  // dequantized slab
     uint64_t w16_halves = 0;
@@ -81,7 +83,7 @@ struct MatmulContext {
     uint64_t workspace_floats = 0;
     unsigned long long* saturated = nullptr;  // device: fp16 activations clamped (or null)
     std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
-    std::optional<GemvLayout> gemv_layout;    // tests and benchmarks: this GEMV layout
+    bool gemv_int8 = true;  // quantized GEMVs take int8 activation blocks (launch_gemv)
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights

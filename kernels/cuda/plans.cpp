@@ -1,10 +1,7 @@
 #include "kernels/cuda/plans.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-
-#include "core/error.hpp"
 
 namespace qforge::cuda {
 
@@ -59,45 +56,19 @@ uint32_t gemv_rows_per_block(WeightKind kind) {
     return 1;
 }
 
-std::string_view gemv_layout_name(GemvLayout l) { return l == GemvLayout::warp ? "warp" : "block"; }
-
-GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, GemvLayout layout) {
+GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m) {
     GemvPlan p;
-    p.layout = layout;
-    const uint32_t r = gemv_rows_per_block(fmt.kind);
-    if (layout == GemvLayout::warp) {
-        p.threads = kGemvWarpThreads;
-        p.rows_per_block = r * (kGemvWarpThreads / 32);
-        p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, 32));
-    } else {
-        p.rows_per_block = r;
-        // As few chunk steps as 256 threads allow, then the fewest whole warps for that many
-        // steps (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
-        p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, kGemvMaxThreads));
-        p.threads = static_cast<uint32_t>(
-            std::max<uint64_t>(32, round_up(ceil_div(fmt.chunks, p.chunk_steps), 32)));
-    }
+    p.rows_per_block = gemv_rows_per_block(fmt.kind);
     p.blocks = ceil_div(rows, p.rows_per_block);
+    // As few chunk steps as 256 threads allow, then the fewest whole warps for that many steps
+    // (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
+    p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, kGemvMaxThreads));
+    p.threads = static_cast<uint32_t>(
+        std::max<uint64_t>(32, round_up(ceil_div(fmt.chunks, p.chunk_steps), 32)));
     const uint64_t tile = std::min(m, kGemvMaxTokens);
     p.token_tile = tile <= 1 ? 1 : tile <= 2 ? 2 : tile <= 4 ? 4 : 8;
     p.passes = std::max<uint64_t>(1, ceil_div(m, kGemvMaxTokens));
     return p;
-}
-
-GemvLayout choose_gemv_layout(const GpuMatrixFormat& fmt, uint64_t rows,
-                              std::optional<GemvLayout> forced) {
-    if (forced) return *forced;
-    if (const char* v = std::getenv("QFORGE_CUDA_GEMV"); v && *v) {
-        const std::string s(v);
-        if (s == "block") return GemvLayout::block;
-        if (s == "warp") return GemvLayout::warp;
-        if (s != "auto")
-            throw Error("environment variable QFORGE_CUDA_GEMV is '" + s +
-                        "': expected block, warp or auto");
-    }
-    if (fmt.kind == WeightKind::q4) return GemvLayout::block;
-    return ceil_div(rows, gemv_rows_per_block(fmt.kind)) >= kGemvWarpMinWarps ? GemvLayout::warp
-                                                                              : GemvLayout::block;
 }
 
 MmaPlan plan_mma(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, int sm_count) {

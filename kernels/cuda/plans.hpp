@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 #include "kernels/cuda/gpu_format.hpp"
@@ -44,41 +43,19 @@ bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major)
 // 16-byte load per row for q4, two for q8, four for f16/bf16; f32 loads 128 bytes from one row).
 uint32_t gemv_rows_per_block(WeightKind kind);
 
-// Two layouts of the same products (the same chunk arithmetic, gemv.cuh; sums in another order):
-//   block  a block owns gemv_rows_per_block rows; its `threads` split the row's chunks (chunk c
-//          goes to thread c % threads), one or two chunks each, then reduce through shared
-//          memory in a fixed order. Many threads per row: suits matrices of few rows.
-//   warp   each warp of a kGemvWarpThreads block owns gemv_rows_per_block rows and walks all
-//          their chunks (lane l: chunks l, l + 32, ...), loading the next chunk while it
-//          computes the current one; the lanes' sums meet in warp shuffles (no shared memory, no
-//          barrier). Loads stay in flight for the whole row: suits matrices of many rows.
-// Both are deterministic (no atomics). `token_tile` (1, 2, 4 or 8) is the compiled token count
-// of a pass; `passes` passes cover m tokens.
-enum class GemvLayout : uint8_t { block, warp };
-std::string_view gemv_layout_name(GemvLayout l);
-
+// A block owns `rows_per_block` rows; its `threads` split the row's chunks (chunk c goes to
+// thread c % threads), then reduce through shared memory in a fixed order (deterministic, no
+// atomics). `token_tile` (1, 2, 4 or 8) is the compiled token count of a pass; `passes` passes
+// cover m tokens.
 struct GemvPlan {
-    GemvLayout layout = GemvLayout::block;
     uint32_t threads = 0;         // a multiple of 32, 32 .. 256
-    uint32_t rows_per_block = 0;  // block: 1, 2 or 4; warp: that times the warps per block
+    uint32_t rows_per_block = 0;  // 1, 2 or 4
     uint32_t token_tile = 0;      // 1, 2, 4 or 8
     uint64_t blocks = 0;          // ceil(rows / rows_per_block)
     uint64_t passes = 0;          // ceil(m / 8) (1 when m <= 8)
-    uint32_t chunk_steps = 0;     // ceil(chunks / chunk-walkers per row): chunks per thread
+    uint32_t chunk_steps = 0;     // ceil(chunks / threads): chunk iterations per thread
 };
-GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
-                   GemvLayout layout = GemvLayout::block);
-inline constexpr uint32_t kGemvWarpThreads = 128;  // warp layout: 4 warps per block
-
-// The layout for a matrix: `forced` when given, else the environment variable QFORGE_CUDA_GEMV
-// (block, warp or auto; another value is an Error naming it), else auto: for q8 and float
-// kinds warp when the matrix has at least kGemvWarpMinWarps warps' worth of rows (enough warps to
-// keep every SM's loads in flight), block below; q4 block. As measured on an H200
-// (qforge_cuda_bench's GEMV table, kernels/README.md): warp 4-18% faster for q8/f16 from 4096
-// rows, slower below 2048 rows; q4 slower in the warp layout at every shape but 4096x4096.
-inline constexpr uint64_t kGemvWarpMinWarps = 2048;
-GemvLayout choose_gemv_layout(const GpuMatrixFormat& fmt, uint64_t rows,
-                              std::optional<GemvLayout> forced = std::nullopt);
+GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m);
 inline constexpr uint32_t kGemvMaxThreads = 256;
 
 // ---------------------------------------------------------------------------------------------
