@@ -24,9 +24,10 @@ std::string_view matmul_path_name(MatmulPath p);
 // Tokens per GEMV pass: a pass reads the weights once for up to this many tokens.
 inline constexpr uint64_t kGemvMaxTokens = 8;
 // Up to this many tokens the fused tensor-core kernel is chosen over dequantize + cuBLAS (it reads
-// 4-bit codes, cuBLAS reads 16-bit weights that were first written out). The crossover is
-// measured by qforge_cuda_bench's GEMM table; this default is its expected place, not a reading.
-inline constexpr uint64_t kMmaMaxTokens = 64;
+// 4-bit codes, cuBLAS reads 16-bit weights that were first written out). Measured on an H200
+// (qforge_cuda_bench's GEMM table, kernels/README.md): at 16 tokens mma is faster at 3 of 4 Llama
+// shapes (32.9 vs 39.3 us at 4096x4096 q4_g128), at 64 slower at all 4 (63.0 vs 39.1 us).
+inline constexpr uint64_t kMmaMaxTokens = 16;
 
 // The path for m tokens through a matrix of this format on a GPU of compute capability cc_major.
 // `forced` (tests, benchmarks) must apply to the shape, else UnsupportedOnCuda.
