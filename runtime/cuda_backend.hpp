@@ -4,10 +4,13 @@
 // the KV cache is fp16; single-token decode replays a CUDA graph captured on first use, so
 // launch overhead does not dominate small models.
 //
-// Precision against the CPU backend: decode products (GEMV) use the exact dequantized weights
-// and fp32 activations, like the CPU; batched products of more than 8 tokens round the
-// activations to fp16 for the tensor cores (and f16 / cuBLAS-path weights are fp16), and keys and
-// values are stored in fp16. Logits agree with the CPU within relative L2 ~1e-3 (tested).
+// Precision against the CPU backend: decode products (GEMV, up to 8 tokens) of quantized weights
+// take int8 activation blocks by default, the CPU backend's default blocks and formula
+// (int8_activations; false: exact dequantized weights times fp32 activations, as the CPU's
+// --float-activations); float weights always take fp32 activations. Batched products of more
+// than 8 tokens round the activations to fp16 for the tensor cores (and f16 / cuBLAS-path
+// weights are fp16), and keys and values are stored in fp16. Logits agree with the float64
+// reference within bounds derived from those roundings (tests/cuda_backend_test.cpp).
 // Every architecture of the table runs, Gemma 2 and 3 too (post-norms, embedding scale, GeGLU,
 // soft-caps, the sliding layers' RoPE table); their large activations are where fp16 rounding
 // would clamp first, which fp16_saturations() counts.
