@@ -9,7 +9,8 @@
 //           (the baseline) divided by our best path
 //   decode  greedy decode tokens/s of a Llama-3-8B-shape model, random weights generated on the
 //           device, in f16, q8 and q4_g128 (CUDA graph per token), weight bytes per token and the
-//           fraction of the copy bandwidth; the acceptance ratio of q4_g128 against f16
+//           fraction of the copy bandwidth; the acceptance ratios against f16; then prefill
+//           tokens/s of 512 tokens from position 0 on the same shapes
 //
 // Prints a table and writes it to --out. Without a CUDA device it prints "SKIPPED: ..." and exits
 // 0. Timing: CUDA events around back-to-back launches after warm-up launches; each figure is the
@@ -45,6 +46,7 @@ struct Args {
     std::vector<std::string> sections = {"copy", "gemv", "gemm", "decode"};
     bool quick = false;           // small sizes: a smoke run, not a measurement
     uint64_t decode_layers = 32;  // Llama-3-8B has 32
+    uint64_t prefill_tokens = 512;
     uint64_t decode_steps = 64;
 };
 
@@ -399,6 +401,16 @@ void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
                    timing.tokens_per_s, bytes / kGB, gbs, 100.0 * gbs / copy_gbs);
             if (int8 == (quantized ? 1 : 0)) rows.push_back({t, timing.tokens_per_s, bytes});
         }
+    }
+    r.line("%s", "");
+    r.line("prefill: %llu tokens from position 0 (the same shapes), best of 3, tokens/s",
+           static_cast<unsigned long long>(a.prefill_tokens));
+    for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
+        CudaBackendOptions o;
+        o.max_batch = a.prefill_tokens;
+        CudaSyntheticModel model(c, t, 42, o);
+        r.line("%-9s %10.1f", std::string(qtype_traits(t).name).c_str(),
+               model.time_prefill(a.prefill_tokens, 3));
     }
     const Row &f16 = rows[0], &q8 = rows[1], &q4 = rows[2];
     r.line(

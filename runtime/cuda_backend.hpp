@@ -95,6 +95,10 @@ class CudaSyntheticModel {
     // Greedy decode from position 0: `warmup` untimed steps, then `steps` timed ones (CUDA
     // events around graph replays).
     DecodeTiming time_greedy_decode(uint64_t warmup, uint64_t steps);
+    // Prefill of `tokens` tokens from position 0 (the last one's logits to the host), one
+    // untimed run, then the best of `reps` timed ones (host clock: the forward waits for its
+    // logits): tokens per second. The options' max_batch bounds the internal step.
+    double time_prefill(uint64_t tokens, int reps);
 
   private:
     std::unique_ptr<CudaEngine> engine_;

@@ -89,6 +89,7 @@ class CudaEngine final : private ForwardOps {
     // Values clamped to +-65504 when rounded to fp16 (f16_saturate.cuh), since construction.
     uint64_t fp16_saturations() const;
     uint64_t weight_bytes() const { return weight_bytes_; }
+    uint64_t vocab_size() const { return c_.vocab_size; }
     std::string description() const { return description_; }
 
   private:
