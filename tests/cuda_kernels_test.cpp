@@ -163,17 +163,6 @@ Reference reference(const HostMatrix& w, const std::vector<float>& x, uint64_t l
     return r;
 }
 
-// Every path (the GEMV with float activations: exact products; int8 has its own test below).
-struct PathRun {
-    MatmulPath path;
-    const char* name;
-};
-constexpr PathRun kPathRuns[] = {
-    {MatmulPath::gemv, "gemv/f32"},
-    {MatmulPath::mma, "mma"},
-    {MatmulPath::cublas, "cublas"},
-};
-
 // The CPU's int8 activation block (kernels/cpu/qdot.cpp's quantize_activation_block), written
 // out again: d = fl(amax / 127), codes round-to-even(fl(x / d)) clamped to +-127.
 struct Int8Block {
@@ -337,11 +326,11 @@ TEST_CASE("CUDA matmul paths match the CPU reference for every qtype and shape",
                                             ref.y.begin() + static_cast<long>(m * rows)),
                         std::vector<double>(ref.mag.begin(),
                                             ref.mag.begin() + static_cast<long>(m * rows))};
-                    for (const PathRun& run : kPathRuns) {
-                        const MatmulPath path = run.path;
+                    for (MatmulPath path :
+                         {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
                         if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
                         INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
-                                                  << " path " << run.name);
+                                                  << " path " << matmul_path_name(path));
                         dy.fill_bytes(0xff);
                         ctx.mc.forced = path;
                         REQUIRE(matmul(ctx.mc, gw.view, dx.get(), ldx, m,
@@ -440,10 +429,9 @@ TEST_CASE("CUDA matmul adds the bias and accumulates into the output", "[cuda]")
                 std::vector<double>(ref.y.begin(), ref.y.begin() + static_cast<long>(m * rows)),
                 std::vector<double>(ref.mag.begin(),
                                     ref.mag.begin() + static_cast<long>(m * rows))};
-            for (const PathRun& run : kPathRuns) {
-                const MatmulPath path = run.path;
+            for (MatmulPath path : {MatmulPath::gemv, MatmulPath::mma, MatmulPath::cublas}) {
                 if (!matmul_path_applies(path, f, ctx.mc.cc_major)) continue;
-                INFO(qtype_traits(t).name << " m " << m << " path " << run.name);
+                INFO(qtype_traits(t).name << " m " << m << " path " << matmul_path_name(path));
                 dy.upload(base);
                 ctx.mc.forced = path;
                 matmul(ctx.mc, gw.view, dx.get(), ldx, m, {dy.get(), ldo, db.get(), true});
