@@ -9,8 +9,11 @@
 //           (the baseline) divided by our best path
 //   decode  greedy decode tokens/s of a Llama-3-8B-shape model, random weights generated on the
 //           device, in f16, q8 and q4_g128 (CUDA graph per token), weight bytes per token and the
-//           fraction of the copy bandwidth; the acceptance ratios against f16; then prefill
-//           tokens/s of 512 tokens from position 0 on the same shapes
+//           fraction of the copy bandwidth; the acceptance ratios against f16
+//   prefill tokens/s of 512 tokens from position 0 on the same shapes
+//   tuning  the GEMV tilings (plans.hpp: GemvTuning) on the decode's shapes, kernel only
+//           (activations prepared once), then decode tokens/s per tiling, and with q/k/v and
+//           gate/up as separate launches (CudaBackendOptions::fuse_products false)
 //
 // Prints a table and writes it to --out. Without a CUDA device it prints "SKIPPED: ..." and exits
 // 0. Timing: CUDA events around back-to-back launches after warm-up launches; each figure is the
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "formats/qtype.hpp"
 #include "kernels/device_info.hpp"
 
 #ifdef QFORGE_HAVE_CUDA
@@ -43,7 +47,8 @@ namespace {
 
 struct Args {
     std::string out;
-    std::vector<std::string> sections = {"copy", "gemv", "gemm", "decode"};
+    std::vector<std::string> sections = {"copy", "gemv", "gemm", "decode", "prefill", "tuning"};
+    std::vector<std::string> qtypes = {"f16", "q8", "q4_g128"};  // decode and prefill
     bool quick = false;           // small sizes: a smoke run, not a measurement
     uint64_t decode_layers = 32;  // Llama-3-8B has 32
     uint64_t prefill_tokens = 512;
@@ -51,10 +56,11 @@ struct Args {
 };
 
 void usage(std::FILE* f) {
-    std::fprintf(
-        f,
-        "usage: qforge_cuda_bench [--out FILE] [--sections copy,gemv,gemm,decode] [--quick]\n"
-        "                         [--decode-layers N] [--decode-steps N]\n");
+    std::fprintf(f,
+                 "usage: qforge_cuda_bench [--out FILE]\n"
+                 "                         [--sections copy,gemv,gemm,decode,prefill,tuning]\n"
+                 "                         [--quick] [--decode-layers N] [--decode-steps N]\n"
+                 "                         [--qtypes f16,q8,q4_g128] (decode and prefill)\n");
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -101,8 +107,20 @@ bool parse(int argc, char** argv, Args& a) {
             if (!v) return false;
             a.sections = split_commas(v);
             for (const auto& s : a.sections)
-                if (s != "copy" && s != "gemv" && s != "gemm" && s != "decode") {
+                if (s != "copy" && s != "gemv" && s != "gemm" && s != "decode" && s != "prefill" &&
+                    s != "tuning") {
                     std::fprintf(stderr, "qforge_cuda_bench: unknown section '%s'\n", s.c_str());
+                    return false;
+                }
+        } else if (arg == "--qtypes") {
+            const char* v = value("--qtypes");
+            if (!v) return false;
+            a.qtypes = split_commas(v);
+            for (const auto& t : a.qtypes)
+                if (t != "f16" && t != "q8" && t != "q4_g128") {
+                    std::fprintf(stderr,
+                                 "qforge_cuda_bench: --qtypes takes f16, q8, q4_g128, not '%s'\n",
+                                 t.c_str());
                     return false;
                 }
         } else if (arg == "--quick") {
@@ -210,6 +228,18 @@ struct Gpu {
     std::string name;
 };
 
+// A table header: `first`, then one "rows x k" column per shape, 20 characters each.
+std::string shapes_header(const char* first, const std::vector<Shape>& shapes) {
+    std::string head = first;
+    for (const Shape& s : shapes) {
+        char col[64];
+        std::snprintf(col, sizeof col, " %6llux%-6llu   ", static_cast<unsigned long long>(s.rows),
+                      static_cast<unsigned long long>(s.k));
+        head += col;
+    }
+    return head;
+}
+
 void bench_gemv(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gbs, Report& r) {
     const std::vector<Shape> shapes =
         a.quick ? std::vector<Shape>{{256, 512}, {512, 1000}}
@@ -219,15 +249,7 @@ void bench_gemv(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gb
     r.line(
         "GEMV (decode, 1 token): GB/s of weights + x + y, fraction of the copy bandwidth; "
         "activations f32 (exact) and int8 (quantized rows; the default)");
-    std::string head = "qtype    act ";
-    for (const Shape& s : shapes) {
-        char col[64];
-        std::snprintf(col, sizeof col, " %6llux%-6llu", static_cast<unsigned long long>(s.rows),
-                      static_cast<unsigned long long>(s.k));
-        head += col;
-        head += "   ";
-    }
-    r.line("%s", head.c_str());
+    r.line("%s", shapes_header("qtype    act ", shapes).c_str());
     for (const auto& row : kCudaQTypes) {
         if (!row.supported) continue;
         const bool quantized = qtype_is_quantized(row.type);
@@ -246,7 +268,7 @@ void bench_gemv(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gb
                 const double sec = time_calls(stream, 3, a.quick ? 5 : 40, [&](int i) {
                     launch_gemv(w.views[static_cast<size_t>(i) % w.views.size()], x.get(), kpad, 1,
                                 {y.get(), s.rows, nullptr, false}, stream, scratch.get(),
-                                int8 == 1);
+                                {int8 == 1, {}, false});
                 });
                 const double bytes = static_cast<double>(w.bytes() + 4 * (s.k + s.rows));
                 const double gbs = bytes / sec / kGB;
@@ -362,7 +384,7 @@ ModelConfig llama3_8b(uint64_t layers) {
     return c;
 }
 
-void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
+ModelConfig bench_model(const Args& a) {
     ModelConfig c = llama3_8b(a.quick ? 2 : a.decode_layers);
     if (a.quick) {
         c.vocab_size = 4096;
@@ -371,6 +393,17 @@ void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
         c.num_heads = 8;
         c.num_kv_heads = 2;
     }
+    return c;
+}
+
+std::vector<QType> bench_qtypes(const Args& a) {
+    std::vector<QType> v;
+    for (const auto& name : a.qtypes) v.push_back(*qtype_from_name(name));  // checked by parse
+    return v;
+}
+
+void bench_decode(const Args& a, double copy_gbs, Report& r) {
+    const ModelConfig c = bench_model(a);
     r.line("%s", "");
     r.line(
         "decode: Llama-3-8B shapes (%llu layers, hidden %llu, vocab %llu), random weights on the "
@@ -386,7 +419,7 @@ void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
         double tok_s, bytes;
     };
     std::vector<Row> rows;  // the default (int8 activations for quantized rows)
-    for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
+    for (QType t : bench_qtypes(a)) {
         const bool quantized = qtype_is_quantized(t);
         for (int int8 = quantized ? 1 : 0; int8 >= 0; --int8) {
             CudaBackendOptions o;
@@ -402,23 +435,102 @@ void bench_decode(const Args& a, cudaStream_t, double copy_gbs, Report& r) {
             if (int8 == (quantized ? 1 : 0)) rows.push_back({t, timing.tokens_per_s, bytes});
         }
     }
+    auto find = [&](QType t) -> const Row* {
+        for (const Row& row : rows)
+            if (row.t == t) return &row;
+        return nullptr;
+    };
+    const Row *f16 = find(QType::f16), *q8 = find(QType::q8), *q4 = find(QType::q4_g128);
+    if (!f16 || !q8 || !q4) return;  // --qtypes left one out
+    r.line(
+        "decode speed over f16 (issue 20's targets): q4_g128 %.2fx (>= 3x: %s), q8 %.2fx (>= "
+        "1.8x: %s); byte ratios %.2fx, %.2fx",
+        q4->tok_s / f16->tok_s, q4->tok_s >= 3.0 * f16->tok_s ? "met" : "NOT met",
+        q8->tok_s / f16->tok_s, q8->tok_s >= 1.8 * f16->tok_s ? "met" : "NOT met",
+        f16->bytes / q4->bytes, f16->bytes / q8->bytes);
+}
+
+void bench_prefill(const Args& a, Report& r) {
+    const ModelConfig c = bench_model(a);
     r.line("%s", "");
-    r.line("prefill: %llu tokens from position 0 (the same shapes), best of 3, tokens/s",
-           static_cast<unsigned long long>(a.prefill_tokens));
-    for (QType t : {QType::f16, QType::q8, QType::q4_g128}) {
+    r.line(
+        "prefill: %llu tokens from position 0 (the decode section's shapes, %llu layers), best "
+        "of 3, tokens/s",
+        static_cast<unsigned long long>(a.prefill_tokens),
+        static_cast<unsigned long long>(c.num_layers));
+    for (QType t : bench_qtypes(a)) {
         CudaBackendOptions o;
         o.max_batch = a.prefill_tokens;
         CudaSyntheticModel model(c, t, 42, o);
         r.line("%-9s %10.1f", std::string(qtype_traits(t).name).c_str(),
                model.time_prefill(a.prefill_tokens, 3));
     }
-    const Row &f16 = rows[0], &q8 = rows[1], &q4 = rows[2];
+}
+
+std::string tuning_name(const GemvTuning& t) {
+    return t.min_steps ? "steps=" + std::to_string(t.min_steps) : std::string("default");
+}
+
+void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gbs, Report& r) {
+    const ModelConfig c = bench_model(a);
+    const uint64_t d = c.hidden_size, inter = c.intermediate_size;
+    const uint64_t qkv = c.q_dim() + 2 * c.kv_dim();
+    const std::vector<Shape> shapes = {
+        {qkv, d}, {d, c.q_dim()}, {2 * inter, d}, {d, inter}, {c.vocab_size, d}};
+    const GemvTuning tunings[] = {{}, {1}, {2}, {4}};
+    r.line("%s", "");
     r.line(
-        "decode speed over f16 (issue 20's targets): q4_g128 %.2fx (>= 3x: %s), q8 %.2fx (>= "
-        "1.8x: %s); byte ratios %.2fx, %.2fx",
-        q4.tok_s / f16.tok_s, q4.tok_s >= 3.0 * f16.tok_s ? "met" : "NOT met", q8.tok_s / f16.tok_s,
-        q8.tok_s >= 1.8 * f16.tok_s ? "met" : "NOT met", f16.bytes / q4.bytes,
-        f16.bytes / q8.bytes);
+        "GEMV tilings, kernel only (activations prepared once), 1 token, the decode's shapes "
+        "(q|k|v, o, gate|up, down, head): GB/s, fraction of copy");
+    r.line("%s", shapes_header("qtype    tiling  ", shapes).c_str());
+    for (QType t : bench_qtypes(a)) {
+        for (const GemvTuning& tuning : tunings) {
+            std::string line = std::string(qtype_traits(t).name);
+            line.resize(9, ' ');
+            std::string tn = tuning_name(tuning);
+            tn.resize(8, ' ');
+            line += tn;
+            for (const Shape& s : shapes) {
+                Copies w(t, s, g.l2, stream);
+                const uint64_t kpad = w.views[0].fmt.kpad;
+                DeviceBuffer<float> x(kpad), y(s.rows), scratch(gemv_scratch_floats(kpad));
+                x.fill_bytes(0);
+                const bool int8 = qtype_is_quantized(t);
+                launch_gemv(w.views[0], x.get(), kpad, 1, {y.get(), s.rows, nullptr, false}, stream,
+                            scratch.get(), {int8, tuning, false});
+                const double sec = time_calls(stream, 3, a.quick ? 5 : 40, [&](int i) {
+                    launch_gemv(w.views[static_cast<size_t>(i) % w.views.size()], x.get(), kpad, 1,
+                                {y.get(), s.rows, nullptr, false}, stream, scratch.get(),
+                                {int8, tuning, true});
+                });
+                const double gbs = static_cast<double>(w.bytes() + 4 * (s.k + s.rows)) / sec / kGB;
+                char cell[64];
+                std::snprintf(cell, sizeof cell, " %5.0f GB/s %3.0f%%", gbs,
+                              100.0 * gbs / copy_gbs);
+                line += cell;
+            }
+            r.line("%s", line.c_str());
+        }
+    }
+    r.line("%s", "");
+    r.line("decode tok/s per tiling (%llu layers), and with q/k/v and gate/up unfused",
+           static_cast<unsigned long long>(c.num_layers));
+    for (QType t : bench_qtypes(a)) {
+        for (int fused = 0; fused < 2; ++fused) {
+            for (const GemvTuning& tuning : tunings) {
+                if (!fused && tuning.min_steps) continue;
+                CudaBackendOptions o;
+                o.max_batch = 1;
+                o.fuse_products = fused == 1;
+                o.gemv = tuning;
+                CudaSyntheticModel model(c, t, 42, o);
+                const auto timing = model.time_greedy_decode(8, a.decode_steps);
+                r.line("%-9s %-7s %-16s %10.1f tok/s", std::string(qtype_traits(t).name).c_str(),
+                       fused ? "fused" : "unfused", tuning_name(tuning).c_str(),
+                       timing.tokens_per_s);
+            }
+        }
+    }
 }
 
 int run(const Args& a) {
@@ -443,12 +555,14 @@ int run(const Args& a) {
            a.quick ? " (--quick: smoke sizes, not a measurement)" : "");
     Stream stream;
     double copy_gbs = 1.0;
-    if (wants(a, "copy") || wants(a, "gemv") || wants(a, "decode"))
+    if (wants(a, "copy") || wants(a, "gemv") || wants(a, "decode") || wants(a, "tuning"))
         copy_gbs =
             copy_bandwidth(stream.get(), a.quick ? (uint64_t{64} << 20) : (uint64_t{1} << 30), r);
     if (wants(a, "gemv")) bench_gemv(a, g, stream.get(), copy_gbs, r);
     if (wants(a, "gemm")) bench_gemm(a, g, stream.get(), r);
-    if (wants(a, "decode")) bench_decode(a, stream.get(), copy_gbs, r);
+    if (wants(a, "decode")) bench_decode(a, copy_gbs, r);
+    if (wants(a, "prefill")) bench_prefill(a, r);
+    if (wants(a, "tuning")) bench_tuning(a, g, stream.get(), copy_gbs, r);
     if (!a.out.empty()) {
         std::ofstream f(a.out);
         f << r.text;

@@ -1,6 +1,8 @@
 #include "runtime/cuda_engine.hpp"
 
 #ifdef QFORGE_HAVE_CUDA
+#include <cstdlib>
+
 #include "kernels/device_info.hpp"
 
 namespace qforge {
@@ -55,51 +57,109 @@ void CudaEngine::clear_graphs() {
     graphs_.clear();
 }
 
+namespace {
+cuda::GpuMatrixFormat gpu_format_of(const Matrix& m, const std::string& path) {
+    try {
+        return cuda::gpu_matrix_format(m.qtype, m.cols);
+    } catch (const cuda::UnsupportedOnCuda& e) {
+        throw cuda::UnsupportedOnCuda(path, m.name, e.configuration());
+    }
+}
+}  // namespace
+
+// m's rows into buf at `offset` bytes, repacked for the GPU where its layout differs.
+void CudaEngine::upload_rows(const Matrix& m, const DeviceMatrix& d, DeviceBuffer<uint8_t>& buf,
+                             uint64_t offset) {
+    if (!d.fmt.repacked()) {
+        buf.upload(m.data, d.bytes(), offset);
+        return;
+    }
+    // Repack in slabs of about 64 MiB of host memory.
+    const uint64_t slab = std::max<uint64_t>(1, (uint64_t{64} << 20) / d.fmt.row_bytes);
+    std::vector<uint8_t> host(std::min(slab, m.rows) * d.fmt.row_bytes);
+    for (uint64_t r0 = 0; r0 < m.rows; r0 += slab) {
+        const uint64_t n = std::min(slab, m.rows - r0);
+        cuda::repack_rows_for_gpu(d.fmt, m.row(r0), m.row_bytes(), n, host.data());
+        buf.upload(host.data(), n * d.fmt.row_bytes, offset + r0 * d.fmt.row_bytes);
+    }
+}
+
 DeviceMatrix CudaEngine::upload_matrix(const Matrix& m) {
     DeviceMatrix d;
-    try {
-        d.fmt = cuda::gpu_matrix_format(m.qtype, m.cols);
-    } catch (const cuda::UnsupportedOnCuda& e) {
-        throw cuda::UnsupportedOnCuda(path_, m.name, e.configuration());
-    }
+    d.fmt = gpu_format_of(m, path_);
     d.rows = m.rows;
     DeviceBuffer<uint8_t> buf(d.bytes());
-    if (!d.fmt.repacked()) {
-        buf.upload(m.data, d.bytes());
-    } else {
-        // Repack in slabs of about 64 MiB of host memory.
-        const uint64_t slab = std::max<uint64_t>(1, (uint64_t{64} << 20) / d.fmt.row_bytes);
-        std::vector<uint8_t> host(std::min(slab, m.rows) * d.fmt.row_bytes);
-        for (uint64_t r0 = 0; r0 < m.rows; r0 += slab) {
-            const uint64_t n = std::min(slab, m.rows - r0);
-            cuda::repack_rows_for_gpu(d.fmt, m.row(r0), m.row_bytes(), n, host.data());
-            buf.upload(host.data(), n * d.fmt.row_bytes, r0 * d.fmt.row_bytes);
-        }
-    }
+    upload_rows(m, d, buf, 0);
     d.data = buf.get();
     weight_bytes_ += buf.bytes();
     weights_.push_back(std::move(buf));
     return d;
 }
 
+DeviceMatrix CudaEngine::upload_group(std::span<const Matrix* const> ms,
+                                      std::span<DeviceMatrix> out) {
+    DeviceMatrix fused;
+    fused.fmt = gpu_format_of(*ms[0], path_);
+    bool alike = true;
+    for (const Matrix* m : ms) {
+        const cuda::GpuMatrixFormat f = gpu_format_of(*m, path_);
+        alike = alike && f.qtype == fused.fmt.qtype && f.k == fused.fmt.k &&
+                f.row_bytes == fused.fmt.row_bytes;
+        fused.rows += m->rows;
+    }
+    if (!alike) {
+        for (size_t i = 0; i < ms.size(); ++i) out[i] = upload_matrix(*ms[i]);
+        return {};
+    }
+    DeviceBuffer<uint8_t> buf(fused.bytes());
+    uint64_t offset = 0;
+    for (size_t i = 0; i < ms.size(); ++i) {
+        out[i].fmt = fused.fmt;
+        out[i].rows = ms[i]->rows;
+        upload_rows(*ms[i], out[i], buf, offset);
+        out[i].data = buf.get() + offset;
+        offset += out[i].bytes();
+    }
+    fused.data = buf.get();
+    weight_bytes_ += buf.bytes();
+    weights_.push_back(std::move(buf));
+    return fused;
+}
+
 DeviceMatrix CudaEngine::random_matrix(QType qtype, uint64_t rows, uint64_t cols, uint64_t seed) {
     DeviceMatrix d;
-    d.fmt = cuda::gpu_matrix_format(qtype, cols);
-    d.rows = rows;
-    DeviceBuffer<uint8_t> buf(d.bytes());
-    d.data = buf.get();
+    const uint64_t one[] = {rows};
+    random_group(qtype, one, cols, --seed, {&d, 1});
+    return d;
+}
+
+DeviceMatrix CudaEngine::random_group(QType qtype, std::span<const uint64_t> rows, uint64_t cols,
+                                      uint64_t& seed, std::span<DeviceMatrix> out) {
+    DeviceMatrix fused;
+    fused.fmt = cuda::gpu_matrix_format(qtype, cols);
+    for (uint64_t r : rows) fused.rows += r;
+    DeviceBuffer<uint8_t> buf(fused.bytes());
+    fused.data = buf.get();
     const float stddev = 1.0f / std::sqrt(static_cast<float>(cols));
-    const cuda::RowsParams p = cuda::to_rows_params(d);
-    if (d.fmt.quantized()) {
-        // Codes uniform over 16 (q4) or 255 (q8) levels: deviation about 4.6 or 73.6 steps.
-        const float steps = d.fmt.kind == cuda::WeightKind::q4 ? 4.6f : 73.6f;
-        cuda::fill_random_quant_rows_launch(p, stddev / steps, seed, stream_);
-    } else {
-        cuda::fill_random_float_rows_launch(p, u32(cols), stddev, seed, stream_);
+    uint64_t offset = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        DeviceMatrix& d = out[i];
+        d.fmt = fused.fmt;
+        d.rows = rows[i];
+        d.data = buf.get() + offset;
+        offset += d.bytes();
+        const cuda::RowsParams p = cuda::to_rows_params(d);
+        if (d.fmt.quantized()) {
+            // Codes uniform over 16 (q4) or 255 (q8) levels: deviation about 4.6 or 73.6 steps.
+            const float steps = d.fmt.kind == cuda::WeightKind::q4 ? 4.6f : 73.6f;
+            cuda::fill_random_quant_rows_launch(p, stddev / steps, ++seed, stream_);
+        } else {
+            cuda::fill_random_float_rows_launch(p, u32(cols), stddev, ++seed, stream_);
+        }
     }
     weight_bytes_ += buf.bytes();
     weights_.push_back(std::move(buf));
-    return d;
+    return fused;
 }
 
 const float* CudaEngine::upload_vector(const std::vector<float>& v) {
@@ -115,12 +175,17 @@ void CudaEngine::upload(const Model& model) {
     lm_head_ = &model.lm_head() == &model.embed() ? embed_ : upload_matrix(model.lm_head());
     for (const LayerWeights& w : model.layers()) {
         Layer l;
-        l.q = upload_matrix(w.q);
-        l.k = upload_matrix(w.k);
-        l.v = upload_matrix(w.v);
+        const Matrix* qkv[] = {&w.q, &w.k, &w.v};
+        DeviceMatrix qkv_out[3];
+        const DeviceMatrix fused_qkv = upload_group(qkv, qkv_out);
+        if (o_.fuse_products) l.qkv = fused_qkv;
+        l.q = qkv_out[0], l.k = qkv_out[1], l.v = qkv_out[2];
         l.o = upload_matrix(w.o);
-        l.gate = upload_matrix(w.gate);
-        l.up = upload_matrix(w.up);
+        const Matrix* gu[] = {&w.gate, &w.up};
+        DeviceMatrix gu_out[2];
+        const DeviceMatrix fused_gu = upload_group(gu, gu_out);
+        if (o_.fuse_products) l.gate_up = fused_gu;
+        l.gate = gu_out[0], l.up = gu_out[1];
         l.down = upload_matrix(w.down);
         l.attn_norm = upload_vector(w.attn_norm);
         l.mlp_norm = upload_vector(w.mlp_norm);
@@ -129,9 +194,10 @@ void CudaEngine::upload(const Model& model) {
         if (!w.attn_post_norm.empty()) l.attn_post_norm = upload_vector(w.attn_post_norm);
         if (!w.mlp_post_norm.empty()) l.mlp_post_norm = upload_vector(w.mlp_post_norm);
         if (c_.attention_bias) {
-            l.q_bias = upload_vector(w.q_bias);
-            l.k_bias = upload_vector(w.k_bias);
-            l.v_bias = upload_vector(w.v_bias);
+            std::vector<float> bias = w.q_bias;
+            bias.insert(bias.end(), w.k_bias.begin(), w.k_bias.end());
+            bias.insert(bias.end(), w.v_bias.begin(), w.v_bias.end());
+            l.qkv_bias = upload_vector(bias);
         }
         layers_.push_back(l);
     }
@@ -147,22 +213,23 @@ void CudaEngine::randomize(QType qtype, uint64_t seed) {
     lm_head_ = c_.tie_word_embeddings ? embed_ : random_matrix(qtype, c_.vocab_size, d, ++s);
     const float* norm = upload_vector(std::vector<float>(d, 1.0f));
     const float* head_norm = upload_vector(std::vector<float>(c_.head_dim, 1.0f));
-    const float* bias_q = c_.attention_bias ? upload_vector(std::vector<float>(qd, 0.0f)) : nullptr;
-    const float* bias_kv =
-        c_.attention_bias ? upload_vector(std::vector<float>(kvd, 0.0f)) : nullptr;
+    const float* bias =
+        c_.attention_bias ? upload_vector(std::vector<float>(qd + 2 * kvd, 0.0f)) : nullptr;
     for (uint64_t i = 0; i < c_.num_layers; ++i) {
         Layer l;
-        l.q = random_matrix(qtype, qd, d, ++s);
-        l.k = random_matrix(qtype, kvd, d, ++s);
-        l.v = random_matrix(qtype, kvd, d, ++s);
+        const uint64_t qkv_rows[] = {qd, kvd, kvd}, gu_rows[] = {inter, inter};
+        DeviceMatrix qkv[3], gu[2];
+        const DeviceMatrix fused_qkv = random_group(qtype, qkv_rows, d, s, qkv);
+        if (o_.fuse_products) l.qkv = fused_qkv;
+        l.q = qkv[0], l.k = qkv[1], l.v = qkv[2];
         l.o = random_matrix(qtype, d, qd, ++s);
-        l.gate = random_matrix(qtype, inter, d, ++s);
-        l.up = random_matrix(qtype, inter, d, ++s);
+        const DeviceMatrix fused_gu = random_group(qtype, gu_rows, d, s, gu);
+        if (o_.fuse_products) l.gate_up = fused_gu;
+        l.gate = gu[0], l.up = gu[1];
         l.down = random_matrix(qtype, d, inter, ++s);
         l.attn_norm = l.mlp_norm = l.attn_post_norm = l.mlp_post_norm = norm;
         l.q_norm = l.k_norm = head_norm;
-        l.q_bias = bias_q;
-        l.k_bias = l.v_bias = bias_kv;
+        l.qkv_bias = bias;
         layers_.push_back(l);
     }
     final_norm_ = norm;
@@ -178,6 +245,7 @@ void CudaEngine::allocate_activations() {
     ld_qkv_ = pad32(qd + 2 * kvd);
     ld_q_ = pad32(qd);
     ld_i_ = pad32(inter);
+    ld_gu_ = pad32(2 * inter);
     auto zeroed = [](uint64_t n) {
         DeviceBuffer<float> b(n);
         b.fill_bytes(0);  // padding columns stay zero: the products read whole chunks
@@ -188,7 +256,8 @@ void CudaEngine::allocate_activations() {
     qkv_ = zeroed(batch_ * ld_qkv_);
     att_ = zeroed(batch_ * ld_q_);
     gate_ = zeroed(batch_ * ld_i_);
-    up_ = zeroed(batch_ * ld_i_);
+    gate_up_ = zeroed(batch_ * ld_gu_);
+    argmax_scratch_ = DeviceBuffer<uint8_t>(uint64_t{8} * cuda::kArgmaxMaxParts);
     logits_ = zeroed(batch_ * c_.vocab_size);
     step_ = DeviceBuffer<int32_t>(1 + batch_);
     step_.fill_bytes(0);
@@ -201,8 +270,9 @@ void CudaEngine::allocate_activations() {
     // Matmul scratch, sized for the largest matrix, so nothing is allocated during a capture.
     std::vector<const DeviceMatrix*> all = {&embed_, &lm_head_};
     for (const Layer& l : layers_)
-        for (const DeviceMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-            all.push_back(m);
+        for (const DeviceMatrix* m :
+             {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.qkv, &l.gate_up})
+            if (m->data) all.push_back(m);
     uint64_t max_kpad = 0, max_rows = 0, ws = 0;
     bool any_quant = false;
     const bool forced_mma = o_.forced_path == cuda::MatmulPath::mma;
@@ -238,6 +308,12 @@ void CudaEngine::allocate_activations() {
     mctx_.saturated = saturated_.get();
     mctx_.forced = o_.forced_path;
     mctx_.gemv_int8 = o_.int8_activations;
+    if (o_.gemv) {
+        mctx_.gemv_tuning = *o_.gemv;
+    } else if (const char* env = std::getenv("QFORGE_CUDA_GEMV"); env && *env) {
+        if (!cuda::parse_gemv_tuning(env, mctx_.gemv_tuning))
+            throw Error(std::string("QFORGE_CUDA_GEMV='") + env + "': expected steps=1 .. steps=4");
+    }
 }
 
 void CudaEngine::ensure_rope(uint64_t positions) {

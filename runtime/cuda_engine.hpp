@@ -95,15 +95,17 @@ class CudaEngine final : private ForwardOps {
   private:
     struct Layer {
         DeviceMatrix q, k, v, o, gate, up, down;
+        // q, k, v (and gate, up) as one matrix when their GPU formats are equal: the single
+        // matrices are then views of its rows, and a step multiplies the group in one launch
+        // (data null when the formats differ).
+        DeviceMatrix qkv, gate_up;
         const float* attn_norm = nullptr;
         const float* mlp_norm = nullptr;
         const float* q_norm = nullptr;  // QK-norm architectures only
         const float* k_norm = nullptr;
         const float* attn_post_norm = nullptr;  // sandwich-norm architectures only (Gemma)
         const float* mlp_post_norm = nullptr;
-        const float* q_bias = nullptr;
-        const float* k_bias = nullptr;
-        const float* v_bias = nullptr;
+        const float* qkv_bias = nullptr;  // q's, k's and v's biases, in that order
     };
     enum class Graph : int { decode_no_logits, decode_logits, greedy };
 
@@ -122,7 +124,15 @@ class CudaEngine final : private ForwardOps {
     const float* norm_weight(uint64_t layer, Norm which) const;  // throws when not uploaded
 
     DeviceMatrix upload_matrix(const Matrix& m);
+    // The matrices as views of one allocation when their GPU formats are equal (returned as the
+    // fused matrix, else one with null data, each then uploaded on its own).
+    DeviceMatrix upload_group(std::span<const Matrix* const> ms, std::span<DeviceMatrix> out);
     DeviceMatrix random_matrix(QType qtype, uint64_t rows, uint64_t cols, uint64_t seed);
+    // Random matrices of `rows` rows each, as views of one allocation (returned fused).
+    DeviceMatrix random_group(QType qtype, std::span<const uint64_t> rows, uint64_t cols,
+                              uint64_t& seed, std::span<DeviceMatrix> out);
+    void upload_rows(const Matrix& m, const DeviceMatrix& d, DeviceBuffer<uint8_t>& buf,
+                     uint64_t offset);
     const float* upload_vector(const std::vector<float>& v);
     void allocate_activations();
     void ensure_rope(uint64_t positions);
@@ -162,9 +172,10 @@ class CudaEngine final : private ForwardOps {
     std::vector<Layer> layers_;
     const float* final_norm_ = nullptr;
 
-    uint64_t batch_ = 0, ld_d_ = 0, ld_qkv_ = 0, ld_q_ = 0, ld_i_ = 0;
+    uint64_t batch_ = 0, ld_d_ = 0, ld_qkv_ = 0, ld_q_ = 0, ld_i_ = 0, ld_gu_ = 0;
     uint32_t dims_per_lane_ = 1;
-    DeviceBuffer<float> x_, h_, qkv_, att_, gate_, up_, logits_;
+    DeviceBuffer<float> x_, h_, qkv_, att_, gate_, gate_up_, logits_;
+    DeviceBuffer<uint8_t> argmax_scratch_;
     DeviceBuffer<uint16_t> x16_, w16_;
     DeviceBuffer<float> workspace_;
     DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids

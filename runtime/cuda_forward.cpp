@@ -38,20 +38,18 @@ const float* CudaEngine::norm_weight(uint64_t layer, Norm which) const {
 
 void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
     const float* w = norm_weight(layer, which);
-    // One launch per group (QK-norm: per head), each over the n tokens' rows of that group.
+    // One launch: a block per token and group (QK-norm: per head).
     const NormShape shape = norm_shape(c_, which);
-    for (uint64_t g = 0; g < shape.groups; ++g)
-        cuda::rms_norm_launch(in.data + g * shape.width, in.ld, w, c_.rms_norm_eps, u32(n),
-                              u32(shape.width), out.data + g * shape.width, out.ld, stream_);
+    cuda::rms_norm_launch(in.data, in.ld, w, c_.rms_norm_eps, u32(n), u32(shape.width), out.data,
+                          out.ld, stream_, u32(shape.groups));
 }
 
 void CudaEngine::norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
     const float* w = norm_weight(layer, which);
     if (in.data == out.data) throw Error("cuda backend: norm_add's output is its input");
     const NormShape shape = norm_shape(c_, which);
-    for (uint64_t g = 0; g < shape.groups; ++g)
-        cuda::rms_norm_add_launch(in.data + g * shape.width, in.ld, w, c_.rms_norm_eps, u32(n),
-                                  u32(shape.width), out.data + g * shape.width, out.ld, stream_);
+    cuda::rms_norm_add_launch(in.data, in.ld, w, c_.rms_norm_eps, u32(n), u32(shape.width),
+                              out.data, out.ld, stream_, u32(shape.groups));
 }
 
 void CudaEngine::scale(Rows rows, uint64_t n, uint64_t width, float s) {
@@ -63,11 +61,29 @@ void CudaEngine::softcap(Rows rows, uint64_t n, uint64_t width, float cap) {
 }
 
 void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> parts, uint64_t n) {
+    // q, k and v into one [q | k | v] row: one launch of their fused matrix when they have one.
+    if (parts.size() == 3 && parts[0].weight == Weight::q && parts[1].weight == Weight::k &&
+        parts[2].weight == Weight::v) {
+        const Layer& l = layers_.at(layer);
+        const bool same = parts[1].out.data == parts[0].out.data + l.q.rows &&
+                          parts[2].out.data == parts[1].out.data + l.k.rows &&
+                          parts[0].out.ld == parts[1].out.ld && parts[0].out.ld == parts[2].out.ld;
+        bool alike = true;
+        for (const Product& p : parts)
+            alike = alike && p.accumulate == parts[0].accumulate && p.bias == parts[0].bias;
+        if (l.qkv.data && same && alike) {
+            mm(l.qkv, in.data, in.ld, n, parts[0].out.data, parts[0].out.ld,
+               parts[0].bias ? l.qkv_bias : nullptr, parts[0].accumulate);
+            return;
+        }
+    }
     for (const Product& p : parts) {
         const float* bias = nullptr;
         if (p.bias && p.weight <= Weight::v) {
             const Layer& l = layers_.at(layer);
-            bias = p.weight == Weight::q ? l.q_bias : p.weight == Weight::k ? l.k_bias : l.v_bias;
+            bias = p.weight == Weight::q   ? l.qkv_bias
+                   : p.weight == Weight::k ? l.qkv_bias + l.q.rows
+                                           : l.qkv_bias + l.q.rows + l.k.rows;
         }
         mm(weight(layer, p.weight), in.data, in.ld, n, p.out.data, p.out.ld, bias, p.accumulate);
     }
@@ -120,13 +136,21 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
 void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {
     if (act != Activation::silu && act != Activation::gelu_tanh)
         throw Error("cuda backend: unknown activation " + std::to_string(static_cast<int>(act)));
-    if (out.ld != ld_i_) throw Error("cuda backend: the gated product's rows must be ld_i_ apart");
-    mm(weight(layer, Weight::gate), in.data, in.ld, n, out.data, out.ld, nullptr, false);
-    mm(weight(layer, Weight::up), in.data, in.ld, n, up_.get(), ld_i_, nullptr, false);
+    // gate and up of a token side by side in gate_up_ ([gate | up], rows ld_gu_ apart): one
+    // launch of their fused matrix when they have one.
+    const Layer& l = layers_.at(layer);
+    float* gu = gate_up_.get();
+    const uint64_t inter = c_.intermediate_size;
+    if (l.gate_up.data) {
+        mm(l.gate_up, in.data, in.ld, n, gu, ld_gu_, nullptr, false);
+    } else {
+        mm(l.gate, in.data, in.ld, n, gu, ld_gu_, nullptr, false);
+        mm(l.up, in.data, in.ld, n, gu + inter, ld_gu_, nullptr, false);
+    }
     if (act == Activation::silu)
-        cuda::swiglu_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size), stream_);
+        cuda::swiglu_launch(gu, gu + inter, ld_gu_, out.data, out.ld, u32(n), u32(inter), stream_);
     else
-        cuda::geglu_tanh_launch(out.data, up_.get(), ld_i_, u32(n), u32(c_.intermediate_size),
+        cuda::geglu_tanh_launch(gu, gu + inter, ld_gu_, out.data, out.ld, u32(n), u32(inter),
                                 stream_);
 }
 
@@ -157,7 +181,8 @@ void CudaEngine::enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf) {
 void CudaEngine::enqueue_greedy_step(const CudaKvCache& cache) {
     enqueue(1, cache, 0);
     int32_t* next = step_.get() + 1;
-    cuda::argmax_rows_launch(logits_.get(), c_.vocab_size, 1, u32(c_.vocab_size), next, stream_);
+    cuda::argmax_rows_launch(logits_.get(), c_.vocab_size, 1, u32(c_.vocab_size), next,
+                             argmax_scratch_.get(), stream_);
     cuda::record_token_launch(next, step_.get(), history_.get(), u32(history_.size()), fault_.get(),
                               stream_);
 }

@@ -34,6 +34,8 @@
 #   --quick         benchmark at smoke sizes (a rehearsal, not a measurement)
 #   --timeout-scale N  multiply every stage's time limit by N (slow rehearsal machines)
 #   --skip-tests, --skip-bench
+#   --profile       after the benchmark, ncu's per-kernel time summary of q4_g128 decode steps
+#                   (4 layers, 4 timed steps: every kernel of a token, and how long each takes)
 #   --bench-always  run the benchmark even when a GPU test failed (a first run on a lease that
 #                   leaves no time for a second: its figures are then marked as such)
 # Environment: OUT (default out/gpu_check), QFORGE_DEPS_ROOT (default third_party/debs/root),
@@ -51,6 +53,7 @@ quick=0
 run_tests=1
 run_bench=1
 bench_always=0
+profile=0
 scale=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -64,6 +67,7 @@ while [ $# -gt 0 ]; do
     --skip-tests) run_tests=0; shift ;;
     --skip-bench) run_bench=0; shift ;;
     --bench-always) bench_always=1; shift ;;
+    --profile) profile=1; shift ;;
     -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -287,6 +291,23 @@ elif [ "$run_bench" = 1 ]; then
   if [ "$rc" -ne 0 ]; then
     status=1
     say "FAIL: benchmark (rc $rc)"
+  fi
+fi
+
+# ---- profile: where a decode token's time goes ----------------------------------------------
+# ncu times every kernel of q4_g128 decode steps (serialised, so the sum of kernel times against
+# the benchmark's token time shows the launch gaps); a 4-layer model keeps it short.
+if [ "$profile" = 1 ]; then
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  if [ -z "$ncu" ]; then
+    say "profile: not run (ncu not found)"
+  else
+    say "profile ($(elapsed))"
+    prof_args=(--sections decode --qtypes q4_g128 --decode-layers 4 --decode-steps 4)
+    "$bench_bin" "${prof_args[@]}" >"$OUT/profile.log" 2>&1
+    timeout $((120 * scale)) "$ncu" --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$bench_bin" "${prof_args[@]}" >>"$OUT/profile.log" 2>&1
+    say "profile: rc $? (profile.log)"
   fi
 fi
 

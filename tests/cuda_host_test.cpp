@@ -295,9 +295,23 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     REQUIRE(down.threads == 224);
     REQUIRE(down.chunk_steps == 2);
     REQUIRE(down.blocks == 1024);
+    // q4 at 1-2 tokens takes two chunk steps per thread by default (plans.hpp: GemvTuning);
+    // other kinds, and q4 at more tokens, as few steps as 256 threads allow.
     const GemvPlan sq = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1);
-    REQUIRE(sq.threads == 128);
-    REQUIRE(sq.chunk_steps == 1);
+    REQUIRE(sq.threads == 64);
+    REQUIRE(sq.chunk_steps == 2);
+    const GemvPlan sq4 = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 4);
+    REQUIRE(sq4.threads == 128);
+    REQUIRE(sq4.chunk_steps == 1);
+    const GemvPlan f16 = plan_gemv(gpu_matrix_format(QType::f16, 4096), 4096, 1);
+    REQUIRE(f16.threads == 128);
+    const GemvPlan one = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1, {1});
+    REQUIRE(one.threads == 128);
+    GemvTuning t;
+    REQUIRE(parse_gemv_tuning("steps=3", t));
+    REQUIRE(t.min_steps == 3);
+    for (const char* bad : {"", "steps=0", "steps=5", "steps=", "rows=8", "steps=2,"})
+        REQUIRE_FALSE(parse_gemv_tuning(bad, t));
 }
 
 TEST_CASE("tensor-core GEMM plans split K without empty splits", "[cuda_host]") {

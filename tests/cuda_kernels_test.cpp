@@ -368,27 +368,33 @@ TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k"
                 const uint64_t ldo = rows + 3;
                 DeviceBuffer<float> dy(m_max * ldo), scratch(gemv_scratch_floats(f.kpad));
                 Stream stream;
-                for (uint64_t m : {uint64_t{1}, uint64_t{3}, uint64_t{8}, uint64_t{11}}) {
-                    for (bool i8 : {false, true}) {
-                        if (i8 && !quantized) continue;
-                        const Reference& ref = i8 ? int8 : exact;
-                        const Reference sub{
-                            std::vector<double>(ref.y.begin(),
-                                                ref.y.begin() + static_cast<long>(m * rows)),
-                            std::vector<double>(ref.mag.begin(),
-                                                ref.mag.begin() + static_cast<long>(m * rows))};
-                        INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m " << m
-                                                  << (i8 ? " int8" : " f32"));
-                        dy.fill_bytes(0xff);
-                        launch_gemv(gw.view, dx.get(), ldx, m, {dy.get(), ldo, nullptr, false},
-                                    stream.get(), scratch.get(), i8);
-                        stream.sync();
-                        const double factor = i8 ? (static_cast<double>(f.chunks) + 64.0) * kU32
-                                                 : tolerance_factor(MatmulPath::gemv, f);
-                        check_output(dy.download(m * ldo), sub, m, rows, ldo, factor, nullptr,
-                                     nullptr);
+                // Every tiling the plan can choose: the default (q4: two chunk steps at 1-2
+                // tokens), one, two or four chunk steps per thread.
+                const GemvTuning tunings[] = {{}, {1}, {2}, {4}};
+                for (uint64_t m :
+                     {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{8}, uint64_t{11}})
+                    for (const GemvTuning& tuning : tunings) {
+                        for (bool i8 : {false, true}) {
+                            if (i8 && !quantized) continue;
+                            const Reference& ref = i8 ? int8 : exact;
+                            const Reference sub{
+                                std::vector<double>(ref.y.begin(),
+                                                    ref.y.begin() + static_cast<long>(m * rows)),
+                                std::vector<double>(ref.mag.begin(),
+                                                    ref.mag.begin() + static_cast<long>(m * rows))};
+                            INFO(qtype_traits(t).name << " k " << k << " rows " << rows << " m "
+                                                      << m << (i8 ? " int8" : " f32") << " steps "
+                                                      << tuning.min_steps);
+                            dy.fill_bytes(0xff);
+                            launch_gemv(gw.view, dx.get(), ldx, m, {dy.get(), ldo, nullptr, false},
+                                        stream.get(), scratch.get(), {i8, tuning, false});
+                            stream.sync();
+                            const double factor = i8 ? (static_cast<double>(f.chunks) + 64.0) * kU32
+                                                     : tolerance_factor(MatmulPath::gemv, f);
+                            check_output(dy.download(m * ldo), sub, m, rows, ldo, factor, nullptr,
+                                         nullptr);
+                        }
                     }
-                }
                 // A NaN activation makes every row's product NaN in both modes (int8: its
                 // block's d is NaN, as on the CPU).
                 std::vector<float> bad(x.begin(), x.begin() + static_cast<long>(ldx));
@@ -396,7 +402,7 @@ TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k"
                 dx.upload(bad);
                 for (bool i8 : {false, true}) {
                     launch_gemv(gw.view, dx.get(), ldx, 1, {dy.get(), ldo, nullptr, false},
-                                stream.get(), scratch.get(), i8);
+                                stream.get(), scratch.get(), {i8, {}, false});
                     stream.sync();
                     const auto y = dy.download(rows);
                     for (uint64_t n = 0; n < rows; ++n) REQUIRE(std::isnan(y[n]));
@@ -544,16 +550,61 @@ TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas"
         for (uint64_t i = d; i < ld; ++i) REQUIRE(poison_bits(out[t * ld + i]) == 0xffffffffu);
     }
 
+    // A row wider than one float4 per thread of the largest block (8200 = 2050 float4).
+    {
+        const uint32_t wide = 8200, rows = 2;
+        std::vector<float> xw(rows * wide), ww(wide);
+        for (auto& v : xw) v = dist(rng);
+        for (auto& v : ww) v = 1.0f + 0.1f * dist(rng);
+        DeviceBuffer<float> dxw(xw.size()), dww(wide), dow(xw.size());
+        dxw.upload(xw);
+        dww.upload(ww);
+        rms_norm_launch(dxw.get(), wide, dww.get(), eps, rows, wide, dow.get(), wide, s.get());
+        s.sync();
+        const auto ow = dow.download();
+        for (uint32_t t = 0; t < rows; ++t) {
+            const float scale = cpu_rms_scale(xw.data() + t * wide, wide, eps);
+            for (uint32_t i = 0; i < wide; ++i) {
+                const float want = ww[i] * (xw[t * wide + i] * scale);
+                REQUIRE(std::fabs(ow[t * wide + i] - want) <= 2e-7f * std::fabs(want) + 1e-30f);
+            }
+        }
+    }
+
+    // Groups (QK-norm): each row holds 3 vectors of 100 (not a multiple of 4: the scalar path),
+    // each normalised on its own.
+    const uint32_t groups = 3, gw = 100;
+    dout.fill_bytes(0xff);
+    rms_norm_launch(dx.get(), ld, dw.get(), eps, n, gw, dout.get(), ld, s.get(), groups);
+    s.sync();
+    out = dout.download();
+    for (uint32_t t = 0; t < n; ++t)
+        for (uint32_t g = 0; g < groups; ++g) {
+            const float* xg = x.data() + t * ld + g * gw;
+            const float scale = cpu_rms_scale(xg, gw, eps);
+            for (uint32_t i = 0; i < gw; ++i) {
+                const float want = w[i] * (xg[i] * scale);
+                REQUIRE(std::fabs(out[t * ld + g * gw + i] - want) <=
+                        2e-7f * std::fabs(want) + 1e-30f);
+            }
+        }
+
+    // In place and into another buffer (gate and up rows ld apart, the output ld2 apart).
     DeviceBuffer<float> dg(x.size());
     dg.upload(x);
-    swiglu_launch(dg.get(), dup.get(), ld, n, d, s.get());
+    const uint64_t ld2 = 304;
+    DeviceBuffer<float> dsep(n * ld2);
+    swiglu_launch(dg.get(), dup.get(), ld, dsep.get(), ld2, n, d, s.get());
+    swiglu_launch(dg.get(), dup.get(), ld, dg.get(), ld, n, d, s.get());
     s.sync();
     out = dg.download();
+    const auto sep = dsep.download();
     for (uint32_t t = 0; t < n; ++t)
         for (uint32_t i = 0; i < d; ++i) {
             const float v = x[t * ld + i];
             const float want = (v / (1.0f + std::exp(-v))) * up[t * ld + i];
             REQUIRE(std::fabs(out[t * ld + i] - want) <= 1e-6f * std::fabs(want) + 1e-30f);
+            REQUIRE(sep[t * ld2 + i] == out[t * ld + i]);
         }
 
     dg.upload(x);
@@ -572,13 +623,32 @@ TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas"
     DeviceBuffer<float> dl(logits.size());
     dl.upload(logits);
     DeviceBuffer<int32_t> di(3);
-    argmax_rows_launch(dl.get(), vocab, 3, vocab, di.get(), s.get());
+    DeviceBuffer<uint8_t> scratch(3 * 8 * kArgmaxMaxParts);
+    argmax_rows_launch(dl.get(), vocab, 3, vocab, di.get(), scratch.get(), s.get());
     s.sync();
-    const auto idx = di.download();
+    auto idx = di.download();
     for (int r = 0; r < 3; ++r) {
         const auto* row = logits.data() + r * vocab;
         REQUIRE(idx[static_cast<size_t>(r)] == std::max_element(row, row + vocab) - row);
     }
+    // A Llama-3 vocabulary (many slices): ties across slices, the maximum in the last slice, a
+    // NaN that must not win.
+    const uint32_t big = 128256;
+    REQUIRE(argmax_parts(big) > 1);
+    logits.assign(3 * size_t{big}, 0.0f);
+    for (auto& v : logits) v = dist(rng);
+    logits[0 * size_t{big} + 5000] = logits[0 * size_t{big} + 100000] = 40.0f;
+    logits[1 * size_t{big} + big - 1] = 40.0f;
+    logits[2 * size_t{big} + 7] = std::nanf("");
+    logits[2 * size_t{big} + 70000] = 30.0f;
+    DeviceBuffer<float> dbig(logits.size());
+    dbig.upload(logits);
+    argmax_rows_launch(dbig.get(), big, 3, big, di.get(), scratch.get(), s.get());
+    s.sync();
+    idx = di.download();
+    REQUIRE(idx[0] == 5000);
+    REQUIRE(idx[1] == static_cast<int32_t>(big - 1));
+    REQUIRE(idx[2] == 70000);
 }
 
 // Gemma's elementwise operations against the CPU backend's formulas (runtime/cpu_backend.cpp and
@@ -616,7 +686,7 @@ TEST_CASE("CUDA post-norm add, GeGLU, scale and soft-cap match the CPU formulas"
 
     DeviceBuffer<float> dg(x.size());
     dg.upload(x);
-    geglu_tanh_launch(dg.get(), dy.get(), ld, n, d, s.get());
+    geglu_tanh_launch(dg.get(), dy.get(), ld, dg.get(), ld, n, d, s.get());
     s.sync();
     const auto g = dg.download();
     for (uint32_t t = 0; t < n; ++t) {

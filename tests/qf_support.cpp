@@ -93,7 +93,8 @@ void fill_matrix(std::vector<float>& v, const TensorSpec& spec, WeightSpread spr
 }  // namespace
 
 void write_random_model(const fs::path& path, const ModelConfig& config, QType qtype, uint32_t seed,
-                        WeightSpread spread) {
+                        WeightSpread spread,
+                        const std::function<QType(const std::string&)>& qtype_of) {
     std::mt19937 rng(seed);
     QfWriter w(path.string());
     w.set_model(model_config_to_json(config));
@@ -103,8 +104,9 @@ void write_random_model(const fs::path& path, const ModelConfig& config, QType q
         std::vector<float> v(n);
         if (spec.is_matrix) {
             fill_matrix(v, spec, spread, rng);
-            w.add_tensor(spec.name, qtype, spec.shape,
-                         matrix_bytes(qtype, spec.shape[0], spec.shape[1], v));
+            const QType t = qtype_of ? qtype_of(spec.name) : qtype;
+            w.add_tensor(spec.name, t, spec.shape,
+                         matrix_bytes(t, spec.shape[0], spec.shape[1], v));
             continue;
         }
         const bool bias = spec.name.find("bias") != std::string::npos;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "formats/model_config.hpp"
@@ -36,8 +37,10 @@ enum class WeightSpread {
 };
 
 // A .qf of `config` with random weights from `seed`: every matrix in `qtype` (through the
-// reference quantizer), every vector (norms near 1, biases near 0) in f32.
+// reference quantizer), or in qtype_of(tensor name) when given (mixed recipes), every vector
+// (norms near 1, biases near 0) in f32.
 void write_random_model(const std::filesystem::path& path, const ModelConfig& config, QType qtype,
-                        uint32_t seed, WeightSpread spread);
+                        uint32_t seed, WeightSpread spread,
+                        const std::function<QType(const std::string&)>& qtype_of = {});
 
 }  // namespace qforge::test

@@ -32,39 +32,36 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 
+// Block (t, h): head h of token t, one thread per rotated pair (i, i + head_dim / 2). Heads
+// [0, heads) are q, [heads, heads + kv_heads) k (rotated, then stored), the rest v (stored).
 __global__ void rope_store_kv_kernel(RopeParams p) {
-    const uint32_t t = blockIdx.x;
+    const uint32_t t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
     const int64_t at = static_cast<int64_t>(*p.pos0) + t;
     if (at < 0 || at >= p.capacity) {
-        if (threadIdx.x == 0) atomicOr(p.fault, kFaultPosition);
+        if (i == 0 && h == 0) atomicOr(p.fault, kFaultPosition);
         return;
     }
     const uint64_t pos = static_cast<uint64_t>(at);
     const uint32_t half = p.head_dim / 2;
-    const uint32_t kvd = p.kv_heads * p.head_dim;
-    float* row = p.qkv + t * p.ld;
-    const float* cs = p.cos + pos * half;
-    const float* sn = p.sin + pos * half;
-    uint16_t* kc = p.k_cache + pos * kvd;
-    uint16_t* vc = p.v_cache + pos * kvd;
-    const uint32_t pairs = (p.heads + p.kv_heads) * half;
-    for (uint32_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-        const uint32_t h = idx / half, i = idx % half;
-        float* x = row + static_cast<uint64_t>(h) * p.head_dim;  // k heads follow the q heads
-        const float a = x[i], b = x[i + half];
-        const float ra = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
-        const float rb = __fadd_rn(__fmul_rn(b, cs[i]), __fmul_rn(a, sn[i]));
-        x[i] = ra;
-        x[i + half] = rb;
-        if (h >= p.heads) {
-            const uint32_t base = (h - p.heads) * p.head_dim;
-            kc[base + i] = f16_saturate(ra, p.saturated);
-            kc[base + i + half] = f16_saturate(rb, p.saturated);
-        }
+    const uint64_t kvd = static_cast<uint64_t>(p.kv_heads) * p.head_dim;
+    float* x = p.qkv + t * p.ld + static_cast<uint64_t>(h) * p.head_dim;  // k follows q, v k
+    if (h >= p.heads + p.kv_heads) {
+        uint16_t* vc = p.v_cache + pos * kvd + (h - p.heads - p.kv_heads) * p.head_dim;
+        vc[i] = f16_saturate(x[i], p.saturated);
+        vc[i + half] = f16_saturate(x[i + half], p.saturated);
+        return;
     }
-    const float* v = row + static_cast<uint64_t>(p.heads + p.kv_heads) * p.head_dim;
-    for (uint32_t j = threadIdx.x; j < kvd; j += blockDim.x)
-        vc[j] = f16_saturate(v[j], p.saturated);
+    const float cs = p.cos[pos * half + i], sn = p.sin[pos * half + i];
+    const float a = x[i], b = x[i + half];
+    const float ra = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+    const float rb = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+    x[i] = ra;
+    x[i + half] = rb;
+    if (h >= p.heads) {
+        uint16_t* kc = p.k_cache + pos * kvd + (h - p.heads) * p.head_dim;
+        kc[i] = f16_saturate(ra, p.saturated);
+        kc[i + half] = f16_saturate(rb, p.saturated);
+    }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -157,7 +154,10 @@ void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
     if (p.capacity == 0 || !p.fault)
         throw_cuda_error(cudaErrorInvalidValue, "rope_store_kv_launch: no capacity or fault word",
                          __FILE__, __LINE__);
-    rope_store_kv_kernel<<<p.n, 128, 0, stream>>>(p);
+    if (p.n == 0) return;
+    // one block per (token, head of q, k and v), a thread per pair (check_attention_config:
+    // head_dim even, at most 256)
+    rope_store_kv_kernel<<<dim3(p.n, p.heads + 2 * p.kv_heads), p.head_dim / 2, 0, stream>>>(p);
     QF_CUDA_CHECK_LAUNCH();
 }
 

@@ -79,54 +79,104 @@ __global__ void embed_rows_kernel(RowsParams e, const int32_t* tokens, uint32_t 
     }
 }
 
-// One block per token. The sum of squares is accumulated in double, as on the CPU, so the scale
-// differs from the CPU's only by the order of a double sum. `accumulate`: out += instead of =
-// (the CPU's rms_norm with accumulate: out + w * (x * s), each operation rounded).
-__global__ void rms_norm_kernel(const float* x, uint64_t ldx, const float* w, double eps,
-                                uint32_t d, float* out, uint64_t ldo, bool accumulate) {
-    const float* xi = x + blockIdx.x * ldx;
-    double ss = 0.0;
-    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x) ss += static_cast<double>(xi[i]) * xi[i];
-    __shared__ double part[kThreads];
-    part[threadIdx.x] = ss;
+// One block per token row, up to 1024 threads, each holding a few elements (float4 loads when
+// kVec: d, the strides and the pointers allow it), so a row costs one round of memory latency
+// rather than one per element. The sum of squares is accumulated in double, as on the CPU (each
+// square is exact in double), so the scale differs from the CPU's only by the order of a double
+// sum. `accumulate`: out += instead of = (the CPU's rms_norm with accumulate: out + w * (x * s),
+// each operation rounded).
+__device__ __forceinline__ double block_sum(double v, double* smem) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    if (lane == 0) smem[warp] = v;
     __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? smem[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) smem[32] = v;
     }
-    const float scale = static_cast<float>(1.0 / sqrt(part[0] / static_cast<double>(d) + eps));
-    float* o = out + blockIdx.x * ldo;
-    for (uint32_t i = threadIdx.x; i < d; i += blockDim.x) {
-        const float y = __fmul_rn(w[i], __fmul_rn(xi[i], scale));
-        o[i] = accumulate ? __fadd_rn(o[i], y) : y;
+    __syncthreads();
+    return smem[32];
+}
+
+__device__ __forceinline__ float norm_one(float w, float x, float scale, const float* o,
+                                          bool accumulate) {
+    const float y = __fmul_rn(w, __fmul_rn(x, scale));
+    return accumulate ? __fadd_rn(*o, y) : y;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(1024)
+    rms_norm_kernel(const float* x, uint64_t ldx, const float* w, double eps, uint32_t d,
+                    float* out, uint64_t ldo, bool accumulate) {
+    // block (t, g): group g (d elements at g * d) of token t's row
+    const float* xi = x + blockIdx.x * ldx + static_cast<uint64_t>(blockIdx.y) * d;
+    float* o = out + blockIdx.x * ldo + static_cast<uint64_t>(blockIdx.y) * d;
+    __shared__ double smem[33];
+    double ss = 0.0;
+    if constexpr (kVec) {
+        const float4* x4 = reinterpret_cast<const float4*>(xi);
+#pragma unroll 4
+        for (uint32_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
+            const float4 v = x4[i];
+            ss += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+                  static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+        }
+    } else {
+#pragma unroll 4
+        for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+            ss += static_cast<double>(xi[i]) * xi[i];
+    }
+    const double total = block_sum(ss, smem);
+    const float scale = static_cast<float>(1.0 / sqrt(total / static_cast<double>(d) + eps));
+    if constexpr (kVec) {
+        const float4* x4 = reinterpret_cast<const float4*>(xi);
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        float4* o4 = reinterpret_cast<float4*>(o);
+#pragma unroll 4
+        for (uint32_t i = threadIdx.x; i < d / 4; i += blockDim.x) {
+            const float4 v = x4[i], g = __ldg(w4 + i);
+            float4 r;
+            r.x = norm_one(g.x, v.x, scale, o + 4 * i, accumulate);
+            r.y = norm_one(g.y, v.y, scale, o + 4 * i + 1, accumulate);
+            r.z = norm_one(g.z, v.z, scale, o + 4 * i + 2, accumulate);
+            r.w = norm_one(g.w, v.w, scale, o + 4 * i + 3, accumulate);
+            o4[i] = r;
+        }
+    } else {
+#pragma unroll 4
+        for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+            o[i] = norm_one(__ldg(w + i), xi[i], scale, o + i, accumulate);
     }
 }
 
-__global__ void swiglu_kernel(float* gate, const float* up, uint64_t ld, uint32_t n,
-                              uint32_t width) {
+// gate and up of token t at gate + t * ld, up + t * ld; the result at out + t * ldo (which may
+// be gate itself).
+__global__ void swiglu_kernel(const float* gate, const float* up, uint64_t ld, float* out,
+                              uint64_t ldo, uint32_t n, uint32_t width) {
     const uint64_t total = static_cast<uint64_t>(n) * width;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-        const uint64_t at = (i / width) * ld + i % width;
+        const uint64_t t = i / width, j = i % width, at = t * ld + j;
         const float v = gate[at];
-        gate[at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), up[at]);
+        out[t * ldo + j] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), up[at]);
     }
 }
 
 // The CPU's gelu_tanh (runtime/transformer.hpp) operation for operation, each rounded (no
 // fused multiply-add); tanhf is within 2 ulp of std::tanh.
-__global__ void geglu_tanh_kernel(float* gate, const float* up, uint64_t ld, uint32_t n,
-                                  uint32_t width) {
+__global__ void geglu_tanh_kernel(const float* gate, const float* up, uint64_t ld, float* out,
+                                  uint64_t ldo, uint32_t n, uint32_t width) {
     const float kSqrt2OverPi = 0.7978845608028654f;
     const uint64_t total = static_cast<uint64_t>(n) * width;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-        const uint64_t at = (i / width) * ld + i % width;
+        const uint64_t row = i / width, j = i % width, at = row * ld + j;
         const float v = gate[at];
         const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v);
         const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(v, cube)));
         const float g = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, t));
-        gate[at] = __fmul_rn(g, up[at]);
+        out[row * ldo + j] = __fmul_rn(g, up[at]);
     }
 }
 
@@ -206,28 +256,54 @@ __global__ void add_inplace_kernel(float* y, const float* x, uint64_t count) {
         y[i] += x[i];
 }
 
-// One block per row; ties go to the lowest index (std::max_element's choice).
-__global__ void argmax_rows_kernel(const float* logits, uint64_t ld, uint32_t vocab, int32_t* out) {
-    const float* row = logits + blockIdx.x * ld;
+// Greedy argmax in two launches, so a 128K vocabulary is read by many blocks at once: blocks
+// (b, t) each reduce a slice of row t to (value, index) in `part`; then one block per row reduces
+// the slices. Ties go to the lowest index (std::max_element's choice); NaN never wins.
+__device__ __forceinline__ void better(float& bv, int32_t& bi, float ov, int32_t oi) {
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+}
+
+__device__ __forceinline__ void block_argmax(float& best, int32_t& idx) {
+    __shared__ float bv[32];
+    __shared__ int32_t bi[32];
+    for (int o = 16; o > 0; o >>= 1)
+        better(best, idx, __shfl_xor_sync(0xffffffffu, best, o),
+               __shfl_xor_sync(0xffffffffu, idx, o));
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[warp] = best, bi[warp] = idx;
+    __syncthreads();
+    if (warp == 0) {
+        best = lane < blockDim.x / 32 ? bv[lane] : -FLT_MAX;
+        idx = lane < blockDim.x / 32 ? bi[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1)
+            better(best, idx, __shfl_xor_sync(0xffffffffu, best, o),
+                   __shfl_xor_sync(0xffffffffu, idx, o));
+    }
+}
+
+__global__ void argmax_part_kernel(const float* logits, uint64_t ld, uint32_t vocab, uint32_t slice,
+                                   float2* part) {
+    const float* row = logits + blockIdx.y * ld;
+    const uint32_t begin = blockIdx.x * slice, end = min(vocab, begin + slice);
     float best = -FLT_MAX;
     int32_t idx = 0x7fffffff;
-    for (uint32_t i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (row[i] > best) best = row[i], idx = static_cast<int32_t>(i);
-    __shared__ float bv[kThreads];
-    __shared__ int32_t bi[kThreads];
-    bv[threadIdx.x] = best;
-    bi[threadIdx.x] = idx;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            const float ov = bv[threadIdx.x + s];
-            const int32_t oi = bi[threadIdx.x + s];
-            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x]))
-                bv[threadIdx.x] = ov, bi[threadIdx.x] = oi;
-        }
-        __syncthreads();
+#pragma unroll 4
+    for (uint32_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+        better(best, idx, __ldg(row + i), static_cast<int32_t>(i));
+    block_argmax(best, idx);
+    if (threadIdx.x == 0)
+        part[blockIdx.y * gridDim.x + blockIdx.x] = make_float2(best, __int_as_float(idx));
+}
+
+__global__ void argmax_final_kernel(const float2* part, uint32_t parts, int32_t* out) {
+    float best = -FLT_MAX;
+    int32_t idx = 0x7fffffff;
+    for (uint32_t i = threadIdx.x; i < parts; i += blockDim.x) {
+        const float2 p = part[blockIdx.x * parts + i];
+        better(best, idx, p.x, __float_as_int(p.y));
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = bi[0] == 0x7fffffff ? 0 : bi[0];
+    block_argmax(best, idx);
+    if (threadIdx.x == 0) out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
 }
 
 __global__ void record_token_kernel(const int32_t* next, int32_t* pos, int32_t* history,
@@ -263,29 +339,53 @@ void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, u
     QF_CUDA_CHECK_LAUNCH();
 }
 
-void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream) {
-    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, false);
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void rms_norm(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n, uint32_t d,
+              uint32_t groups, float* out, uint64_t ldo, bool accumulate, cudaStream_t stream) {
+    if (n == 0 || groups == 0) return;
+    if (groups > 65535)
+        throw_cuda_error(cudaErrorInvalidValue, "rms_norm: more than 65535 groups", __FILE__,
+                         __LINE__);
+    const dim3 grid(n, groups);
+    const bool vec = d % 4 == 0 && ldx % 4 == 0 && ldo % 4 == 0 && aligned16(x) && aligned16(w) &&
+                     aligned16(out);
+    const uint32_t per_row = vec ? d / 4 : d;
+    const unsigned threads = static_cast<unsigned>(
+        std::clamp<uint64_t>((static_cast<uint64_t>(per_row) + 31) / 32 * 32, 32, 1024));
+    if (vec)
+        rms_norm_kernel<true>
+            <<<grid, threads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, accumulate);
+    else
+        rms_norm_kernel<false>
+            <<<grid, threads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, accumulate);
     QF_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream, uint32_t groups) {
+    rms_norm(x, ldx, w, eps, n, d, groups, out, ldo, false, stream);
 }
 
 void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream) {
-    rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, true);
+                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream,
+                         uint32_t groups) {
+    rms_norm(x, ldx, w, eps, n, d, groups, out, ldo, true, stream);
+}
+
+void swiglu_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
+                   uint32_t n, uint32_t width, cudaStream_t stream) {
+    swiglu_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
+        gate, up, ld, out, ldo, n, width);
     QF_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
-                   cudaStream_t stream) {
-    swiglu_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(gate, up, ld,
-                                                                                       n, width);
-    QF_CUDA_CHECK_LAUNCH();
-}
-
-void geglu_tanh_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
-                       cudaStream_t stream) {
+void geglu_tanh_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
+                       uint32_t n, uint32_t width, cudaStream_t stream) {
     geglu_tanh_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
-        gate, up, ld, n, width);
+        gate, up, ld, out, ldo, n, width);
     QF_CUDA_CHECK_LAUNCH();
 }
 
@@ -323,9 +423,20 @@ void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t s
     QF_CUDA_CHECK_LAUNCH();
 }
 
+uint32_t argmax_parts(uint32_t vocab) {
+    return std::clamp<uint32_t>((vocab + kArgmaxSlice - 1) / kArgmaxSlice, 1, kArgmaxMaxParts);
+}
+
 void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t vocab, int32_t* out,
-                        cudaStream_t stream) {
-    argmax_rows_kernel<<<n, kThreads, 0, stream>>>(logits, ld, vocab, out);
+                        void* scratch, cudaStream_t stream) {
+    if (n == 0) return;
+    const uint32_t parts = argmax_parts(vocab);
+    const uint32_t slice = (vocab + parts - 1) / parts;
+    auto* part = static_cast<float2*>(scratch);
+    argmax_part_kernel<<<dim3(parts, n), kThreads, 0, stream>>>(logits, ld, vocab, slice, part);
+    QF_CUDA_CHECK_LAUNCH();
+    argmax_final_kernel<<<n, 32 * ((std::min(parts, 1024u) + 31) / 32), 0, stream>>>(part, parts,
+                                                                                     out);
     QF_CUDA_CHECK_LAUNCH();
 }
 

@@ -111,19 +111,18 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // One chunk of the block's R rows, loaded: codes (or float elements), scales and zero constants.
-template <WeightKind K>
+template <WeightKind K, int R>
 struct Chunk {
-    uint4 v[Kind<K>::R][Kind<K>::V];
-    float scale[Kind<K>::R], zm[Kind<K>::R];
-    int32_t zero[Kind<K>::R];  // quantized: the zero code (int8 mode)
+    uint4 v[R][Kind<K>::V];
+    float scale[R], zm[R];
+    int32_t zero[R];  // quantized: the zero code (int8 mode)
 };
 
-template <WeightKind K>
-__device__ __forceinline__ void load_chunk(const GemvParams& p,
-                                           const uint8_t* const (&rowp)[Kind<K>::R],
-                                           const bool (&valid)[Kind<K>::R], uint32_t c,
-                                           bool present, Chunk<K>& d) {
-    constexpr int R = Kind<K>::R, V = Kind<K>::V;
+template <WeightKind K, int R>
+__device__ __forceinline__ void load_chunk(const GemvParams& p, const uint8_t* const (&rowp)[R],
+                                           const bool (&valid)[R], uint32_t c, bool present,
+                                           Chunk<K, R>& d) {
+    constexpr int V = Kind<K>::V;
     constexpr uint32_t kChunkBytes = 16 * V;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -154,10 +153,9 @@ __device__ __forceinline__ void load_chunk(const GemvParams& p,
 }
 
 // acc[r][t] += scale_r * (chunk c of row r . chunk c of token t's activations).
-template <WeightKind K, int M>
-__device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chunk<K>& d, uint32_t c,
-                                                 float (&acc)[Kind<K>::R][M]) {
-    constexpr int R = Kind<K>::R;
+template <WeightKind K, int M, int R>
+__device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chunk<K, R>& d,
+                                                 uint32_t c, float (&acc)[R][M]) {
     float part[R][M];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -201,10 +199,9 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
 
 // int8 mode: acc[r][t] += (scale_r * d_t) * (codes of chunk c of row r . token t's int8 codes -
 // zero_r * sum_t), the integer dot product exact (|isum| < 2^24, so its float is exact too).
-template <WeightKind K, int M>
-__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const Chunk<K>& d,
-                                                    uint32_t c, float (&acc)[Kind<K>::R][M]) {
-    constexpr int R = Kind<K>::R;
+template <WeightKind K, int M, int R>
+__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const Chunk<K, R>& d,
+                                                    uint32_t c, float (&acc)[R][M]) {
     static_assert(K == WeightKind::q4 || K == WeightKind::q8, "int8 mode reads quantized rows");
 #pragma unroll
     for (int t = 0; t < M; ++t) {
@@ -240,9 +237,8 @@ __device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const C
     }
 }
 
-template <WeightKind K, int M, bool I8>
+template <WeightKind K, int M, bool I8, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
-    constexpr int R = Kind<K>::R;
     // Decode (1-2 tokens): two chunks' loads in flight per thread before either is used, so a
     // thread with two chunk steps waits for memory once.
     constexpr int D = M <= 2 ? 2 : 1;
@@ -262,20 +258,20 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
         for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
 
     for (uint32_t c = threadIdx.x; c < p.w.chunks; c += D * blockDim.x) {
-        Chunk<K> ch[D];
+        Chunk<K, R> ch[D];
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
-            load_chunk<K>(p, rowp, valid, cu, cu < p.w.chunks, ch[u]);
+            load_chunk<K, R>(p, rowp, valid, cu, cu < p.w.chunks, ch[u]);
         }
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
             if (cu < p.w.chunks) {
                 if constexpr (I8)
-                    accumulate_chunk_i8<K, M>(p, ch[u], cu, acc);
+                    accumulate_chunk_i8<K, M, R>(p, ch[u], cu, acc);
                 else
-                    accumulate_chunk<K, M>(p, ch[u], cu, acc);
+                    accumulate_chunk<K, M, R>(p, ch[u], cu, acc);
             }
         }
     }
@@ -303,33 +299,34 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     }
 }
 
-template <WeightKind K, int M>
+template <WeightKind K, int M, int R>
 void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(threads);
     if constexpr (K == WeightKind::q4 || K == WeightKind::q8) {
         if (p.xq) {
-            gemv_kernel<K, M, true><<<grid, block, 0, stream>>>(p);
+            gemv_kernel<K, M, true, R><<<grid, block, 0, stream>>>(p);
             return;
         }
     }
-    gemv_kernel<K, M, false><<<grid, block, 0, stream>>>(p);
+    gemv_kernel<K, M, false, R><<<grid, block, 0, stream>>>(p);
 }
 
 template <WeightKind K>
 void launch_kind(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
                  cudaStream_t stream) {
+    constexpr int R = Kind<K>::R;
     switch (token_tile) {
         case 1:
-            launch_tile<K, 1>(p, threads, blocks, stream);
+            launch_tile<K, 1, R>(p, threads, blocks, stream);
             break;
         case 2:
-            launch_tile<K, 2>(p, threads, blocks, stream);
+            launch_tile<K, 2, R>(p, threads, blocks, stream);
             break;
         case 4:
-            launch_tile<K, 4>(p, threads, blocks, stream);
+            launch_tile<K, 4, R>(p, threads, blocks, stream);
             break;
         default:
-            launch_tile<K, 8>(p, threads, blocks, stream);
+            launch_tile<K, 8, R>(p, threads, blocks, stream);
             break;
     }
     QF_CUDA_CHECK_LAUNCH();

@@ -107,20 +107,24 @@ void splitk_reduce_launch(const float* workspace, uint32_t splits, uint32_t m, u
 void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, uint32_t d, float* x,
                        uint64_t ldx, cudaStream_t stream);
 // out[t][i] = w[i] * (x[t][i] * s_t), s_t = 1 / sqrt(mean(x[t]^2) + eps) summed in double (as
-// the CPU backend does), for t < n, i < d.
+// the CPU backend does), for t < n, i < d. With groups > 1 each row holds `groups` consecutive
+// vectors of d (QK-norm: one per head), each normalised on its own with the same w.
 void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream);
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream,
+                     uint32_t groups = 1);
 // out[t][i] += w[i] * (x[t][i] * s_t), the same s_t: a post-norm's residual add (Gemma's
 // sandwich norms); out must not overlap x.
 void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream);
-// gate[t][i] = silu(gate[t][i]) * up[t][i] for t < n, i < width.
-void swiglu_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
-                   cudaStream_t stream);
-// gate[t][i] = gelu_tanh(gate[t][i]) * up[t][i] (GeGLU, runtime/transformer.hpp's gelu_tanh:
-// 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))) for t < n, i < width.
-void geglu_tanh_launch(float* gate, const float* up, uint64_t ld, uint32_t n, uint32_t width,
-                       cudaStream_t stream);
+                         uint32_t d, float* out, uint64_t ldo, cudaStream_t stream,
+                         uint32_t groups = 1);
+// out[t][i] = silu(gate[t][i]) * up[t][i] for t < n, i < width; gate and up rows ld apart, out
+// rows ldo apart (out may be gate).
+void swiglu_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
+                   uint32_t n, uint32_t width, cudaStream_t stream);
+// out[t][i] = gelu_tanh(gate[t][i]) * up[t][i] (GeGLU, runtime/transformer.hpp's gelu_tanh:
+// 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))), the same layout as swiglu_launch.
+void geglu_tanh_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
+                       uint32_t n, uint32_t width, cudaStream_t stream);
 // x[t][i] *= s for t < n, i < width (Gemma's embedding scale).
 void scale_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, float s,
                        cudaStream_t stream);
@@ -130,8 +134,11 @@ void softcap_rows_launch(float* x, uint64_t ld, uint32_t n, uint32_t width, floa
 // y[i] += x[i] for i < count.
 void add_inplace_launch(float* y, const float* x, uint64_t count, cudaStream_t stream);
 // Index of the largest value of each row (the first on ties), for greedy sampling on the device.
+// `scratch` holds n * argmax_parts(vocab) * 8 bytes (at most n * kArgmaxMaxParts * 8).
+constexpr uint32_t kArgmaxSlice = 2048, kArgmaxMaxParts = 256;
+uint32_t argmax_parts(uint32_t vocab);
 void argmax_rows_launch(const float* logits, uint64_t ld, uint32_t n, uint32_t vocab, int32_t* out,
-                        cudaStream_t stream);
+                        void* scratch, cudaStream_t stream);
 // Greedy decode bookkeeping after argmax: history[*pos] = *next; *pos += 1 (one thread).
 void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, uint32_t capacity,
                          int32_t* fault, cudaStream_t stream);

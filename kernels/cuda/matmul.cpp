@@ -55,12 +55,15 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
 }
 
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream, float* scratch, bool int8) {
+                 const MatmulOut& out, cudaStream_t stream, float* scratch,
+                 const GemvOptions& options) {
     check_product(w, x, ldx, m, out);
     if (!scratch || !aligned16(scratch))
         throw UnsupportedOnCuda("a GEMV without a 16-byte aligned activation scratch");
-    int8 = int8 && w.fmt.quantized();
-    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m);
+    const bool int8 = options.int8 && w.fmt.quantized();
+    if (options.prepared && m > kGemvMaxTokens)
+        throw UnsupportedOnCuda("a prepared GEMV of more than one pass of tokens");
+    const GemvPlan plan = plan_gemv(w.fmt, w.rows, m, options.tuning);
     const uint32_t chunks = u32(w.fmt.chunks);
     for (uint64_t t0 = 0; t0 < m; t0 += kGemvMaxTokens) {
         GemvParams p;
@@ -71,10 +74,12 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
             auto* xq = reinterpret_cast<uint4*>(scratch);
             auto* xd = reinterpret_cast<float*>(xq + 2 * uint64_t{kGemvMaxTokens} * chunks);
             auto* xs = reinterpret_cast<int32_t*>(xd + kGemvMaxTokens * chunks);
-            quantize_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, xq, xd, xs, stream);
+            if (!options.prepared)
+                quantize_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, xq, xd, xs, stream);
             p.xq = xq, p.xd = xd, p.xs = xs;
         } else {
-            interleave_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, scratch, stream);
+            if (!options.prepared)
+                interleave_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, scratch, stream);
             p.x = scratch;
             p.ldx = w.fmt.kpad;
         }
@@ -182,7 +187,7 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
             throw UnsupportedOnCuda("a GEMV of rows of " + std::to_string(w.fmt.kpad) +
                                     " beyond the activation scratch");
         launch_gemv(w, x, ldx, m, out, ctx.stream, reinterpret_cast<float*>(ctx.x16),
-                    ctx.gemv_int8);
+                    {ctx.gemv_int8, ctx.gemv_tuning, false});
         return path;
     }
     const uint64_t kpad = w.fmt.kpad;

@@ -45,9 +45,16 @@ struct MatmulOut {
 // The GEMV path (gemv_*.cu), passes of up to kGemvMaxTokens tokens. Each pass first prepares its
 // tokens in `scratch` (gemv_scratch_floats(kpad) floats, 16-byte aligned): int8 activation
 // blocks when `int8` and the rows are quantized, else the floats chunk-interleaved
-// (launchers.hpp: GemvParams).
+// (launchers.hpp: GemvParams). `prepared`: the scratch already holds this x's preparation (the
+// same x, m <= kGemvMaxTokens, chunks and mode; a previous launch_gemv left it), so none is made.
+struct GemvOptions {
+    bool int8 = true;
+    GemvTuning tuning;
+    bool prepared = false;
+};
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
-                 const MatmulOut& out, cudaStream_t stream, float* scratch, bool int8);
+                 const MatmulOut& out, cudaStream_t stream, float* scratch,
+                 const GemvOptions& options = {});
 inline uint64_t gemv_scratch_floats(uint64_t kpad) { return kGemvMaxTokens * kpad; }
 
 // The fused tensor-core path (gemm_mma.cu): x16 holds the activations in fp16, round_up(m, 32)
@@ -84,6 +91,7 @@ struct MatmulContext {
     unsigned long long* saturated = nullptr;  // device: fp16 activations clamped (or null)
     std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
     bool gemv_int8 = true;  // quantized GEMVs take int8 activation blocks (launch_gemv)
+    GemvTuning gemv_tuning;
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights

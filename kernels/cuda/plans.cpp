@@ -56,19 +56,30 @@ uint32_t gemv_rows_per_block(WeightKind kind) {
     return 1;
 }
 
-GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m) {
+GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
+                   const GemvTuning& tuning) {
     GemvPlan p;
-    p.rows_per_block = gemv_rows_per_block(fmt.kind);
-    p.blocks = ceil_div(rows, p.rows_per_block);
-    // As few chunk steps as 256 threads allow, then the fewest whole warps for that many steps
-    // (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
-    p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, kGemvMaxThreads));
-    p.threads = static_cast<uint32_t>(
-        std::max<uint64_t>(32, round_up(ceil_div(fmt.chunks, p.chunk_steps), 32)));
     const uint64_t tile = std::min(m, kGemvMaxTokens);
     p.token_tile = tile <= 1 ? 1 : tile <= 2 ? 2 : tile <= 4 ? 4 : 8;
+    p.rows_per_block = gemv_rows_per_block(fmt.kind);
+    p.blocks = ceil_div(rows, p.rows_per_block);
+    const uint64_t min_steps = tuning.min_steps
+                                   ? tuning.min_steps
+                                   : (fmt.kind == WeightKind::q4 && p.token_tile <= 2 ? 2 : 1);
+    // As few chunk steps as 256 threads allow (at least min_steps), then the fewest whole warps
+    // for that many steps (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
+    const uint64_t steps = std::max(ceil_div(fmt.chunks, kGemvMaxThreads), min_steps);
+    p.threads =
+        static_cast<uint32_t>(std::max<uint64_t>(32, round_up(ceil_div(fmt.chunks, steps), 32)));
+    p.chunk_steps = static_cast<uint32_t>(ceil_div(fmt.chunks, p.threads));
     p.passes = std::max<uint64_t>(1, ceil_div(m, kGemvMaxTokens));
     return p;
+}
+
+bool parse_gemv_tuning(std::string_view s, GemvTuning& out) {
+    if (s.size() != 7 || s.substr(0, 6) != "steps=" || s[6] < '1' || s[6] > '4') return false;
+    out.min_steps = static_cast<uint32_t>(s[6] - '0');
+    return true;
 }
 
 MmaPlan plan_mma(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, int sm_count) {

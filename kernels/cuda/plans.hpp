@@ -56,7 +56,18 @@ struct GemvPlan {
     uint64_t passes = 0;          // ceil(m / 8) (1 when m <= 8)
     uint32_t chunk_steps = 0;     // ceil(chunks / threads): chunk iterations per thread
 };
-GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m);
+// The fewest chunk steps per thread (the threads per row shrink to match). With two, each thread
+// of a 1-2 token GEMV has two chunks' loads in flight at once (the kernel's decode prefetch),
+// which measured faster for q4 rows on an H200 (the decode shapes of an 8B model, kernels/
+// README.md) and slower for f16 and q8 rows; 0: that default per kind (q4: 2 at 1-2 tokens,
+// else 1). The benchmark compares the choices; QFORGE_CUDA_GEMV selects one (cuda_backend.hpp).
+struct GemvTuning {
+    uint32_t min_steps = 0;
+};
+GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
+                   const GemvTuning& tuning = {});
+// Parses "steps=S" (S 1 .. 4); false when malformed.
+bool parse_gemv_tuning(std::string_view s, GemvTuning& out);
 inline constexpr uint32_t kGemvMaxThreads = 256;
 
 // ---------------------------------------------------------------------------------------------
