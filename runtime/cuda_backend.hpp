@@ -39,8 +39,9 @@ struct CudaBackendOptions {
     // Products of up to 8 tokens through quantized weights take int8 activation blocks, as the
     // CPU backend's default (kernels/cuda/gemv.cuh); false: float32 activations, exact products.
     bool int8_activations = true;
-    // q, k, v (and gate, up) multiplied as one matrix in one launch when their formats agree
-    // (false: a launch per matrix, as before; the weights are stored the same either way).
+    // q, k, v (and gate, up) multiplied as one matrix in one launch when their formats agree,
+    // and RMSNorm and SwiGLU writing the next GEMV's int8 blocks with their output (false: a
+    // launch per matrix and per preparation, as before; the results are the same bits).
     bool fuse_products = true;
     // GEMV tiling (kernels/cuda/plans.hpp); unset: the environment's QFORGE_CUDA_GEMV
     // ("steps=2"), else plans.hpp's default.

@@ -121,6 +121,13 @@ class CudaEngine final : private ForwardOps {
     void attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) override;
     void gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) override;
     const DeviceMatrix& weight(uint64_t layer, Weight w) const;
+    // The matrix a norm's output is multiplied with next (attn: q|k|v, mlp: gate|up, final: the
+    // head; none for the others).
+    const DeviceMatrix* norm_consumer(uint64_t layer, Norm which) const;
+    // Where a producer of n rows writes the int8 blocks for a GEMV of `consumer` (the matmul
+    // scratch), or null when that GEMV takes no int8 blocks or the fusion is off.
+    const cuda::Int8Rows* fused_int8(const DeviceMatrix* consumer, uint64_t n,
+                                     cuda::Int8Rows& q) const;
     const float* norm_weight(uint64_t layer, Norm which) const;  // throws when not uploaded
 
     DeviceMatrix upload_matrix(const Matrix& m);

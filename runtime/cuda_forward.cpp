@@ -16,6 +16,7 @@ const DeviceMatrix& CudaEngine::weight(uint64_t layer, Weight w) const {
 }
 
 void CudaEngine::embed(const int32_t* tokens, uint64_t n, Rows out) {
+    mctx_.prepared = {};
     cuda::embed_rows_launch(cuda::to_rows_params(embed_), tokens, u32(n), u32(c_.hidden_size),
                             out.data, out.ld, stream_);
 }
@@ -36,15 +37,39 @@ const float* CudaEngine::norm_weight(uint64_t layer, Norm which) const {
     return w;
 }
 
+const DeviceMatrix* CudaEngine::norm_consumer(uint64_t layer, Norm which) const {
+    if (which == Norm::final) return &lm_head_;
+    if (which != Norm::attn && which != Norm::mlp) return nullptr;
+    const Layer& l = layers_.at(layer);
+    if (which == Norm::attn) return l.qkv.data ? &l.qkv : &l.q;
+    return l.gate_up.data ? &l.gate_up : &l.gate;
+}
+
+const cuda::Int8Rows* CudaEngine::fused_int8(const DeviceMatrix* consumer, uint64_t n,
+                                             cuda::Int8Rows& q) const {
+    if (!consumer || !o_.fuse_products || !o_.int8_activations || !consumer->fmt.quantized() ||
+        n > cuda::kGemvMaxTokens || (o_.forced_path && *o_.forced_path != cuda::MatmulPath::gemv))
+        return nullptr;
+    q = cuda::gemv_int8_scratch(reinterpret_cast<float*>(x16_.get()), consumer->fmt.chunks);
+    return &q;
+}
+
 void CudaEngine::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    mctx_.prepared = {};
     const float* w = norm_weight(layer, which);
-    // One launch: a block per token and group (QK-norm: per head).
+    // One launch: a block per token and group (QK-norm: per head). Before a GEMV of quantized
+    // weights it also writes the GEMV's int8 blocks of its output (matmul.hpp: PreparedRows).
     const NormShape shape = norm_shape(c_, which);
+    cuda::Int8Rows q;
+    const DeviceMatrix* consumer = shape.groups == 1 ? norm_consumer(layer, which) : nullptr;
+    const cuda::Int8Rows* fused = fused_int8(consumer, n, q);
     cuda::rms_norm_launch(in.data, in.ld, w, c_.rms_norm_eps, u32(n), u32(shape.width), out.data,
-                          out.ld, stream_, u32(shape.groups));
+                          out.ld, stream_, u32(shape.groups), fused);
+    if (fused) mctx_.prepared = {out.data, out.ld, n, consumer->fmt.chunks, true};
 }
 
 void CudaEngine::norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {
+    mctx_.prepared = {};
     const float* w = norm_weight(layer, which);
     if (in.data == out.data) throw Error("cuda backend: norm_add's output is its input");
     const NormShape shape = norm_shape(c_, which);
@@ -53,10 +78,12 @@ void CudaEngine::norm_add(uint64_t layer, Norm which, Rows in, Rows out, uint64_
 }
 
 void CudaEngine::scale(Rows rows, uint64_t n, uint64_t width, float s) {
+    mctx_.prepared = {};
     cuda::scale_rows_launch(rows.data, rows.ld, u32(n), u32(width), s, stream_);
 }
 
 void CudaEngine::softcap(Rows rows, uint64_t n, uint64_t width, float cap) {
+    mctx_.prepared = {};
     cuda::softcap_rows_launch(rows.data, rows.ld, u32(n), u32(width), cap, stream_);
 }
 
@@ -90,6 +117,7 @@ void CudaEngine::products(uint64_t layer, Rows in, std::span<const Product> part
 }
 
 void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uint64_t n) {
+    mctx_.prepared = {};
     // The kernels read q, k and v from one buffer: [q | k | v] rows of ld_qkv_ floats.
     const uint64_t qd = c_.q_dim(), kvd = c_.kv_dim();
     if (k.data != q.data + qd || v.data != q.data + qd + kvd || q.ld != ld_qkv_ || k.ld != q.ld ||
@@ -147,9 +175,14 @@ void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
         mm(l.gate, in.data, in.ld, n, gu, ld_gu_, nullptr, false);
         mm(l.up, in.data, in.ld, n, gu + inter, ld_gu_, nullptr, false);
     }
-    if (act == Activation::silu)
-        cuda::swiglu_launch(gu, gu + inter, ld_gu_, out.data, out.ld, u32(n), u32(inter), stream_);
-    else
+    if (act == Activation::silu) {
+        // Before the down product's GEMV it also writes that GEMV's int8 blocks of its output.
+        cuda::Int8Rows q;
+        const cuda::Int8Rows* fused = fused_int8(&l.down, n, q);
+        cuda::swiglu_launch(gu, gu + inter, ld_gu_, out.data, out.ld, u32(n), u32(inter), stream_,
+                            fused);
+        if (fused) mctx_.prepared = {out.data, out.ld, n, l.down.fmt.chunks, true};
+    } else
         cuda::geglu_tanh_launch(gu, gu + inter, ld_gu_, out.data, out.ld, u32(n), u32(inter),
                                 stream_);
 }
@@ -280,13 +313,19 @@ namespace {
 class CudaOpsStep final : public OpsStep {
   public:
     CudaOpsStep(ForwardOps& ops, const BlockActivations& rows, Rows logits, const int32_t* tokens,
-                cudaStream_t stream)
-        : ops_(ops), rows_(rows), logits_(logits), tokens_(tokens), stream_(stream) {}
+                cudaStream_t stream, cuda::PreparedRows& prepared)
+        : ops_(ops),
+          rows_(rows),
+          logits_(logits),
+          tokens_(tokens),
+          stream_(stream),
+          prepared_(prepared) {}
     ForwardOps& ops() override { return ops_; }
     const BlockActivations& rows() const override { return rows_; }
     Rows logits() const override { return logits_; }
     const int32_t* tokens() const override { return tokens_; }
     void write(Rows dst, const float* src, uint64_t n, uint64_t width) override {
+        prepared_ = {};  // the rows a GEMV preparation was made from may be these
         QF_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.ld * sizeof(float), src,
                                         width * sizeof(float), width * sizeof(float), n,
                                         cudaMemcpyHostToDevice, stream_));
@@ -305,6 +344,7 @@ class CudaOpsStep final : public OpsStep {
     Rows logits_;
     const int32_t* tokens_;
     cudaStream_t stream_;
+    cuda::PreparedRows& prepared_;
 };
 }  // namespace
 
@@ -318,7 +358,9 @@ void CudaEngine::run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
     ensure_rope(cache.capacity());
     upload_step(tokens.data(), n, pos0);
     QF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // staging_ is reused by the next step
-    CudaOpsStep step(*this, step_rows(), {logits_.get(), c_.vocab_size}, step_.get() + 1, stream_);
+    mctx_.prepared = {};
+    CudaOpsStep step(*this, step_rows(), {logits_.get(), c_.vocab_size}, step_.get() + 1, stream_,
+                     mctx_.prepared);
     cache_ = &cache;
     try {
         fn(step);

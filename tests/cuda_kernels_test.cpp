@@ -651,6 +651,79 @@ TEST_CASE("CUDA RMSNorm, SwiGLU, residual add and argmax match the CPU formulas"
     REQUIRE(idx[2] == 70000);
 }
 
+// RMSNorm and SwiGLU that write the GEMV's int8 blocks with their output: the same bits as the
+// output followed by the GEMV's own preparation (quantize_chunks_launch), for widths that end
+// inside a chunk, a width not a multiple of 4 (RMSNorm's two-launch fallback), 1 and 8 tokens,
+// and a NaN (its block's scale NaN).
+namespace {
+void same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(poison_bits(a[i]) == poison_bits(b[i]));
+    }
+}
+}  // namespace
+
+TEST_CASE("CUDA RMSNorm and SwiGLU with int8 blocks equal the separate preparation", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    std::mt19937 rng(8);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (uint32_t d : {300u, 4096u, 302u, 14336u}) {
+        for (uint32_t n : {1u, 8u}) {
+            INFO("width " << d << " tokens " << n);
+            const uint32_t chunks = (d + 31) / 32;
+            const uint64_t ld = uint64_t{chunks} * 32;
+            std::vector<float> x(n * ld, 0.0f), w(d), up(n * ld, 0.0f);
+            for (uint32_t t = 0; t < n; ++t)
+                for (uint32_t i = 0; i < d; ++i) {
+                    x[t * ld + i] = dist(rng);
+                    up[t * ld + i] = dist(rng);
+                }
+            for (auto& v : w) v = 1.0f + 0.1f * dist(rng);
+            if (n == 8) x[3 * ld + d / 2] = std::numeric_limits<float>::quiet_NaN();
+            DeviceBuffer<float> dx(x.size()), dw(d), dup(up.size()), dout(x.size());
+            dx.upload(x);
+            dw.upload(w);
+            dup.upload(up);
+            // codes, scales, sums: two buffers, each big enough for n tokens' blocks
+            const uint64_t codes = 2 * uint64_t{n} * chunks, blocks = uint64_t{n} * chunks;
+            DeviceBuffer<uint8_t> fused_q(16 * codes), sep_q(16 * codes);
+            DeviceBuffer<float> fused_d(blocks), sep_d(blocks);
+            DeviceBuffer<int32_t> fused_s(blocks), sep_s(blocks);
+            const Int8Rows q{reinterpret_cast<uint4*>(fused_q.get()), fused_d.get(), fused_s.get(),
+                             chunks};
+            auto compare = [&] {
+                quantize_chunks_launch(dout.get(), ld, n, chunks, sep_q.get(), sep_d.get(),
+                                       sep_s.get(), s.get());
+                s.sync();
+                REQUIRE(fused_q.download() == sep_q.download());
+                same_bits(fused_d.download(), sep_d.download());
+                REQUIRE(fused_s.download() == sep_s.download());
+            };
+            dout.fill_bytes(0);
+            rms_norm_launch(dx.get(), ld, dw.get(), 1e-5, n, d, dout.get(), ld, s.get(), 1, &q);
+            compare();
+            DeviceBuffer<float> plain(x.size());
+            plain.fill_bytes(0);
+            rms_norm_launch(dx.get(), ld, dw.get(), 1e-5, n, d, plain.get(), ld, s.get());
+            s.sync();
+            same_bits(plain.download(), dout.download());
+            if (n == 8) {
+                const auto fd = fused_d.download();
+                REQUIRE(std::isnan(fd[3 * chunks + (d / 2) / 32]));
+            }
+            dout.fill_bytes(0);
+            swiglu_launch(dx.get(), dup.get(), ld, dout.get(), ld, n, d, s.get(), &q);
+            compare();
+            swiglu_launch(dx.get(), dup.get(), ld, plain.get(), ld, n, d, s.get());
+            s.sync();
+            same_bits(plain.download(), dout.download());
+        }
+    }
+}
+
 // Gemma's elementwise operations against the CPU backend's formulas (runtime/cpu_backend.cpp and
 // runtime/transformer.hpp's gelu_tanh): the post-norm's residual add, GeGLU, the embedding scale
 // and the logit soft-cap; padding columns stay as they were.

@@ -150,6 +150,10 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+__device__ __forceinline__ float silu_times(float v, float u) {
+    return __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), u);
+}
+
 // gate and up of token t at gate + t * ld, up + t * ld; the result at out + t * ldo (which may
 // be gate itself).
 __global__ void swiglu_kernel(const float* gate, const float* up, uint64_t ld, float* out,
@@ -158,8 +162,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, uint64_t ld, f
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
         const uint64_t t = i / width, j = i % width, at = t * ld + j;
-        const float v = gate[at];
-        out[t * ldo + j] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), up[at]);
+        out[t * ldo + j] = silu_times(gate[at], up[at]);
     }
 }
 
@@ -177,6 +180,100 @@ __global__ void geglu_tanh_kernel(const float* gate, const float* up, uint64_t l
         const float t = tanhf(__fmul_rn(kSqrt2OverPi, __fadd_rn(v, cube)));
         const float g = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, t));
         out[row * ldo + j] = __fmul_rn(g, up[at]);
+    }
+}
+
+// The int8 block of one 32-value chunk held by 8 consecutive lanes (lane j of the group holds
+// values 4j .. 4j + 3), written where quantize_chunks_kernel writes it, with the same float
+// operations (the maximum ignores order and NaN alike), so the same bits. Every lane of the warp
+// calls it (shuffles); a group with `write` false (past the rows) writes nothing.
+__device__ __forceinline__ void quantize_chunk_lanes(float4 v, bool write, const Int8Rows& q,
+                                                     uint64_t t, uint32_t c) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    int finite = isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
+    for (int o = 1; o < 8; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        finite &= __shfl_xor_sync(0xffffffffu, finite, o);
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    uint32_t word = 0;
+    int32_t sum = 0;
+    if (finite && d > 0.0f) {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+        for (int b = 0; b < 4; ++b) {
+            const int32_t code =
+                static_cast<int32_t>(fminf(fmaxf(rintf(__fdiv_rn(e[b], d)), -127.0f), 127.0f));
+            sum += code;
+            word |= (static_cast<uint32_t>(code) & 0xffu) << (8 * b);
+        }
+    }
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!write) return;
+    const uint32_t j = threadIdx.x % 8;
+    reinterpret_cast<uint32_t*>(q.xq + (2 * t + j / 4) * q.chunks + c)[j % 4] = word;
+    if (j == 0) {
+        q.xd[t * q.chunks + c] = !finite ? __int_as_float(0x7fc00000) : (d > 0.0f ? d : 0.0f);
+        q.xs[t * q.chunks + c] = sum;
+    }
+}
+
+// rms_norm_kernel<true> (no accumulate, one group) that also writes the int8 blocks of its
+// output: the threads walk q.chunks * 8 float4 (past d: zeros, as the output's zero padding), a
+// warp's 32 float4 four whole chunks, every thread the same number of steps.
+__global__ void __launch_bounds__(1024)
+    rms_norm_int8_kernel(const float* x, uint64_t ldx, const float* w, double eps, uint32_t d,
+                         float* out, uint64_t ldo, Int8Rows q) {
+    const uint64_t t = blockIdx.x;
+    const float4* x4 = reinterpret_cast<const float4*>(x + t * ldx);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* o4 = reinterpret_cast<float4*>(out + t * ldo);
+    __shared__ double smem[33];
+    const uint32_t n4 = d / 4, total4 = q.chunks * 8;
+    double ss = 0.0;
+#pragma unroll 4
+    for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
+        const float4 v = x4[i];
+        ss += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+              static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+    }
+    const double total = block_sum(ss, smem);
+    const float scale = static_cast<float>(1.0 / sqrt(total / static_cast<double>(d) + eps));
+    for (uint32_t base = 0; base < total4; base += blockDim.x) {
+        const uint32_t i = base + threadIdx.x;
+        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n4) {
+            const float4 v = x4[i], g = __ldg(w4 + i);
+            r.x = __fmul_rn(g.x, __fmul_rn(v.x, scale));
+            r.y = __fmul_rn(g.y, __fmul_rn(v.y, scale));
+            r.z = __fmul_rn(g.z, __fmul_rn(v.z, scale));
+            r.w = __fmul_rn(g.w, __fmul_rn(v.w, scale));
+            o4[i] = r;
+        }
+        quantize_chunk_lanes(r, i < total4, q, t, i / 8);
+    }
+}
+
+// swiglu_kernel that also writes the int8 blocks of its output: a thread per float4 of the
+// output rows' q.chunks * 8 (past width: zeros), grid-stride with the whole block in step.
+__global__ void swiglu_int8_kernel(const float* gate, const float* up, uint64_t ld, float* out,
+                                   uint64_t ldo, uint32_t n, uint32_t width, Int8Rows q) {
+    const uint64_t per = static_cast<uint64_t>(q.chunks) * 8, total = per * n;
+    for (uint64_t base = static_cast<uint64_t>(blockIdx.x) * blockDim.x; base < total;
+         base += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t i = base + threadIdx.x;
+        const uint64_t t = i / per, f = i % per;
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (i < total) {
+            for (int b = 0; b < 4; ++b) {
+                const uint64_t j = 4 * f + b;
+                if (j < width) {
+                    e[b] = silu_times(gate[t * ld + j], up[t * ld + j]);
+                    out[t * ldo + j] = e[b];
+                }
+            }
+        }
+        quantize_chunk_lanes(make_float4(e[0], e[1], e[2], e[3]), i < total, q, t,
+                             static_cast<uint32_t>(f / 8));
     }
 }
 
@@ -343,14 +440,25 @@ namespace {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void rms_norm(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n, uint32_t d,
-              uint32_t groups, float* out, uint64_t ldo, bool accumulate, cudaStream_t stream) {
+              uint32_t groups, float* out, uint64_t ldo, bool accumulate, cudaStream_t stream,
+              const Int8Rows* q = nullptr) {
     if (n == 0 || groups == 0) return;
+    if (q && (groups != 1 || accumulate || q->chunks != (d + 31) / 32))
+        throw_cuda_error(cudaErrorInvalidValue, "rms_norm: int8 blocks of a grouped row", __FILE__,
+                         __LINE__);
     if (groups > 65535)
         throw_cuda_error(cudaErrorInvalidValue, "rms_norm: more than 65535 groups", __FILE__,
                          __LINE__);
     const dim3 grid(n, groups);
     const bool vec = d % 4 == 0 && ldx % 4 == 0 && ldo % 4 == 0 && aligned16(x) && aligned16(w) &&
                      aligned16(out);
+    if (q && vec) {
+        const unsigned threads = static_cast<unsigned>(
+            std::clamp<uint64_t>((uint64_t{q->chunks} * 8 + 31) / 32 * 32, 32, 1024));
+        rms_norm_int8_kernel<<<n, threads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, *q);
+        QF_CUDA_CHECK_LAUNCH();
+        return;
+    }
     const uint32_t per_row = vec ? d / 4 : d;
     const unsigned threads = static_cast<unsigned>(
         std::clamp<uint64_t>((static_cast<uint64_t>(per_row) + 31) / 32 * 32, 32, 1024));
@@ -361,12 +469,14 @@ void rms_norm(const float* x, uint64_t ldx, const float* w, double eps, uint32_t
         rms_norm_kernel<false>
             <<<grid, threads, 0, stream>>>(x, ldx, w, eps, d, out, ldo, accumulate);
     QF_CUDA_CHECK_LAUNCH();
+    if (q) quantize_chunks_launch(out, ldo, n, q->chunks, q->xq, q->xd, q->xs, stream);
 }
 }  // namespace
 
 void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream, uint32_t groups) {
-    rms_norm(x, ldx, w, eps, n, d, groups, out, ldo, false, stream);
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream, uint32_t groups,
+                     const Int8Rows* q) {
+    rms_norm(x, ldx, w, eps, n, d, groups, out, ldo, false, stream, q);
 }
 
 void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
@@ -376,7 +486,16 @@ void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double ep
 }
 
 void swiglu_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
-                   uint32_t n, uint32_t width, cudaStream_t stream) {
+                   uint32_t n, uint32_t width, cudaStream_t stream, const Int8Rows* q) {
+    if (q) {
+        if (q->chunks != (width + 31) / 32)
+            throw_cuda_error(cudaErrorInvalidValue, "swiglu: int8 chunks do not match the width",
+                             __FILE__, __LINE__);
+        swiglu_int8_kernel<<<grid_for(uint64_t{q->chunks} * 8 * n), kThreads, 0, stream>>>(
+            gate, up, ld, out, ldo, n, width, *q);
+        QF_CUDA_CHECK_LAUNCH();
+        return;
+    }
     swiglu_kernel<<<grid_for(static_cast<uint64_t>(n) * width), kThreads, 0, stream>>>(
         gate, up, ld, out, ldo, n, width);
     QF_CUDA_CHECK_LAUNCH();

@@ -54,6 +54,14 @@ struct GemvParams {
     uint32_t m = 0;  // tokens in this pass, <= token_tile
     OutParams out;
 };
+// Where a producer writes the GEMV's int8 activation blocks (GemvParams' xq, xd, xs) for rows
+// of `chunks` chunks: the fused preparations of rms_norm_launch and swiglu_launch.
+struct Int8Rows {
+    uint4* xq = nullptr;
+    float* xd = nullptr;
+    int32_t* xs = nullptr;
+    uint32_t chunks = 0;
+};
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
                     cudaStream_t stream);
 void gemv_q8_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
@@ -109,18 +117,22 @@ void embed_rows_launch(const RowsParams& e, const int32_t* tokens, uint32_t n, u
 // out[t][i] = w[i] * (x[t][i] * s_t), s_t = 1 / sqrt(mean(x[t]^2) + eps) summed in double (as
 // the CPU backend does), for t < n, i < d. With groups > 1 each row holds `groups` consecutive
 // vectors of d (QK-norm: one per head), each normalised on its own with the same w.
+// With `q` (groups 1, q->chunks = ceil(d / 32)), the output rows' int8 blocks too, the bits
+// quantize_chunks_launch would write for them (one launch when d and the pointers allow float4
+// access, else the two).
 void rms_norm_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
-                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream,
-                     uint32_t groups = 1);
+                     uint32_t d, float* out, uint64_t ldo, cudaStream_t stream, uint32_t groups = 1,
+                     const Int8Rows* q = nullptr);
 // out[t][i] += w[i] * (x[t][i] * s_t), the same s_t: a post-norm's residual add (Gemma's
 // sandwich norms); out must not overlap x.
 void rms_norm_add_launch(const float* x, uint64_t ldx, const float* w, double eps, uint32_t n,
                          uint32_t d, float* out, uint64_t ldo, cudaStream_t stream,
                          uint32_t groups = 1);
 // out[t][i] = silu(gate[t][i]) * up[t][i] for t < n, i < width; gate and up rows ld apart, out
-// rows ldo apart (out may be gate).
+// rows ldo apart (out may be gate). With `q` (q->chunks = ceil(width / 32)), the output rows'
+// int8 blocks too, in the same launch (as rms_norm_launch's).
 void swiglu_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,
-                   uint32_t n, uint32_t width, cudaStream_t stream);
+                   uint32_t n, uint32_t width, cudaStream_t stream, const Int8Rows* q = nullptr);
 // out[t][i] = gelu_tanh(gate[t][i]) * up[t][i] (GeGLU, runtime/transformer.hpp's gelu_tanh:
 // 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))), the same layout as swiglu_launch.
 void geglu_tanh_launch(const float* gate, const float* up, uint64_t ld, float* out, uint64_t ldo,

@@ -54,6 +54,16 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
     return p;
 }
 
+Int8Rows gemv_int8_scratch(float* scratch, uint64_t chunks) {
+    // codes (32 bytes per chunk and token), then scales, then sums
+    Int8Rows q;
+    q.xq = reinterpret_cast<uint4*>(scratch);
+    q.xd = reinterpret_cast<float*>(q.xq + 2 * kGemvMaxTokens * chunks);
+    q.xs = reinterpret_cast<int32_t*>(q.xd + kGemvMaxTokens * chunks);
+    q.chunks = u32(chunks);
+    return q;
+}
+
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
                  const MatmulOut& out, cudaStream_t stream, float* scratch,
                  const GemvOptions& options) {
@@ -70,13 +80,10 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
         p.w = to_rows_params(w);
         p.m = u32(std::min(kGemvMaxTokens, m - t0));
         if (int8) {
-            // codes (32 bytes per chunk and token), then scales, then sums
-            auto* xq = reinterpret_cast<uint4*>(scratch);
-            auto* xd = reinterpret_cast<float*>(xq + 2 * uint64_t{kGemvMaxTokens} * chunks);
-            auto* xs = reinterpret_cast<int32_t*>(xd + kGemvMaxTokens * chunks);
+            const Int8Rows q = gemv_int8_scratch(scratch, chunks);
             if (!options.prepared)
-                quantize_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, xq, xd, xs, stream);
-            p.xq = xq, p.xd = xd, p.xs = xs;
+                quantize_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, q.xq, q.xd, q.xs, stream);
+            p.xq = q.xq, p.xd = q.xd, p.xs = q.xs;
         } else {
             if (!options.prepared)
                 interleave_chunks_launch(x + t0 * ldx, ldx, p.m, chunks, scratch, stream);
@@ -186,10 +193,16 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
         if (gemv_scratch_floats(w.fmt.kpad) * 2 > ctx.x16_halves)
             throw UnsupportedOnCuda("a GEMV of rows of " + std::to_string(w.fmt.kpad) +
                                     " beyond the activation scratch");
+        // The scratch may already hold these rows' preparation (q, k and v from one input; a
+        // producer's fused int8 blocks); after the launch it holds them (one pass) in any case.
+        const PreparedRows rows{x, ldx, m, w.fmt.chunks, ctx.gemv_int8 && w.fmt.quantized()};
+        const bool prepared = m <= kGemvMaxTokens && ctx.prepared == rows;
         launch_gemv(w, x, ldx, m, out, ctx.stream, reinterpret_cast<float*>(ctx.x16),
-                    {ctx.gemv_int8, ctx.gemv_tuning, false});
+                    {ctx.gemv_int8, ctx.gemv_tuning, prepared});
+        ctx.prepared = m <= kGemvMaxTokens ? rows : PreparedRows{};
         return path;
     }
+    ctx.prepared = {};  // the fp16 activations go where the GEMV's preparation was
     const uint64_t kpad = w.fmt.kpad;
     if (round_up(m, kMmaTileTokens) * kpad > ctx.x16_halves)
         throw UnsupportedOnCuda("a batch of " + std::to_string(m) + " tokens of " +

@@ -56,6 +56,19 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
                  const MatmulOut& out, cudaStream_t stream, float* scratch,
                  const GemvOptions& options = {});
 inline uint64_t gemv_scratch_floats(uint64_t kpad) { return kGemvMaxTokens * kpad; }
+// Where the int8 blocks of rows of `chunks` chunks lie in that scratch (codes, scales, sums).
+Int8Rows gemv_int8_scratch(float* scratch, uint64_t chunks);
+
+// What a MatmulContext's scratch holds: the GEMV preparation of these rows (m <= kGemvMaxTokens
+// tokens of x, stride ldx, `chunks` chunks, int8 blocks or interleaved floats). matmul() keeps
+// it; a producer that writes the int8 blocks with its output (rms_norm_launch, swiglu_launch)
+// sets it; whoever writes those rows otherwise must clear it.
+struct PreparedRows {
+    const float* x = nullptr;
+    uint64_t ldx = 0, m = 0, chunks = 0;
+    bool int8 = false;
+    bool operator==(const PreparedRows&) const = default;
+};
 
 // The fused tensor-core path (gemm_mma.cu): x16 holds the activations in fp16, round_up(m, 32)
 // rows of ldx16 >= kpad halves (pad rows and columns zero, as convert_rows_to_f16 leaves them);
@@ -92,6 +105,7 @@ struct MatmulContext {
     std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
     bool gemv_int8 = true;  // quantized GEMVs take int8 activation blocks (launch_gemv)
     GemvTuning gemv_tuning;
+    PreparedRows prepared;  // what x16 holds for the GEMV (none: x null)
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights
