@@ -484,10 +484,13 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
         "(q|k|v, o, gate|up, down, head): GB/s, fraction of copy");
     r.line("%s", shapes_header("qtype    tiling  ", shapes).c_str());
     for (QType t : bench_qtypes(a)) {
-        for (const GemvTuning& tuning : tunings) {
+        for (int v = 0; v < 5; ++v) {
+            // the tilings, then the default launched to overlap the GEMV before it
+            const GemvTuning tuning = v < 4 ? tunings[v] : GemvTuning{};
+            const bool overlap = v == 4;
             std::string line = std::string(qtype_traits(t).name);
             line.resize(9, ' ');
-            std::string tn = tuning_name(tuning);
+            std::string tn = overlap ? "overlap" : tuning_name(tuning);
             tn.resize(8, ' ');
             line += tn;
             for (const Shape& s : shapes) {
@@ -501,7 +504,7 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
                 const double sec = time_calls(stream, 3, a.quick ? 5 : 40, [&](int i) {
                     launch_gemv(w.views[static_cast<size_t>(i) % w.views.size()], x.get(), kpad, 1,
                                 {y.get(), s.rows, nullptr, false}, stream, scratch.get(),
-                                {int8, tuning, true});
+                                {int8, tuning, true, overlap});
                 });
                 const double gbs = static_cast<double>(w.bytes() + 4 * (s.k + s.rows)) / sec / kGB;
                 char cell[64];
@@ -513,8 +516,10 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
         }
     }
     r.line("%s", "");
-    r.line("decode tok/s per tiling (%llu layers), and with q/k/v and gate/up unfused",
-           static_cast<unsigned long long>(c.num_layers));
+    r.line(
+        "decode tok/s per tiling (%llu layers), with q/k/v and gate/up unfused, and without "
+        "the GEMV's overlapping launch",
+        static_cast<unsigned long long>(c.num_layers));
     for (QType t : bench_qtypes(a)) {
         for (int fused = 0; fused < 2; ++fused) {
             for (const GemvTuning& tuning : tunings) {
@@ -530,6 +535,12 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
                        timing.tokens_per_s);
             }
         }
+        CudaBackendOptions o;
+        o.max_batch = 1;
+        o.overlap_launches = false;
+        CudaSyntheticModel model(c, t, 42, o);
+        r.line("%-9s %-24s %10.1f tok/s", std::string(qtype_traits(t).name).c_str(),
+               "fused, no overlap", model.time_greedy_decode(8, a.decode_steps).tokens_per_s);
     }
 }
 

@@ -43,6 +43,9 @@ struct CudaBackendOptions {
     // and RMSNorm and SwiGLU writing the next GEMV's int8 blocks with their output (false: a
     // launch per matrix and per preparation, as before; the results are the same bits).
     bool fuse_products = true;
+    // On sm_90+, each GEMV starts loading its weights while the kernel before it finishes
+    // (programmatic dependent launch, kernels/cuda/pdl.cuh); false: strictly one after another.
+    bool overlap_launches = true;
     // GEMV tiling (kernels/cuda/plans.hpp); unset: the environment's QFORGE_CUDA_GEMV
     // ("steps=2"), else plans.hpp's default.
     std::optional<cuda::GemvTuning> gemv;

@@ -158,7 +158,16 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     ap.softcap = desc_.attn_softcap;
     ap.capacity = rp.capacity;
     ap.fault = rp.fault;
+    // Before the o product's GEMV it also writes that GEMV's int8 blocks of its output.
+    const Layer& l = layers_.at(layer);
+    cuda::Int8Rows q8;
+    const cuda::Int8Rows* fused =
+        dims_per_lane_ == 4 && c_.head_dim % 32 == 0 && out.data == att_.get()
+            ? fused_int8(&l.o, n, q8)
+            : nullptr;
+    if (fused) ap.q8 = *fused;
     cuda::attention_launch(ap, dims_per_lane_, stream_);
+    if (fused) mctx_.prepared = {out.data, out.ld, n, l.o.fmt.chunks, true};
 }
 
 void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {

@@ -233,6 +233,7 @@ if [ "$run_tests" = 1 ]; then
     memcheck_tests+=",CUDA embedding lookup and fp16 dequantization are exact"
     memcheck_tests+=",CUDA RMSNorm\\, SwiGLU\\, residual add and argmax match the CPU formulas"
     memcheck_tests+=",CUDA RoPE\\, fp16 cache writes and attention match the CPU"
+    memcheck_tests+=",CUDA RMSNorm and SwiGLU with int8 blocks equal the separate preparation"
     QFORGE_GPU_CHECK_DATA="$data" timeout $((150 * scale)) "$sanitizer" --tool memcheck \
         --error-exitcode 86 --leak-check no "$tests_bin" -w NoTests "$memcheck_tests" \
         >"$OUT/memcheck.log" 2>&1

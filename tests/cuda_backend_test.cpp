@@ -324,13 +324,20 @@ TEST_CASE(
     CudaBackend graph(model), eager(model, eager_options);
     const auto decoded = run_token_by_token(graph, tokens);
     REQUIRE(decoded == run_token_by_token(eager, tokens));
-    // q/k/v and gate/up as one launch or one per matrix: each row's sum is the same operations
-    // in the same order, so decode is bit for bit the same.
+    // q/k/v and gate/up as one launch or one per matrix, with their preparations fused or not:
+    // each row's sum is the same operations in the same order, so decode is bit for bit the
+    // same (gpu_check.sh runs this case again without QFORGE_CUDA_SYNC, which turns the
+    // overlapping launches off).
     {
         CudaBackendOptions unfused;
         unfused.fuse_products = false;
         CudaBackend separate(model, unfused);
         REQUIRE(run_token_by_token(separate, tokens) == decoded);
+        // Each GEMV overlapping the kernel before it (pdl.cuh) or strictly after it.
+        CudaBackendOptions serial;
+        serial.overlap_launches = false;
+        CudaBackend strict(model, serial);
+        REQUIRE(run_token_by_token(strict, tokens) == decoded);
     }
 
     // Greedy: prefill a prompt, then 30 steps on the device vs argmax of forward() per step.

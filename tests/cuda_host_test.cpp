@@ -295,8 +295,8 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     REQUIRE(down.threads == 224);
     REQUIRE(down.chunk_steps == 2);
     REQUIRE(down.blocks == 1024);
-    // q4 at 1-2 tokens takes two chunk steps per thread by default (plans.hpp: GemvTuning);
-    // other kinds, and q4 at more tokens, as few steps as 256 threads allow.
+    // q4 and q8 at 1-2 tokens take two chunk steps per thread by default (plans.hpp:
+    // GemvTuning); float kinds, and any kind at more tokens, as few steps as 256 threads allow.
     const GemvPlan sq = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1);
     REQUIRE(sq.threads == 64);
     REQUIRE(sq.chunk_steps == 2);
@@ -305,6 +305,8 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     REQUIRE(sq4.chunk_steps == 1);
     const GemvPlan f16 = plan_gemv(gpu_matrix_format(QType::f16, 4096), 4096, 1);
     REQUIRE(f16.threads == 128);
+    const GemvPlan q8 = plan_gemv(gpu_matrix_format(QType::q8_g32, 4096), 4096, 2);
+    REQUIRE(q8.threads == 64);
     const GemvPlan one = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1, {1});
     REQUIRE(one.threads == 128);
     GemvTuning t;

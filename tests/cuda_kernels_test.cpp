@@ -369,7 +369,8 @@ TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k"
                 DeviceBuffer<float> dy(m_max * ldo), scratch(gemv_scratch_floats(f.kpad));
                 Stream stream;
                 // Every tiling the plan can choose: the default (q4: two chunk steps at 1-2
-                // tokens), one, two or four chunk steps per thread.
+                // tokens), one, two or four chunk steps per thread; launched to overlap the
+                // kernel before (pdl.cuh) but with one step.
                 const GemvTuning tunings[] = {{}, {1}, {2}, {4}};
                 for (uint64_t m :
                      {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{8}, uint64_t{11}})
@@ -387,7 +388,8 @@ TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k"
                                                       << tuning.min_steps);
                             dy.fill_bytes(0xff);
                             launch_gemv(gw.view, dx.get(), ldx, m, {dy.get(), ldo, nullptr, false},
-                                        stream.get(), scratch.get(), {i8, tuning, false});
+                                        stream.get(), scratch.get(),
+                                        {i8, tuning, false, tuning.min_steps != 1});
                             stream.sync();
                             const double factor = i8 ? (static_cast<double>(f.chunks) + 64.0) * kU32
                                                      : tolerance_factor(MatmulPath::gemv, f);
@@ -877,6 +879,31 @@ void check_attention(const AttnCase& c) {
     attention_launch(ap, attention_dims_per_lane(c.hd), s.get());
     s.sync();
     REQUIRE(fault.download() == std::vector<int32_t>{0});
+
+    // With the o product's int8 blocks (head_dim a multiple of 32, 4 dimensions per lane): the
+    // same output, and the bits quantize_chunks_launch writes for it.
+    if (c.hd % 32 == 0 && attention_dims_per_lane(c.hd) == 4) {
+        const uint32_t chunks = qd / 32;
+        DeviceBuffer<float> out2(c.n * uint64_t{qd});
+        DeviceBuffer<uint8_t> fq(32 * uint64_t{c.n} * chunks), sq(32 * uint64_t{c.n} * chunks);
+        DeviceBuffer<float> fd(uint64_t{c.n} * chunks), sd(uint64_t{c.n} * chunks);
+        DeviceBuffer<int32_t> fs(uint64_t{c.n} * chunks), ss(uint64_t{c.n} * chunks);
+        AttentionParams a8 = ap;
+        a8.out = out2.get();
+        a8.ldo = qd;
+        a8.q8 = {reinterpret_cast<uint4*>(fq.get()), fd.get(), fs.get(), chunks};
+        attention_launch(a8, 4, s.get());
+        quantize_chunks_launch(out2.get(), qd, c.n, chunks, sq.get(), sd.get(), ss.get(), s.get());
+        s.sync();
+        const auto o1 = dout.download(), o2 = out2.download();
+        for (uint32_t t = 0; t < c.n; ++t)
+            for (uint32_t j = 0; j < qd; ++j)
+                REQUIRE(poison_bits(o2[t * qd + j]) == poison_bits(o1[t * ldo + j]));
+        REQUIRE(fq.download() == sq.download());
+        const auto d1 = fd.download(), d2 = sd.download();
+        for (size_t i = 0; i < d1.size(); ++i) REQUIRE(poison_bits(d1[i]) == poison_bits(d2[i]));
+        REQUIRE(fs.download() == ss.download());
+    }
 
     // CPU: rotate exactly as runtime/rope.hpp (float products, no fused multiply-add).
     std::vector<float> rq = qkv;

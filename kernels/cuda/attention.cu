@@ -24,7 +24,9 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/f16_saturate.cuh"
+#include "kernels/cuda/int8_rows.cuh"
 #include "kernels/cuda/launchers.hpp"
+#include "kernels/cuda/pdl.cuh"
 
 namespace qforge::cuda {
 
@@ -72,6 +74,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Lane l holds dimensions [l * D, l * D + D) of the head (those below head_dim).
 template <int D>
 __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionParams p) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint32_t t = blockIdx.x, h = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
@@ -137,13 +140,22 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
         }
         const float inv = 1.0f / total;
         float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
+        float res[D];
 #pragma unroll
         for (int i = 0; i < D; ++i) {
             const uint32_t d = lane * D + i;
+            res[i] = 0.0f;
             if (d >= hd) continue;
             float acc = 0.0f;
             for (int w = 0; w < kAttnWarps; ++w) acc = fmaf(f[w], so[w][d], acc);
-            out[d] = acc * inv;
+            res[i] = acc * inv;
+            out[d] = res[i];
+        }
+        if constexpr (D == 4) {
+            // lane l holds dimensions 4l .. 4l + 3: 8 lanes a chunk (int8_rows.cuh)
+            if (p.q8.chunks)
+                quantize_chunk_lanes(make_float4(res[0], res[1], res[2], res[3]), lane * 4 < hd,
+                                     p.q8, t, (h * hd) / 32 + lane / 8);
         }
     }
 }
@@ -164,6 +176,12 @@ void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream) {
     if (p.capacity == 0 || !p.fault)
         throw_cuda_error(cudaErrorInvalidValue, "attention_launch: no capacity or fault word",
+                         __FILE__, __LINE__);
+    if (p.q8.chunks &&
+        (dims_per_lane != 4 || p.head_dim % 32 != 0 || p.q8.chunks != p.heads * p.head_dim / 32))
+        throw_cuda_error(cudaErrorInvalidValue,
+                         "attention_launch: int8 blocks need head_dim a multiple of 32 with 4 "
+                         "dimensions per lane",
                          __FILE__, __LINE__);
     const dim3 grid(p.n, p.heads), block(32 * kAttnWarps);
     switch (dims_per_lane) {

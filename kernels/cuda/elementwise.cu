@@ -15,7 +15,9 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/dequant.hpp"
 #include "kernels/cuda/f16_saturate.cuh"
+#include "kernels/cuda/int8_rows.cuh"
 #include "kernels/cuda/launchers.hpp"
+#include "kernels/cuda/pdl.cuh"
 
 namespace qforge::cuda {
 
@@ -183,46 +185,13 @@ __global__ void geglu_tanh_kernel(const float* gate, const float* up, uint64_t l
     }
 }
 
-// The int8 block of one 32-value chunk held by 8 consecutive lanes (lane j of the group holds
-// values 4j .. 4j + 3), written where quantize_chunks_kernel writes it, with the same float
-// operations (the maximum ignores order and NaN alike), so the same bits. Every lane of the warp
-// calls it (shuffles); a group with `write` false (past the rows) writes nothing.
-__device__ __forceinline__ void quantize_chunk_lanes(float4 v, bool write, const Int8Rows& q,
-                                                     uint64_t t, uint32_t c) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    int finite = isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
-    for (int o = 1; o < 8; o <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        finite &= __shfl_xor_sync(0xffffffffu, finite, o);
-    }
-    const float d = __fdiv_rn(amax, 127.0f);
-    uint32_t word = 0;
-    int32_t sum = 0;
-    if (finite && d > 0.0f) {
-        const float e[4] = {v.x, v.y, v.z, v.w};
-        for (int b = 0; b < 4; ++b) {
-            const int32_t code =
-                static_cast<int32_t>(fminf(fmaxf(rintf(__fdiv_rn(e[b], d)), -127.0f), 127.0f));
-            sum += code;
-            word |= (static_cast<uint32_t>(code) & 0xffu) << (8 * b);
-        }
-    }
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (!write) return;
-    const uint32_t j = threadIdx.x % 8;
-    reinterpret_cast<uint32_t*>(q.xq + (2 * t + j / 4) * q.chunks + c)[j % 4] = word;
-    if (j == 0) {
-        q.xd[t * q.chunks + c] = !finite ? __int_as_float(0x7fc00000) : (d > 0.0f ? d : 0.0f);
-        q.xs[t * q.chunks + c] = sum;
-    }
-}
-
 // rms_norm_kernel<true> (no accumulate, one group) that also writes the int8 blocks of its
 // output: the threads walk q.chunks * 8 float4 (past d: zeros, as the output's zero padding), a
 // warp's 32 float4 four whole chunks, every thread the same number of steps.
 __global__ void __launch_bounds__(1024)
     rms_norm_int8_kernel(const float* x, uint64_t ldx, const float* w, double eps, uint32_t d,
                          float* out, uint64_t ldo, Int8Rows q) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint64_t t = blockIdx.x;
     const float4* x4 = reinterpret_cast<const float4*>(x + t * ldx);
     const float4* w4 = reinterpret_cast<const float4*>(w);
@@ -257,6 +226,7 @@ __global__ void __launch_bounds__(1024)
 // output rows' q.chunks * 8 (past width: zeros), grid-stride with the whole block in step.
 __global__ void swiglu_int8_kernel(const float* gate, const float* up, uint64_t ld, float* out,
                                    uint64_t ldo, uint32_t n, uint32_t width, Int8Rows q) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint64_t per = static_cast<uint64_t>(q.chunks) * 8, total = per * n;
     for (uint64_t base = static_cast<uint64_t>(blockIdx.x) * blockDim.x; base < total;
          base += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
@@ -281,6 +251,7 @@ __global__ void swiglu_int8_kernel(const float* gate, const float* up, uint64_t 
 // activations (launchers.hpp). One thread per float4, written in order (reads 128 bytes apart).
 __global__ void interleave_chunks_kernel(const float4* x, uint64_t ldx4, uint32_t m,
                                          uint32_t chunks, float4* xi) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint64_t per_token = static_cast<uint64_t>(chunks) * 8;
     const uint64_t total = static_cast<uint64_t>(m) * per_token;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -295,6 +266,7 @@ __global__ void interleave_chunks_kernel(const float4* x, uint64_t ldx4, uint32_
 // the same float operations (amax / 127, x / d rounded to nearest even, clamped to +-127).
 __global__ void quantize_chunks_kernel(const float4* x, uint64_t ldx4, uint32_t m, uint32_t chunks,
                                        uint4* xq, float* xd, int32_t* xs) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint64_t total = static_cast<uint64_t>(m) * chunks;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {

@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/dequant.hpp"
 #include "kernels/cuda/launchers.hpp"
+#include "kernels/cuda/pdl.cuh"
 
 namespace qforge::cuda::gemv_detail {
 
@@ -257,13 +258,20 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
 
-    for (uint32_t c = threadIdx.x; c < p.w.chunks; c += D * blockDim.x) {
-        Chunk<K, R> ch[D];
+    pdl_trigger();  // a GEMV after this one (q, k, v unfused) may start loading its weights
+    // The first step's weights are loaded before waiting for the kernels this one depends on
+    // (pdl.cuh): no kernel writes weights, and their loads overlap the end of the previous one.
+    Chunk<K, R> ch[D];
+    auto load = [&](uint32_t c) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
             load_chunk<K, R>(p, rowp, valid, cu, cu < p.w.chunks, ch[u]);
         }
+    };
+    load(threadIdx.x);
+    pdl_wait();
+    for (uint32_t c = threadIdx.x; c < p.w.chunks; c += D * blockDim.x) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
@@ -274,6 +282,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
                     accumulate_chunk<K, M, R>(p, ch[u], cu, acc);
             }
         }
+        if (c + D * blockDim.x < p.w.chunks) load(c + D * blockDim.x);
     }
 
     __shared__ float red[256 / 32][R * M];
@@ -299,16 +308,25 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     }
 }
 
+// With p.overlap (sm_90+), a programmatic dependent launch (pdl.cuh).
 template <WeightKind K, int M, int R>
 void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>(blocks)), block(threads);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = p.overlap ? 1 : 0;
     if constexpr (K == WeightKind::q4 || K == WeightKind::q8) {
         if (p.xq) {
-            gemv_kernel<K, M, true, R><<<grid, block, 0, stream>>>(p);
+            QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, true, R>, p));
             return;
         }
     }
-    gemv_kernel<K, M, false, R><<<grid, block, 0, stream>>>(p);
+    QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, false, R>, p));
 }
 
 template <WeightKind K>

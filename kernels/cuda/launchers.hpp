@@ -53,6 +53,9 @@ struct GemvParams {
     const int32_t* xs = nullptr;
     uint32_t m = 0;  // tokens in this pass, <= token_tile
     OutParams out;
+    // Launched to overlap the kernel before it (sm_90+: pdl.cuh): its first weight loads start
+    // while that one finishes.
+    int32_t overlap = 0;
 };
 // Where a producer writes the GEMV's int8 activation blocks (GemvParams' xq, xd, xs) for rows
 // of `chunks` chunks: the fused preparations of rms_norm_launch and swiglu_launch.
@@ -192,6 +195,9 @@ struct AttentionParams {
     float softcap = 0.0f;   // > 0: scores tanh(s / softcap) * softcap before the softmax (gemma2)
     uint32_t capacity = 0;  // positions the cache holds
     int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
+    // With q8.chunks = heads * head_dim / 32 (head_dim a multiple of 32, 4 dimensions per lane):
+    // the output rows' int8 blocks for the GEMV after it, as rms_norm_launch's.
+    Int8Rows q8;
 };
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream);

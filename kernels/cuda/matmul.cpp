@@ -92,6 +92,7 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
         }
         p.out = out_params(out);
         p.out.y = out.y + t0 * out.ldo;
+        p.overlap = options.overlap && !sync_launches() ? 1 : 0;
         switch (w.fmt.kind) {
             case WeightKind::q4:
                 gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
@@ -198,7 +199,7 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
         const PreparedRows rows{x, ldx, m, w.fmt.chunks, ctx.gemv_int8 && w.fmt.quantized()};
         const bool prepared = m <= kGemvMaxTokens && ctx.prepared == rows;
         launch_gemv(w, x, ldx, m, out, ctx.stream, reinterpret_cast<float*>(ctx.x16),
-                    {ctx.gemv_int8, ctx.gemv_tuning, prepared});
+                    {ctx.gemv_int8, ctx.gemv_tuning, prepared, ctx.gemv_overlap});
         ctx.prepared = m <= kGemvMaxTokens ? rows : PreparedRows{};
         return path;
     }

@@ -47,10 +47,13 @@ struct MatmulOut {
 // blocks when `int8` and the rows are quantized, else the floats chunk-interleaved
 // (launchers.hpp: GemvParams). `prepared`: the scratch already holds this x's preparation (the
 // same x, m <= kGemvMaxTokens, chunks and mode; a previous launch_gemv left it), so none is made.
+// `overlap`: launched to overlap the kernel before it (pdl.cuh; sm_90+, not with
+// QFORGE_CUDA_SYNC).
 struct GemvOptions {
     bool int8 = true;
     GemvTuning tuning;
     bool prepared = false;
+    bool overlap = false;
 };
 void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m,
                  const MatmulOut& out, cudaStream_t stream, float* scratch,
@@ -105,7 +108,8 @@ struct MatmulContext {
     std::optional<MatmulPath> forced;         // tests and benchmarks: this path for every product
     bool gemv_int8 = true;  // quantized GEMVs take int8 activation blocks (launch_gemv)
     GemvTuning gemv_tuning;
-    PreparedRows prepared;  // what x16 holds for the GEMV (none: x null)
+    bool gemv_overlap = false;  // GemvOptions::overlap (the owner sets it on sm_90+)
+    PreparedRows prepared;      // what x16 holds for the GEMV (none: x null)
 };
 
 // Scratch a context needs for up to m_max tokens through matrices of at most `max_kpad` weights

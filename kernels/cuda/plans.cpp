@@ -63,9 +63,9 @@ GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
     p.token_tile = tile <= 1 ? 1 : tile <= 2 ? 2 : tile <= 4 ? 4 : 8;
     p.rows_per_block = gemv_rows_per_block(fmt.kind);
     p.blocks = ceil_div(rows, p.rows_per_block);
-    const uint64_t min_steps = tuning.min_steps
-                                   ? tuning.min_steps
-                                   : (fmt.kind == WeightKind::q4 && p.token_tile <= 2 ? 2 : 1);
+    const bool quantized = fmt.kind == WeightKind::q4 || fmt.kind == WeightKind::q8;
+    const uint64_t min_steps =
+        tuning.min_steps ? tuning.min_steps : (quantized && p.token_tile <= 2 ? 2 : 1);
     // As few chunk steps as 256 threads allow (at least min_steps), then the fewest whole warps
     // for that many steps (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
     const uint64_t steps = std::max(ceil_div(fmt.chunks, kGemvMaxThreads), min_steps);

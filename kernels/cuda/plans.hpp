@@ -58,9 +58,10 @@ struct GemvPlan {
 };
 // The fewest chunk steps per thread (the threads per row shrink to match). With two, each thread
 // of a 1-2 token GEMV has two chunks' loads in flight at once (the kernel's decode prefetch),
-// which measured faster for q4 rows on an H200 (the decode shapes of an 8B model, kernels/
-// README.md) and slower for f16 and q8 rows; 0: that default per kind (q4: 2 at 1-2 tokens,
-// else 1). The benchmark compares the choices; QFORGE_CUDA_GEMV selects one (cuda_backend.hpp).
+// which measured faster for q4 and q8 rows on an H200 (8B-shape decode 354 -> 387 tok/s at q4,
+// 350 -> 362 at q8; kernels/README.md) and slower for f16 rows (203 -> 191); 0: that default
+// per kind (q4, q8: 2 at 1-2 tokens, else 1). The benchmark compares the choices;
+// QFORGE_CUDA_GEMV selects one (cuda_backend.hpp).
 struct GemvTuning {
     uint32_t min_steps = 0;
 };
