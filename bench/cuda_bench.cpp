@@ -440,6 +440,23 @@ void bench_decode(const Args& a, double copy_gbs, Report& r) {
             if (row.t == t) return &row;
         return nullptr;
     };
+    const uint64_t from = a.quick ? 256 : 4096;
+    r.line(
+        "decode from position %llu (a long context): tok/s with split attention (the default) "
+        "and with one block per query head",
+        static_cast<unsigned long long>(from));
+    for (QType t : bench_qtypes(a)) {
+        double tok_s[2];
+        for (int split = 1; split >= 0; --split) {
+            CudaBackendOptions o;
+            o.max_batch = 512;
+            o.split_attention_from = split == 1 ? 0 : UINT64_MAX;
+            CudaSyntheticModel model(c, t, 42, o);
+            tok_s[split] = model.time_greedy_decode(8, a.decode_steps, from).tokens_per_s;
+        }
+        r.line("%-9s %10.1f %10.1f  (%.2fx)", std::string(qtype_traits(t).name).c_str(), tok_s[1],
+               tok_s[0], tok_s[1] / tok_s[0]);
+    }
     const Row *f16 = find(QType::f16), *q8 = find(QType::q8), *q4 = find(QType::q4_g128);
     if (!f16 || !q8 || !q4) return;  // --qtypes left one out
     r.line(
@@ -468,7 +485,9 @@ void bench_prefill(const Args& a, Report& r) {
 }
 
 std::string tuning_name(const GemvTuning& t) {
-    return t.min_steps ? "steps=" + std::to_string(t.min_steps) : std::string("default");
+    std::string n = t.min_steps ? "steps=" + std::to_string(t.min_steps) : "";
+    if (t.q4_rows) n += (n.empty() ? "" : ",") + std::string("rows=") + std::to_string(t.q4_rows);
+    return n.empty() ? "default" : n;
 }
 
 void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_gbs, Report& r) {
@@ -477,21 +496,23 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
     const uint64_t qkv = c.q_dim() + 2 * c.kv_dim();
     const std::vector<Shape> shapes = {
         {qkv, d}, {d, c.q_dim()}, {2 * inter, d}, {d, inter}, {c.vocab_size, d}};
-    const GemvTuning tunings[] = {{}, {1}, {2}, {4}};
+    const GemvTuning tunings[] = {{}, {1}, {2}, {4}, {2, 2}, {4, 2}};
+    constexpr int kTunings = sizeof tunings / sizeof tunings[0];
     r.line("%s", "");
     r.line(
         "GEMV tilings, kernel only (activations prepared once), 1 token, the decode's shapes "
         "(q|k|v, o, gate|up, down, head): GB/s, fraction of copy");
-    r.line("%s", shapes_header("qtype    tiling  ", shapes).c_str());
+    r.line("%s", shapes_header("qtype    tiling        ", shapes).c_str());
     for (QType t : bench_qtypes(a)) {
-        for (int v = 0; v < 5; ++v) {
+        for (int v = 0; v <= kTunings; ++v) {
             // the tilings, then the default launched to overlap the GEMV before it
-            const GemvTuning tuning = v < 4 ? tunings[v] : GemvTuning{};
-            const bool overlap = v == 4;
+            const GemvTuning tuning = v < kTunings ? tunings[v] : GemvTuning{};
+            const bool overlap = v == kTunings;
+            if (tuning.q4_rows && t != QType::q4_g128) continue;
             std::string line = std::string(qtype_traits(t).name);
             line.resize(9, ' ');
             std::string tn = overlap ? "overlap" : tuning_name(tuning);
-            tn.resize(8, ' ');
+            tn.resize(14, ' ');
             line += tn;
             for (const Shape& s : shapes) {
                 Copies w(t, s, g.l2, stream);
@@ -523,7 +544,8 @@ void bench_tuning(const Args& a, const Gpu& g, cudaStream_t stream, double copy_
     for (QType t : bench_qtypes(a)) {
         for (int fused = 0; fused < 2; ++fused) {
             for (const GemvTuning& tuning : tunings) {
-                if (!fused && tuning.min_steps) continue;
+                if (!fused && (tuning.min_steps || tuning.q4_rows)) continue;
+                if (tuning.q4_rows && t != QType::q4_g128) continue;
                 CudaBackendOptions o;
                 o.max_batch = 1;
                 o.fuse_products = fused == 1;

@@ -53,8 +53,14 @@ uint64_t CudaSyntheticModel::decode_weight_bytes() const { return engine_->decod
 uint64_t CudaSyntheticModel::weight_bytes() const { return engine_->weight_bytes(); }
 
 CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_greedy_decode(uint64_t warmup,
-                                                                        uint64_t steps) {
-    auto cache = engine_->new_cache(warmup + steps + 1);
+                                                                        uint64_t steps,
+                                                                        uint64_t from) {
+    auto cache = engine_->new_cache(from + warmup + steps + 1);
+    if (from > 0) {
+        std::vector<int32_t> ids(from);
+        for (uint64_t i = 0; i < from; ++i) ids[i] = static_cast<int32_t>((7 * i + 1) % 1000);
+        engine_->forward(ids, cuda_cache(*cache), from, {});
+    }
     DecodeTiming t;
     t.steps = steps;
     engine_->greedy(cuda_cache(*cache), 1, warmup + steps, warmup, &t.seconds);
@@ -107,7 +113,8 @@ CudaSyntheticModel::CudaSyntheticModel(const ModelConfig&, QType, uint64_t, Cuda
 CudaSyntheticModel::~CudaSyntheticModel() = default;
 uint64_t CudaSyntheticModel::decode_weight_bytes() const { no_cuda(); }
 uint64_t CudaSyntheticModel::weight_bytes() const { no_cuda(); }
-CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_greedy_decode(uint64_t, uint64_t) {
+CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_greedy_decode(uint64_t, uint64_t,
+                                                                        uint64_t) {
     no_cuda();
 }
 double CudaSyntheticModel::time_prefill(uint64_t, int) { no_cuda(); }

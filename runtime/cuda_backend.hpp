@@ -46,6 +46,13 @@ struct CudaBackendOptions {
     // On sm_90+, each GEMV starts loading its weights while the kernel before it finishes
     // (programmatic dependent launch, kernels/cuda/pdl.cuh); false: strictly one after another.
     bool overlap_launches = true;
+    // Attention of up to 8 tokens (decode) in caches of at least this many positions takes the
+    // split form: slices of the cache on many blocks, each KV head read once for its query
+    // heads, the last block merging them (kernels/cuda/launchers.hpp: AttentionParams::
+    // split_len); below it, one block per (token, query head). On an H200 (Llama-3-8B shapes)
+    // the split form decoded 7.4x faster at position 4096 and 5% slower over a 73-position
+    // cache (kernels/README.md); 256 sits between the two measurements. 0: always split.
+    uint64_t split_attention_from = 256;
     // GEMV tiling (kernels/cuda/plans.hpp); unset: the environment's QFORGE_CUDA_GEMV
     // ("steps=2"), else plans.hpp's default.
     std::optional<cuda::GemvTuning> gemv;
@@ -102,9 +109,9 @@ class CudaSyntheticModel {
         double seconds = 0.0;
         double tokens_per_s = 0.0;
     };
-    // Greedy decode from position 0: `warmup` untimed steps, then `steps` timed ones (CUDA
-    // events around graph replays).
-    DecodeTiming time_greedy_decode(uint64_t warmup, uint64_t steps);
+    // Greedy decode from position `from` (after a prefill of that many tokens): `warmup`
+    // untimed steps, then `steps` timed ones (CUDA events around graph replays).
+    DecodeTiming time_greedy_decode(uint64_t warmup, uint64_t steps, uint64_t from = 0);
     // Prefill of `tokens` tokens from position 0 (the last one's logits to the host), one
     // untimed run, then the best of `reps` timed ones (host clock: the forward waits for its
     // logits): tokens per second. The options' max_batch bounds the internal step.

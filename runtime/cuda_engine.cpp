@@ -258,6 +258,14 @@ void CudaEngine::allocate_activations() {
     gate_ = zeroed(batch_ * ld_i_);
     gate_up_ = zeroed(batch_ * ld_gu_);
     argmax_scratch_ = DeviceBuffer<uint8_t>(uint64_t{8} * cuda::kArgmaxMaxParts);
+    if (o_.split_attention_from <= c_.max_position_embeddings) {
+        const uint32_t n = u32(std::min(batch_, cuda::kGemvMaxTokens));
+        attention_ws_ = DeviceBuffer<float>(
+            cuda::attention_workspace_floats(n, u32(c_.num_heads), u32(c_.head_dim)));
+        attention_counters_ = DeviceBuffer<unsigned>(
+            cuda::attention_counters(n, u32(c_.num_heads), u32(c_.num_kv_heads)));
+        attention_counters_.fill_bytes(0);
+    }
     logits_ = zeroed(batch_ * c_.vocab_size);
     step_ = DeviceBuffer<int32_t>(1 + batch_);
     step_.fill_bytes(0);

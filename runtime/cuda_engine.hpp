@@ -183,6 +183,8 @@ class CudaEngine final : private ForwardOps {
     uint32_t dims_per_lane_ = 1;
     DeviceBuffer<float> x_, h_, qkv_, att_, gate_, gate_up_, logits_;
     DeviceBuffer<uint8_t> argmax_scratch_;
+    DeviceBuffer<float> attention_ws_;           // the split attention's partials (decode steps)
+    DeviceBuffer<unsigned> attention_counters_;  // and its merge counters (kept zeroed)
     DeviceBuffer<uint16_t> x16_, w16_;
     DeviceBuffer<float> workspace_;
     DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids

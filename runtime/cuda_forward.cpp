@@ -166,6 +166,11 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
             ? fused_int8(&l.o, n, q8)
             : nullptr;
     if (fused) ap.q8 = *fused;
+    if (rp.capacity >= o_.split_attention_from && n <= cuda::kGemvMaxTokens) {
+        ap.split_len = cuda::attention_split_len(rp.capacity);
+        ap.workspace = attention_ws_.get();
+        ap.counters = attention_counters_.get();
+    }
     cuda::attention_launch(ap, dims_per_lane_, stream_);
     if (fused) mctx_.prepared = {out.data, out.ld, n, l.o.fmt.chunks, true};
 }

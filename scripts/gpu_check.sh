@@ -309,6 +309,12 @@ if [ "$profile" = 1 ]; then
     timeout $((120 * scale)) "$ncu" --metrics gpu__time_duration.sum --print-summary per-kernel \
         "$bench_bin" "${prof_args[@]}" >>"$OUT/profile.log" 2>&1
     say "profile: rc $? (profile.log)"
+    # The first layer's down product (the 4th GEMV of a step): its limiters in detail.
+    timeout $((60 * scale)) "$ncu" --kernel-name-base function -k regex:gemv_kernel \
+        --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "$bench_bin" "${prof_args[@]}" >>"$OUT/profile.log" 2>&1
+    say "profile of one GEMV: rc $? (profile.log)"
   fi
 fi
 

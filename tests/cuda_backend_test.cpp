@@ -167,6 +167,13 @@ void check_model_against_reference(const fs::path& path, size_t n_tokens, uint32
         const double int8_bound = quantized ? kInt8MaxRelL2 + bound : bound;
         CHECK(worst_rel_l2(run_token_by_token(gpu, tokens), ref, vocab) <= int8_bound);
         CHECK(worst_rel_l2(run_batch(gpu, tokens), ref, vocab) <= int8_bound);
+        // Decode through the split attention, whatever the cache's size (the default takes it
+        // from 256 positions on).
+        CudaBackendOptions split;
+        split.split_attention_from = 0;
+        CudaBackend split_gpu(model, split);
+        INFO("split attention");
+        CHECK(worst_rel_l2(run_token_by_token(split_gpu, tokens), ref, vocab) <= int8_bound);
     }
     CudaBackendOptions exact;
     exact.int8_activations = false;

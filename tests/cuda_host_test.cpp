@@ -281,7 +281,9 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
                         REQUIRE(uint64_t{p.threads - 32} * p.chunk_steps < f.chunks);
                     REQUIRE(p.blocks * p.rows_per_block >= rows);
                     REQUIRE((p.blocks - 1) * p.rows_per_block < rows);
-                    REQUIRE(p.rows_per_block == gemv_rows_per_block(f.kind));
+                    // default tuning: q4 at 1-2 tokens over 256 chunks or more, 2 rows
+                    const bool two = f.kind == WeightKind::q4 && m <= 2 && f.chunks >= 256;
+                    REQUIRE(p.rows_per_block == (two ? 2u : gemv_rows_per_block(f.kind)));
                     const uint64_t tile = std::min<uint64_t>(m, kGemvMaxTokens);
                     REQUIRE(p.token_tile >= tile);
                     REQUIRE(p.token_tile < 2 * tile);
@@ -294,7 +296,8 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     const GemvPlan down = plan_gemv(gpu_matrix_format(QType::q4_g128, 14336), 4096, 1);
     REQUIRE(down.threads == 224);
     REQUIRE(down.chunk_steps == 2);
-    REQUIRE(down.blocks == 1024);
+    REQUIRE(down.rows_per_block == 2);
+    REQUIRE(down.blocks == 2048);
     // q4 and q8 at 1-2 tokens take two chunk steps per thread by default (plans.hpp:
     // GemvTuning); float kinds, and any kind at more tokens, as few steps as 256 threads allow.
     const GemvPlan sq = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1);
@@ -312,8 +315,30 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     GemvTuning t;
     REQUIRE(parse_gemv_tuning("steps=3", t));
     REQUIRE(t.min_steps == 3);
-    for (const char* bad : {"", "steps=0", "steps=5", "steps=", "rows=8", "steps=2,"})
+    REQUIRE(parse_gemv_tuning("rows=2,steps=4", t));
+    REQUIRE((t.q4_rows == 2 && t.min_steps == 4));
+    REQUIRE(plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1, t).rows_per_block == 2);
+    REQUIRE(plan_gemv(gpu_matrix_format(QType::q4_g128, 14336), 4096, 3, t).rows_per_block == 4);
+    REQUIRE(plan_gemv(gpu_matrix_format(QType::q4_g128, 14336), 4096, 1, {0, 4}).rows_per_block ==
+            4);
+    REQUIRE(plan_gemv(gpu_matrix_format(QType::q8, 14336), 4096, 1, t).rows_per_block == 2);
+    for (const char* bad : {"", "steps=0", "steps=5", "steps=", "rows=8", "steps=2,", ",rows=2"})
         REQUIRE_FALSE(parse_gemv_tuning(bad, t));
+}
+
+TEST_CASE("split attention slices cover any cache in at most 32 slices", "[cuda_host]") {
+    for (uint32_t capacity = 1; capacity <= 140000; capacity += capacity < 300 ? 1 : 997) {
+        INFO("capacity " << capacity);
+        const uint32_t len = attention_split_len(capacity);
+        REQUIRE(len >= 64);
+        REQUIRE(len % 32 == 0);
+        const uint32_t slices = (capacity + len - 1) / len;
+        REQUIRE(slices >= 1);
+        REQUIRE(slices <= kAttnMaxSplits);
+        // as short as that allows (64 at the least): one slice fewer would not cover it
+        if (len > 64) REQUIRE(uint64_t{len - 32} * kAttnMaxSplits < capacity);
+    }
+    REQUIRE(attention_workspace_floats(8, 32, 128) == uint64_t{8} * 32 * kAttnMaxSplits * 4 * 130);
 }
 
 TEST_CASE("tensor-core GEMM plans split K without empty splits", "[cuda_host]") {

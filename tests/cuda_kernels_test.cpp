@@ -369,9 +369,9 @@ TEST_CASE("CUDA GEMV with float and int8 activations covers long rows and odd k"
                 DeviceBuffer<float> dy(m_max * ldo), scratch(gemv_scratch_floats(f.kpad));
                 Stream stream;
                 // Every tiling the plan can choose: the default (q4: two chunk steps at 1-2
-                // tokens), one, two or four chunk steps per thread; launched to overlap the
-                // kernel before (pdl.cuh) but with one step.
-                const GemvTuning tunings[] = {{}, {1}, {2}, {4}};
+                // tokens), one, two or four chunk steps per thread, q4 with 2 rows per block;
+                // launched to overlap the kernel before (pdl.cuh) but with one step.
+                const GemvTuning tunings[] = {{}, {1}, {2}, {4}, {2, 2}, {4, 2}};
                 for (uint64_t m :
                      {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{8}, uint64_t{11}})
                     for (const GemvTuning& tuning : tunings) {
@@ -880,6 +880,25 @@ void check_attention(const AttnCase& c) {
     s.sync();
     REQUIRE(fault.download() == std::vector<int32_t>{0});
 
+    // The split (flash-decoding) form: slices of the cache merged by a second launch.
+    DeviceBuffer<float> dsplit(c.n * ldo);
+    dsplit.fill_bytes(0xff);
+    const uint32_t split_len = attention_split_len(static_cast<uint32_t>(capacity));
+    const uint32_t slices = static_cast<uint32_t>((capacity + split_len - 1) / split_len);
+    DeviceBuffer<float> ws(attention_workspace_floats(c.n, c.heads, c.hd));
+    DeviceBuffer<unsigned> counters(attention_counters(c.n, c.heads, c.kv_heads));
+    counters.fill_bytes(0);
+    {
+        AttentionParams sp = ap;
+        sp.out = dsplit.get();
+        sp.split_len = split_len;
+        sp.workspace = ws.get();
+        sp.counters = counters.get();
+        attention_launch(sp, attention_dims_per_lane(c.hd), s.get());
+        s.sync();
+        REQUIRE(fault.download() == std::vector<int32_t>{0});
+    }
+
     // With the o product's int8 blocks (head_dim a multiple of 32, 4 dimensions per lane): the
     // same output, and the bits quantize_chunks_launch writes for it.
     if (c.hd % 32 == 0 && attention_dims_per_lane(c.hd) == 4) {
@@ -888,21 +907,28 @@ void check_attention(const AttnCase& c) {
         DeviceBuffer<uint8_t> fq(32 * uint64_t{c.n} * chunks), sq(32 * uint64_t{c.n} * chunks);
         DeviceBuffer<float> fd(uint64_t{c.n} * chunks), sd(uint64_t{c.n} * chunks);
         DeviceBuffer<int32_t> fs(uint64_t{c.n} * chunks), ss(uint64_t{c.n} * chunks);
-        AttentionParams a8 = ap;
-        a8.out = out2.get();
-        a8.ldo = qd;
-        a8.q8 = {reinterpret_cast<uint4*>(fq.get()), fd.get(), fs.get(), chunks};
-        attention_launch(a8, 4, s.get());
-        quantize_chunks_launch(out2.get(), qd, c.n, chunks, sq.get(), sd.get(), ss.get(), s.get());
-        s.sync();
-        const auto o1 = dout.download(), o2 = out2.download();
-        for (uint32_t t = 0; t < c.n; ++t)
-            for (uint32_t j = 0; j < qd; ++j)
-                REQUIRE(poison_bits(o2[t * qd + j]) == poison_bits(o1[t * ldo + j]));
-        REQUIRE(fq.download() == sq.download());
-        const auto d1 = fd.download(), d2 = sd.download();
-        for (size_t i = 0; i < d1.size(); ++i) REQUIRE(poison_bits(d1[i]) == poison_bits(d2[i]));
-        REQUIRE(fs.download() == ss.download());
+        for (const bool split : {false, true}) {
+            INFO((split ? "split" : "one block per head") << " attention with int8 blocks");
+            AttentionParams a8 = ap;
+            a8.out = out2.get();
+            a8.ldo = qd;
+            a8.q8 = {reinterpret_cast<uint4*>(fq.get()), fd.get(), fs.get(), chunks};
+            if (split)
+                a8.split_len = split_len, a8.workspace = ws.get(), a8.counters = counters.get();
+            attention_launch(a8, 4, s.get());
+            quantize_chunks_launch(out2.get(), qd, c.n, chunks, sq.get(), sd.get(), ss.get(),
+                                   s.get());
+            s.sync();
+            const auto o1 = (split ? dsplit : dout).download(), o2 = out2.download();
+            for (uint32_t t = 0; t < c.n; ++t)
+                for (uint32_t j = 0; j < qd; ++j)
+                    REQUIRE(poison_bits(o2[t * qd + j]) == poison_bits(o1[t * ldo + j]));
+            REQUIRE(fq.download() == sq.download());
+            const auto d1 = fd.download(), d2 = sd.download();
+            for (size_t i = 0; i < d1.size(); ++i)
+                REQUIRE(poison_bits(d1[i]) == poison_bits(d2[i]));
+            REQUIRE(fs.download() == ss.download());
+        }
     }
 
     // CPU: rotate exactly as runtime/rope.hpp (float products, no fused multiply-add).
@@ -932,49 +958,59 @@ void check_attention(const AttnCase& c) {
         for (uint32_t j = 0; j < qd; ++j)
             REQUIRE(poison_bits(gq[t * ld + j]) == poison_bits(rq[t * ld + j]));
 
-    const auto got = dout.download();
+    // The merge counters are left zeroed for the next launch (a graph replays it).
+    for (const unsigned v : counters.download()) REQUIRE(v == 0u);
     const double scale = c.scale > 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
-    for (uint32_t t = 0; t < c.n; ++t) {
-        const uint64_t len = c.pos0 + t + 1;
-        for (uint32_t h = 0; h < c.heads; ++h) {
-            const uint32_t kvh = h / (c.heads / c.kv_heads);
-            const float* q = rq.data() + t * ld + h * c.hd;
-            std::vector<double> sc(len);
-            double mx = -1e300, score_mag = 0.0;
-            for (uint64_t j = 0; j < len; ++j) {
-                double d = 0.0, a = 0.0;
-                for (uint32_t i = 0; i < c.hd; ++i) {
-                    const double p =
-                        static_cast<double>(q[i]) * f16_to_f32(kc[j * kvd + kvh * c.hd + i]);
-                    d += p;
-                    a += std::fabs(p);
-                }
-                sc[j] = d * scale;
-                if (c.softcap > 0.0f) sc[j] = std::tanh(sc[j] / c.softcap) * c.softcap;
-                mx = std::max(mx, sc[j]);
-                score_mag = std::max(score_mag, a * scale);
-            }
-            // A score's fp32 error (dot of head_dim terms, warp-tree sum, scale) shifts its
-            // softmax weight by that much relatively; the output moves by at most twice the
-            // largest shift times the value magnitude, plus fp32 rounding of the running sums.
-            // The soft-cap's tanh has slope <= 1, so it passes the error on, and adds its own
-            // divide, tanhf (2 ulp) and product: 4 ulp of the cap.
-            const double ds = (c.hd + 8.0) * kU32 * score_mag + 4.0 * kU32 + 4.0 * kU32 * c.softcap;
-            const double factor = 2.0 * ds + (static_cast<double>(len) + 16.0) * 4.0 * kU32;
-            double sum = 0.0;
-            for (auto& v : sc) sum += (v = std::exp(v - mx));
-            for (uint32_t i = 0; i < c.hd; ++i) {
-                double o = 0.0, mag = 0.0;
+    for (const bool split : {false, true}) {
+        INFO((split ? "split attention, slices of " : "one block per head") << split_len);
+        const auto got = (split ? dsplit : dout).download();
+        // The split form's merge rounds once more per partial (4 warps a slice).
+        const double merges = split ? 4.0 * slices : 0.0;
+        for (uint32_t t = 0; t < c.n; ++t) {
+            const uint64_t len = c.pos0 + t + 1;
+            for (uint32_t h = 0; h < c.heads; ++h) {
+                const uint32_t kvh = h / (c.heads / c.kv_heads);
+                const float* q = rq.data() + t * ld + h * c.hd;
+                std::vector<double> sc(len);
+                double mx = -1e300, score_mag = 0.0;
                 for (uint64_t j = 0; j < len; ++j) {
-                    const double v = f16_to_f32(vc[j * kvd + kvh * c.hd + i]);
-                    o += sc[j] / sum * v;
-                    mag += sc[j] / sum * std::fabs(v);
+                    double d = 0.0, a = 0.0;
+                    for (uint32_t i = 0; i < c.hd; ++i) {
+                        const double p =
+                            static_cast<double>(q[i]) * f16_to_f32(kc[j * kvd + kvh * c.hd + i]);
+                        d += p;
+                        a += std::fabs(p);
+                    }
+                    sc[j] = d * scale;
+                    if (c.softcap > 0.0f) sc[j] = std::tanh(sc[j] / c.softcap) * c.softcap;
+                    mx = std::max(mx, sc[j]);
+                    score_mag = std::max(score_mag, a * scale);
                 }
-                const double g = got[t * ldo + h * c.hd + i];
-                REQUIRE(std::fabs(g - o) <= factor * mag + 1e-30);
+                // A score's fp32 error (dot of head_dim terms, warp-tree sum, scale) shifts its
+                // softmax weight by that much relatively; the output moves by at most twice the
+                // largest shift times the value magnitude, plus fp32 rounding of the running
+                // sums. The soft-cap's tanh has slope <= 1, so it passes the error on, and adds
+                // its own divide, tanhf (2 ulp) and product: 4 ulp of the cap.
+                const double ds =
+                    (c.hd + 8.0) * kU32 * score_mag + 4.0 * kU32 + 4.0 * kU32 * c.softcap;
+                const double factor =
+                    2.0 * ds + (static_cast<double>(len) + 16.0 + merges) * 4.0 * kU32;
+                double sum = 0.0;
+                for (auto& v : sc) sum += (v = std::exp(v - mx));
+                for (uint32_t i = 0; i < c.hd; ++i) {
+                    double o = 0.0, mag = 0.0;
+                    for (uint64_t j = 0; j < len; ++j) {
+                        const double v = f16_to_f32(vc[j * kvd + kvh * c.hd + i]);
+                        o += sc[j] / sum * v;
+                        mag += sc[j] / sum * std::fabs(v);
+                    }
+                    const double g = got[t * ldo + h * c.hd + i];
+                    REQUIRE(std::fabs(g - o) <= factor * mag + 1e-30);
+                }
             }
+            for (uint64_t j = qd; j < ldo; ++j)
+                REQUIRE(poison_bits(got[t * ldo + j]) == 0xffffffffu);
         }
-        for (uint64_t j = qd; j < ldo; ++j) REQUIRE(poison_bits(got[t * ldo + j]) == 0xffffffffu);
     }
 }
 
@@ -991,6 +1027,11 @@ TEST_CASE("CUDA RoPE, fp16 cache writes and attention match the CPU", "[cuda]") 
         {128, 8, 2, 17, 0},
         {256, 4, 1, 2, 65},
         {66, 2, 2, 4, 3},
+        // Long contexts (the split form's 32 slices), groups of 8 and of 12 query heads per KV
+        // head (the split form's tiles of 8).
+        {128, 32, 8, 1, 3000},
+        {128, 16, 2, 2, 500},
+        {64, 24, 2, 1, 200},
         // Gemma: query_pre_attn_scalar's scale (24^-1/2), gemma2's soft-cap of 2 (scores of 1..3
         // pass through the tanh's bend), and a scale alone.
         {8, 8, 2, 7, 37, 0.2041241452f, 2.0f},

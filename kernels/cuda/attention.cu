@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -160,6 +161,165 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     }
 }
 
+// ---- split (flash-decoding) attention ------------------------------------------------------
+// Block (slice, KV head x tile, token): G query heads of one KV head (tile `tile` of its group),
+// keys and values of positions [slice * split_len, + split_len) within the causal window; warp w
+// takes keys w, w + 4, ... of the slice, each key and value loaded once for the G heads. Every
+// warp writes its partial (m, l, o[head_dim]) per head to the workspace: partial
+// (slice * 4 + warp) of (token, head), kAttnMaxSplits * 4 partials apart.
+static_assert(kAttnWarps == 4, "plans.cpp: attention_workspace_floats counts 4 partials a slice");
+constexpr uint32_t kPartials = kAttnMaxSplits * kAttnWarps;
+
+__device__ __forceinline__ float* partial_at(const AttentionParams& p, uint32_t t, uint32_t h,
+                                             uint32_t i) {
+    return p.workspace +
+           ((static_cast<uint64_t>(t) * p.heads + h) * kPartials + i) * (p.head_dim + 2);
+}
+
+// One warp merges the partials of (token t, head h) as attention_kernel merges its warps (an
+// empty partial, l = 0, weighs nothing), in partial order: the result does not depend on which
+// block merges. Partials are read through L2 (__ldcg): other blocks wrote them.
+template <int D>
+__device__ void merge_partials(const AttentionParams& p, uint32_t t, uint32_t h, uint32_t parts,
+                               uint32_t lane) {
+    const uint32_t hd = p.head_dim;
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < parts; ++i) {
+        const float* part = partial_at(p, t, h, i);
+        if (__ldcg(part + 1) > 0.0f) mx = fmaxf(mx, __ldcg(part));
+    }
+    float total = 0.0f, acc[D];
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[i] = 0.0f;
+    for (uint32_t i = 0; i < parts; ++i) {
+        const float* part = partial_at(p, t, h, i);
+        const float l = __ldcg(part + 1);
+        const float f = l > 0.0f ? expf(__ldcg(part) - mx) : 0.0f;
+        total += l * f;
+#pragma unroll
+        for (int k = 0; k < D; ++k) {
+            const uint32_t d = lane * D + k;
+            if (d < hd) acc[k] = fmaf(f, __ldcg(part + 2 + d), acc[k]);
+        }
+    }
+    const float inv = 1.0f / total;
+    float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
+    float res[D];
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+        const uint32_t d = lane * D + k;
+        res[k] = d < hd ? acc[k] * inv : 0.0f;
+        if (d < hd) out[d] = res[k];
+    }
+    if constexpr (D == 4) {
+        if (p.q8.chunks)
+            quantize_chunk_lanes(make_float4(res[0], res[1], res[2], res[3]), lane * 4 < hd, p.q8,
+                                 t, (h * hd) / 32 + lane / 8);
+    }
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(32 * kAttnWarps) attention_split_kernel(AttentionParams p) {
+    pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
+    const uint32_t slice = blockIdx.x, t = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd, group = p.heads / p.kv_heads;
+    const uint32_t tiles = (group + G - 1) / G;
+    const uint32_t kvh = blockIdx.y / tiles, h0 = kvh * group + (blockIdx.y % tiles) * G;
+    const uint32_t hn = min(static_cast<uint32_t>(G), kvh * group + group - h0);
+    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
+    if (at < 0 || at >= p.capacity) {
+        if (threadIdx.x == 0 && slice == 0) atomicOr(p.fault, kFaultPosition);
+        return;
+    }
+    const uint64_t len = static_cast<uint64_t>(at) + 1;
+    const uint64_t first = p.window && len > p.window ? len - p.window : 0;
+    const uint64_t begin = max(first, static_cast<uint64_t>(slice) * p.split_len);
+    const uint64_t end = min(len, static_cast<uint64_t>(slice + 1) * p.split_len);
+    const float scale =
+        p.scale > 0.0f ? p.scale : static_cast<float>(1.0 / sqrt(static_cast<double>(hd)));
+
+    float qv[G][D], o[G][D], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float* q = p.qkv + t * p.ld + static_cast<uint64_t>(h0 + g) * hd;
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            qv[g][i] = g < static_cast<int>(hn) && d < hd ? q[d] : 0.0f;
+            o[g][i] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    const uint16_t* kbase = p.k_cache + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* vbase = p.v_cache + static_cast<uint64_t>(kvh) * hd;
+    for (uint64_t j = begin + warp; j < end; j += kAttnWarps) {
+        float kv[D], vv[D];
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            kv[i] = d < hd ? __half2float(__ushort_as_half(kbase[j * kvd + d])) : 0.0f;
+            vv[i] = d < hd ? __half2float(__ushort_as_half(vbase[j * kvd + d])) : 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float sc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < D; ++i) sc = fmaf(qv[g][i], kv[i], sc);
+            sc = warp_sum(sc) * scale;
+            if (p.softcap > 0.0f) sc = __fmul_rn(tanhf(__fdiv_rn(sc, p.softcap)), p.softcap);
+            const float m_new = fmaxf(m[g], sc);
+            const float corr = expf(m[g] - m_new), e = expf(sc - m_new);
+            l[g] = l[g] * corr + e;
+#pragma unroll
+            for (int i = 0; i < D; ++i) o[g][i] = fmaf(e, vv[i], o[g][i] * corr);
+            m[g] = m_new;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        if (g >= static_cast<int>(hn)) break;
+        float* part = partial_at(p, t, h0 + g, slice * kAttnWarps + warp);
+        if (lane == 0) part[0] = m[g], part[1] = l[g];
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const uint32_t d = lane * D + i;
+            if (d < hd) part[2 + d] = o[g][i];
+        }
+    }
+    // The last block of (token, KV head, tile) to finish merges its heads (CUDA's
+    // threadFenceReduction pattern): partials made visible, then counted; the last one resets
+    // the counter for the next launch (a captured graph replays this one).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    unsigned* counter = p.counters + static_cast<uint64_t>(t) * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x == 0) *counter = 0;
+    __threadfence();
+    for (uint32_t g = warp; g < hn; g += kAttnWarps)
+        merge_partials<D>(p, t, h0 + g, gridDim.x * kAttnWarps, lane);
+}
+
+template <int D>
+void launch_split(const AttentionParams& p, cudaStream_t stream) {
+    const uint32_t slices = (p.capacity + p.split_len - 1) / p.split_len;
+    const uint32_t group = p.heads / p.kv_heads;
+    const dim3 block(32 * kAttnWarps);
+    if (group == 1) {
+        attention_split_kernel<D, 1><<<dim3(slices, p.kv_heads, p.n), block, 0, stream>>>(p);
+    } else if (group <= 4) {
+        attention_split_kernel<D, 4><<<dim3(slices, p.kv_heads, p.n), block, 0, stream>>>(p);
+    } else {
+        attention_split_kernel<D, 8>
+            <<<dim3(slices, p.kv_heads * ((group + 7) / 8), p.n), block, 0, stream>>>(p);
+    }
+    QF_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
@@ -183,6 +343,30 @@ void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStre
                          "attention_launch: int8 blocks need head_dim a multiple of 32 with 4 "
                          "dimensions per lane",
                          __FILE__, __LINE__);
+    if (p.split_len) {
+        if (!p.workspace || !p.counters ||
+            (p.capacity + p.split_len - 1) / p.split_len > kAttnMaxSplits)
+            throw_cuda_error(cudaErrorInvalidValue,
+                             "attention_launch: a split without workspace or with too many slices",
+                             __FILE__, __LINE__);
+        switch (dims_per_lane) {
+            case 1:
+                launch_split<1>(p, stream);
+                return;
+            case 2:
+                launch_split<2>(p, stream);
+                return;
+            case 4:
+                launch_split<4>(p, stream);
+                return;
+            case 8:
+                launch_split<8>(p, stream);
+                return;
+            default:
+                throw_cuda_error(cudaErrorInvalidValue,
+                                 "attention_launch: dims_per_lane not 1/2/4/8", __FILE__, __LINE__);
+        }
+    }
     const dim3 grid(p.n, p.heads), block(32 * kAttnWarps);
     switch (dims_per_lane) {
         case 1:

@@ -329,10 +329,25 @@ void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, cudaStr
     QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, false, R>, p));
 }
 
+// `rows`: rows per block, Kind<K>::R, or 2 for q4 at 1-2 tokens (half the registers a thread
+// holds, so twice the blocks fit an SM).
 template <WeightKind K>
 void launch_kind(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                 cudaStream_t stream) {
+                 uint32_t rows, cudaStream_t stream) {
     constexpr int R = Kind<K>::R;
+    if constexpr (K == WeightKind::q4) {
+        if (rows == 2 && token_tile <= 2) {
+            if (token_tile == 1)
+                launch_tile<K, 1, 2>(p, threads, blocks, stream);
+            else
+                launch_tile<K, 2, 2>(p, threads, blocks, stream);
+            QF_CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
+    if (rows != R)
+        throw_cuda_error(cudaErrorInvalidValue, "gemv: rows per block not compiled", __FILE__,
+                         __LINE__);
     switch (token_tile) {
         case 1:
             launch_tile<K, 1, R>(p, threads, blocks, stream);

@@ -5,8 +5,9 @@
 namespace qforge::cuda {
 
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    cudaStream_t stream) {
-    gemv_detail::launch_kind<WeightKind::q4>(p, threads, token_tile, blocks, stream);
+                    uint32_t rows_per_block, cudaStream_t stream) {
+    gemv_detail::launch_kind<WeightKind::q4>(p, threads, token_tile, blocks, rows_per_block,
+                                             stream);
 }
 
 }  // namespace qforge::cuda

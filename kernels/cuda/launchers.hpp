@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_limits.hpp"
 #include "kernels/cuda/weight_kind.hpp"
 
 namespace qforge::cuda {
@@ -65,10 +66,11 @@ struct Int8Rows {
     int32_t* xs = nullptr;
     uint32_t chunks = 0;
 };
+// rows_per_block: plans.hpp's GemvPlan (q4: 4, or 2 at 1-2 tokens; q8: 2).
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    cudaStream_t stream);
+                    uint32_t rows_per_block, cudaStream_t stream);
 void gemv_q8_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
-                    cudaStream_t stream);
+                    uint32_t rows_per_block, cudaStream_t stream);
 void gemv_float_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
                        cudaStream_t stream);
 
@@ -198,7 +200,18 @@ struct AttentionParams {
     // With q8.chunks = heads * head_dim / 32 (head_dim a multiple of 32, 4 dimensions per lane):
     // the output rows' int8 blocks for the GEMV after it, as rms_norm_launch's.
     Int8Rows q8;
+    // Split (flash-decoding) form when split_len > 0: the cache's positions in slices of
+    // split_len (plans.hpp: attention_split_len); block (slice, KV head, token) reads its slice
+    // of keys and values once for all the query heads that share them and writes their partial
+    // softmaxes (m, l, o per warp) to `workspace` (attention_workspace_floats); the last block
+    // of a (token, KV head) to finish merges them, counted in `counters` (n * kv_heads *
+    // ceil(group / 8) zeroed words, left zeroed). For few tokens (decode): one block per
+    // (token, head) leaves most of the GPU idle and reads each KV head once per query head.
+    uint32_t split_len = 0;
+    float* workspace = nullptr;
+    unsigned* counters = nullptr;
 };
+// (plans.hpp: attention_split_len, attention_workspace_floats)
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream);
 

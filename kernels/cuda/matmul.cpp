@@ -95,10 +95,12 @@ void launch_gemv(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m
         p.overlap = options.overlap && !sync_launches() ? 1 : 0;
         switch (w.fmt.kind) {
             case WeightKind::q4:
-                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
+                gemv_q4_launch(p, plan.threads, plan.token_tile, plan.blocks, plan.rows_per_block,
+                               stream);
                 break;
             case WeightKind::q8:
-                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);
+                gemv_q8_launch(p, plan.threads, plan.token_tile, plan.blocks, plan.rows_per_block,
+                               stream);
                 break;
             default:
                 gemv_float_launch(p, plan.threads, plan.token_tile, plan.blocks, stream);

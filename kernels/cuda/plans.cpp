@@ -62,6 +62,11 @@ GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
     const uint64_t tile = std::min(m, kGemvMaxTokens);
     p.token_tile = tile <= 1 ? 1 : tile <= 2 ? 2 : tile <= 4 ? 4 : 8;
     p.rows_per_block = gemv_rows_per_block(fmt.kind);
+    // q4 at 1-2 tokens: 2 rows per block for rows of 256 chunks or more (k >= 8192: Llama's
+    // down_proj, few rows: twice the resident blocks), measured 51% -> 59% of copy on the H200
+    // (4096 x 14336) and slower on shorter rows (plans.hpp: GemvTuning).
+    const uint32_t q4_rows = tuning.q4_rows ? tuning.q4_rows : (fmt.chunks >= 256 ? 2 : 4);
+    if (fmt.kind == WeightKind::q4 && p.token_tile <= 2 && q4_rows == 2) p.rows_per_block = 2;
     p.blocks = ceil_div(rows, p.rows_per_block);
     const bool quantized = fmt.kind == WeightKind::q4 || fmt.kind == WeightKind::q8;
     const uint64_t min_steps =
@@ -77,8 +82,20 @@ GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
 }
 
 bool parse_gemv_tuning(std::string_view s, GemvTuning& out) {
-    if (s.size() != 7 || s.substr(0, 6) != "steps=" || s[6] < '1' || s[6] > '4') return false;
-    out.min_steps = static_cast<uint32_t>(s[6] - '0');
+    GemvTuning t;
+    while (true) {
+        const size_t comma = s.find(',');
+        const std::string_view item = s.substr(0, comma);
+        if (item.size() == 7 && item.substr(0, 6) == "steps=" && item[6] >= '1' && item[6] <= '4')
+            t.min_steps = static_cast<uint32_t>(item[6] - '0');
+        else if (item == "rows=2" || item == "rows=4")
+            t.q4_rows = static_cast<uint32_t>(item[5] - '0');
+        else
+            return false;
+        if (comma == std::string_view::npos) break;
+        s = s.substr(comma + 1);
+    }
+    out = t;
     return true;
 }
 
@@ -116,6 +133,16 @@ void check_attention_config(uint64_t head_dim, uint64_t num_heads, uint64_t num_
 uint32_t attention_dims_per_lane(uint64_t head_dim) {
     const uint64_t per_lane = ceil_div(head_dim, 32);
     return per_lane <= 1 ? 1 : per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
+}
+
+uint32_t attention_split_len(uint32_t capacity) {
+    // At least 64 positions a slice (a warp's 16 keys), at most kAttnMaxSplits slices.
+    const uint32_t len = (capacity + kAttnMaxSplits - 1) / kAttnMaxSplits;
+    return std::max<uint32_t>(64, (len + 31) / 32 * 32);
+}
+
+uint64_t attention_workspace_floats(uint32_t n, uint32_t heads, uint32_t head_dim) {
+    return static_cast<uint64_t>(n) * heads * kAttnMaxSplits * 4 * (head_dim + 2);
 }
 
 }  // namespace qforge::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/cuda/attention_limits.hpp"
 #include "kernels/cuda/gpu_format.hpp"
 
 namespace qforge::cuda {
@@ -62,12 +63,17 @@ struct GemvPlan {
 // 350 -> 362 at q8; kernels/README.md) and slower for f16 rows (203 -> 191); 0: that default
 // per kind (q4, q8: 2 at 1-2 tokens, else 1). The benchmark compares the choices;
 // QFORGE_CUDA_GEMV selects one (cuda_backend.hpp).
+// `q4_rows`: rows per block of q4 rows at 1-2 tokens (2: half the registers per thread, twice
+// the blocks an SM holds; 4: gemv_rows_per_block's; 0: 2 for rows of 256 chunks or more, else
+// 4). ncu on the H200 found Llama's down_proj GEMV (4096 x 14336) at 98 registers a thread,
+// 2 blocks of 224 threads an SM, 3.9 waves: 2 rows per block took it from 51% to 59% of copy.
 struct GemvTuning {
     uint32_t min_steps = 0;
+    uint32_t q4_rows = 0;
 };
 GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
                    const GemvTuning& tuning = {});
-// Parses "steps=S" (S 1 .. 4); false when malformed.
+// Parses "steps=S", "rows=R" or both, comma-separated (S 1 .. 4, R 2 or 4); false when malformed.
 bool parse_gemv_tuning(std::string_view s, GemvTuning& out);
 inline constexpr uint32_t kGemvMaxThreads = 256;
 
@@ -109,5 +115,16 @@ inline constexpr uint64_t kMaxHeadDim = 256;
 void check_attention_config(uint64_t head_dim, uint64_t num_heads, uint64_t num_kv_heads);
 // Dimensions per lane compiled for a head_dim: 1, 2, 4 or 8.
 uint32_t attention_dims_per_lane(uint64_t head_dim);
+// The split (flash-decoding) attention of decode steps (launchers.hpp: AttentionParams):
+// slices of attention_split_len(capacity) positions (a multiple of 32, at least 64), at most
+// kAttnMaxSplits of them; the workspace holds 4 partials (one per warp) of head_dim + 2 floats
+// per slice, query head and token.
+uint32_t attention_split_len(uint32_t capacity);
+uint64_t attention_workspace_floats(uint32_t n, uint32_t heads, uint32_t head_dim);
+// Its merge counters: one per token and KV head (per tile of 8 query heads).
+inline uint64_t attention_counters(uint32_t n, uint32_t heads, uint32_t kv_heads) {
+    const uint32_t group = heads / kv_heads;
+    return uint64_t{n} * kv_heads * (group <= 8 ? 1 : (group + 7) / 8);
+}
 
 }  // namespace qforge::cuda
