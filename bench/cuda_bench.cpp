@@ -9,11 +9,13 @@
 //           (the baseline) divided by our best path
 //   decode  greedy decode tokens/s of a Llama-3-8B-shape model, random weights generated on the
 //           device, in f16, q8 and q4_g128 (CUDA graph per token), weight bytes per token and the
-//           fraction of the copy bandwidth; the acceptance ratios against f16
+//           fraction of the copy bandwidth; decode from position 4096 with the split attention
+//           and with one block per query head; the acceptance ratios against f16
 //   prefill tokens/s of 512 tokens from position 0 on the same shapes
 //   tuning  the GEMV tilings (plans.hpp: GemvTuning) on the decode's shapes, kernel only
-//           (activations prepared once), then decode tokens/s per tiling, and with q/k/v and
-//           gate/up as separate launches (CudaBackendOptions::fuse_products false)
+//           (activations prepared once; and launched to overlap the one before), then decode
+//           tokens/s per tiling, with q/k/v and gate/up as separate launches
+//           (CudaBackendOptions::fuse_products false), and without overlapping launches
 //
 // Prints a table and writes it to --out. Without a CUDA device it prints "SKIPPED: ..." and exits
 // 0. Timing: CUDA events around back-to-back launches after warm-up launches; each figure is the

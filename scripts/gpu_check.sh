@@ -5,7 +5,8 @@
 # (QFORGE_CUDA_SYNC=1: a fault is reported at the launch of the kernel that made it), then a
 # compute-sanitizer memcheck over a trimmed subset, then the host tests, the backend-equivalence
 # sweep and the benchmark (GEMV bandwidth per qtype, GEMM paths vs cuBLAS fp16, Llama-3-8B-shape
-# decode). A failing GPU test skips the benchmark (its minutes go to the next try). It leaves a log
+# decode and prefill, the GEMV tilings; qforge_cuda_bench's header), and with --profile ncu's
+# per-kernel times of decode steps. A failing GPU test skips the benchmark (its minutes go to the next try). It leaves a log
 # and the table under $OUT; the last line is `ALL GPU CHECKS PASSED` only when every GPU test
 # ran and passed (none skipped) and memcheck ran clean.
 #
