@@ -316,7 +316,7 @@ void CudaEngine::allocate_activations() {
     mctx_.saturated = saturated_.get();
     mctx_.forced = o_.forced_path;
     mctx_.gemv_int8 = o_.int8_activations;
-    mctx_.gemv_overlap = o_.overlap_launches && cc_major_ >= 9;
+    mctx_.gemv_overlap = o_.overlap_launches && cc_major_ >= 9 && cuda::gemv_overlap_compiled();
     if (o_.gemv) {
         mctx_.gemv_tuning = *o_.gemv;
     } else if (const char* env = std::getenv("QFORGE_CUDA_GEMV"); env && *env) {

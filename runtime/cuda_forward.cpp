@@ -189,6 +189,8 @@ void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows ou
         mm(l.gate, in.data, in.ld, n, gu, ld_gu_, nullptr, false);
         mm(l.up, in.data, in.ld, n, gu + inter, ld_gu_, nullptr, false);
     }
+    // The memo holds `in`'s preparation: not once `out` has been written over `in`.
+    if (out.data < in.data + n * in.ld && in.data < out.data + n * out.ld) mctx_.prepared = {};
     if (act == Activation::silu) {
         // Before the down product's GEMV it also writes that GEMV's int8 blocks of its output.
         cuda::Int8Rows q;

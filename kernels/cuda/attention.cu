@@ -194,7 +194,10 @@ __device__ void merge_partials(const AttentionParams& p, uint32_t t, uint32_t h,
     for (uint32_t i = 0; i < parts; ++i) {
         const float* part = partial_at(p, t, h, i);
         const float l = __ldcg(part + 1);
-        const float f = l > 0.0f ? expf(__ldcg(part) - mx) : 0.0f;
+        // An empty partial (a slice past the position; l = 0, o = 0) would add exact zeros: its
+        // values are not read (a short context in a large cache has mostly empty slices).
+        if (!(l > 0.0f)) continue;
+        const float f = expf(__ldcg(part) - mx);
         total += l * f;
 #pragma unroll
         for (int k = 0; k < D; ++k) {

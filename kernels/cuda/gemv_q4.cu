@@ -10,4 +10,16 @@ void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, 
                                              stream);
 }
 
+bool gemv_overlap_compiled() {
+    // pdl.cuh's instructions exist only in code compiled for sm_90 or newer: a build whose GEMV
+    // is PTX of an older architecture, JIT-compiled for this GPU, must not overlap its launches.
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemv_detail::gemv_kernel<WeightKind::q4, 1, true, 4>) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky; the launches will report a real fault
+        return false;
+    }
+    return attr.ptxVersion >= 90;
+}
+
 }  // namespace qforge::cuda

@@ -66,6 +66,9 @@ struct Int8Rows {
     int32_t* xs = nullptr;
     uint32_t chunks = 0;
 };
+// Whether the GEMV was compiled with pdl.cuh's instructions for this GPU (PTX of sm_90 or newer):
+// GemvParams::overlap is allowed only then.
+bool gemv_overlap_compiled();
 // rows_per_block: plans.hpp's GemvPlan (q4: 4, or 2 at 1-2 tokens; q8: 2).
 void gemv_q4_launch(const GemvParams& p, uint32_t threads, uint32_t token_tile, uint64_t blocks,
                     uint32_t rows_per_block, cudaStream_t stream);

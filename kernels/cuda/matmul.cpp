@@ -198,11 +198,16 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
                                     " beyond the activation scratch");
         // The scratch may already hold these rows' preparation (q, k and v from one input; a
         // producer's fused int8 blocks); after the launch it holds them (one pass) in any case.
+        // Not when the product writes over its own input rows (the scratch is then of old rows).
         const PreparedRows rows{x, ldx, m, w.fmt.chunks, ctx.gemv_int8 && w.fmt.quantized()};
         const bool prepared = m <= kGemvMaxTokens && ctx.prepared == rows;
+        ctx.prepared = {};  // until the launch has been enqueued
         launch_gemv(w, x, ldx, m, out, ctx.stream, reinterpret_cast<float*>(ctx.x16),
                     {ctx.gemv_int8, ctx.gemv_tuning, prepared, ctx.gemv_overlap});
-        ctx.prepared = m <= kGemvMaxTokens ? rows : PreparedRows{};
+        const auto* x_end = x + (m - 1) * ldx + w.fmt.kpad;
+        const auto* y_end = out.y + (m - 1) * out.ldo + w.rows;
+        const bool overlaps = out.y < x_end && x < y_end;
+        if (m <= kGemvMaxTokens && !overlaps) ctx.prepared = rows;
         return path;
     }
     ctx.prepared = {};  // the fp16 activations go where the GEMV's preparation was
