@@ -72,6 +72,24 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Head h of token t's result, lane l's dimensions [l * D, l * D + D) (those below head_dim), to
+// the output; with p.q8 (4 dimensions per lane: 8 lanes a chunk, int8_rows.cuh) also their int8
+// blocks. Every lane of the warp calls it.
+template <int D>
+__device__ __forceinline__ void store_head(const AttentionParams& p, uint32_t t, uint32_t h,
+                                           const float (&res)[D], uint32_t lane) {
+    const uint32_t hd = p.head_dim;
+    float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
+#pragma unroll
+    for (int i = 0; i < D; ++i)
+        if (lane * D + i < hd) out[lane * D + i] = res[i];
+    if constexpr (D == 4) {
+        if (p.q8.chunks)
+            quantize_chunk_lanes(make_float4(res[0], res[1], res[2], res[3]), lane * 4 < hd, p.q8,
+                                 t, (h * hd) / 32 + lane / 8);
+    }
+}
+
 // Lane l holds dimensions [l * D, l * D + D) of the head (those below head_dim).
 template <int D>
 __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionParams p) {
@@ -140,7 +158,6 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
             total += sl[w] * f[w];
         }
         const float inv = 1.0f / total;
-        float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
         float res[D];
 #pragma unroll
         for (int i = 0; i < D; ++i) {
@@ -150,14 +167,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
             float acc = 0.0f;
             for (int w = 0; w < kAttnWarps; ++w) acc = fmaf(f[w], so[w][d], acc);
             res[i] = acc * inv;
-            out[d] = res[i];
         }
-        if constexpr (D == 4) {
-            // lane l holds dimensions 4l .. 4l + 3: 8 lanes a chunk (int8_rows.cuh)
-            if (p.q8.chunks)
-                quantize_chunk_lanes(make_float4(res[0], res[1], res[2], res[3]), lane * 4 < hd,
-                                     p.q8, t, (h * hd) / 32 + lane / 8);
-        }
+        store_head<D>(p, t, h, res, lane);
     }
 }
 
@@ -206,19 +217,10 @@ __device__ void merge_partials(const AttentionParams& p, uint32_t t, uint32_t h,
         }
     }
     const float inv = 1.0f / total;
-    float* out = p.out + t * p.ldo + static_cast<uint64_t>(h) * hd;
     float res[D];
 #pragma unroll
-    for (int k = 0; k < D; ++k) {
-        const uint32_t d = lane * D + k;
-        res[k] = d < hd ? acc[k] * inv : 0.0f;
-        if (d < hd) out[d] = res[k];
-    }
-    if constexpr (D == 4) {
-        if (p.q8.chunks)
-            quantize_chunk_lanes(make_float4(res[0], res[1], res[2], res[3]), lane * 4 < hd, p.q8,
-                                 t, (h * hd) / 32 + lane / 8);
-    }
+    for (int k = 0; k < D; ++k) res[k] = lane * D + k < hd ? acc[k] * inv : 0.0f;
+    store_head<D>(p, t, h, res, lane);
 }
 
 template <int D, int G>
