@@ -49,7 +49,8 @@ namespace {
 
 struct Args {
     std::string out;
-    std::vector<std::string> sections = {"copy", "gemv", "gemm", "decode", "prefill", "tuning"};
+    std::vector<std::string> sections = {"copy",    "gemv",    "gemm",  "decode",
+                                         "batched", "prefill", "tuning"};
     std::vector<std::string> qtypes = {"f16", "q8", "q4_g128"};  // decode and prefill
     bool quick = false;           // small sizes: a smoke run, not a measurement
     uint64_t decode_layers = 32;  // Llama-3-8B has 32
@@ -60,7 +61,7 @@ struct Args {
 void usage(std::FILE* f) {
     std::fprintf(f,
                  "usage: qforge_cuda_bench [--out FILE]\n"
-                 "                         [--sections copy,gemv,gemm,decode,prefill,tuning]\n"
+                 "                         [--sections copy,gemv,gemm,decode,batched,prefill,tuning]\n"
                  "                         [--quick] [--decode-layers N] [--decode-steps N]\n"
                  "                         [--qtypes f16,q8,q4_g128] (decode and prefill)\n");
 }
@@ -109,8 +110,8 @@ bool parse(int argc, char** argv, Args& a) {
             if (!v) return false;
             a.sections = split_commas(v);
             for (const auto& s : a.sections)
-                if (s != "copy" && s != "gemv" && s != "gemm" && s != "decode" && s != "prefill" &&
-                    s != "tuning") {
+                if (s != "copy" && s != "gemv" && s != "gemm" && s != "decode" && s != "batched" &&
+                    s != "prefill" && s != "tuning") {
                     std::fprintf(stderr, "qforge_cuda_bench: unknown section '%s'\n", s.c_str());
                     return false;
                 }
@@ -404,6 +405,27 @@ std::vector<QType> bench_qtypes(const Args& a) {
     return v;
 }
 
+// Batched decode: a `qforge serve` step of B sequences (Backend::forward_batch).
+void bench_batched(const Args& a, Report& r) {
+    const ModelConfig c = bench_model(a);
+    r.line("%s", "");
+    r.line(
+        "batched decode (Backend::forward_batch, a `qforge serve` step: every sequence one token, "
+        "its logits to the host), tok/s over all sequences at batch 1, 4, 16, from position 64");
+    r.line("%-9s %10s %10s %10s %10s", "qtype", "b=1", "b=4", "b=16", "16 / 1");
+    for (QType t : bench_qtypes(a)) {
+        CudaBackendOptions o;
+        o.max_batch = 64;
+        CudaSyntheticModel model(c, t, 42, o);
+        double tok_s[3];
+        const uint64_t sizes[3] = {1, 4, 16};
+        for (int i = 0; i < 3; ++i)
+            tok_s[i] = model.time_batched_decode(sizes[i], 4, a.decode_steps, 64).tokens_per_s;
+        r.line("%-9s %10.1f %10.1f %10.1f %9.2fx", std::string(qtype_traits(t).name).c_str(),
+               tok_s[0], tok_s[1], tok_s[2], tok_s[0] > 0 ? tok_s[2] / tok_s[0] : 0.0);
+    }
+}
+
 void bench_decode(const Args& a, double copy_gbs, Report& r) {
     const ModelConfig c = bench_model(a);
     r.line("%s", "");
@@ -596,6 +618,7 @@ int run(const Args& a) {
     if (wants(a, "gemv")) bench_gemv(a, g, stream.get(), copy_gbs, r);
     if (wants(a, "gemm")) bench_gemm(a, g, stream.get(), r);
     if (wants(a, "decode")) bench_decode(a, copy_gbs, r);
+    if (wants(a, "batched")) bench_batched(a, r);
     if (wants(a, "prefill")) bench_prefill(a, r);
     if (wants(a, "tuning")) bench_tuning(a, g, stream.get(), copy_gbs, r);
     if (!a.out.empty()) {

@@ -69,18 +69,17 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     add_backend_option(app, common);
 
     return [a, &common]() {
-        // --backend cuda: each step runs every sequence through the CUDA forward() on a cache of
-        // its own in device memory (serve/cache_source.hpp's BackendCacheSource), whole prompts
-        // (SchedulerOptions::whole_prompts), so a request's tokens equal generate's on CUDA.
+        // --backend cuda: each sequence on a cache of its own in device memory
+        // (serve/cache_source.hpp's BackendCacheSource); a step's decode tokens run as one
+        // batched step (CudaBackend::forward_batch: every weight read once per pass of 8 rows,
+        // attention through each row's own cache, each row's logits the bits of its decode
+        // alone), prompts whole and on their own (SchedulerOptions::whole_prompts), so a
+        // request's tokens equal generate's on CUDA.
         // What it lacks against the CPU path (runtime/cuda_*.cpp, kernels/cuda/):
-        // - No batched step: Backend::forward_batch's default reads every weight once per
-        //   sequence per step, so N streams cost about N single streams; a CUDA forward_batch
-        //   needs the products over all sequences' rows and an attention kernel over several
-        //   caches (AttentionParams holds one contiguous k_cache/v_cache).
         // - No paged cache on the device: each sequence's cache is allocated whole (prompt +
         //   max_tokens positions, fp16) at admission, against --kv-blocks blocks of 16 positions.
-        // - Decode graphs are kept per cache, at most 8 (CudaEngine::launch_graph clears them all
-        //   past 8): with more than 8 decoding sequences every step recaptures graphs.
+        // - A batched step launches its kernels one by one (no graph: its rows change every
+        //   step); a sequence decoding alone replays its cache's graph.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.
         // - Not run on a GPU yet: tests/serve_scheduler_test.cpp's [cuda] case skips without one,
         //   and scripts/gpu_check.sh's build has no serve/ (no tokenizer, no httplib), so it runs

@@ -72,7 +72,8 @@ class Backend {
     // with `logits` set, in batch order. Each sequence's logits are bit for bit those forward()
     // gives it alone, whatever else is in the batch. No cache may appear twice. The default runs
     // the sequences one after another through forward() (runtime/batch_forward.cpp); the CPU
-    // backend runs them as one batch, reading each weight matrix once per step for every row.
+    // backend runs them as one batch, reading each weight matrix once per step for every row;
+    // the CUDA backend runs its single-token sequences so (cuda_backend.hpp).
     virtual void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits);
 
     // Op-level access, for tests: sets up a step of `tokens` (one internal batch at most) at

@@ -27,6 +27,10 @@ void CudaBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint6
     engine_->forward(tokens, cuda_cache(cache), logits_from, logits);
 }
 
+void CudaBackend::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
+    engine_->forward_batch(batch, logits);
+}
+
 void CudaBackend::run_ops(std::span<const int32_t> tokens, KvCache& cache,
                           const std::function<void(OpsStep&)>& fn) {
     engine_->run_ops(tokens, cuda_cache(cache), fn);
@@ -68,6 +72,36 @@ CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_greedy_decode(uint64_t
     return t;
 }
 
+CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_batched_decode(uint64_t batch,
+                                                                         uint64_t warmup,
+                                                                         uint64_t steps,
+                                                                         uint64_t from) {
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<int32_t> ids(std::max<uint64_t>(from, 1));
+    for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((7 * i + 1) % 1000);
+    for (uint64_t b = 0; b < batch; ++b) {
+        caches.push_back(engine_->new_cache(from + warmup + steps + 1));
+        if (from > 0) engine_->forward(ids, cuda_cache(*caches.back()), from, {});
+    }
+    std::vector<int32_t> next(batch, 1);
+    std::vector<BatchSequence> seqs;
+    for (uint64_t b = 0; b < batch; ++b) seqs.push_back({{&next[b], 1}, caches[b].get(), true});
+    std::vector<float> logits(batch * engine_->vocab_size());
+    DecodeTiming t;
+    t.steps = steps;
+    std::chrono::steady_clock::time_point t0;
+    for (uint64_t i = 0; i < warmup + steps; ++i) {
+        if (i == warmup) t0 = std::chrono::steady_clock::now();
+        engine_->forward_batch(seqs, logits);
+        for (uint64_t b = 0; b < batch; ++b)  // a token of the vocabulary, varying per step
+            next[b] = static_cast<int32_t>((13 * i + 5 * b + 1) % 1000);
+    }
+    t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    t.tokens_per_s =
+        t.seconds > 0 ? static_cast<double>(batch * steps) / t.seconds : 0.0;
+    return t;
+}
+
 double CudaSyntheticModel::time_prefill(uint64_t tokens, int reps) {
     std::vector<int32_t> ids(tokens);
     for (uint64_t i = 0; i < tokens; ++i) ids[i] = static_cast<int32_t>((7 * i + 1) % 1000);
@@ -100,6 +134,7 @@ std::unique_ptr<KvCache> CudaBackend::new_cache(uint64_t) const { no_cuda(); }
 void CudaBackend::forward(std::span<const int32_t>, KvCache&, uint64_t, std::span<float>) {
     no_cuda();
 }
+void CudaBackend::forward_batch(std::span<const BatchSequence>, std::span<float>) { no_cuda(); }
 void CudaBackend::run_ops(std::span<const int32_t>, KvCache&,
                           const std::function<void(OpsStep&)>&) {
     no_cuda();
@@ -115,6 +150,10 @@ uint64_t CudaSyntheticModel::decode_weight_bytes() const { no_cuda(); }
 uint64_t CudaSyntheticModel::weight_bytes() const { no_cuda(); }
 CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_greedy_decode(uint64_t, uint64_t,
                                                                         uint64_t) {
+    no_cuda();
+}
+CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_batched_decode(uint64_t, uint64_t,
+                                                                         uint64_t, uint64_t) {
     no_cuda();
 }
 double CudaSyntheticModel::time_prefill(uint64_t, int) { no_cuda(); }

@@ -72,6 +72,11 @@ class CudaBackend final : public Backend {
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
     void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                  std::span<float> logits) override;
+    // Sequences of one token (decode) as one batched step per cache capacity: every weight read
+    // once for all of them, each row's logits the bits forward() gives it alone (GEMV products
+    // with one token's threads, attention through each row's own cache); a sequence of several
+    // tokens runs through forward() on its own (cuda_engine.hpp).
+    void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) override;
     void run_ops(std::span<const int32_t> tokens, KvCache& cache,
                  const std::function<void(OpsStep&)>& fn) override;
     uint64_t fp16_saturations() const override;
@@ -112,6 +117,12 @@ class CudaSyntheticModel {
     // Greedy decode from position `from` (after a prefill of that many tokens): `warmup`
     // untimed steps, then `steps` timed ones (CUDA events around graph replays).
     DecodeTiming time_greedy_decode(uint64_t warmup, uint64_t steps, uint64_t from = 0);
+    // Batched decode (forward_batch, as `qforge serve` steps): `batch` sequences of one token
+    // each per step, every sequence at position `from` first (after a prefill of that many
+    // tokens), `warmup` untimed steps, then `steps` timed ones (host clock, each step's logits
+    // copied to the host as serving needs them): tokens per second over all sequences.
+    DecodeTiming time_batched_decode(uint64_t batch, uint64_t warmup, uint64_t steps,
+                                     uint64_t from = 0);
     // Prefill of `tokens` tokens from position 0 (the last one's logits to the host), one
     // untimed run, then the best of `reps` timed ones (host clock: the forward waits for its
     // logits): tokens per second. The options' max_batch bounds the internal step.

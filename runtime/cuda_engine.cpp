@@ -39,6 +39,8 @@ CudaEngine::CudaEngine(const ModelConfig& config, std::string path, CudaBackendO
                  "cublasSetWorkspace");
     QF_CUDA_CHECK(
         cudaMallocHost(reinterpret_cast<void**>(&staging_), (1 + o_.max_batch) * sizeof(int32_t)));
+    QF_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&cache_rows_host_),
+                                 o_.max_batch * sizeof(cuda::CacheRow)));
     QF_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&fault_host_), sizeof(int32_t)));
     *fault_host_ = 0;
 }
@@ -47,6 +49,7 @@ CudaEngine::~CudaEngine() {
     if (stream_) cudaStreamSynchronize(stream_);
     clear_graphs();
     if (staging_) cudaFreeHost(staging_);
+    if (cache_rows_host_) cudaFreeHost(cache_rows_host_);
     if (fault_host_) cudaFreeHost(fault_host_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -267,6 +270,7 @@ void CudaEngine::allocate_activations() {
         attention_counters_.fill_bytes(0);
     }
     logits_ = zeroed(batch_ * c_.vocab_size);
+    cache_rows_ = DeviceBuffer<cuda::CacheRow>(batch_);
     step_ = DeviceBuffer<int32_t>(1 + batch_);
     step_.fill_bytes(0);
     history_ = DeviceBuffer<int32_t>(c_.max_position_embeddings + 1);

@@ -51,6 +51,8 @@ class CudaKvCache final : public KvCache {
         return data_.get() + (layer * 2 + 1) * capacity_ * kv_dim_;
     }
     uint64_t id() const { return id_; }
+    // Halves from one layer's keys (values) to the next layer's.
+    uint64_t layer_stride() const { return 2 * capacity_ * kv_dim_; }
     void set_size(uint64_t n) { size_ = n; }
 
   private:
@@ -78,6 +80,12 @@ class CudaEngine final : private ForwardOps {
     std::unique_ptr<KvCache> new_cache(uint64_t capacity);
     void forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
                  std::span<float> logits);
+    // Backend::forward_batch (backend.hpp): every sequence of one token runs with the others
+    // whose caches take the same attention form as one batched step (each weight matrix read once for all of them;
+    // attention through each row's own cache, launchers.hpp: CacheRow), the products on the
+    // GEMV with one token's threads, so each row's logits are the bits its forward() alone
+    // gives; a sequence of several tokens (a prompt) runs through forward() on its own.
+    void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits);
     // Backend::run_ops: one step of tokens with op-level access (backend.hpp).
     void run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
                  const std::function<void(OpsStep&)>& fn);
@@ -153,6 +161,10 @@ class CudaEngine final : private ForwardOps {
     BlockActivations step_rows() const;
     // Copies tokens (at most batch_) and their first position into step_ for the kernels.
     void upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0);
+    // One batched step of single-token sequences of one attention form (forward_batch): their logits
+    // rows to out[slot[i]] (slot -1: none wanted).
+    void batched_step(std::span<const BatchSequence* const> seqs, std::span<const int64_t> slots,
+                      std::span<float> out);
     // Enqueues one step of m tokens; logits of rows [lf, m) go to logits_ (none when lf == m).
     void enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf);
     void enqueue_greedy_step(const CudaKvCache& cache);
@@ -166,6 +178,10 @@ class CudaEngine final : private ForwardOps {
     std::string path_;
     CudaBackendOptions o_;
     const CudaKvCache* cache_ = nullptr;  // the cache of the step being enqueued
+    // A batched step being enqueued: its rows' caches and positions (device, one per row) and
+    // the largest of their capacities; null otherwise.
+    const cuda::CacheRow* batch_rows_ = nullptr;
+    uint64_t batch_capacity_ = 0;
     std::string description_;
     int cc_major_ = 0, sm_count_ = 1;
     cudaStream_t stream_ = nullptr;
@@ -190,6 +206,8 @@ class CudaEngine final : private ForwardOps {
     DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids
     DeviceBuffer<int32_t> history_;  // greedy: the token chosen after each position
     int32_t* staging_ = nullptr;     // pinned host copy of step_
+    DeviceBuffer<cuda::CacheRow> cache_rows_;  // a batched step's rows (batch_rows_)
+    cuda::CacheRow* cache_rows_host_ = nullptr;  // pinned host copy
     DeviceBuffer<int32_t> fault_;    // kFaultPosition when a kernel met a position out of range
     int32_t* fault_host_ = nullptr;  // pinned host copy of fault_
     DeviceBuffer<unsigned long long> saturated_;  // fp16 saturations (f16_saturate.cuh)

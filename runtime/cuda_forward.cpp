@@ -124,9 +124,7 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
         v.ld != q.ld)
         throw Error("cuda backend: attention needs q, k and v in one [q | k | v] buffer");
     cuda::RopeParams rp;
-    rp.qkv = q.data;
     rp.ld = q.ld;
-    rp.n = u32(n);
     rp.heads = u32(c_.num_heads);
     rp.kv_heads = u32(c_.num_kv_heads);
     rp.head_dim = u32(c_.head_dim);
@@ -134,45 +132,63 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     const bool local = c_.local_rope(layer);
     rp.cos = local ? cos_local_.get() : cos_.get();
     rp.sin = local ? sin_local_.get() : sin_.get();
-    rp.pos0 = step_.get();
-    rp.k_cache = cache_->keys(layer);
-    rp.v_cache = cache_->values(layer);
-    rp.capacity = u32(cache_->capacity());
+    if (batch_rows_) {  // a batched step: each row's own cache and position
+        rp.layer = u32(layer);
+        rp.capacity = u32(batch_capacity_);
+    } else {
+        rp.pos0 = step_.get();
+        rp.k_cache = cache_->keys(layer);
+        rp.v_cache = cache_->values(layer);
+        rp.capacity = u32(cache_->capacity());
+    }
     rp.fault = fault_.get();
     rp.saturated = saturated_.get();
-    cuda::rope_store_kv_launch(rp, stream_);
     cuda::AttentionParams ap;
-    ap.qkv = q.data;
     ap.ld = q.ld;
-    ap.n = rp.n;
     ap.heads = rp.heads;
     ap.kv_heads = rp.kv_heads;
     ap.head_dim = rp.head_dim;
     ap.k_cache = rp.k_cache;
     ap.v_cache = rp.v_cache;
     ap.pos0 = rp.pos0;
-    ap.out = out.data;
+    ap.layer = rp.layer;
     ap.ldo = out.ld;
     ap.window = u32(c_.attention_window(layer));
     ap.scale = desc_.query_scale;
     ap.softcap = desc_.attn_softcap;
     ap.capacity = rp.capacity;
     ap.fault = rp.fault;
-    // Before the o product's GEMV it also writes that GEMV's int8 blocks of its output.
     const Layer& l = layers_.at(layer);
-    cuda::Int8Rows q8;
-    const cuda::Int8Rows* fused =
-        dims_per_lane_ == 4 && c_.head_dim % 32 == 0 && out.data == att_.get()
-            ? fused_int8(&l.o, n, q8)
-            : nullptr;
-    if (fused) ap.q8 = *fused;
-    if (rp.capacity >= o_.split_attention_from && n <= cuda::kGemvMaxTokens) {
-        ap.split_len = cuda::attention_split_len(rp.capacity);
-        ap.workspace = attention_ws_.get();
-        ap.counters = attention_counters_.get();
+    // Launches of at most kGemvMaxTokens rows when batched (the split form's workspace holds
+    // that many), so every row takes the form and slices its decode alone takes.
+    const uint64_t per = batch_rows_ ? cuda::kGemvMaxTokens : n;
+    for (uint64_t t0 = 0; t0 < n; t0 += per) {
+        const uint64_t m = std::min(per, n - t0);
+        rp.qkv = q.data + t0 * q.ld;
+        rp.n = u32(m);
+        if (batch_rows_) rp.rows = batch_rows_ + t0;
+        cuda::rope_store_kv_launch(rp, stream_);
+        ap.qkv = rp.qkv;
+        ap.n = rp.n;
+        ap.rows = rp.rows;
+        ap.out = out.data + t0 * out.ld;
+        // Before the o product's GEMV it also writes that GEMV's int8 blocks of its output (one
+        // launch for all the rows only).
+        cuda::Int8Rows q8;
+        const cuda::Int8Rows* fused =
+            m == n && dims_per_lane_ == 4 && c_.head_dim % 32 == 0 && out.data == att_.get()
+                ? fused_int8(&l.o, n, q8)
+                : nullptr;
+        ap.q8 = fused ? *fused : cuda::Int8Rows{};
+        ap.split_len = 0;
+        if (rp.capacity >= o_.split_attention_from && m <= cuda::kGemvMaxTokens) {
+            ap.split_len = cuda::attention_split_len(rp.capacity);
+            ap.workspace = attention_ws_.get();
+            ap.counters = attention_counters_.get();
+        }
+        cuda::attention_launch(ap, dims_per_lane_, stream_);
+        if (fused) mctx_.prepared = {out.data, out.ld, n, l.o.fmt.chunks, true};
     }
-    cuda::attention_launch(ap, dims_per_lane_, stream_);
-    if (fused) mctx_.prepared = {out.data, out.ld, n, l.o.fmt.chunks, true};
 }
 
 void CudaEngine::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {
@@ -320,6 +336,129 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
         check_fault(cache);
         cache.set_size(pos0 + m);
+    }
+}
+
+void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
+    // Everything is checked before any cache changes.
+    const uint64_t v = c_.vocab_size;
+    std::vector<int64_t> slot(batch.size(), -1);
+    std::vector<const CudaKvCache*> caches;
+    uint64_t wanted = 0, capacity = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const BatchSequence& s = batch[i];
+        if (!s.cache || s.tokens.empty())
+            throw Error("forward_batch: a sequence without a cache or tokens");
+        const CudaKvCache& cache = cuda_cache(*s.cache);
+        if (std::find(caches.begin(), caches.end(), &cache) != caches.end())
+            throw Error("forward_batch: a KV cache appears twice");
+        caches.push_back(&cache);
+        if (cache.size() + s.tokens.size() > cache.capacity())
+            throw Error(path_, {},
+                        "context is full: " + std::to_string(cache.size()) + " + " +
+                            std::to_string(s.tokens.size()) + " tokens exceed the context of " +
+                            std::to_string(cache.capacity()));
+        check_tokens(s.tokens);
+        if (s.logits) slot[i] = static_cast<int64_t>(wanted++);
+        capacity = std::max(capacity, cache.capacity());
+    }
+    if (logits.size() != wanted * v)
+        throw Error("forward_batch: logits hold " + std::to_string(logits.size()) +
+                    " floats, expected " + std::to_string(wanted * v));
+    ensure_rope(capacity);
+    // Single tokens grouped by the attention form their caches take alone (one block per head,
+    // or the split form's slice length: the same slices, so the same bits; a smaller cache in
+    // the group only has more empty slices, which the merge skips), in passes of at most batch_
+    // rows; prompts one by one.
+    std::map<uint64_t, std::vector<size_t>> groups;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const BatchSequence& s = batch[i];
+        if (s.tokens.size() == 1) {
+            const uint64_t cap = s.cache->capacity();
+            groups[cap >= o_.split_attention_from ? cuda::attention_split_len(u32(cap)) : 0]
+                .push_back(i);
+            continue;
+        }
+        const uint64_t n = s.tokens.size();
+        forward(s.tokens, cuda_cache(*s.cache), s.logits ? n - 1 : n,
+                s.logits ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, v)
+                         : std::span<float>{});
+    }
+    for (const auto& [form, members] : groups)
+        for (size_t p0 = 0; p0 < members.size(); p0 += batch_) {
+            std::vector<const BatchSequence*> seqs;
+            std::vector<int64_t> slots;
+            for (size_t j = p0; j < std::min(members.size(), p0 + batch_); ++j) {
+                seqs.push_back(&batch[members[j]]);
+                slots.push_back(slot[members[j]]);
+            }
+            if (seqs.size() == 1)  // alone: the captured decode graph, the same bits
+                forward(seqs[0]->tokens, cuda_cache(*seqs[0]->cache), slots[0] < 0 ? 1 : 0,
+                        slots[0] < 0 ? std::span<float>{}
+                                     : logits.subspan(static_cast<uint64_t>(slots[0]) * v, v));
+            else
+                batched_step(seqs, slots, logits);
+        }
+}
+
+void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
+                              std::span<const int64_t> slots, std::span<float> out) {
+    const uint64_t m = seqs.size(), v = c_.vocab_size;
+    std::vector<int32_t> tokens(m);
+    for (uint64_t i = 0; i < m; ++i) {
+        const CudaKvCache& cache = cuda_cache(*seqs[i]->cache);
+        tokens[i] = seqs[i]->tokens[0];
+        cache_rows_host_[i] = {cache.keys(0), cache.values(0), cache.layer_stride(),
+                               static_cast<int32_t>(cache.size()), u32(cache.capacity())};
+    }
+    upload_step(tokens.data(), m, 0);  // the ids; positions are the rows'
+    QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_,
+                                  m * sizeof(cuda::CacheRow), cudaMemcpyHostToDevice, stream_));
+    // The products on the GEMV with a lone token's threads (plans.hpp: GemvTuning), unless a
+    // test forces a path for every product.
+    const auto saved_forced = mctx_.forced;
+    const cuda::GemvTuning saved_tuning = mctx_.gemv_tuning;
+    if (!mctx_.forced) mctx_.forced = cuda::MatmulPath::gemv;
+    mctx_.gemv_tuning.one_token_threads = true;
+    batch_rows_ = cache_rows_.get();
+    batch_capacity_ = 0;  // the largest: the split form's slices cover it (forward_batch)
+    for (const BatchSequence* s : seqs)
+        batch_capacity_ = std::max(batch_capacity_, s->cache->capacity());
+    auto restore = [&] {
+        mctx_.forced = saved_forced;
+        mctx_.gemv_tuning = saved_tuning;
+        mctx_.prepared = {};
+        batch_rows_ = nullptr;
+        batch_capacity_ = 0;
+    };
+    try {
+        run_model(*this, desc_, c_.num_layers, step_.get() + 1, m, step_rows(), 0,
+                  {logits_.get(), v});
+        // Each wanted row's logits to its slot, runs of consecutive slots in one copy.
+        for (uint64_t i = 0; i < m;) {
+            if (slots[i] < 0) {
+                ++i;
+                continue;
+            }
+            uint64_t e = i + 1;
+            while (e < m && slots[e] == slots[e - 1] + 1) ++e;
+            QF_CUDA_CHECK(cudaMemcpyAsync(out.data() + static_cast<uint64_t>(slots[i]) * v,
+                                          logits_.get() + i * v, (e - i) * v * sizeof(float),
+                                          cudaMemcpyDeviceToHost, stream_));
+            i = e;
+        }
+        enqueue_fault_copy();
+        // Also keeps staging_ and cache_rows_host_ untouched until their copies have run.
+        QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (...) {
+        restore();
+        throw;
+    }
+    restore();
+    check_fault(cuda_cache(*seqs[0]->cache));
+    for (const BatchSequence* s : seqs) {
+        auto& cache = cuda_cache(*s->cache);
+        cache.set_size(cache.size() + 1);
     }
 }
 

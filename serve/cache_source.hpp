@@ -6,8 +6,8 @@
 //   batched step reads every sequence's cache through its block table.
 // - BackendCacheSource: one cache per sequence made by the backend itself (Backend::new_cache:
 //   the CUDA backend's cache in device memory, contiguous, allocated whole), against a budget of
-//   blocks. A backend without a batched step runs each sequence of a step through forward()
-//   (Backend::forward_batch's default), so its caches need no common pool.
+//   blocks. Its batched step names each row's cache (CudaBackend::forward_batch), so the caches
+//   need no common pool.
 //
 // Not thread-safe: the scheduler's thread alone takes and gives back.
 #pragma once

@@ -27,6 +27,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -366,6 +367,110 @@ TEST_CASE(
         if (i + 1 < 30) graph.forward({&next, 1}, *host_cache, 0, last);
     }
     REQUIRE(on_device == on_host);
+}
+
+// Batched steps (Backend::forward_batch, what `qforge serve` runs): sequences arriving at
+// different steps, their whole prompts run beside other sequences' decode tokens, in caches of
+// many capacities (below the split attention's threshold, and above it in two slice lengths),
+// 15 of them, 9 in one group, so a step has more rows than a GEMV pass or an attention launch
+// takes: each sequence's logits equal those it gets
+// alone through forward() (decode through the captured graph) bit for bit. The shapes make a lone
+// token's GEMV threads differ from a pass of 8 tokens' (down's 131 chunks: 2 chunk steps of 96
+// threads alone, 1 of 160 by default), and head_dim 128 takes the attention's int8 blocks.
+TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit for bit",
+          "[cuda]") {
+    QF_REQUIRE_GPU();
+    test::ScratchDir dir("cuda-batch");
+    ModelConfig c = tiny_config(Architecture::llama);
+    c.vocab_size = 300;
+    c.hidden_size = 256;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 128;
+    c.intermediate_size = 4180;
+    c.max_position_embeddings = 4096;
+    for (QType t : {QType::q4_g128, QType::q8, QType::f16}) {
+        INFO(qtype_traits(t).name);
+        const fs::path p = dir / "m.qf";
+        write_random_model(p, c, t, 21, WeightSpread::trained);
+        Model model(p.string());
+        CudaBackend gpu(model);
+        const uint64_t v = c.vocab_size, kNew = 5;
+        struct Seq {
+            std::vector<int32_t> prompt;
+            uint64_t capacity = 0, arrival = 0;
+            std::vector<std::vector<float>> want;
+            std::vector<int32_t> next;  // the tokens fed after the prompt (greedy alone)
+            std::unique_ptr<KvCache> cache;
+            uint64_t got = 0;
+        };
+        std::mt19937 rng(5);
+        std::vector<Seq> seqs(15);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            Seq& s = seqs[i];
+            s.prompt = some_tokens(i == 0 ? 1 : 2 + rng() % 20, v, 40 + static_cast<uint32_t>(i));
+            // One block per head below 256 positions; split in slices of 64 up to 2048 and of
+            // 96 at 3000 (plans.hpp: attention_split_len): three groups, of several capacities.
+            s.capacity = i == 1 || i >= 13 ? 3000 + i : i >= 10 ? 64 : 256 + 4 * i;
+            s.arrival = rng() % 3;
+            auto cache = gpu.new_cache(s.capacity);
+            std::vector<float> logits(v);
+            gpu.forward(s.prompt, *cache, s.prompt.size() - 1, logits);
+            for (uint64_t k = 0; k < kNew; ++k) {
+                s.want.push_back(logits);
+                s.next.push_back(static_cast<int32_t>(
+                    std::max_element(logits.begin(), logits.end()) - logits.begin()));
+                if (k + 1 < kNew) gpu.forward({&s.next.back(), 1}, *cache, 0, logits);
+            }
+        }
+        for (uint64_t step = 0; step < 3 + kNew; ++step) {
+            std::vector<BatchSequence> batch;
+            std::vector<Seq*> order;
+            for (Seq& s : seqs) {
+                if (s.arrival > step || s.got == kNew) continue;
+                if (!s.cache) {
+                    s.cache = gpu.new_cache(s.capacity);
+                    batch.push_back({s.prompt, s.cache.get(), true});
+                } else {
+                    batch.push_back({{&s.next[s.got - 1], 1}, s.cache.get(), true});
+                }
+                order.push_back(&s);
+            }
+            if (batch.empty()) continue;
+            std::shuffle(batch.begin(), batch.end(), rng);  // any order: match by cache below
+            std::vector<float> logits(batch.size() * v);
+            gpu.forward_batch(batch, logits);
+            for (size_t b = 0; b < batch.size(); ++b) {
+                Seq* s = *std::find_if(order.begin(), order.end(),
+                                       [&](Seq* x) { return x->cache.get() == batch[b].cache; });
+                INFO("step " << step << ", token " << s->got);
+                REQUIRE(std::memcmp(logits.data() + b * v, s->want[s->got].data(),
+                                    v * sizeof(float)) == 0);
+                ++s->got;
+            }
+        }
+        for (const Seq& s : seqs) REQUIRE(s.got == kNew);
+
+        // The contract's errors, each before any cache changes.
+        auto a = gpu.new_cache(8), b = gpu.new_cache(8);
+        const int32_t one = 3, bad = static_cast<int32_t>(v);
+        std::vector<float> two(2 * v);
+        const std::vector<BatchSequence> dup = {{{&one, 1}, a.get(), true},
+                                                {{&one, 1}, a.get(), true}};
+        REQUIRE_THROWS_WITH(gpu.forward_batch(dup, two), Catch::Contains("appears twice"));
+        const std::vector<BatchSequence> wrong = {{{&one, 1}, a.get(), true},
+                                                  {{&bad, 1}, b.get(), true}};
+        REQUIRE_THROWS_WITH(gpu.forward_batch(wrong, two), Catch::Contains("vocabulary"));
+        const std::vector<BatchSequence> pair = {{{&one, 1}, a.get(), true},
+                                                 {{&one, 1}, b.get(), false}};
+        REQUIRE_THROWS_WITH(gpu.forward_batch(pair, two), Catch::Contains("expected"));
+        REQUIRE(a->size() == 0);
+        REQUIRE(b->size() == 0);
+        gpu.forward_batch(pair, std::span(two).first(v));
+        REQUIRE(a->size() == 1);
+        REQUIRE(b->size() == 1);
+        fs::remove(p);
+    }
 }
 
 TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {

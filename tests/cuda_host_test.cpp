@@ -312,6 +312,23 @@ TEST_CASE("GEMV plans cover every chunk with the fewest whole warps", "[cuda_hos
     REQUIRE(q8.threads == 64);
     const GemvPlan one = plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 1, {1});
     REQUIRE(one.threads == 128);
+    // A batched decode step's passes take a lone token's threads (the order of each output's
+    // additions), whatever their tokens: any kind and length of row, any token count.
+    GemvTuning batched;
+    batched.one_token_threads = true;
+    for (QType qt : {QType::q4_g128, QType::q4s_g32, QType::q8, QType::q8_g32, QType::f16,
+                     QType::bf16, QType::f32})
+        for (uint64_t k : {32, 96, 2080, 4096, 4180, 8192, 14336}) {
+            const GpuMatrixFormat f = gpu_matrix_format(qt, k);
+            const GemvPlan alone = plan_gemv(f, 64, 1);
+            for (uint64_t m = 1; m <= 40; ++m) {
+                const GemvPlan p = plan_gemv(f, 64, m, batched);
+                REQUIRE(p.threads == alone.threads);
+                REQUIRE(p.chunk_steps == alone.chunk_steps);
+                REQUIRE(p.token_tile == plan_gemv(f, 64, m).token_tile);
+            }
+        }
+    REQUIRE(plan_gemv(gpu_matrix_format(QType::q4_g128, 4096), 4096, 8, batched).threads == 64);
     GemvTuning t;
     REQUIRE(parse_gemv_tuning("steps=3", t));
     REQUIRE(t.min_steps == 3);

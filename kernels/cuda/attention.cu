@@ -11,7 +11,9 @@
 //             query_pre_attn_scalar^-1/2), then soft-capped when softcap > 0 (gemma2)
 //   cache     fp16 keys and values, [position][kv_heads * head_dim] per layer; positions come
 //             from a device integer (pos0), so a captured CUDA graph serves every decode step;
-//             a position outside [0, capacity) touches nothing and raises the fault word
+//             a position outside [0, capacity) touches nothing and raises the fault word.
+//             A batched step's rows each name their own cache and position (CacheRow), so one
+//             launch serves the decode tokens of many sequences
 //
 // RoPE computes exactly the CPU's products and differences (rounded separately, no fused
 // multiply-add), so rotated q and k equal the CPU's before the fp16 rounding of the cache.
@@ -35,12 +37,32 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 
+// Row t's cache of this layer and its position: the params' one cache at pos0 + t, or, in a
+// batched step, the row's own (CacheRow).
+template <class H>
+struct RowCache {
+    H* k;
+    H* v;
+    int64_t at;
+    uint32_t capacity;
+};
+template <class H, class P>
+__device__ __forceinline__ RowCache<H> row_cache(const P& p, uint32_t t) {
+    if (p.rows) {
+        const CacheRow r = p.rows[t];
+        const uint64_t off = static_cast<uint64_t>(p.layer) * r.layer_stride;
+        return {r.k + off, r.v + off, static_cast<int64_t>(r.pos), min(r.capacity, p.capacity)};
+    }
+    return {p.k_cache, p.v_cache, static_cast<int64_t>(*p.pos0) + t, p.capacity};
+}
+
 // Block (t, h): head h of token t, one thread per rotated pair (i, i + head_dim / 2). Heads
 // [0, heads) are q, [heads, heads + kv_heads) k (rotated, then stored), the rest v (stored).
 __global__ void rope_store_kv_kernel(RopeParams p) {
     const uint32_t t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
-    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
-    if (at < 0 || at >= p.capacity) {
+    const RowCache<uint16_t> rc = row_cache<uint16_t>(p, t);
+    const int64_t at = rc.at;
+    if (at < 0 || at >= rc.capacity) {
         if (i == 0 && h == 0) atomicOr(p.fault, kFaultPosition);
         return;
     }
@@ -49,7 +71,7 @@ __global__ void rope_store_kv_kernel(RopeParams p) {
     const uint64_t kvd = static_cast<uint64_t>(p.kv_heads) * p.head_dim;
     float* x = p.qkv + t * p.ld + static_cast<uint64_t>(h) * p.head_dim;  // k follows q, v k
     if (h >= p.heads + p.kv_heads) {
-        uint16_t* vc = p.v_cache + pos * kvd + (h - p.heads - p.kv_heads) * p.head_dim;
+        uint16_t* vc = rc.v + pos * kvd + (h - p.heads - p.kv_heads) * p.head_dim;
         vc[i] = f16_saturate(x[i], p.saturated);
         vc[i + half] = f16_saturate(x[i + half], p.saturated);
         return;
@@ -61,7 +83,7 @@ __global__ void rope_store_kv_kernel(RopeParams p) {
     x[i] = ra;
     x[i + half] = rb;
     if (h >= p.heads) {
-        uint16_t* kc = p.k_cache + pos * kvd + (h - p.heads) * p.head_dim;
+        uint16_t* kc = rc.k + pos * kvd + (h - p.heads) * p.head_dim;
         kc[i] = f16_saturate(ra, p.saturated);
         kc[i + half] = f16_saturate(rb, p.saturated);
     }
@@ -98,8 +120,9 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
     const uint32_t kvh = h / (p.heads / p.kv_heads);
-    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
-    if (at < 0 || at >= p.capacity) {  // out is left as it was: the step is reported invalid
+    const RowCache<const uint16_t> rc = row_cache<const uint16_t>(p, t);
+    const int64_t at = rc.at;
+    if (at < 0 || at >= rc.capacity) {  // out is left as it was: the step is reported invalid
         if (threadIdx.x == 0) atomicOr(p.fault, kFaultPosition);
         return;
     }
@@ -117,8 +140,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
         o[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const uint16_t* kbase = p.k_cache + static_cast<uint64_t>(kvh) * hd;
-    const uint16_t* vbase = p.v_cache + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* kbase = rc.k + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* vbase = rc.v + static_cast<uint64_t>(kvh) * hd;
     for (uint64_t j = first + warp; j < len; j += kAttnWarps) {
         const uint16_t* kr = kbase + j * kvd;
         float s = 0.0f;
@@ -232,8 +255,9 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_split_kernel(Attent
     const uint32_t tiles = (group + G - 1) / G;
     const uint32_t kvh = blockIdx.y / tiles, h0 = kvh * group + (blockIdx.y % tiles) * G;
     const uint32_t hn = min(static_cast<uint32_t>(G), kvh * group + group - h0);
-    const int64_t at = static_cast<int64_t>(*p.pos0) + t;
-    if (at < 0 || at >= p.capacity) {
+    const RowCache<const uint16_t> rc = row_cache<const uint16_t>(p, t);
+    const int64_t at = rc.at;
+    if (at < 0 || at >= rc.capacity) {
         if (threadIdx.x == 0 && slice == 0) atomicOr(p.fault, kFaultPosition);
         return;
     }
@@ -257,8 +281,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_split_kernel(Attent
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    const uint16_t* kbase = p.k_cache + static_cast<uint64_t>(kvh) * hd;
-    const uint16_t* vbase = p.v_cache + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* kbase = rc.k + static_cast<uint64_t>(kvh) * hd;
+    const uint16_t* vbase = rc.v + static_cast<uint64_t>(kvh) * hd;
     for (uint64_t j = begin + warp; j < end; j += kAttnWarps) {
         float kv[D], vv[D];
 #pragma unroll
@@ -328,8 +352,9 @@ void launch_split(const AttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
-    if (p.capacity == 0 || !p.fault)
-        throw_cuda_error(cudaErrorInvalidValue, "rope_store_kv_launch: no capacity or fault word",
+    if (p.capacity == 0 || !p.fault || !(p.rows || (p.pos0 && p.k_cache && p.v_cache)))
+        throw_cuda_error(cudaErrorInvalidValue,
+                         "rope_store_kv_launch: no capacity, fault word, cache or position",
                          __FILE__, __LINE__);
     if (p.n == 0) return;
     // one block per (token, head of q, k and v), a thread per pair (check_attention_config:
@@ -339,9 +364,10 @@ void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream) {
 }
 
 void attention_launch(const AttentionParams& p, uint32_t dims_per_lane, cudaStream_t stream) {
-    if (p.capacity == 0 || !p.fault)
-        throw_cuda_error(cudaErrorInvalidValue, "attention_launch: no capacity or fault word",
-                         __FILE__, __LINE__);
+    if (p.capacity == 0 || !p.fault || !(p.rows || (p.pos0 && p.k_cache && p.v_cache)))
+        throw_cuda_error(cudaErrorInvalidValue,
+                         "attention_launch: no capacity, fault word, cache or position", __FILE__,
+                         __LINE__);
     if (p.q8.chunks &&
         (dims_per_lane != 4 || p.head_dim % 32 != 0 || p.q8.chunks != p.heads * p.head_dim / 32))
         throw_cuda_error(cudaErrorInvalidValue,

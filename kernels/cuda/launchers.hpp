@@ -170,6 +170,17 @@ void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, ui
 // the host reads after each step and turns into an error (runtime/cuda_forward.cpp).
 constexpr int32_t kFaultPosition = 1;
 
+// A batched step's rows (CudaEngine::forward_batch, several sequences in one launch): row t's
+// own cache and position, in place of the params' single cache and pos0. Layer L's keys
+// (values) are at k (v) + L * layer_stride halves: CudaKvCache's layout.
+struct CacheRow {
+    uint16_t* k = nullptr;  // layer 0's keys: [capacity][kv_heads * head_dim] fp16
+    uint16_t* v = nullptr;  // layer 0's values
+    uint64_t layer_stride = 0;
+    int32_t pos = 0;        // row t's position
+    uint32_t capacity = 0;  // positions its cache holds
+};
+
 struct RopeParams {
     float* qkv = nullptr;  // n rows: q heads, then k heads, then v heads
     uint64_t ld = 0;
@@ -182,6 +193,10 @@ struct RopeParams {
     uint32_t capacity = 0;     // positions the cache holds
     int32_t* fault = nullptr;  // device: kFaultPosition is or-ed in for a position >= capacity
     unsigned long long* saturated = nullptr;  // device: k, v values clamped to fp16 (or null)
+    // Device, n entries: row t's cache and position (CacheRow, `layer` of it) instead of
+    // k_cache, v_cache, pos0 + t and capacity (which then bounds the rows' capacities).
+    const CacheRow* rows = nullptr;
+    uint32_t layer = 0;
 };
 // Rotates q and k in place (rotate-half layout) and stores k, v as fp16 at positions pos0 + t.
 void rope_store_kv_launch(const RopeParams& p, cudaStream_t stream);
@@ -213,6 +228,11 @@ struct AttentionParams {
     uint32_t split_len = 0;
     float* workspace = nullptr;
     unsigned* counters = nullptr;
+    // As RopeParams::rows: row t's cache and position. The split form's slices are then those
+    // of `capacity`, the largest of the rows' (the engine batches rows whose own capacities give
+    // the same split_len; a smaller cache's extra slices are empty, and the merge skips them).
+    const CacheRow* rows = nullptr;
+    uint32_t layer = 0;
 };
 // (plans.hpp: attention_split_len, attention_workspace_floats)
 // Causal GQA attention with an online softmax; dims_per_lane from attention_dims_per_lane.

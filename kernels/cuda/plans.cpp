@@ -69,8 +69,9 @@ GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
     if (fmt.kind == WeightKind::q4 && p.token_tile <= 2 && q4_rows == 2) p.rows_per_block = 2;
     p.blocks = ceil_div(rows, p.rows_per_block);
     const bool quantized = fmt.kind == WeightKind::q4 || fmt.kind == WeightKind::q8;
+    const uint32_t order_tile = tuning.one_token_threads ? 1 : p.token_tile;
     const uint64_t min_steps =
-        tuning.min_steps ? tuning.min_steps : (quantized && p.token_tile <= 2 ? 2 : 1);
+        tuning.min_steps ? tuning.min_steps : (quantized && order_tile <= 2 ? 2 : 1);
     // As few chunk steps as 256 threads allow (at least min_steps), then the fewest whole warps
     // for that many steps (k = 14336 at q4: 448 chunks -> 2 steps of 224 threads, not 256 + 192).
     const uint64_t steps = std::max(ceil_div(fmt.chunks, kGemvMaxThreads), min_steps);

@@ -67,9 +67,15 @@ struct GemvPlan {
 // the blocks an SM holds; 4: gemv_rows_per_block's; 0: 2 for rows of 256 chunks or more, else
 // 4). ncu on the H200 found Llama's down_proj GEMV (4096 x 14336) at 98 registers a thread,
 // 2 blocks of 224 threads an SM, 3.9 waves: 2 rows per block took it from 51% to 59% of copy.
+// `one_token_threads`: the threads per row (and so each output's order of additions: chunks
+// round-robin over them, then the fixed reduction) as a lone token's, whatever the tokens of
+// the pass. A batched decode step (CudaEngine::forward_batch) sets it, so each of its rows gets
+// the bits that row's decode alone gets. (The order never depends on the tokens otherwise
+// either, but the default threads do: 2 chunk steps at 1-2 tokens, 1 beyond.)
 struct GemvTuning {
     uint32_t min_steps = 0;
     uint32_t q4_rows = 0;
+    bool one_token_threads = false;
 };
 GemvPlan plan_gemv(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m,
                    const GemvTuning& tuning = {});
