@@ -499,7 +499,12 @@ void bench_prefill(const Args& a, Report& r) {
         "of 3, tokens/s",
         static_cast<unsigned long long>(a.prefill_tokens),
         static_cast<unsigned long long>(c.num_layers));
-    for (QType t : bench_qtypes(a)) {
+    // bf16 as well (Hugging Face checkpoints' own type: the TF32 cuBLAS path; before it, the
+    // GEMV in passes of 8 tokens), unless the list names it.
+    std::vector<QType> types = bench_qtypes(a);
+    if (std::find(types.begin(), types.end(), QType::bf16) == types.end())
+        types.push_back(QType::bf16);
+    for (QType t : types) {
         CudaBackendOptions o;
         o.max_batch = a.prefill_tokens;
         CudaSyntheticModel model(c, t, 42, o);

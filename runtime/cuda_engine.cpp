@@ -286,14 +286,15 @@ void CudaEngine::allocate_activations() {
              {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.qkv, &l.gate_up})
             if (m->data) all.push_back(m);
     uint64_t max_kpad = 0, max_rows = 0, ws = 0;
-    bool any_quant = false;
+    bool any_slab = false;
     const bool forced_mma = o_.forced_path == cuda::MatmulPath::mma;
     const uint64_t mma_m = forced_mma ? batch_ : std::min(batch_, cuda::kMmaMaxTokens);
     std::map<std::pair<uint64_t, uint64_t>, bool> seen;  // (qtype, k, rows) shapes planned
     for (const DeviceMatrix* m : all) {
         max_kpad = std::max(max_kpad, m->fmt.kpad);
         max_rows = std::max(max_rows, m->rows);
-        any_quant = any_quant || m->fmt.quantized();
+        // The cuBLAS path's slabs: dequantized rows, and bf16 rows widened to f32.
+        any_slab = any_slab || m->fmt.quantized() || m->fmt.kind == cuda::WeightKind::bf16;
         const auto key =
             std::make_pair(m->fmt.kpad * 64 + static_cast<uint64_t>(m->fmt.qtype), m->rows);
         if (!m->fmt.quantized() || seen.count(key)) continue;
@@ -304,7 +305,7 @@ void CudaEngine::allocate_activations() {
     const auto scratch = cuda::matmul_scratch_size(batch_, max_kpad, max_rows);
     x16_ = DeviceBuffer<uint16_t>(scratch.x16_halves);  // the GEMV's activation scratch too
     if (batched) {
-        if (any_quant) w16_ = DeviceBuffer<uint16_t>(scratch.w16_halves);
+        if (any_slab) w16_ = DeviceBuffer<uint16_t>(scratch.w16_halves);
         if (ws) workspace_ = DeviceBuffer<float>(ws);
     }
     mctx_.stream = stream_;

@@ -13,7 +13,9 @@
 // layer: the q/k/v input, the cached keys and values, the attention output, the gate/up input,
 // the gated product (5); the head's input (1); and where weights are not fp16 already (f32, bf16,
 // quantized: the cuBLAS path rounds scale x code to fp16), each of the 7 products per layer and
-// the head once more. The first GPU run (2 layers) measured up to 1.75e-3, a fifth to a third of
+// the head once more. bf16 weights on the cuBLAS path stay exact (TF32) and round each product's
+// input to TF32 (at most 2^-10, two units): 4 product inputs x 2 + the cache per layer, 2 for the
+// head, 9 L + 2 units, within the 12 L + 2 counted. The first GPU run (2 layers) measured up to 1.75e-3, a fifth to a third of
 // this bound; the former fixed 1e-3 (about two roundings' RMS) failed there. A wrong kernel moves
 // logits by tens of percent. The default backend's decode products of quantized weights take
 // int8 activation blocks, whose own bound adds to this one (kInt8MaxRelL2 below). The operations

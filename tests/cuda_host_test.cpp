@@ -401,7 +401,12 @@ TEST_CASE("matmul path choice by size, kind and architecture", "[cuda_host]") {
     REQUIRE(choose_matmul_path(q4, kMmaMaxTokens + 1, 9) == MatmulPath::cublas);
     REQUIRE(choose_matmul_path(q4, 64, 7) == MatmulPath::cublas);  // sm_75: no m16n8k16 path
     REQUIRE(choose_matmul_path(f16, 512, 9) == MatmulPath::cublas);
-    REQUIRE(choose_matmul_path(bf16, 512, 9) == MatmulPath::gemv);
+    REQUIRE(choose_matmul_path(bf16, 512, 9) == MatmulPath::cublas);  // TF32 tensor cores
+    REQUIRE(choose_matmul_path(bf16, 9, 8) == MatmulPath::cublas);
+    REQUIRE(choose_matmul_path(bf16, 512, 7) == MatmulPath::gemv);  // sm_75: no TF32
+    REQUIRE(matmul_path_applies(MatmulPath::cublas, bf16, 8));
+    REQUIRE_FALSE(matmul_path_applies(MatmulPath::cublas, bf16, 7));
+    REQUIRE_FALSE(matmul_path_applies(MatmulPath::mma, bf16, 9));
     REQUIRE(choose_matmul_path(f32, 512, 9) == MatmulPath::gemv);
     REQUIRE(matmul_path_applies(MatmulPath::mma, q4, 8));
     REQUIRE_FALSE(matmul_path_applies(MatmulPath::mma, q4, 7));
@@ -417,6 +422,10 @@ TEST_CASE("cuBLAS slabs fit the scratch and cover the rows", "[cuda_host]") {
     REQUIRE(cublas_slab_rows(f, 128256, uint64_t{64} << 20) == (uint64_t{64} << 20) / 4096);
     REQUIRE(cublas_slab_rows(f, 100, 4096) == 1);
     REQUIRE(cublas_slab_rows(f, 100, 10) == 1);  // never zero
+    // bf16 rows widen to f32 in the slab: two halves of scratch per weight.
+    const auto b = gpu_matrix_format(QType::bf16, 4096);
+    REQUIRE(cublas_slab_rows(b, 128256, uint64_t{64} << 20) == (uint64_t{64} << 20) / 8192);
+    REQUIRE(cublas_slab_rows(b, 100, 8192) == 1);
 }
 
 TEST_CASE("attention dims per lane", "[cuda_host]") {

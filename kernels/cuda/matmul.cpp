@@ -152,7 +152,7 @@ MatmulScratchSize matmul_scratch_size(uint64_t m_max, uint64_t max_kpad, uint64_
     // At least 32 rows of halves: also the GEMV's interleaved fp32 scratch (8 rows of floats).
     s.x16_halves = round_up(m_max, kMmaTileTokens) * max_kpad;
     static_assert(2 * kGemvMaxTokens <= kMmaTileTokens);
-    s.w16_halves = std::max(max_kpad, std::min(max_slab_halves, max_rows * max_kpad));
+    s.w16_halves = std::max(2 * max_kpad, std::min(max_slab_halves, max_rows * max_kpad));
     return s;
 }
 
@@ -164,21 +164,37 @@ uint64_t mma_workspace_floats(const GpuMatrixFormat& fmt, uint64_t rows, uint64_
     return most;
 }
 
-void cublas_f16_gemm(cublasHandle_t h, const uint16_t* w16, uint64_t ldw, uint64_t rows,
-                     uint64_t kpad, const uint16_t* x16, uint64_t ldx16, uint64_t m, float* y,
-                     uint64_t ldo, bool accumulate) {
-    // Row-major out[m][ldo] is column-major (rows x m) with leading dimension ldo:
-    // out^T = W x^T, with W row-major = column-major (kpad x rows), transposed.
+namespace {
+// Row-major out[m][ldo] is column-major (rows x m) with leading dimension ldo:
+// out^T = W x^T, with W row-major = column-major (kpad x rows), transposed.
+void gemm_rows(cublasHandle_t h, const void* w, cudaDataType type, uint64_t ldw, uint64_t rows,
+               uint64_t kpad, const void* x, uint64_t ldx, uint64_t m, float* y, uint64_t ldo,
+               bool accumulate, cublasComputeType_t compute, const char* what) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t st =
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(m),
-                     static_cast<int>(kpad), &alpha, w16, CUDA_R_16F, static_cast<int>(ldw), x16,
-                     CUDA_R_16F, static_cast<int>(ldx16), &beta, y, CUDA_R_32F,
-                     static_cast<int>(ldo), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     static_cast<int>(kpad), &alpha, w, type, static_cast<int>(ldw), x, type,
+                     static_cast<int>(ldx), &beta, y, CUDA_R_32F, static_cast<int>(ldo), compute,
+                     CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
-        throw Error(std::string("cuBLAS GemmEx failed: ") + cublasGetStatusString(st) + " (rows " +
-                    std::to_string(rows) + ", tokens " + std::to_string(m) + ", k " +
-                    std::to_string(kpad) + ")");
+        throw Error(std::string("cuBLAS GemmEx (") + what + ") failed: " +
+                    cublasGetStatusString(st) + " (rows " + std::to_string(rows) + ", tokens " +
+                    std::to_string(m) + ", k " + std::to_string(kpad) + ")");
+}
+}  // namespace
+
+void cublas_tf32_gemm(cublasHandle_t h, const float* w32, uint64_t ldw, uint64_t rows,
+                      uint64_t kpad, const float* x, uint64_t ldx, uint64_t m, float* y,
+                      uint64_t ldo, bool accumulate) {
+    gemm_rows(h, w32, CUDA_R_32F, ldw, rows, kpad, x, ldx, m, y, ldo, accumulate,
+              CUBLAS_COMPUTE_32F_FAST_TF32, "TF32");
+}
+
+void cublas_f16_gemm(cublasHandle_t h, const uint16_t* w16, uint64_t ldw, uint64_t rows,
+                     uint64_t kpad, const uint16_t* x16, uint64_t ldx16, uint64_t m, float* y,
+                     uint64_t ldo, bool accumulate) {
+    gemm_rows(h, w16, CUDA_R_16F, ldw, rows, kpad, x16, ldx16, m, y, ldo, accumulate,
+              CUBLAS_COMPUTE_32F, "fp16");
 }
 
 MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uint64_t ldx,
@@ -212,6 +228,22 @@ MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uin
     }
     ctx.prepared = {};  // the fp16 activations go where the GEMV's preparation was
     const uint64_t kpad = w.fmt.kpad;
+    if (w.fmt.kind == WeightKind::bf16) {  // TF32 on f32 slabs of the rows, f32 activations
+        if (!ctx.cublas) throw UnsupportedOnCuda("the cuBLAS path without a cuBLAS handle");
+        if (ctx.w16_halves < 2 * kpad) throw UnsupportedOnCuda("an f32 slab below one row");
+        const uint64_t slab = cublas_slab_rows(w.fmt, w.rows, ctx.w16_halves);
+        auto* w32 = reinterpret_cast<float*>(ctx.w16);
+        const auto* rows16 = reinterpret_cast<const uint16_t*>(w.data);
+        for (uint64_t r0 = 0; r0 < w.rows; r0 += slab) {
+            const uint64_t n = std::min(slab, w.rows - r0);
+            bf16_rows_to_f32_launch(rows16 + r0 * (w.fmt.row_bytes / 2), w.fmt.row_bytes / 2,
+                                    u32(n), u32(kpad), w32, ctx.stream);
+            cublas_tf32_gemm(ctx.cublas, w32, kpad, n, kpad, x, ldx, m, out.y + r0, out.ldo,
+                             out.accumulate);
+        }
+        if (out.bias) add_bias_launch(out.y, out.ldo, u32(m), u32(w.rows), out.bias, ctx.stream);
+        return path;
+    }
     if (round_up(m, kMmaTileTokens) * kpad > ctx.x16_halves)
         throw UnsupportedOnCuda("a batch of " + std::to_string(m) + " tokens of " +
                                 std::to_string(kpad) + " beyond the fp16 activation scratch");

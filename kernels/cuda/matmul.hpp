@@ -127,6 +127,12 @@ uint64_t mma_workspace_floats(const GpuMatrixFormat& fmt, uint64_t rows, uint64_
 MatmulPath matmul(MatmulContext& ctx, const DeviceMatrix& w, const float* x, uint64_t ldx,
                   uint64_t m, const MatmulOut& out);
 
+// cuBLAS f32 product with TF32 tensor cores (the bf16 weights' path: w32 their slab widened to
+// f32, so only the activations round, to TF32's 10-bit fraction), rows as cublas_f16_gemm's.
+void cublas_tf32_gemm(cublasHandle_t h, const float* w32, uint64_t ldw, uint64_t rows,
+                      uint64_t kpad, const float* x, uint64_t ldx, uint64_t m, float* y,
+                      uint64_t ldo, bool accumulate);
+
 // Plain cuBLAS half-precision product on fp16 weights (rows x kpad halves, row stride ldw):
 // the baseline the benchmarks compare against, and the f16 path of the dispatcher.
 void cublas_f16_gemm(cublasHandle_t h, const uint16_t* w16, uint64_t ldw, uint64_t rows,

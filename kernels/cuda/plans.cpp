@@ -28,14 +28,18 @@ bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major)
         case MatmulPath::mma:
             return cuda_qtype_row(fmt.qtype).tensor_core_gemm && cc_major >= 8;
         case MatmulPath::cublas:
-            return fmt.quantized() || fmt.kind == WeightKind::f16;
+            return fmt.quantized() || fmt.kind == WeightKind::f16 ||
+                   (fmt.kind == WeightKind::bf16 && cc_major >= 8);
     }
     return false;
 }
 
 MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_major) {
     if (m <= kGemvMaxTokens) return MatmulPath::gemv;
-    if (fmt.kind == WeightKind::f32 || fmt.kind == WeightKind::bf16) return MatmulPath::gemv;
+    if (fmt.kind == WeightKind::f32) return MatmulPath::gemv;
+    if (fmt.kind == WeightKind::bf16)
+        return matmul_path_applies(MatmulPath::cublas, fmt, cc_major) ? MatmulPath::cublas
+                                                                      : MatmulPath::gemv;
     if (fmt.kind == WeightKind::f16) return MatmulPath::cublas;
     if (m <= kMmaMaxTokens && matmul_path_applies(MatmulPath::mma, fmt, cc_major))
         return MatmulPath::mma;
@@ -117,7 +121,8 @@ MmaPlan plan_mma(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, int sm_c
 }
 
 uint64_t cublas_slab_rows(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t scratch_halves) {
-    return std::clamp<uint64_t>(scratch_halves / fmt.kpad, 1, rows);
+    const uint64_t per_row = fmt.kind == WeightKind::bf16 ? 2 * fmt.kpad : fmt.kpad;
+    return std::clamp<uint64_t>(scratch_halves / per_row, 1, rows);
 }
 
 void check_attention_config(uint64_t head_dim, uint64_t num_heads, uint64_t num_kv_heads) {

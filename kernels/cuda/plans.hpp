@@ -18,7 +18,8 @@ namespace qforge::cuda {
 enum class MatmulPath : uint8_t {
     gemv,  // dequant in registers, fp32 activations; m <= kGemvMaxTokens per pass, any kind
     mma,   // fused dequant + mma.sync m16n8k16 (fp16 activations, fp32 accumulation); q4/q8, sm_80+
-    cublas,  // dequantize to fp16 in slabs, then cuBLAS GemmEx (fp32 accumulation); q4/q8/f16
+    cublas,  // dequantize to fp16 in slabs, then cuBLAS GemmEx (fp32 accumulation); q4/q8/f16;
+             // bf16 (sm_80+): slabs widened to f32 (exact), TF32 tensor cores, f32 activations
 };
 std::string_view matmul_path_name(MatmulPath p);
 
@@ -32,8 +33,10 @@ inline constexpr uint64_t kMmaMaxTokens = 16;
 
 // The path for m tokens through a matrix of this format on a GPU of compute capability cc_major.
 // `forced` (tests, benchmarks) must apply to the shape, else UnsupportedOnCuda.
-//   m <= 8: gemv. f32/bf16 weights: gemv (no tensor-core path: the weights are not exact in fp16).
-//   f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+, cublas beyond (and below sm_80).
+//   m <= 8: gemv. f32 weights: gemv (no tensor-core path keeps them exact). bf16: cublas on
+//   sm_80+ (TF32: the weights exact, each activation rounded to TF32's 10-bit fraction, as fp16's),
+//   else gemv. f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+, cublas beyond (and below
+//   sm_80).
 MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_major);
 bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major);
 
@@ -106,8 +109,8 @@ MmaPlan plan_mma(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t m, int sm_c
 // Dequantize + cuBLAS slabs
 // ---------------------------------------------------------------------------------------------
 
-// Rows per dequantized fp16 slab so a slab holds at most `scratch_halves` halves (at least 1 row;
-// callers size the scratch for one full row: kpad halves).
+// Rows per dequantized slab so a slab holds at most `scratch_halves` halves (at least 1 row;
+// callers size the scratch for one full row: kpad halves, bf16's f32 rows 2 kpad).
 uint64_t cublas_slab_rows(const GpuMatrixFormat& fmt, uint64_t rows, uint64_t scratch_halves);
 
 // ---------------------------------------------------------------------------------------------
