@@ -106,7 +106,8 @@ DeviceMatrix CudaEngine::upload_group(std::span<const Matrix* const> ms,
     bool alike = true;
     for (const Matrix* m : ms) {
         const cuda::GpuMatrixFormat f = gpu_format_of(*m, path_);
-        alike = alike && f.qtype == fused.fmt.qtype && f.k == fused.fmt.k &&
+        alike = alike && f.qtype == fused.fmt.qtype && f.source == fused.fmt.source &&
+                f.k == fused.fmt.k &&
                 f.row_bytes == fused.fmt.row_bytes;
         fused.rows += m->rows;
     }

@@ -225,6 +225,9 @@ constexpr Variant kVariants[] = {
     {"llama q4_g32", Architecture::llama, false, false, false, QType::q4_g32},
     {"llama q4s_g64", Architecture::llama, false, false, false, QType::q4s_g64},
     {"llama3 rope q4_g128", Architecture::llama, false, false, true, QType::q4_g128},
+    // Carried at load (kernels/cuda/gpu_format.hpp): 3-bit as 4-bit rows, levels as 8-bit codes.
+    {"llama q3_g128", Architecture::llama, false, false, false, QType::q3_g128},
+    {"qwen2 tied bias q4nl_g32", Architecture::qwen2, true, true, false, QType::q4nl_g32},
 };
 
 }  // namespace
@@ -503,17 +506,17 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     auto cpu_cache = cpu->new_cache(4);
     REQUIRE_THROWS_WITH(gpu.forward({&five[0], 1}, *cpu_cache, 0, logits),
                         Catch::Contains("another backend"));
-    // A qtype without CUDA kernels (3-bit) is refused at load, naming the file, the first tensor
-    // in it and the qtype; the CPU backend runs the same model.
-    const fs::path q3 = dir / "q3.qf";
-    write_random_model(q3, c, QType::q3_g32, 3, WeightSpread::trained);
-    Model q3_model(q3.string());
-    REQUIRE_THROWS_AS(CudaBackend{q3_model}, cuda::UnsupportedOnCuda);
+    // A qtype without CUDA kernels (super-block q4k) is refused at load, naming the file, the
+    // first tensor in it and the qtype; the CPU backend runs the same model.
+    const fs::path q4k = dir / "q4k.qf";
+    write_random_model(q4k, c, QType::q4k_g32, 3, WeightSpread::trained);
+    Model q4k_model(q4k.string());
+    REQUIRE_THROWS_AS(CudaBackend{q4k_model}, cuda::UnsupportedOnCuda);
     REQUIRE_THROWS_WITH(
-        CudaBackend{q3_model},
-        Catch::Contains("q3.qf") && Catch::Contains("tensor") &&
-            Catch::Contains("unsupported on CUDA: qtype q3_g32 has no CUDA kernels"));
-    REQUIRE_NOTHROW(make_cpu_backend(q3_model, pool));
+        CudaBackend{q4k_model},
+        Catch::Contains("q4k.qf") && Catch::Contains("tensor") &&
+            Catch::Contains("unsupported on CUDA: qtype q4k_g32 has no CUDA kernels"));
+    REQUIRE_NOTHROW(make_cpu_backend(q4k_model, pool));
 }
 
 TEST_CASE("CUDA backend matches the reference and the CPU backend on stories260K", "[cuda]") {

@@ -63,9 +63,56 @@ TEST_CASE("every qtype has a CUDA row consistent with the qtype table", "[cuda_h
                                  : tr.dtype == DType::f16 ? WeightKind::f16
                                                           : WeightKind::bf16));
         } else {
-            REQUIRE(row.kind == (tr.bits == 4 ? WeightKind::q4 : WeightKind::q8));
+            // A carried qtype takes its carrier's family; the carrier carries itself.
+            const QTypeTraits& held = qtype_traits(row.carrier);
+            REQUIRE(row.kind == (held.bits == 4 ? WeightKind::q4 : WeightKind::q8));
+            REQUIRE(cuda_qtype_row(row.carrier).carrier == row.carrier);
+            REQUIRE(row.tensor_core_gemm == cuda_qtype_row(row.carrier).tensor_core_gemm);
+            REQUIRE(held.group == tr.group);
         }
     }
+}
+
+// Carried qtypes (3-bit as 4-bit, level types as 8-bit codes): rows from the reference quantizer,
+// transcoded, give dequantize_row_ref's floats bit for bit, and the GPU format describes the
+// carrier's rows (the file's stride kept for reading them).
+TEST_CASE("carried qtypes transcode to their carrier's rows without changing a value",
+          "[cuda_host]") {
+    int carried = 0;
+    for (const auto& tr : kQTypes) {
+        const CudaQTypeRow& row = cuda_qtype_row(tr.type);
+        if (!row.supported || row.carrier == tr.type) continue;
+        ++carried;
+        for (uint64_t k : kLengths) {
+            INFO(tr.name << " k " << k);
+            const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
+            REQUIRE(f.qtype == row.carrier);
+            REQUIRE(f.source == tr.type);
+            REQUIRE(f.repacked());
+            REQUIRE(f.file_row_bytes == *qtype_row_bytes(tr.type, k));
+            REQUIRE(f.row_bytes == gpu_matrix_format(row.carrier, k).row_bytes);
+            const auto w = some_weights(k, static_cast<uint32_t>(k) + 3);
+            std::vector<uint8_t> src(*qtype_row_bytes(tr.type, k));
+            REQUIRE(quantize_row_ref(tr.type, w.data(), k, src.data()) == QuantStatus::ok);
+            std::vector<uint8_t> gpu(2 * f.row_bytes, 0xee);
+            repack_rows_for_gpu(f, src.data(), src.size(), 1, gpu.data());
+            std::vector<float> want(k), got(k);
+            dequantize_row_ref(tr.type, src.data(), k, want.data());
+            dequantize_row_ref(row.carrier, gpu.data(), k, got.data());
+            for (uint64_t j = 0; j < k; ++j) REQUIRE(bits_of(got[j]) == bits_of(want[j]));
+            // The integers the int8 products use: code levels and zeros.
+            const int8_t* levels = row_levels(tr.type, src.data(), k);
+            for (uint64_t j = 0; j < k; ++j)
+                REQUIRE(row_code(row.carrier, gpu.data(), j) ==
+                        qtype_code_level(tr.type, row_code(tr.type, src.data(), j), levels));
+            // Padding to the GPU stride is zero; nothing past the row is written.
+            for (uint64_t b = *qtype_row_bytes(row.carrier, k); b < f.row_bytes; ++b)
+                REQUIRE(gpu[b] == 0);
+            REQUIRE(gpu[f.row_bytes] == 0xee);
+        }
+        REQUIRE_THROWS_AS(transcode_row(tr.type, nullptr, 32, tr.type, nullptr), Error);
+    }
+    REQUIRE(carried == 4);  // q3_g32, q3_g128, q4nl_g32, q4t_g32
 }
 
 TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype", "[cuda_host]") {
@@ -80,8 +127,8 @@ TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype"
                 gpu_matrix_format(tr.type, k),
                 "unsupported on CUDA: qtype " + std::string(tr.name) + " has no CUDA kernels");
     }
-    REQUIRE(unsupported >= 2);  // q3_g32, q3_g128
-    REQUIRE_FALSE(cuda_qtype_row(QType::q3_g32).supported);
+    REQUIRE(unsupported >= 2);  // q4k_g32, q3k_g32
+    REQUIRE_FALSE(cuda_qtype_row(QType::q4k_g32).supported);
 }
 
 TEST_CASE("GPU row layout follows the .qf layout, float rows pad to whole chunks", "[cuda_host]") {
@@ -97,6 +144,7 @@ TEST_CASE("GPU row layout follows the .qf layout, float rows pad to whole chunks
             REQUIRE(f.row_bytes % 64 == 0);
             REQUIRE(f.file_row_bytes == *qtype_row_bytes(tr.type, k));
             REQUIRE(f.chunks * f.chunk_bytes() <= f.row_bytes);
+            if (f.source != f.qtype) continue;  // carried: the carrier's layout (test below)
             if (tr.is_float) {
                 REQUIRE(f.row_bytes == round_up(f.kpad * tr.bits / 8, 64));
                 REQUIRE(f.repacked() == (f.row_bytes != k * tr.bits / 8));
@@ -135,6 +183,7 @@ TEST_CASE("repack copies rows and zero-pads float rows to the GPU stride", "[cud
             INFO(tr.name << " k " << k);
             const uint64_t rows = 3;
             const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
+            if (f.source != f.qtype) continue;  // carried: transcoded (the test above)
             const uint64_t src_stride = f.file_row_bytes;
             std::vector<uint8_t> src(rows * src_stride);
             for (uint64_t r = 0; r < rows; ++r) {
@@ -246,11 +295,18 @@ TEST_CASE("chunk dequantization equals dequantize_row_ref bit for bit", "[cuda_h
             std::vector<float> ref(k);
             dequantize_row_ref(t, row.data(), k, ref.data());
             const GpuMatrixFormat f = gpu_matrix_format(t, k);
+            // A carried qtype's chunks are its carrier's row's, against the file's values.
+            std::vector<uint8_t> held = row;
+            if (f.source != f.qtype) {
+                held.assign(*qtype_row_bytes(f.qtype, k), 0);
+                transcode_row(t, row.data(), k, f.qtype, held.data());
+            }
             for (uint64_t c = 0; c < f.chunks; ++c) {
                 float out[32];
                 std::fill(out, out + 32, std::nanf(""));
-                dequant_quant_chunk(row.data(), tr.bits, c, f.chunks_per_group, f.scales_offset,
-                                    f.zeros_offset, f.has_zeros, f.zero, out);
+                dequant_quant_chunk(held.data(), qtype_traits(f.qtype).bits, c,
+                                    f.chunks_per_group, f.scales_offset, f.zeros_offset,
+                                    f.has_zeros, f.zero, out);
                 for (uint64_t i = 0; i < 32; ++i) {
                     const uint64_t j = c * 32 + i;
                     if (j < k)

@@ -198,12 +198,14 @@ Reference reference_int8(const HostMatrix& w, const std::vector<float>& x, uint6
             xb[b] = int8_block(x.data() + t * ldx + 32 * b, std::min<uint64_t>(32, w.k - 32 * b));
         for (uint64_t n = 0; n < w.rows; ++n) {
             const uint8_t* row = w.file.data() + n * stride;
+            const int8_t* levels = row_levels(w.t, row, w.k);  // level types (carried as q8)
             double s = 0.0, a = 0.0;
             for (uint64_t b = 0; b < blocks; ++b) {
                 const uint64_t g = 32 * b / (group ? group : w.k);
                 int64_t isum = 0;
                 for (uint64_t i = 32 * b; i < std::min(w.k, 32 * b + 32); ++i)
-                    isum += int64_t{row_code(w.t, row, i)} * xb[b].q[i - 32 * b];
+                    isum += int64_t{qtype_code_level(w.t, row_code(w.t, row, i), levels)} *
+                            xb[b].q[i - 32 * b];
                 isum -= int64_t{row_group_zero(w.t, row, w.k, g)} * xb[b].sum;
                 const double term =
                     double{row_group_scale(w.t, row, w.k, g) * xb[b].d} * static_cast<double>(isum);

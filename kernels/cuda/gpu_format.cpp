@@ -1,6 +1,9 @@
 #include "kernels/cuda/gpu_format.hpp"
 
 #include <cstring>
+#include <vector>
+
+#include "core/half.hpp"
 
 namespace qforge::cuda {
 
@@ -24,11 +27,18 @@ GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k) {
     const QTypeTraits& tr = qtype_traits(qtype);
     if (!row.supported)
         throw UnsupportedOnCuda("qtype " + std::string(tr.name) + " has no CUDA kernels");
+    if (row.carrier != qtype) {  // held as its carrier's rows, transcoded at load
+        GpuMatrixFormat f = gpu_matrix_format(row.carrier, k);
+        f.source = qtype;
+        f.file_row_bytes = *qtype_row_bytes(qtype, k);
+        return f;
+    }
     if (k == 0 || k > kMaxGpuDim)
         throw UnsupportedOnCuda("rows of " + std::to_string(k) + " weights (1 .. " +
                                 std::to_string(kMaxGpuDim) + " supported)");
     GpuMatrixFormat f;
     f.qtype = qtype;
+    f.source = qtype;
     f.kind = row.kind;
     f.k = k;
     f.kpad = round_up(k, kChunkWeights);
@@ -51,12 +61,34 @@ GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k) {
 
 void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_t src_stride,
                          uint64_t rows, uint8_t* dst) {
-    const uint64_t used = fmt.file_row_bytes;
+    const bool transcoded = fmt.source != fmt.qtype;
+    const uint64_t used = transcoded ? *qtype_row_bytes(fmt.qtype, fmt.k) : fmt.file_row_bytes;
     for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* d = dst + r * fmt.row_bytes;
-        std::memcpy(d, src + r * src_stride, used);
+        if (transcoded)
+            transcode_row(fmt.source, src + r * src_stride, fmt.k, fmt.qtype, d);
+        else
+            std::memcpy(d, src + r * src_stride, used);
         std::memset(d + used, 0, fmt.row_bytes - used);
     }
+}
+
+void transcode_row(QType from, const uint8_t* row, uint64_t k, QType to, uint8_t* out) {
+    const QTypeTraits &tf = qtype_traits(from), &tt = qtype_traits(to);
+    if (cuda_qtype_row(from).carrier != to || from == to || tf.group != tt.group)
+        throw Error("transcode_row: " + std::string(tt.name) + " does not carry " +
+                    std::string(tf.name) + " rows");
+    const uint64_t groups = (k + tf.group - 1) / tf.group;
+    const int8_t* levels = row_levels(from, row, k);
+    std::vector<int32_t> codes(k);
+    for (uint64_t j = 0; j < k; ++j) codes[j] = qtype_code_level(from, row_code(from, row, j), levels);
+    std::vector<QGroupParams> g(groups);
+    for (uint64_t i = 0; i < groups; ++i) {
+        g[i].scale = row_group_scale(from, row, k, i);
+        g[i].scale_bits = f32_to_f16(g[i].scale);  // it was an fp16: the same bits
+        g[i].zero = tt.symmetric ? tt.implicit_zero : row_group_zero(from, row, k, i);
+    }
+    pack_row(to, codes.data(), g.data(), k, out);
 }
 
 }  // namespace qforge::cuda

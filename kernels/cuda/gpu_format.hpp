@@ -46,39 +46,46 @@ class UnsupportedOnCuda : public Error {
     std::string configuration_;
 };
 
-// Per qtype: whether the CUDA kernels read it, and with which family. One row per QType (a static
+// Per qtype: whether the CUDA kernels run it, and with which family. One row per QType (a static
 // check below); a qtype added to formats/qtype.hpp without kernels gets `supported = false` and
-// every entry point throws UnsupportedOnCuda for it.
+// every entry point throws UnsupportedOnCuda for it. `carrier`: the qtype whose rows the GPU
+// holds; a qtype without kernels of its own whose every value another qtype's row holds exactly
+// (the same fp16 scales, integer codes and zeros) is transcoded to it at load (transcode_row),
+// and kind and fused mma are then the carrier's.
 struct CudaQTypeRow {
     QType type;
     bool supported;
     WeightKind kind;
     bool tensor_core_gemm;  // the fused mma.sync kernel reads it (integer codes, exact in fp16)
+    QType carrier;
 };
 
 inline constexpr CudaQTypeRow kCudaQTypes[] = {
-    // type          supported kind              fused mma
-    {QType::f32, true, WeightKind::f32, false},
-    {QType::f16, true, WeightKind::f16, false},  // prefill: cuBLAS reads it directly
-    {QType::bf16, true, WeightKind::bf16, false},
-    {QType::q8, true, WeightKind::q8, true},
-    {QType::q8_g32, true, WeightKind::q8, true},
-    {QType::q8_g128, true, WeightKind::q8, true},
-    {QType::q4_g32, true, WeightKind::q4, true},
-    {QType::q4_g64, true, WeightKind::q4, true},
-    {QType::q4_g128, true, WeightKind::q4, true},
-    {QType::q4s_g32, true, WeightKind::q4, true},
-    {QType::q4s_g64, true, WeightKind::q4, true},
-    {QType::q4s_g128, true, WeightKind::q4, true},
-    // 3-bit codes (48-byte chunks of 128 weights) have no CUDA kernels yet; kind is unused.
-    {QType::q3_g32, false, WeightKind::q4, false},
-    {QType::q3_g128, false, WeightKind::q4, false},
-    // Super-block types (6-bit scales and mins against fp16 d, dmin) have no CUDA kernels yet.
-    {QType::q4k_g32, false, WeightKind::q4, false},
-    {QType::q3k_g32, false, WeightKind::q4, false},
-    // Non-uniform 4-bit levels (a table lookup per code) have no CUDA kernels yet.
-    {QType::q4nl_g32, false, WeightKind::q4, false},
-    {QType::q4t_g32, false, WeightKind::q4, false},
+    // type          supported kind              fused mma  carrier
+    {QType::f32, true, WeightKind::f32, false, QType::f32},
+    {QType::f16, true, WeightKind::f16, false, QType::f16},  // prefill: cuBLAS reads it directly
+    {QType::bf16, true, WeightKind::bf16, false, QType::bf16},
+    {QType::q8, true, WeightKind::q8, true, QType::q8},
+    {QType::q8_g32, true, WeightKind::q8, true, QType::q8_g32},
+    {QType::q8_g128, true, WeightKind::q8, true, QType::q8_g128},
+    {QType::q4_g32, true, WeightKind::q4, true, QType::q4_g32},
+    {QType::q4_g64, true, WeightKind::q4, true, QType::q4_g64},
+    {QType::q4_g128, true, WeightKind::q4, true, QType::q4_g128},
+    {QType::q4s_g32, true, WeightKind::q4, true, QType::q4s_g32},
+    {QType::q4s_g64, true, WeightKind::q4, true, QType::q4s_g64},
+    {QType::q4s_g128, true, WeightKind::q4, true, QType::q4s_g128},
+    // 3-bit codes and zeros, carried as 4-bit ones (a third more bytes than the file's; no 3-bit
+    // kernel yet).
+    {QType::q3_g32, true, WeightKind::q4, true, QType::q4_g32},
+    {QType::q3_g128, true, WeightKind::q4, true, QType::q4_g128},
+    // Super-block types (6-bit scales and mins against fp16 d, dmin) have no CUDA kernels yet:
+    // scale * code - min has no integer zero, so no carrier holds it exactly.
+    {QType::q4k_g32, false, WeightKind::q4, false, QType::q4k_g32},
+    {QType::q3k_g32, false, WeightKind::q4, false, QType::q3k_g32},
+    // Non-uniform 4-bit levels: each code's level (an int8) as an 8-bit code with the group's
+    // scale (twice the file's bytes; no table-lookup kernel yet).
+    {QType::q4nl_g32, true, WeightKind::q8, true, QType::q8_g32},
+    {QType::q4t_g32, true, WeightKind::q8, true, QType::q8_g32},
 };
 
 constexpr bool cuda_qtype_table_in_enum_order() {
@@ -99,7 +106,8 @@ inline constexpr uint64_t kMaxGpuDim = (uint64_t{1} << 31) - 1;
 
 // The GPU layout of a matrix of `k` weights per row.
 struct GpuMatrixFormat {
-    QType qtype = QType::f32;
+    QType qtype = QType::f32;   // the rows' qtype on the GPU (the carrier)
+    QType source = QType::f32;  // the file's: its rows are transcoded at load when not qtype
     WeightKind kind = WeightKind::f32;
     uint64_t k = 0;
     uint64_t kpad = 0;            // round_up(k, 32): weights per row the kernels walk
@@ -114,7 +122,7 @@ struct GpuMatrixFormat {
     int32_t zero = 0;               // symmetric: the implicit zero code
 
     bool quantized() const { return kind == WeightKind::q8 || kind == WeightKind::q4; }
-    bool repacked() const { return row_bytes != file_row_bytes; }
+    bool repacked() const { return row_bytes != file_row_bytes || source != qtype; }
     // Bytes of one 32-weight chunk's codes or elements.
     uint64_t chunk_bytes() const;
 };
@@ -124,9 +132,16 @@ struct GpuMatrixFormat {
 GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k);
 
 // Copies `rows` rows from the .qf layout (`src`, rows `src_stride` bytes apart) into the GPU
-// layout (`dst`, rows * fmt.row_bytes bytes): each row's file_row_bytes verbatim, then zeros up
-// to the GPU stride (float rows: zeros from element k up to the padded width).
+// layout (`dst`, rows * fmt.row_bytes bytes): each row's file_row_bytes verbatim (a carried
+// qtype's row transcoded), then zeros up to the GPU stride (float rows: zeros from element k up
+// to the padded width).
 void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_t src_stride,
                          uint64_t rows, uint8_t* dst);
+
+// A row of k weights of qtype `from` rewritten as a row of its carrier `to` (kCudaQTypes) with the
+// same values: each code's level (the code itself for uniform types), the group's fp16 scale and
+// zero, so dequantize_row_ref gives the same floats and the int8 products the same integers.
+// Throws Error for a pair that is not a carrier's.
+void transcode_row(QType from, const uint8_t* row, uint64_t k, QType to, uint8_t* out);
 
 }  // namespace qforge::cuda
