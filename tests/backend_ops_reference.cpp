@@ -65,6 +65,7 @@ ProductRef ref_product(const RefMatrix& m, uint64_t r, const float* x, double bi
     p.k = k;
     p.value = bias + prior;
     p.magnitude = p.magnitude_int8 = std::fabs(bias) + std::fabs(prior);
+    double super_mag = 0.0;
     for (uint64_t b = 0; b < k; b += kActBlock) {
         const uint64_t e = std::min(k, b + kActBlock);
         double amax = 0.0;
@@ -79,9 +80,12 @@ ProductRef ref_product(const RefMatrix& m, uint64_t r, const float* x, double bi
             p.sum_w += aw;
             p.sum_x += ax;
             p.sum_wx += aw * ax;
+            super_mag += mag[j] * ax;
         }
     }
-    p.magnitude += p.sum_wx;
+    // Super-block types' float products sum scale * code * x and min * x apart (the CUDA GEMV's
+    // scale * sum code x - min * sum x): their rounding scales with those terms, not |w x|.
+    p.magnitude += qtype_has_super_blocks(m.qtype) ? super_mag : p.sum_wx;
     return p;
 }
 

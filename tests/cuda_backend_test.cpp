@@ -228,6 +228,9 @@ constexpr Variant kVariants[] = {
     // Carried at load (kernels/cuda/gpu_format.hpp): 3-bit as 4-bit rows, levels as 8-bit codes.
     {"llama q3_g128", Architecture::llama, false, false, false, QType::q3_g128},
     {"qwen2 tied bias q4nl_g32", Architecture::qwen2, true, true, false, QType::q4nl_g32},
+    // Super rows: f32 scales and mins (q4k; q3k carried as q4k), prefill through cuBLAS.
+    {"llama q4k_g32", Architecture::llama, false, false, false, QType::q4k_g32},
+    {"mistral q3k_g32", Architecture::mistral, false, false, false, QType::q3k_g32},
 };
 
 }  // namespace
@@ -506,17 +509,10 @@ TEST_CASE("CUDA backend follows the Backend contract's errors", "[cuda]") {
     auto cpu_cache = cpu->new_cache(4);
     REQUIRE_THROWS_WITH(gpu.forward({&five[0], 1}, *cpu_cache, 0, logits),
                         Catch::Contains("another backend"));
-    // A qtype without CUDA kernels (super-block q4k) is refused at load, naming the file, the
-    // first tensor in it and the qtype; the CPU backend runs the same model.
-    const fs::path q4k = dir / "q4k.qf";
-    write_random_model(q4k, c, QType::q4k_g32, 3, WeightSpread::trained);
-    Model q4k_model(q4k.string());
-    REQUIRE_THROWS_AS(CudaBackend{q4k_model}, cuda::UnsupportedOnCuda);
-    REQUIRE_THROWS_WITH(
-        CudaBackend{q4k_model},
-        Catch::Contains("q4k.qf") && Catch::Contains("tensor") &&
-            Catch::Contains("unsupported on CUDA: qtype q4k_g32 has no CUDA kernels"));
-    REQUIRE_NOTHROW(make_cpu_backend(q4k_model, pool));
+    // Every qtype loads (kernels/cuda/gpu_format.hpp: some carried, super rows); what the device
+    // cannot make is refused by name: random weights in a layout transcoded at load.
+    REQUIRE_THROWS_WITH(CudaSyntheticModel(c, QType::q4k_g32, 1),
+                        Catch::Contains("unsupported on CUDA: random weights of q4k_g32"));
 }
 
 TEST_CASE("CUDA backend matches the reference and the CPU backend on stories260K", "[cuda]") {

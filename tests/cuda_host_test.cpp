@@ -73,48 +73,70 @@ TEST_CASE("every qtype has a CUDA row consistent with the qtype table", "[cuda_h
     }
 }
 
-// Carried qtypes (3-bit as 4-bit, level types as 8-bit codes): rows from the reference quantizer,
-// transcoded, give dequantize_row_ref's floats bit for bit, and the GPU format describes the
-// carrier's rows (the file's stride kept for reading them).
-TEST_CASE("carried qtypes transcode to their carrier's rows without changing a value",
-          "[cuda_host]") {
-    int carried = 0;
+// Rows the GPU does not hold as the file's bytes: carried qtypes (3-bit as 4-bit, level types as
+// 8-bit codes) and super rows (q4k, and q3k carried as q4k; f32 scales and mins). Rows from the
+// reference quantizer, repacked, dequantize chunk by chunk as the kernels do (dequant_quant_chunk)
+// to dequantize_row_ref's floats bit for bit; past k a super row holds -min (code 0, which meets
+// zero activations only), the others zero.
+TEST_CASE("carried qtypes and super rows hold the file's values exactly", "[cuda_host]") {
+    int carried = 0, super = 0;
     for (const auto& tr : kQTypes) {
         const CudaQTypeRow& row = cuda_qtype_row(tr.type);
-        if (!row.supported || row.carrier == tr.type) continue;
-        ++carried;
+        if (!row.supported || tr.is_float) continue;
+        const bool is_super = qtype_has_super_blocks(tr.type);
+        if (row.carrier == tr.type && !is_super) continue;
+        carried += row.carrier != tr.type;
+        super += is_super;
         for (uint64_t k : kLengths) {
             INFO(tr.name << " k " << k);
             const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
             REQUIRE(f.qtype == row.carrier);
             REQUIRE(f.source == tr.type);
             REQUIRE(f.repacked());
+            REQUIRE(f.super_rows == is_super);
             REQUIRE(f.file_row_bytes == *qtype_row_bytes(tr.type, k));
-            REQUIRE(f.row_bytes == gpu_matrix_format(row.carrier, k).row_bytes);
+            REQUIRE(f.row_bytes % 64 == 0);
             const auto w = some_weights(k, static_cast<uint32_t>(k) + 3);
             std::vector<uint8_t> src(*qtype_row_bytes(tr.type, k));
             REQUIRE(quantize_row_ref(tr.type, w.data(), k, src.data()) == QuantStatus::ok);
             std::vector<uint8_t> gpu(2 * f.row_bytes, 0xee);
             repack_rows_for_gpu(f, src.data(), src.size(), 1, gpu.data());
-            std::vector<float> want(k), got(k);
+            REQUIRE(gpu[f.row_bytes] == 0xee);  // nothing past the row is written
+            std::vector<float> want(k);
             dequantize_row_ref(tr.type, src.data(), k, want.data());
-            dequantize_row_ref(row.carrier, gpu.data(), k, got.data());
-            for (uint64_t j = 0; j < k; ++j) REQUIRE(bits_of(got[j]) == bits_of(want[j]));
-            // The integers the int8 products use: code levels and zeros.
+            for (uint64_t c = 0; c < f.chunks; ++c) {
+                float out[32];
+                dequant_quant_chunk(gpu.data(), qtype_traits(f.qtype).bits, c, f.chunks_per_group,
+                                    f.scales_offset, f.zeros_offset, f.has_zeros, f.zero, out,
+                                    f.super_rows ? f.mins_offset : 0);
+                for (uint64_t i = 0; i < 32; ++i) {
+                    const uint64_t j = 32 * c + i;
+                    if (j < k)
+                        REQUIRE(bits_of(out[i]) == bits_of(want[j]));
+                    else if (is_super)
+                        REQUIRE(out[i] == -row_group_min(tr.type, src.data(), k, c));
+                    else
+                        REQUIRE(out[i] == 0.0f);
+                }
+            }
+            if (is_super) continue;
+            // Carried rows are the carrier's .qf rows: the integers the int8 products use are
+            // the code levels and zeros.
             const int8_t* levels = row_levels(tr.type, src.data(), k);
             for (uint64_t j = 0; j < k; ++j)
                 REQUIRE(row_code(row.carrier, gpu.data(), j) ==
                         qtype_code_level(tr.type, row_code(tr.type, src.data(), j), levels));
-            // Padding to the GPU stride is zero; nothing past the row is written.
             for (uint64_t b = *qtype_row_bytes(row.carrier, k); b < f.row_bytes; ++b)
                 REQUIRE(gpu[b] == 0);
-            REQUIRE(gpu[f.row_bytes] == 0xee);
+            REQUIRE_THROWS_AS(transcode_row(tr.type, src.data(), k, tr.type, gpu.data()), Error);
         }
-        REQUIRE_THROWS_AS(transcode_row(tr.type, nullptr, 32, tr.type, nullptr), Error);
     }
-    REQUIRE(carried == 4);  // q3_g32, q3_g128, q4nl_g32, q4t_g32
+    REQUIRE(carried == 5);  // q3_g32, q3_g128, q3k_g32, q4nl_g32, q4t_g32
+    REQUIRE(super == 2);    // q4k_g32, q3k_g32
 }
 
+// Every qtype of formats/qtype.hpp runs on CUDA now (some carried, kCudaQTypes); a row marked
+// unsupported would be refused by name.
 TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype", "[cuda_host]") {
     uint64_t unsupported = 0;
     for (const auto& tr : kQTypes) {
@@ -127,8 +149,7 @@ TEST_CASE("qtypes without CUDA kernels throw UnsupportedOnCuda naming the qtype"
                 gpu_matrix_format(tr.type, k),
                 "unsupported on CUDA: qtype " + std::string(tr.name) + " has no CUDA kernels");
     }
-    REQUIRE(unsupported >= 2);  // q4k_g32, q3k_g32
-    REQUIRE_FALSE(cuda_qtype_row(QType::q4k_g32).supported);
+    REQUIRE(unsupported == 0);
 }
 
 TEST_CASE("GPU row layout follows the .qf layout, float rows pad to whole chunks", "[cuda_host]") {
@@ -144,7 +165,8 @@ TEST_CASE("GPU row layout follows the .qf layout, float rows pad to whole chunks
             REQUIRE(f.row_bytes % 64 == 0);
             REQUIRE(f.file_row_bytes == *qtype_row_bytes(tr.type, k));
             REQUIRE(f.chunks * f.chunk_bytes() <= f.row_bytes);
-            if (f.source != f.qtype) continue;  // carried: the carrier's layout (test below)
+            // carried or super rows: the carrier's layout (the test below)
+            if (f.source != f.qtype || f.super_rows) continue;
             if (tr.is_float) {
                 REQUIRE(f.row_bytes == round_up(f.kpad * tr.bits / 8, 64));
                 REQUIRE(f.repacked() == (f.row_bytes != k * tr.bits / 8));
@@ -183,7 +205,7 @@ TEST_CASE("repack copies rows and zero-pads float rows to the GPU stride", "[cud
             INFO(tr.name << " k " << k);
             const uint64_t rows = 3;
             const GpuMatrixFormat f = gpu_matrix_format(tr.type, k);
-            if (f.source != f.qtype) continue;  // carried: transcoded (the test above)
+            if (f.source != f.qtype || f.super_rows) continue;  // transcoded (the test above)
             const uint64_t src_stride = f.file_row_bytes;
             std::vector<uint8_t> src(rows * src_stride);
             for (uint64_t r = 0; r < rows; ++r) {
@@ -295,6 +317,7 @@ TEST_CASE("chunk dequantization equals dequantize_row_ref bit for bit", "[cuda_h
             std::vector<float> ref(k);
             dequantize_row_ref(t, row.data(), k, ref.data());
             const GpuMatrixFormat f = gpu_matrix_format(t, k);
+            if (f.super_rows) continue;  // past k they hold -min (the test above)
             // A carried qtype's chunks are its carrier's row's, against the file's values.
             std::vector<uint8_t> held = row;
             if (f.source != f.qtype) {

@@ -91,13 +91,17 @@ struct HostMatrix {
     uint64_t rows, k;
     std::vector<uint8_t> file;  // rows * qtype_row_bytes
     std::vector<float> w;       // rows * k, dequantized exactly
+    // rows * k: |w|, or for super-block types |scale * code| + |min|, the magnitudes of the two
+    // terms the kernels sum for it (scale * sum code x - min * sum x), which bound their rounding
+    std::vector<float> wmag;
 };
 
 HostMatrix make_matrix(QType t, uint64_t rows, uint64_t k, uint32_t seed) {
-    HostMatrix m{t, rows, k, {}, {}};
+    HostMatrix m{t, rows, k, {}, {}, {}};
     const uint64_t stride = *qtype_row_bytes(t, k);
     m.file.resize(rows * stride);
     m.w.resize(rows * k);
+    m.wmag.resize(rows * k);
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
     std::vector<float> row(k);
@@ -105,6 +109,15 @@ HostMatrix make_matrix(QType t, uint64_t rows, uint64_t k, uint32_t seed) {
         for (uint64_t j = 0; j < k; ++j) row[j] = dist(rng) * (j % 97 == 3 ? 8.0f : 1.0f);
         REQUIRE(quantize_row_ref(t, row.data(), k, m.file.data() + r * stride) == QuantStatus::ok);
         dequantize_row_ref(t, m.file.data() + r * stride, k, m.w.data() + r * k);
+        for (uint64_t j = 0; j < k; ++j) {
+            const uint8_t* fr = m.file.data() + r * stride;
+            m.wmag[r * k + j] =
+                qtype_has_super_blocks(t)
+                    ? std::fabs(row_group_scale(t, fr, k, j / 32) *
+                                static_cast<float>(row_code(t, fr, j))) +
+                          std::fabs(row_group_min(t, fr, k, j / 32))
+                    : std::fabs(m.w[r * k + j]);
+        }
     }
     return m;
 }
@@ -150,11 +163,11 @@ Reference reference(const HostMatrix& w, const std::vector<float>& x, uint64_t l
         for (uint64_t n = 0; n < w.rows; ++n) {
             double s = 0.0, a = 0.0;
             const float* wr = w.w.data() + n * w.k;
+            const float* wm = w.wmag.data() + n * w.k;
             const float* xt = x.data() + t * ldx;
             for (uint64_t j = 0; j < w.k; ++j) {
-                const double p = static_cast<double>(wr[j]) * xt[j];
-                s += p;
-                a += std::fabs(p);
+                s += static_cast<double>(wr[j]) * xt[j];
+                a += static_cast<double>(wm[j]) * std::fabs(xt[j]);
             }
             r.y[t * w.rows + n] = s;
             r.mag[t * w.rows + n] = a;
@@ -209,8 +222,12 @@ Reference reference_int8(const HostMatrix& w, const std::vector<float>& x, uint6
                 isum -= int64_t{row_group_zero(w.t, row, w.k, g)} * xb[b].sum;
                 const double term =
                     double{row_group_scale(w.t, row, w.k, g) * xb[b].d} * static_cast<double>(isum);
-                s += term;
-                a += std::fabs(term);
+                // Super-block types: less min * (d * sum), as the CPU's kernels
+                const double min_term =
+                    double{row_group_min(w.t, row, w.k, g)} *
+                    double{xb[b].d * static_cast<float>(xb[b].sum)};  // |sum| <= 32 * 127: exact
+                s += term - min_term;
+                a += std::fabs(term) + std::fabs(min_term);
             }
             r.y[t * w.rows + n] = s;
             r.mag[t * w.rows + n] = a;
@@ -512,12 +529,17 @@ TEST_CASE("CUDA embedding lookup and fp16 dequantization are exact", "[cuda]") {
             const auto h = dh.download();
             // Past k the codes are padding (zero codes, or the implicit zero): scale * 0, which
             // is -0 (0x8000) where a row's scale is negative (q4s_*, q8 rows). Either zero
-            // contributes nothing to a product, so both are accepted there.
+            // contributes nothing to a product, so both are accepted there. Super rows hold -min
+            // there (code 0), which meets zero activations only.
+            const uint64_t stride = *qtype_row_bytes(t, k);
             for (uint64_t r = 0; r < rows - 2; ++r)
                 for (uint64_t j = 0; j < gw.view.fmt.kpad; ++j) {
                     const uint16_t got = h[r * gw.view.fmt.kpad + j];
                     if (j < k)
                         REQUIRE(got == f32_to_f16(hw.w[(r + 2) * k + j]));
+                    else if (gw.view.fmt.super_rows)
+                        REQUIRE(got == f32_to_f16(-row_group_min(
+                                           t, hw.file.data() + (r + 2) * stride, k, j / 32)));
                     else
                         REQUIRE((got == 0x0000 || got == 0x8000));
                 }

@@ -99,14 +99,26 @@ QF_HD void q8_word_codes(uint32_t w, float zmagic, float out[4]) {
 
 // The 32 weights of chunk `c` of a quantized row (the GPU layout of gpu_format.hpp), exactly as
 // dequantize_row_ref computes them. `bits` is 4 or 8; scales and zeros are read from the row.
+// `mins_offset` > 0: a super row (4-bit codes, f32 scale at scales_offset and f32 min there per
+// 32-weight group): scale * code - min, as the reference's super-block types.
 // Used by the embedding lookup and the dequantize-to-fp16 kernel, and by the CPU tests.
+QF_HD float f32_at(const uint8_t* p) {
+    const uint32_t u = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                       (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+    return u32_as_float(u);
+}
 QF_HD void dequant_quant_chunk(const uint8_t* row, uint32_t bits, uint64_t c,
                                uint64_t chunks_per_group, uint64_t scales_offset,
                                uint64_t zeros_offset, bool has_zeros, int32_t implicit_zero,
-                               float out[32]) {
+                               float out[32], uint64_t mins_offset = 0) {
     const uint64_t g = c / chunks_per_group;
     const uint8_t* sp = row + scales_offset + 2 * g;
-    const float scale = f16_bits_to_float(static_cast<uint16_t>(sp[0] | (sp[1] << 8)));
+    float scale = f16_bits_to_float(static_cast<uint16_t>(sp[0] | (sp[1] << 8)));
+    float min = 0.0f;
+    if (mins_offset) {
+        scale = f32_at(row + scales_offset + 4 * g);
+        min = f32_at(row + mins_offset + 4 * g);
+    }
     const int32_t zero = has_zeros ? row[zeros_offset + g] : implicit_zero;
     const float zm = zero_magic(bits == 8, zero);
     if (bits == 4) {
@@ -118,9 +130,9 @@ QF_HD void dequant_quant_chunk(const uint8_t* row, uint32_t bits, uint64_t c,
                                (static_cast<uint32_t>(p[4 * j + 3]) << 24);
             float lo[4], hi[4];
             q4_word_codes(w, zm, lo, hi);
-            for (uint32_t i = 0; i < 4; ++i) {
-                out[4 * j + i] = scale * lo[i];
-                out[16 + 4 * j + i] = scale * hi[i];
+            for (uint32_t i = 0; i < 4; ++i) {  // - 0.0f changes no bit (the reference's form)
+                out[4 * j + i] = scale * lo[i] - min;
+                out[16 + 4 * j + i] = scale * hi[i] - min;
             }
         }
     } else {

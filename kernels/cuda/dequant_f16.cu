@@ -24,7 +24,8 @@ __global__ void dequantize_f16_kernel(RowsParams w, uint32_t r0, uint32_t n, uin
         const uint64_t r = i / w.chunks, c = i % w.chunks;
         float v[32];
         dequant_quant_chunk(w.w + (r0 + r) * w.row_bytes, bits, c, w.chunks_per_group,
-                            w.scales_offset, w.zeros_offset, w.has_zeros != 0, w.zero, v);
+                            w.scales_offset, w.zeros_offset, w.has_zeros != 0, w.zero, v,
+                            w.mins_offset);
         uint32_t packed[16];
         for (int k = 0; k < 16; ++k)
             packed[k] =

@@ -74,7 +74,8 @@ __global__ void embed_rows_kernel(RowsParams e, const int32_t* tokens, uint32_t 
             case WeightKind::q4:
             case WeightKind::q8:
                 dequant_quant_chunk(row, e.kind == WeightKind::q4 ? 4 : 8, c, e.chunks_per_group,
-                                    e.scales_offset, e.zeros_offset, e.has_zeros != 0, e.zero, w);
+                                    e.scales_offset, e.zeros_offset, e.has_zeros != 0, e.zero, w,
+                                    e.mins_offset);
                 break;
             case WeightKind::f32:
                 for (int i = 0; i < 32; ++i) w[i] = reinterpret_cast<const float*>(row)[32 * c + i];

@@ -111,18 +111,20 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// One chunk of the block's R rows, loaded: codes (or float elements), scales and zero constants.
-template <WeightKind K, int R>
+// One chunk of the block's R rows, loaded: codes (or float elements), scales and zero constants;
+// with Mins (super rows, gpu_format.hpp: q4 codes, f32 scale and min per chunk) the mins too.
+template <WeightKind K, int R, bool Mins>
 struct Chunk {
     uint4 v[R][Kind<K>::V];
     float scale[R], zm[R];
     int32_t zero[R];  // quantized: the zero code (int8 mode)
+    float min[Mins ? R : 1];
 };
 
-template <WeightKind K, int R>
+template <WeightKind K, int R, bool Mins>
 __device__ __forceinline__ void load_chunk(const GemvParams& p, const uint8_t* const (&rowp)[R],
                                            const bool (&valid)[R], uint32_t c, bool present,
-                                           Chunk<K, R>& d) {
+                                           Chunk<K, R, Mins>& d) {
     constexpr int V = Kind<K>::V;
     constexpr uint32_t kChunkBytes = 16 * V;
 #pragma unroll
@@ -134,7 +136,18 @@ __device__ __forceinline__ void load_chunk(const GemvParams& p, const uint8_t* c
                                          rowp[r] + static_cast<uint64_t>(c) * kChunkBytes) +
                                      i)
                             : make_uint4(0, 0, 0, 0);
-    if constexpr (Kind<K>::quant) {
+    if constexpr (Mins) {  // super rows: a group is a chunk, its scale and min f32
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint32_t g = present ? c : 0;
+            const auto* sc = reinterpret_cast<const float*>(rowp[r] + p.w.scales_offset);
+            const auto* mn = reinterpret_cast<const float*>(rowp[r] + p.w.mins_offset);
+            d.scale[r] = valid[r] ? __ldg(sc + g) : 0.0f;
+            d.min[r] = valid[r] ? __ldg(mn + g) : 0.0f;
+            d.zm[r] = zero_magic(false, 0);
+            d.zero[r] = 0;
+        }
+    } else if constexpr (Kind<K>::quant) {
         const uint32_t g = present ? c / p.w.chunks_per_group : 0;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -153,11 +166,15 @@ __device__ __forceinline__ void load_chunk(const GemvParams& p, const uint8_t* c
     }
 }
 
-// acc[r][t] += scale_r * (chunk c of row r . chunk c of token t's activations).
-template <WeightKind K, int M, int R>
-__device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chunk<K, R>& d,
+// acc[r][t] += scale_r * (chunk c of row r . chunk c of token t's activations) (super rows:
+// less min_r * the sum of those activations).
+template <WeightKind K, int M, int R, bool Mins>
+__device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chunk<K, R, Mins>& d,
                                                  uint32_t c, float (&acc)[R][M]) {
-    float part[R][M];
+    float part[R][M], xsum[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) xsum[t] = 0.0f;
+
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -176,6 +193,8 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
                 const float4* xt = xc4 + static_cast<uint64_t>(t) * (p.ldx / 4);
                 const float4 a = __ldg(xt + qa * p.w.chunks);
                 const float4 b = __ldg(xt + qb * p.w.chunks);
+                if constexpr (Mins)
+                    xsum[t] += ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float s = part[r][t];
@@ -195,14 +214,19 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int t = 0; t < M; ++t) acc[r][t] = fmaf(d.scale[r], part[r][t], acc[r][t]);
+        for (int t = 0; t < M; ++t) {
+            acc[r][t] = fmaf(d.scale[r], part[r][t], acc[r][t]);
+            if constexpr (Mins) acc[r][t] = fmaf(-d.min[r], xsum[t], acc[r][t]);
+        }
 }
 
 // int8 mode: acc[r][t] += (scale_r * d_t) * (codes of chunk c of row r . token t's int8 codes -
 // zero_r * sum_t), the integer dot product exact (|isum| < 2^24, so its float is exact too).
-template <WeightKind K, int M, int R>
-__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const Chunk<K, R>& d,
-                                                    uint32_t c, float (&acc)[R][M]) {
+// Super rows (Mins): then less min_r * (d_t * sum_t), the reference's order for its mins.
+template <WeightKind K, int M, int R, bool Mins>
+__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p,
+                                                    const Chunk<K, R, Mins>& d, uint32_t c,
+                                                    float (&acc)[R][M]) {
     static_assert(K == WeightKind::q4 || K == WeightKind::q8, "int8 mode reads quantized rows");
 #pragma unroll
     for (int t = 0; t < M; ++t) {
@@ -234,11 +258,12 @@ __device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const C
             }
             isum -= d.zero[r] * sx;
             acc[r][t] = fmaf(d.scale[r] * dx, static_cast<float>(isum), acc[r][t]);
+            if constexpr (Mins) acc[r][t] -= d.min[r] * (dx * static_cast<float>(sx));
         }
     }
 }
 
-template <WeightKind K, int M, bool I8, int R>
+template <WeightKind K, int M, bool I8, int R, bool Mins = false>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     // Decode (1-2 tokens): two chunks' loads in flight per thread before either is used, so a
     // thread with two chunk steps waits for memory once.
@@ -261,12 +286,12 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
     pdl_trigger();  // a GEMV after this one (q, k, v unfused) may start loading its weights
     // The first step's weights are loaded before waiting for the kernels this one depends on
     // (pdl.cuh): no kernel writes weights, and their loads overlap the end of the previous one.
-    Chunk<K, R> ch[D];
+    Chunk<K, R, Mins> ch[D];
     auto load = [&](uint32_t c) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
             const uint32_t cu = c + u * blockDim.x;
-            load_chunk<K, R>(p, rowp, valid, cu, cu < p.w.chunks, ch[u]);
+            load_chunk<K, R, Mins>(p, rowp, valid, cu, cu < p.w.chunks, ch[u]);
         }
     };
     load(threadIdx.x);
@@ -277,9 +302,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
             const uint32_t cu = c + u * blockDim.x;
             if (cu < p.w.chunks) {
                 if constexpr (I8)
-                    accumulate_chunk_i8<K, M, R>(p, ch[u], cu, acc);
+                    accumulate_chunk_i8<K, M, R, Mins>(p, ch[u], cu, acc);
                 else
-                    accumulate_chunk<K, M, R>(p, ch[u], cu, acc);
+                    accumulate_chunk<K, M, R, Mins>(p, ch[u], cu, acc);
             }
         }
         if (c + D * blockDim.x < p.w.chunks) load(c + D * blockDim.x);
@@ -320,6 +345,15 @@ void launch_tile(const GemvParams& p, uint32_t threads, uint64_t blocks, cudaStr
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
     config.numAttrs = p.overlap ? 1 : 0;
+    if constexpr (K == WeightKind::q4) {
+        if (p.w.mins_offset) {  // super rows
+            if (p.xq)
+                QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, true, R, true>, p));
+            else
+                QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, false, R, true>, p));
+            return;
+        }
+    }
     if constexpr (K == WeightKind::q4 || K == WeightKind::q8) {
         if (p.xq) {
             QF_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<K, M, true, R>, p));

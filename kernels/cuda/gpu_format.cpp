@@ -50,6 +50,15 @@ GpuMatrixFormat gpu_matrix_format(QType qtype, uint64_t k) {
         return f;
     }
     const QRowLayout l = *qtype_row_layout(qtype, k);
+    if (tr.super_block) {  // a super row: codes, f32 scales, f32 mins
+        f.scales_offset = f.chunks * 16;
+        f.mins_offset = f.scales_offset + 4 * l.groups;
+        f.row_bytes = round_up(f.mins_offset + 4 * l.groups, kGpuRowAlign);
+        f.zeros_offset = f.row_bytes;
+        f.chunks_per_group = 1;
+        f.super_rows = true;
+        return f;
+    }
     f.row_bytes = round_up(l.row_bytes, kGpuRowAlign);
     f.scales_offset = l.scales_offset;
     f.zeros_offset = l.zeros_offset;
@@ -65,6 +74,10 @@ void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_
     const uint64_t used = transcoded ? *qtype_row_bytes(fmt.qtype, fmt.k) : fmt.file_row_bytes;
     for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* d = dst + r * fmt.row_bytes;
+        if (fmt.super_rows) {
+            super_row(fmt, src + r * src_stride, d);
+            continue;
+        }
         if (transcoded)
             transcode_row(fmt.source, src + r * src_stride, fmt.k, fmt.qtype, d);
         else
@@ -73,9 +86,28 @@ void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_
     }
 }
 
+void super_row(const GpuMatrixFormat& fmt, const uint8_t* row, uint8_t* out) {
+    const QType t = fmt.source;
+    const uint64_t k = fmt.k, groups = (k + 31) / 32;
+    if (!fmt.super_rows || !qtype_has_super_blocks(t))
+        throw Error("super_row: " + std::string(qtype_traits(t).name) + " rows are not super rows");
+    std::memset(out, 0, fmt.row_bytes);
+    for (uint64_t j = 0; j < k; ++j) {  // chunk j / 32: byte i = weight i low, i + 16 high
+        const uint64_t i = j % 32;
+        const auto code = static_cast<uint8_t>(row_code(t, row, j));
+        out[j / 32 * 16 + i % 16] |= static_cast<uint8_t>(i < 16 ? code : code << 4);
+    }
+    for (uint64_t g = 0; g < groups; ++g) {
+        const float scale = row_group_scale(t, row, k, g), min = row_group_min(t, row, k, g);
+        std::memcpy(out + fmt.scales_offset + 4 * g, &scale, 4);
+        std::memcpy(out + fmt.mins_offset + 4 * g, &min, 4);
+    }
+}
+
 void transcode_row(QType from, const uint8_t* row, uint64_t k, QType to, uint8_t* out) {
     const QTypeTraits &tf = qtype_traits(from), &tt = qtype_traits(to);
-    if (cuda_qtype_row(from).carrier != to || from == to || tf.group != tt.group)
+    if (cuda_qtype_row(from).carrier != to || from == to || tf.group != tt.group ||
+        tf.super_block || tt.super_block)
         throw Error("transcode_row: " + std::string(tt.name) + " does not carry " +
                     std::string(tf.name) + " rows");
     const uint64_t groups = (k + tf.group - 1) / tf.group;

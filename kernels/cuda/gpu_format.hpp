@@ -78,10 +78,13 @@ inline constexpr CudaQTypeRow kCudaQTypes[] = {
     // kernel yet).
     {QType::q3_g32, true, WeightKind::q4, true, QType::q4_g32},
     {QType::q3_g128, true, WeightKind::q4, true, QType::q4_g128},
-    // Super-block types (6-bit scales and mins against fp16 d, dmin) have no CUDA kernels yet:
-    // scale * code - min has no integer zero, so no carrier holds it exactly.
-    {QType::q4k_g32, false, WeightKind::q4, false, QType::q4k_g32},
-    {QType::q3k_g32, false, WeightKind::q4, false, QType::q3k_g32},
+    // Super-block types (w = scale * code - min, scale = d * sc and min = dmin * mn, both exact
+    // in f32): GPU rows of 4-bit codes with each group's scale and min as f32 (a super row,
+    // GpuMatrixFormat::super_rows; 5 bits per weight against the file's 4.5). No integer zero
+    // holds the min, so the fused mma kernel does not read them: prefill takes cuBLAS. 3-bit
+    // codes are carried as 4-bit ones.
+    {QType::q4k_g32, true, WeightKind::q4, false, QType::q4k_g32},
+    {QType::q3k_g32, true, WeightKind::q4, false, QType::q4k_g32},
     // Non-uniform 4-bit levels: each code's level (an int8) as an 8-bit code with the group's
     // scale (twice the file's bytes; no table-lookup kernel yet).
     {QType::q4nl_g32, true, WeightKind::q8, true, QType::q8_g32},
@@ -120,9 +123,16 @@ struct GpuMatrixFormat {
     uint64_t chunks_per_group = 0;  // group / 32; `chunks` for one scale per row
     bool has_zeros = false;         // asymmetric: a stored zero per group
     int32_t zero = 0;               // symmetric: the implicit zero code
+    // Super rows (super-block types): the scales are f32, one per group at scales_offset, and
+    // the mins f32 at mins_offset (w = scale * code - min; zero 0): the records unpacked at load.
+    // The codes past k are 0 and their weights -min, which only ever meet zero activations.
+    bool super_rows = false;
+    uint64_t mins_offset = 0;
 
     bool quantized() const { return kind == WeightKind::q8 || kind == WeightKind::q4; }
-    bool repacked() const { return row_bytes != file_row_bytes || source != qtype; }
+    bool repacked() const {
+        return row_bytes != file_row_bytes || source != qtype || super_rows;
+    }
     // Bytes of one 32-weight chunk's codes or elements.
     uint64_t chunk_bytes() const;
 };
@@ -141,7 +151,11 @@ void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_
 // A row of k weights of qtype `from` rewritten as a row of its carrier `to` (kCudaQTypes) with the
 // same values: each code's level (the code itself for uniform types), the group's fp16 scale and
 // zero, so dequantize_row_ref gives the same floats and the int8 products the same integers.
-// Throws Error for a pair that is not a carrier's.
+// Throws Error for a pair that is not a carrier's, or a super-block type (super_row).
 void transcode_row(QType from, const uint8_t* row, uint64_t k, QType to, uint8_t* out);
+
+// A super-block type's row of k weights as the GPU's super row of `fmt` (fmt.row_bytes bytes):
+// codes in 4-bit chunks, zero past k, then each group's scale and min as f32, then zeros.
+void super_row(const GpuMatrixFormat& fmt, const uint8_t* row, uint8_t* out);
 
 }  // namespace qforge::cuda

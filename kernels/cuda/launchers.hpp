@@ -25,6 +25,9 @@ struct RowsParams {
     int32_t zero = 0;       // symmetric: the implicit zero code
     int32_t has_zeros = 0;  // asymmetric: a stored zero per group
     WeightKind kind = WeightKind::f32;
+    // Super rows (gpu_format.hpp): f32 scales at scales_offset and f32 mins here, one per
+    // 32-weight group, w = scale * code - min; 0 for every other layout.
+    uint32_t mins_offset = 0;
 };
 
 // Where a product goes: y[t * ldo + r] (=, or += when accumulate) value (+ bias[r]).

@@ -51,6 +51,7 @@ RowsParams to_rows_params(const DeviceMatrix& w) {
     p.zero = w.fmt.zero;
     p.has_zeros = w.fmt.has_zeros ? 1 : 0;
     p.kind = w.fmt.kind;
+    p.mins_offset = w.fmt.super_rows ? u32(w.fmt.mins_offset) : 0;
     return p;
 }
 
