@@ -392,10 +392,15 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
                 seqs.push_back(&batch[members[j]]);
                 slots.push_back(slot[members[j]]);
             }
-            if (seqs.size() == 1)  // alone: the captured decode graph, the same bits
-                forward(seqs[0]->tokens, cuda_cache(*seqs[0]->cache), slots[0] < 0 ? 1 : 0,
-                        slots[0] < 0 ? std::span<float>{}
-                                     : logits.subspan(static_cast<uint64_t>(slots[0]) * v, v));
+            // Alone: the captured decode graph, the same bits. So too every row when a test
+            // forces another path than the GEMV for every product (its bits depend on the rows).
+            const bool forced = mctx_.forced && *mctx_.forced != cuda::MatmulPath::gemv;
+            if (seqs.size() == 1 || forced)
+                for (size_t i = 0; i < seqs.size(); ++i)
+                    forward(seqs[i]->tokens, cuda_cache(*seqs[i]->cache), slots[i] < 0 ? 1 : 0,
+                            slots[i] < 0
+                                ? std::span<float>{}
+                                : logits.subspan(static_cast<uint64_t>(slots[i]) * v, v));
             else
                 batched_step(seqs, slots, logits);
         }
@@ -414,11 +419,10 @@ void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
     upload_step(tokens.data(), m, 0);  // the ids; positions are the rows'
     QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_,
                                   m * sizeof(cuda::CacheRow), cudaMemcpyHostToDevice, stream_));
-    // The products on the GEMV with a lone token's threads (plans.hpp: GemvTuning), unless a
-    // test forces a path for every product.
+    // The products on the GEMV with a lone token's threads (plans.hpp: GemvTuning).
     const auto saved_forced = mctx_.forced;
     const cuda::GemvTuning saved_tuning = mctx_.gemv_tuning;
-    if (!mctx_.forced) mctx_.forced = cuda::MatmulPath::gemv;
+    mctx_.forced = cuda::MatmulPath::gemv;
     mctx_.gemv_tuning.one_token_threads = true;
     batch_rows_ = cache_rows_.get();
     batch_capacity_ = 0;  // the largest: the split form's slices cover it (forward_batch)

@@ -133,6 +133,24 @@ TEST_CASE("carried qtypes and super rows hold the file's values exactly", "[cuda
     }
     REQUIRE(carried == 5);  // q3_g32, q3_g128, q3k_g32, q4nl_g32, q4t_g32
     REQUIRE(super == 2);    // q4k_g32, q3k_g32
+    // A matrix large enough to be repacked on several threads equals its rows repacked alone.
+    for (QType t : {QType::q4k_g32, QType::q3_g32}) {
+        const uint64_t k = 4096, rows = 600;
+        const GpuMatrixFormat f = gpu_matrix_format(t, k);
+        std::vector<uint8_t> src(rows * f.file_row_bytes);
+        for (uint64_t r = 0; r < rows; ++r) {
+            const auto w = some_weights(k, static_cast<uint32_t>(r) + 11);
+            REQUIRE(quantize_row_ref(t, w.data(), k, src.data() + r * f.file_row_bytes) ==
+                    QuantStatus::ok);
+        }
+        std::vector<uint8_t> all(rows * f.row_bytes), one(f.row_bytes);
+        repack_rows_for_gpu(f, src.data(), f.file_row_bytes, rows, all.data());
+        for (uint64_t r = 0; r < rows; r += 37) {
+            repack_rows_for_gpu(f, src.data() + r * f.file_row_bytes, f.file_row_bytes, 1,
+                                one.data());
+            REQUIRE(std::memcmp(one.data(), all.data() + r * f.row_bytes, f.row_bytes) == 0);
+        }
+    }
 }
 
 // Every qtype of formats/qtype.hpp runs on CUDA now (some carried, kCudaQTypes); a row marked
@@ -481,7 +499,8 @@ TEST_CASE("matmul path choice by size, kind and architecture", "[cuda_host]") {
     REQUIRE(choose_matmul_path(q4, 64, 7) == MatmulPath::cublas);  // sm_75: no m16n8k16 path
     REQUIRE(choose_matmul_path(f16, 512, 9) == MatmulPath::cublas);
     REQUIRE(choose_matmul_path(bf16, 512, 9) == MatmulPath::cublas);  // TF32 tensor cores
-    REQUIRE(choose_matmul_path(bf16, 9, 8) == MatmulPath::cublas);
+    REQUIRE(choose_matmul_path(bf16, kBf16CublasMinTokens, 8) == MatmulPath::cublas);
+    REQUIRE(choose_matmul_path(bf16, kBf16CublasMinTokens - 1, 9) == MatmulPath::gemv);
     REQUIRE(choose_matmul_path(bf16, 512, 7) == MatmulPath::gemv);  // sm_75: no TF32
     REQUIRE(matmul_path_applies(MatmulPath::cublas, bf16, 8));
     REQUIRE_FALSE(matmul_path_applies(MatmulPath::cublas, bf16, 7));

@@ -1,6 +1,10 @@
 #include "kernels/cuda/gpu_format.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/half.hpp"
@@ -72,18 +76,39 @@ void repack_rows_for_gpu(const GpuMatrixFormat& fmt, const uint8_t* src, uint64_
                          uint64_t rows, uint8_t* dst) {
     const bool transcoded = fmt.source != fmt.qtype;
     const uint64_t used = transcoded ? *qtype_row_bytes(fmt.qtype, fmt.k) : fmt.file_row_bytes;
-    for (uint64_t r = 0; r < rows; ++r) {
-        uint8_t* d = dst + r * fmt.row_bytes;
-        if (fmt.super_rows) {
-            super_row(fmt, src + r * src_stride, d);
-            continue;
+    auto run = [&](uint64_t r0, uint64_t r1) {
+        for (uint64_t r = r0; r < r1; ++r) {
+            uint8_t* d = dst + r * fmt.row_bytes;
+            if (fmt.super_rows) {
+                super_row(fmt, src + r * src_stride, d);
+                continue;
+            }
+            if (transcoded)
+                transcode_row(fmt.source, src + r * src_stride, fmt.k, fmt.qtype, d);
+            else
+                std::memcpy(d, src + r * src_stride, used);
+            std::memset(d + used, 0, fmt.row_bytes - used);
         }
-        if (transcoded)
-            transcode_row(fmt.source, src + r * src_stride, fmt.k, fmt.qtype, d);
-        else
-            std::memcpy(d, src + r * src_stride, used);
-        std::memset(d + used, 0, fmt.row_bytes - used);
-    }
+    };
+    // Transcoding decodes every weight (a few ns each): a large matrix's rows on every core, so
+    // loading a 7-8B model of these types takes seconds, not a minute.
+    const uint64_t threads = std::min<uint64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                                rows * fmt.k / (uint64_t{1} << 20) + 1);
+    if (!(transcoded || fmt.super_rows) || threads < 2) return run(0, rows);
+    std::vector<std::thread> pool;
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    for (uint64_t i = 0; i < threads; ++i)
+        pool.emplace_back([&, i] {
+            try {
+                run(rows * i / threads, rows * (i + 1) / threads);
+            } catch (...) {
+                const std::lock_guard lock(error_mutex);
+                if (!error) error = std::current_exception();
+            }
+        });
+    for (auto& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
 }
 
 void super_row(const GpuMatrixFormat& fmt, const uint8_t* row, uint8_t* out) {

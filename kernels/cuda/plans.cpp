@@ -38,8 +38,9 @@ MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_maj
     if (m <= kGemvMaxTokens) return MatmulPath::gemv;
     if (fmt.kind == WeightKind::f32) return MatmulPath::gemv;
     if (fmt.kind == WeightKind::bf16)
-        return matmul_path_applies(MatmulPath::cublas, fmt, cc_major) ? MatmulPath::cublas
-                                                                      : MatmulPath::gemv;
+        return m >= kBf16CublasMinTokens && matmul_path_applies(MatmulPath::cublas, fmt, cc_major)
+                   ? MatmulPath::cublas
+                   : MatmulPath::gemv;
     if (fmt.kind == WeightKind::f16) return MatmulPath::cublas;
     if (m <= kMmaMaxTokens && matmul_path_applies(MatmulPath::mma, fmt, cc_major))
         return MatmulPath::mma;

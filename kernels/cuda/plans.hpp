@@ -30,12 +30,16 @@ inline constexpr uint64_t kGemvMaxTokens = 8;
 // (qforge_cuda_bench's GEMM table, kernels/README.md): at 16 tokens mma is faster at 3 of 4 Llama
 // shapes (32.9 vs 39.3 us at 4096x4096 q4_g128), at 64 slower at all 4 (63.0 vs 39.1 us).
 inline constexpr uint64_t kMmaMaxTokens = 16;
+// bf16 weights take cuBLAS (TF32) from this many tokens: its slab reads the bf16 rows, writes
+// them as f32 and cuBLAS reads those, about 10 bytes a weight, what 5 GEMV passes of 8 tokens
+// read (2 bytes a weight each). An estimate from bytes moved, not yet measured.
+inline constexpr uint64_t kBf16CublasMinTokens = 40;
 
 // The path for m tokens through a matrix of this format on a GPU of compute capability cc_major.
 // `forced` (tests, benchmarks) must apply to the shape, else UnsupportedOnCuda.
 //   m <= 8: gemv. f32 weights: gemv (no tensor-core path keeps them exact). bf16: cublas on
-//   sm_80+ (TF32: the weights exact, each activation rounded to TF32's 10-bit fraction, as fp16's),
-//   else gemv. f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+, cublas beyond (and below
+//   sm_80+ from kBf16CublasMinTokens (TF32: the weights exact, each activation rounded to TF32's
+//   10-bit fraction, as fp16's), else gemv. f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+, cublas beyond (and below
 //   sm_80).
 MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_major);
 bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major);
