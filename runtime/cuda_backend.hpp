@@ -9,8 +9,9 @@
 // (int8_activations; false: exact dequantized weights times fp32 activations, as the CPU's
 // --float-activations); float weights always take fp32 activations. Batched products of more
 // than 8 tokens round the activations to fp16 for the tensor cores (and f16 / cuBLAS-path
-// weights are fp16; bf16 weights stay exact on TF32 tensor cores, their activations rounded to
-// TF32's 10-bit fraction, sm_80+), and keys and values are stored in fp16. Logits agree with the float64
+// weights are fp16; bf16 weights, from 40 tokens, stay exact on TF32 tensor cores, their
+// activations rounded to TF32's 10-bit fraction, sm_80+), and keys and values are stored in
+// fp16. Logits agree with the float64
 // reference within bounds derived from those roundings (tests/cuda_backend_test.cpp).
 // Every architecture of the table runs, Gemma 2 and 3 too (post-norms, embedding scale, GeGLU,
 // soft-caps, the sliding layers' RoPE table); their large activations are where fp16 rounding
