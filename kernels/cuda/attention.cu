@@ -212,31 +212,49 @@ __device__ __forceinline__ float* partial_at(const AttentionParams& p, uint32_t 
 
 // One warp merges the partials of (token t, head h) as attention_kernel merges its warps (an
 // empty partial, l = 0, weighs nothing), in partial order: the result does not depend on which
-// block merges. Partials are read through L2 (__ldcg): other blocks wrote them.
+// block merges. Partials are read through L2 (__ldcg): other blocks wrote them. The lanes read the
+// (m, l) of 32 partials at once and pass each one's weight f = exp(m - max) by shuffle, so the
+// loop over partials waits on no load before issuing the next values' loads (one dependent L2
+// round trip per partial made the merge most of a 4K-context layer's 86 us); the sums are the
+// same operations in the same order as one lane walking the partials, so the same bits.
 template <int D>
 __device__ void merge_partials(const AttentionParams& p, uint32_t t, uint32_t h, uint32_t parts,
                                uint32_t lane) {
     const uint32_t hd = p.head_dim;
     float mx = -INFINITY;
-    for (uint32_t i = 0; i < parts; ++i) {
+    for (uint32_t i = lane; i < parts; i += 32) {
         const float* part = partial_at(p, t, h, i);
         if (__ldcg(part + 1) > 0.0f) mx = fmaxf(mx, __ldcg(part));
     }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float total = 0.0f, acc[D];
 #pragma unroll
     for (int i = 0; i < D; ++i) acc[i] = 0.0f;
-    for (uint32_t i = 0; i < parts; ++i) {
-        const float* part = partial_at(p, t, h, i);
-        const float l = __ldcg(part + 1);
-        // An empty partial (a slice past the position; l = 0, o = 0) would add exact zeros: its
-        // values are not read (a short context in a large cache has mostly empty slices).
-        if (!(l > 0.0f)) continue;
-        const float f = expf(__ldcg(part) - mx);
-        total += l * f;
+    for (uint32_t base = 0; base < parts; base += 32) {
+        // Lane j holds partial base + j's weight and l (both 0 when it is empty or past the end).
+        float f = 0.0f, lw = 0.0f;
+        if (base + lane < parts) {
+            const float* part = partial_at(p, t, h, base + lane);
+            const float l = __ldcg(part + 1);
+            // An empty partial (a slice past the position; l = 0, o = 0) would add exact zeros:
+            // its values are not read (a short context in a large cache has mostly empty slices).
+            if (l > 0.0f) {
+                f = expf(__ldcg(part) - mx);
+                lw = l;
+            }
+        }
+        const uint32_t n = min(32u, parts - base);
+        for (uint32_t j = 0; j < n; ++j) {
+            const float fj = __shfl_sync(0xffffffffu, f, static_cast<int>(j));
+            const float lj = __shfl_sync(0xffffffffu, lw, static_cast<int>(j));
+            if (!(lj > 0.0f)) continue;  // the same for every lane
+            total += lj * fj;
+            const float* part = partial_at(p, t, h, base + j);
 #pragma unroll
-        for (int k = 0; k < D; ++k) {
-            const uint32_t d = lane * D + k;
-            if (d < hd) acc[k] = fmaf(f, __ldcg(part + 2 + d), acc[k]);
+            for (int k = 0; k < D; ++k) {
+                const uint32_t d = lane * D + k;
+                if (d < hd) acc[k] = fmaf(fj, __ldcg(part + 2 + d), acc[k]);
+            }
         }
     }
     const float inv = 1.0f / total;
