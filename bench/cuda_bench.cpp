@@ -59,11 +59,12 @@ struct Args {
 };
 
 void usage(std::FILE* f) {
-    std::fprintf(f,
-                 "usage: qforge_cuda_bench [--out FILE]\n"
-                 "                         [--sections copy,gemv,gemm,decode,batched,prefill,tuning]\n"
-                 "                         [--quick] [--decode-layers N] [--decode-steps N]\n"
-                 "                         [--qtypes f16,q8,q4_g128] (decode and prefill)\n");
+    std::fprintf(
+        f,
+        "usage: qforge_cuda_bench [--out FILE]\n"
+        "                         [--sections copy,gemv,gemm,decode,batched,prefill,tuning]\n"
+        "                         [--quick] [--decode-layers N] [--decode-steps N]\n"
+        "                         [--qtypes f16,q8,q4_g128] (decode and prefill)\n");
 }
 
 std::vector<std::string> split_commas(const std::string& s) {

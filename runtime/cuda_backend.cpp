@@ -97,8 +97,7 @@ CudaSyntheticModel::DecodeTiming CudaSyntheticModel::time_batched_decode(uint64_
             next[b] = static_cast<int32_t>((13 * i + 5 * b + 1) % 1000);
     }
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    t.tokens_per_s =
-        t.seconds > 0 ? static_cast<double>(batch * steps) / t.seconds : 0.0;
+    t.tokens_per_s = t.seconds > 0 ? static_cast<double>(batch * steps) / t.seconds : 0.0;
     return t;
 }
 

@@ -107,8 +107,7 @@ DeviceMatrix CudaEngine::upload_group(std::span<const Matrix* const> ms,
     for (const Matrix* m : ms) {
         const cuda::GpuMatrixFormat f = gpu_format_of(*m, path_);
         alike = alike && f.qtype == fused.fmt.qtype && f.source == fused.fmt.source &&
-                f.k == fused.fmt.k &&
-                f.row_bytes == fused.fmt.row_bytes;
+                f.k == fused.fmt.k && f.row_bytes == fused.fmt.row_bytes;
         fused.rows += m->rows;
     }
     if (!alike) {
@@ -144,8 +143,8 @@ DeviceMatrix CudaEngine::random_group(QType qtype, std::span<const uint64_t> row
     // The random fill writes fp16 scales and zeros: the file layouts the GPU reads as they are.
     if (fused.fmt.repacked() && fused.fmt.quantized() &&
         (fused.fmt.super_rows || fused.fmt.source != fused.fmt.qtype))
-        throw cuda::UnsupportedOnCuda("random weights of " +
-                                      std::string(qtype_traits(qtype).name) + " on the device");
+        throw cuda::UnsupportedOnCuda("random weights of " + std::string(qtype_traits(qtype).name) +
+                                      " on the device");
     for (uint64_t r : rows) fused.rows += r;
     DeviceBuffer<uint8_t> buf(fused.bytes());
     fused.data = buf.get();

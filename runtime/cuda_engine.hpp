@@ -81,10 +81,11 @@ class CudaEngine final : private ForwardOps {
     void forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
                  std::span<float> logits);
     // Backend::forward_batch (backend.hpp): every sequence of one token runs with the others
-    // whose caches take the same attention form as one batched step (each weight matrix read once for all of them;
-    // attention through each row's own cache, launchers.hpp: CacheRow), the products on the
-    // GEMV with one token's threads, so each row's logits are the bits its forward() alone
-    // gives; a sequence of several tokens (a prompt) runs through forward() on its own.
+    // whose caches take the same attention form as one batched step (each weight matrix read once
+    // for all of them; attention through each row's own cache, launchers.hpp: CacheRow), the
+    // products on the GEMV with one token's threads, so each row's logits are the bits its
+    // forward() alone gives; a sequence of several tokens (a prompt) runs through forward() on its
+    // own.
     void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits);
     // Backend::run_ops: one step of tokens with op-level access (backend.hpp).
     void run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
@@ -161,8 +162,8 @@ class CudaEngine final : private ForwardOps {
     BlockActivations step_rows() const;
     // Copies tokens (at most batch_) and their first position into step_ for the kernels.
     void upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0);
-    // One batched step of single-token sequences of one attention form (forward_batch): their logits
-    // rows to out[slot[i]] (slot -1: none wanted).
+    // One batched step of single-token sequences of one attention form (forward_batch): their
+    // logits rows to out[slot[i]] (slot -1: none wanted).
     void batched_step(std::span<const BatchSequence* const> seqs, std::span<const int64_t> slots,
                       std::span<float> out);
     // Enqueues one step of m tokens; logits of rows [lf, m) go to logits_ (none when lf == m).
@@ -203,10 +204,10 @@ class CudaEngine final : private ForwardOps {
     DeviceBuffer<unsigned> attention_counters_;  // and its merge counters (kept zeroed)
     DeviceBuffer<uint16_t> x16_, w16_;
     DeviceBuffer<float> workspace_;
-    DeviceBuffer<int32_t> step_;     // [0] position of token 0, [1 ..] token ids
-    DeviceBuffer<int32_t> history_;  // greedy: the token chosen after each position
-    int32_t* staging_ = nullptr;     // pinned host copy of step_
-    DeviceBuffer<cuda::CacheRow> cache_rows_;  // a batched step's rows (batch_rows_)
+    DeviceBuffer<int32_t> step_;                 // [0] position of token 0, [1 ..] token ids
+    DeviceBuffer<int32_t> history_;              // greedy: the token chosen after each position
+    int32_t* staging_ = nullptr;                 // pinned host copy of step_
+    DeviceBuffer<cuda::CacheRow> cache_rows_;    // a batched step's rows (batch_rows_)
     cuda::CacheRow* cache_rows_host_ = nullptr;  // pinned host copy
     DeviceBuffer<int32_t> fault_;    // kFaultPosition when a kernel met a position out of range
     int32_t* fault_host_ = nullptr;  // pinned host copy of fault_

@@ -380,9 +380,9 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
             continue;
         }
         const uint64_t n = s.tokens.size();
-        forward(s.tokens, cuda_cache(*s.cache), s.logits ? n - 1 : n,
-                s.logits ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, v)
-                         : std::span<float>{});
+        forward(
+            s.tokens, cuda_cache(*s.cache), s.logits ? n - 1 : n,
+            s.logits ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, v) : std::span<float>{});
     }
     for (const auto& [form, members] : groups)
         for (size_t p0 = 0; p0 < members.size(); p0 += batch_) {
@@ -398,9 +398,8 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
             if (seqs.size() == 1 || forced)
                 for (size_t i = 0; i < seqs.size(); ++i)
                     forward(seqs[i]->tokens, cuda_cache(*seqs[i]->cache), slots[i] < 0 ? 1 : 0,
-                            slots[i] < 0
-                                ? std::span<float>{}
-                                : logits.subspan(static_cast<uint64_t>(slots[i]) * v, v));
+                            slots[i] < 0 ? std::span<float>{}
+                                         : logits.subspan(static_cast<uint64_t>(slots[i]) * v, v));
             else
                 batched_step(seqs, slots, logits);
         }
@@ -417,8 +416,8 @@ void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
                                static_cast<int32_t>(cache.size()), u32(cache.capacity())};
     }
     upload_step(tokens.data(), m, 0);  // the ids; positions are the rows'
-    QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_,
-                                  m * sizeof(cuda::CacheRow), cudaMemcpyHostToDevice, stream_));
+    QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_, m * sizeof(cuda::CacheRow),
+                                  cudaMemcpyHostToDevice, stream_));
     // The products on the GEMV with a lone token's threads (plans.hpp: GemvTuning).
     const auto saved_forced = mctx_.forced;
     const cuda::GemvTuning saved_tuning = mctx_.gemv_tuning;

@@ -15,11 +15,12 @@
 // quantized: the cuBLAS path rounds scale x code to fp16), each of the 7 products per layer and
 // the head once more. bf16 weights on the cuBLAS path stay exact (TF32) and round each product's
 // input to TF32 (at most 2^-10, two units): 4 product inputs x 2 + the cache per layer, 2 for the
-// head, 9 L + 2 units, within the 12 L + 2 counted. The first GPU run (2 layers) measured up to 1.75e-3, a fifth to a third of
-// this bound; the former fixed 1e-3 (about two roundings' RMS) failed there. A wrong kernel moves
-// logits by tens of percent. The default backend's decode products of quantized weights take
-// int8 activation blocks, whose own bound adds to this one (kInt8MaxRelL2 below). The operations
-// one by one, with bounds derived per operation: tests/backend_ops_test.cpp.
+// head, 9 L + 2 units, within the 12 L + 2 counted. The first GPU run (2 layers) measured up
+// to 1.75e-3, a fifth to a third of this bound; the former fixed 1e-3 (about two roundings' RMS)
+// failed there. A wrong kernel moves logits by tens of percent. The default backend's decode
+// products of quantized weights take int8 activation blocks, whose own bound adds to this one
+// (kInt8MaxRelL2 below). The operations one by one, with bounds derived per operation:
+// tests/backend_ops_test.cpp.
 //
 // stories260K is read from $QFORGE_GPU_CHECK_DATA (stories260K.qf, stories260K-f16.qf:
 // scripts/fetch_gpu_check_deps.sh converts them), so the GPU check needs no converter.
@@ -407,7 +408,7 @@ TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit 
         struct Seq {
             std::vector<int32_t> prompt;
             uint64_t capacity = 0, arrival = 0;
-            std::vector<std::vector<float>> want;
+            std::vector<std::vector<float> > want;
             std::vector<int32_t> next;  // the tokens fed after the prompt (greedy alone)
             std::unique_ptr<KvCache> cache;
             uint64_t got = 0;

@@ -345,9 +345,8 @@ TEST_CASE("chunk dequantization equals dequantize_row_ref bit for bit", "[cuda_h
             for (uint64_t c = 0; c < f.chunks; ++c) {
                 float out[32];
                 std::fill(out, out + 32, std::nanf(""));
-                dequant_quant_chunk(held.data(), qtype_traits(f.qtype).bits, c,
-                                    f.chunks_per_group, f.scales_offset, f.zeros_offset,
-                                    f.has_zeros, f.zero, out);
+                dequant_quant_chunk(held.data(), qtype_traits(f.qtype).bits, c, f.chunks_per_group,
+                                    f.scales_offset, f.zeros_offset, f.has_zeros, f.zero, out);
                 for (uint64_t i = 0; i < 32; ++i) {
                     const uint64_t j = c * 32 + i;
                     if (j < k)

@@ -111,12 +111,11 @@ HostMatrix make_matrix(QType t, uint64_t rows, uint64_t k, uint32_t seed) {
         dequantize_row_ref(t, m.file.data() + r * stride, k, m.w.data() + r * k);
         for (uint64_t j = 0; j < k; ++j) {
             const uint8_t* fr = m.file.data() + r * stride;
-            m.wmag[r * k + j] =
-                qtype_has_super_blocks(t)
-                    ? std::fabs(row_group_scale(t, fr, k, j / 32) *
-                                static_cast<float>(row_code(t, fr, j))) +
-                          std::fabs(row_group_min(t, fr, k, j / 32))
-                    : std::fabs(m.w[r * k + j]);
+            m.wmag[r * k + j] = qtype_has_super_blocks(t)
+                                    ? std::fabs(row_group_scale(t, fr, k, j / 32) *
+                                                static_cast<float>(row_code(t, fr, j))) +
+                                          std::fabs(row_group_min(t, fr, k, j / 32))
+                                    : std::fabs(m.w[r * k + j]);
         }
     }
     return m;
@@ -539,7 +538,8 @@ TEST_CASE("CUDA embedding lookup and fp16 dequantization are exact", "[cuda]") {
                         REQUIRE(got == f32_to_f16(hw.w[(r + 2) * k + j]));
                     else if (gw.view.fmt.super_rows)
                         REQUIRE(got == f32_to_f16(0.0f - row_group_min(  // +0 for a min of 0
-                                           t, hw.file.data() + (r + 2) * stride, k, j / 32)));
+                                                             t, hw.file.data() + (r + 2) * stride,
+                                                             k, j / 32)));
                     else
                         REQUIRE((got == 0x0000 || got == 0x8000));
                 }

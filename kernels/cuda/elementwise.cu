@@ -42,8 +42,8 @@ __global__ void f32_to_f16_rows_kernel(const float* x, uint64_t ldx, uint32_t m,
 }
 
 // bf16 bits are the high half of the f32 with the same value: exact.
-__global__ void bf16_rows_to_f32_kernel(const uint16_t* w, uint64_t ldw, uint32_t n,
-                                        uint32_t kpad, float* out) {
+__global__ void bf16_rows_to_f32_kernel(const uint16_t* w, uint64_t ldw, uint32_t n, uint32_t kpad,
+                                        float* out) {
     const uint64_t total = static_cast<uint64_t>(n) * kpad;
     for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
@@ -407,8 +407,8 @@ void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m
     QF_CUDA_CHECK_LAUNCH();
 }
 
-void bf16_rows_to_f32_launch(const uint16_t* w, uint64_t ldw, uint32_t n, uint32_t kpad,
-                             float* out, cudaStream_t stream) {
+void bf16_rows_to_f32_launch(const uint16_t* w, uint64_t ldw, uint32_t n, uint32_t kpad, float* out,
+                             cudaStream_t stream) {
     bf16_rows_to_f32_kernel<<<grid_for(static_cast<uint64_t>(n) * kpad), kThreads, 0, stream>>>(
         w, ldw, n, kpad, out);
     QF_CUDA_CHECK_LAUNCH();

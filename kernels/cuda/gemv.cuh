@@ -224,9 +224,8 @@ __device__ __forceinline__ void accumulate_chunk(const GemvParams& p, const Chun
 // zero_r * sum_t), the integer dot product exact (|isum| < 2^24, so its float is exact too).
 // Super rows (Mins): then less min_r * (d_t * sum_t), the reference's order for its mins.
 template <WeightKind K, int M, int R, bool Mins>
-__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p,
-                                                    const Chunk<K, R, Mins>& d, uint32_t c,
-                                                    float (&acc)[R][M]) {
+__device__ __forceinline__ void accumulate_chunk_i8(const GemvParams& p, const Chunk<K, R, Mins>& d,
+                                                    uint32_t c, float (&acc)[R][M]) {
     static_assert(K == WeightKind::q4 || K == WeightKind::q8, "int8 mode reads quantized rows");
 #pragma unroll
     for (int t = 0; t < M; ++t) {

@@ -138,7 +138,8 @@ void transcode_row(QType from, const uint8_t* row, uint64_t k, QType to, uint8_t
     const uint64_t groups = (k + tf.group - 1) / tf.group;
     const int8_t* levels = row_levels(from, row, k);
     std::vector<int32_t> codes(k);
-    for (uint64_t j = 0; j < k; ++j) codes[j] = qtype_code_level(from, row_code(from, row, j), levels);
+    for (uint64_t j = 0; j < k; ++j)
+        codes[j] = qtype_code_level(from, row_code(from, row, j), levels);
     std::vector<QGroupParams> g(groups);
     for (uint64_t i = 0; i < groups; ++i) {
         g[i].scale = row_group_scale(from, row, k, i);

@@ -130,9 +130,7 @@ struct GpuMatrixFormat {
     uint64_t mins_offset = 0;
 
     bool quantized() const { return kind == WeightKind::q8 || kind == WeightKind::q4; }
-    bool repacked() const {
-        return row_bytes != file_row_bytes || source != qtype || super_rows;
-    }
+    bool repacked() const { return row_bytes != file_row_bytes || source != qtype || super_rows; }
     // Bytes of one 32-weight chunk's codes or elements.
     uint64_t chunk_bytes() const;
 };

@@ -107,8 +107,8 @@ void f32_to_f16_rows_launch(const float* x, uint64_t ldx, uint32_t m, uint32_t m
                             cudaStream_t stream);
 // n rows of bf16 weights (kpad halves each, rows ldw halves apart) as f32 rows of kpad floats,
 // packed: exact (the cuBLAS path's slab for bf16 weights, matmul.cpp).
-void bf16_rows_to_f32_launch(const uint16_t* w, uint64_t ldw, uint32_t n, uint32_t kpad,
-                             float* out, cudaStream_t stream);
+void bf16_rows_to_f32_launch(const uint16_t* w, uint64_t ldw, uint32_t n, uint32_t kpad, float* out,
+                             cudaStream_t stream);
 // xi[t * chunks * 32 + 4 * (j * chunks + c) + e] = x[t * ldx + 32 * c + 4 * j + e] for t < m,
 // c < chunks, j < 8, e < 4: the GEMV's activation layout (GemvParams). x 16-byte aligned,
 // ldx a multiple of 4 and at least chunks * 32.

@@ -178,9 +178,9 @@ void gemm_rows(cublasHandle_t h, const void* w, cudaDataType type, uint64_t ldw,
                      static_cast<int>(ldx), &beta, y, CUDA_R_32F, static_cast<int>(ldo), compute,
                      CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
-        throw Error(std::string("cuBLAS GemmEx (") + what + ") failed: " +
-                    cublasGetStatusString(st) + " (rows " + std::to_string(rows) + ", tokens " +
-                    std::to_string(m) + ", k " + std::to_string(kpad) + ")");
+        throw Error(std::string("cuBLAS GemmEx (") + what +
+                    ") failed: " + cublasGetStatusString(st) + " (rows " + std::to_string(rows) +
+                    ", tokens " + std::to_string(m) + ", k " + std::to_string(kpad) + ")");
 }
 }  // namespace
 

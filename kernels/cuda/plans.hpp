@@ -39,8 +39,8 @@ inline constexpr uint64_t kBf16CublasMinTokens = 40;
 // `forced` (tests, benchmarks) must apply to the shape, else UnsupportedOnCuda.
 //   m <= 8: gemv. f32 weights: gemv (no tensor-core path keeps them exact). bf16: cublas on
 //   sm_80+ from kBf16CublasMinTokens (TF32: the weights exact, each activation rounded to TF32's
-//   10-bit fraction, as fp16's), else gemv. f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+, cublas beyond (and below
-//   sm_80).
+//   10-bit fraction, as fp16's), else gemv. f16: cublas. q4/q8: mma up to kMmaMaxTokens on sm_80+,
+//   cublas beyond (and below sm_80).
 MatmulPath choose_matmul_path(const GpuMatrixFormat& fmt, uint64_t m, int cc_major);
 bool matmul_path_applies(MatmulPath p, const GpuMatrixFormat& fmt, int cc_major);
 
