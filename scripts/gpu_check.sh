@@ -235,6 +235,7 @@ if [ "$run_tests" = 1 ]; then
     memcheck_tests+=",CUDA RMSNorm\\, SwiGLU\\, residual add and argmax match the CPU formulas"
     memcheck_tests+=",CUDA RoPE\\, fp16 cache writes and attention match the CPU"
     memcheck_tests+=",CUDA RMSNorm and SwiGLU with int8 blocks equal the separate preparation"
+    memcheck_tests+=",CUDA RoPE and attention through per-row caches equal each row alone"
     QFORGE_GPU_CHECK_DATA="$data" timeout $((150 * scale)) "$sanitizer" --tool memcheck \
         --error-exitcode 86 --leak-check no "$tests_bin" -w NoTests "$memcheck_tests" \
         >"$OUT/memcheck.log" 2>&1

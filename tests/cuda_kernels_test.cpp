@@ -1065,6 +1065,121 @@ TEST_CASE("CUDA RoPE, fp16 cache writes and attention match the CPU", "[cuda]") 
     for (const auto& c : cases) check_attention(c);
 }
 
+// A batched step's rows name their own caches and positions (CacheRow): RoPE, the cache writes
+// and attention (one block per head, and the split form over caches of several capacities with
+// one slice length) give each row the bits it gets alone through the single-cache parameters,
+// in layer 1 of two-layer caches (the layer stride), and write nothing into another row's cache.
+TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone", "[cuda]") {
+    QF_REQUIRE_GPU();
+    Stream s;
+    const uint32_t hd = 128, heads = 8, kv_heads = 2, kvd = kv_heads * hd;
+    const uint64_t ld = (heads + 2 * kv_heads) * hd, ldo = heads * hd;
+    const std::vector<uint32_t> caps = {300, 280, 1000, 257, 2000};  // all slices of 64
+    const uint32_t n = static_cast<uint32_t>(caps.size()), most = 2000;
+    std::mt19937 rng(17);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<int32_t> pos(n);
+    std::vector<std::vector<uint16_t> > init(n);  // each row's two-layer cache, as it starts
+    for (uint32_t r = 0; r < n; ++r) {
+        pos[r] = static_cast<int32_t>(rng() % caps[r]);
+        init[r].resize(uint64_t{4} * caps[r] * kvd);
+        for (auto& h : init[r]) h = f32_to_f16(dist(rng));
+    }
+    std::vector<float> qkv(n * ld), table(uint64_t{most} * hd / 2);
+    for (auto& v : qkv) v = dist(rng);
+    for (auto& v : table) v = std::tanh(dist(rng));
+    DeviceBuffer<float> cs(table.size()), sn(table.size());
+    cs.upload(table);
+    sn.upload(table);
+    DeviceBuffer<int32_t> fault(1);
+    fault.fill_bytes(0);
+    DeviceBuffer<float> ws(attention_workspace_floats(n, heads, hd));
+    DeviceBuffer<unsigned> counters(attention_counters(n, heads, kv_heads));
+    counters.fill_bytes(0);
+    for (const uint32_t split : {0u, attention_split_len(most)}) {
+        INFO("split_len " << split);
+        auto params = [&](float* q, float* out, uint32_t rows, uint32_t capacity) {
+            RopeParams rp;
+            rp.qkv = q;
+            rp.ld = ld;
+            rp.n = rows;
+            rp.heads = heads;
+            rp.kv_heads = kv_heads;
+            rp.head_dim = hd;
+            rp.cos = cs.get();
+            rp.sin = sn.get();
+            rp.capacity = capacity;
+            rp.fault = fault.get();
+            AttentionParams ap;
+            ap.qkv = q;
+            ap.ld = ld;
+            ap.n = rows;
+            ap.heads = heads;
+            ap.kv_heads = kv_heads;
+            ap.head_dim = hd;
+            ap.out = out;
+            ap.ldo = ldo;
+            ap.capacity = capacity;
+            ap.fault = fault.get();
+            ap.split_len = split;
+            ap.workspace = ws.get();
+            ap.counters = counters.get();
+            return std::make_pair(rp, ap);
+        };
+        // Batched: one launch each for all rows.
+        std::vector<DeviceBuffer<uint16_t> > batched(n);
+        std::vector<CacheRow> rows(n);
+        for (uint32_t r = 0; r < n; ++r) {
+            batched[r] = DeviceBuffer<uint16_t>(init[r].size());
+            batched[r].upload(init[r]);
+            const uint64_t cap_kvd = uint64_t{caps[r]} * kvd;
+            rows[r] = {batched[r].get(), batched[r].get() + cap_kvd, 2 * cap_kvd, pos[r], caps[r]};
+        }
+        DeviceBuffer<CacheRow> drows(n);
+        drows.upload(rows);
+        DeviceBuffer<float> bq(qkv.size()), bout(n * ldo);
+        bq.upload(qkv);
+        bout.fill_bytes(0xff);
+        auto [rp, ap] = params(bq.get(), bout.get(), n, most);
+        rp.rows = ap.rows = drows.get();
+        rp.layer = ap.layer = 1;
+        rope_store_kv_launch(rp, s.get());
+        attention_launch(ap, attention_dims_per_lane(hd), s.get());
+        s.sync();
+        REQUIRE(fault.download() == std::vector<int32_t>{0});
+        const auto got_q = bq.download(), got_out = bout.download();
+        // Alone: row r with its own cache's layer 1 and its position as pos0.
+        for (uint32_t r = 0; r < n; ++r) {
+            INFO("row " << r << " capacity " << caps[r] << " position " << pos[r]);
+            DeviceBuffer<uint16_t> cache(init[r].size());
+            cache.upload(init[r]);
+            DeviceBuffer<int32_t> p0(1);
+            p0.upload(std::vector<int32_t>{pos[r]});
+            DeviceBuffer<float> q(ld), out(ldo);
+            q.upload(std::vector<float>(qkv.begin() + r * ld, qkv.begin() + (r + 1) * ld));
+            out.fill_bytes(0xff);
+            const uint64_t cap_kvd = uint64_t{caps[r]} * kvd;
+            // Alone a row's split form is its own capacity's: the same slice length here.
+            REQUIRE((split == 0 || attention_split_len(caps[r]) == split));
+            auto [ar, aa] = params(q.get(), out.get(), 1, caps[r]);
+            ar.pos0 = aa.pos0 = p0.get();
+            ar.k_cache = cache.get() + 2 * cap_kvd;
+            ar.v_cache = cache.get() + 3 * cap_kvd;
+            aa.k_cache = ar.k_cache;
+            aa.v_cache = ar.v_cache;
+            rope_store_kv_launch(ar, s.get());
+            attention_launch(aa, attention_dims_per_lane(hd), s.get());
+            s.sync();
+            REQUIRE(fault.download() == std::vector<int32_t>{0});
+            const auto want_q = q.download(), want_out = out.download();
+            REQUIRE(std::memcmp(want_q.data(), got_q.data() + r * ld, ld * 4) == 0);
+            REQUIRE(std::memcmp(want_out.data(), got_out.data() + r * ldo, ldo * 4) == 0);
+            // The whole cache (layer 0 untouched, layer 1's new position) is the same.
+            REQUIRE(cache.download() == batched[r].download());
+        }
+    }
+}
+
 // The device-side bound: positions come from device memory (a graph replays every step), so a
 // wrong one must touch nothing outside the cache and raise the fault word the engine checks.
 TEST_CASE("CUDA RoPE, attention and record_token refuse a position outside the cache", "[cuda]") {
