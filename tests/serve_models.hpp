@@ -17,6 +17,7 @@
 #include "convert/convert.hpp"
 #include "quant/quantize_model.hpp"
 #include "runtime/backend.hpp"
+#include "serve_check.hpp"
 #include "test_support.hpp"
 
 namespace qforge::test {
@@ -51,13 +52,6 @@ inline std::vector<ServeModel> serve_models(const ScratchDir& dir,
         all.push_back({entry.path().filename().string(), o.output});
     }
     return all;
-}
-
-// `n` random token ids in [1, vocab) (0 is often a special token; any id runs the model).
-inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_t vocab) {
-    std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(1 + rng() % (vocab - 1));
-    return ids;
 }
 
 // A backend that is `inner` but for its batched step: `before_step` sees each batch first (and

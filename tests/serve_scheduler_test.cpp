@@ -12,82 +12,18 @@
 #include "runtime/generate.hpp"
 #include "runtime/thread_pool.hpp"
 #include "serve/scheduler.hpp"
+#include "serve_check.hpp"
 #include "serve_models.hpp"
 
 using namespace qforge;
 using serve::FinishReason;
 using serve::Scheduler;
+using test::check_random_arrivals;
+using test::Collected;
+using test::drain;
+using test::request;
 
 namespace {
-
-// Every token of a stream, until it ends (the scheduler runs on this thread: step() drives it).
-struct Collected {
-    std::vector<int32_t> tokens;
-    bool finished = false;
-    FinishReason reason = FinishReason::length;
-};
-void drain(serve::SequenceStream& s, Collected& c) {
-    auto e = s.wait(std::chrono::milliseconds(0));
-    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
-    if (e.finished) {
-        c.finished = true;
-        c.reason = e.reason;
-    }
-}
-
-serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_tokens,
-                               SamplingParams sampling = {0.0f, 0, 1.0f, 1}) {
-    serve::SequenceRequest r;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.sampling = sampling;
-    return r;
-}
-
-// `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
-// random prompts of 1-24 tokens, max_tokens 1-10, a random stop id, greedy (even) or sampled with
-// the request's own seed (odd). Each must give generate()'s tokens on `backend` (run first, alone).
-// Returns the steps taken.
-uint64_t check_random_arrivals(Backend& backend, Scheduler& sched, size_t n, std::mt19937_64& rng) {
-    const ModelConfig& c = backend.model().config();
-    struct Case {
-        serve::SequenceRequest req;
-        std::vector<int32_t> want;
-        std::shared_ptr<serve::SequenceStream> stream;
-        Collected got;
-    };
-    std::vector<Case> cases(n);
-    for (size_t i = 0; i < cases.size(); ++i) {
-        const SamplingParams sp =
-            i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
-        cases[i].req =
-            request(test::random_ids(rng, 1 + rng() % 24, c.vocab_size), 1 + rng() % 10, sp);
-        cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
-        GenerateOptions o;
-        o.sampling = sp;
-        o.max_new_tokens = cases[i].req.max_tokens;
-        o.stop_ids = cases[i].req.stop_ids;
-        cases[i].want = generate(backend, cases[i].req.prompt, o).tokens;
-    }
-    const uint64_t steps_before = sched.stats().steps;
-    size_t next = 0;
-    while (next < cases.size() ||
-           std::any_of(cases.begin(), cases.end(), [](auto& k) { return !k.got.finished; })) {
-        for (uint64_t arrivals = rng() % 3; arrivals > 0 && next < cases.size(); --arrivals) {
-            auto sub = sched.submit(cases[next].req);
-            REQUIRE(sub.stream);
-            cases[next++].stream = sub.stream;
-        }
-        sched.step();
-        for (auto& k : cases)
-            if (k.stream && !k.got.finished) drain(*k.stream, k.got);
-    }
-    for (size_t i = 0; i < cases.size(); ++i) {
-        INFO("request " << i);
-        CHECK(cases[i].got.tokens == cases[i].want);
-    }
-    return sched.stats().steps - steps_before;
-}
 
 // Serving as a backend without a batched step does (the CUDA backend): `inner` wrapped so each
 // step runs every sequence through forward() (Backend::forward_batch's default), caches made by

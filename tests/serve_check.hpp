@@ -1,0 +1,97 @@
+// Serving checks shared by the scheduler tests of the full build (serve_scheduler_test.cpp)
+// and the GPU check's (cuda_serve_test.cpp): needs the runtime and the scheduler only, no
+// converter or tokenizer.
+#pragma once
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "runtime/backend.hpp"
+#include "runtime/generate.hpp"
+#include "runtime/sampling.hpp"
+#include "serve/scheduler.hpp"
+
+namespace qforge::test {
+
+// `n` random token ids in [1, vocab) (0 is often a special token; any id runs the model).
+inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_t vocab) {
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(1 + rng() % (vocab - 1));
+    return ids;
+}
+
+// Every token of a stream, until it ends (the scheduler runs on this thread: step() drives it).
+struct Collected {
+    std::vector<int32_t> tokens;
+    bool finished = false;
+    serve::FinishReason reason = serve::FinishReason::length;
+};
+inline void drain(serve::SequenceStream& s, Collected& c) {
+    auto e = s.wait(std::chrono::milliseconds(0));
+    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (e.finished) {
+        c.finished = true;
+        c.reason = e.reason;
+    }
+}
+
+inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_tokens,
+                                      SamplingParams sampling = {0.0f, 0, 1.0f, 1}) {
+    serve::SequenceRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling = sampling;
+    return r;
+}
+
+// `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
+// random prompts of 1-24 tokens, max_tokens 1-10, a random stop id, greedy (even) or sampled with
+// the request's own seed (odd). Each must give generate()'s tokens on `backend` (run first, alone).
+// Returns the steps taken.
+inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched, size_t n,
+                                      std::mt19937_64& rng) {
+    const ModelConfig& c = backend.model().config();
+    struct Case {
+        serve::SequenceRequest req;
+        std::vector<int32_t> want;
+        std::shared_ptr<serve::SequenceStream> stream;
+        Collected got;
+    };
+    std::vector<Case> cases(n);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const SamplingParams sp =
+            i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
+        cases[i].req = request(random_ids(rng, 1 + rng() % 24, c.vocab_size), 1 + rng() % 10, sp);
+        cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
+        GenerateOptions o;
+        o.sampling = sp;
+        o.max_new_tokens = cases[i].req.max_tokens;
+        o.stop_ids = cases[i].req.stop_ids;
+        cases[i].want = generate(backend, cases[i].req.prompt, o).tokens;
+    }
+    const uint64_t steps_before = sched.stats().steps;
+    size_t next = 0;
+    while (next < cases.size() ||
+           std::any_of(cases.begin(), cases.end(), [](auto& k) { return !k.got.finished; })) {
+        for (uint64_t arrivals = rng() % 3; arrivals > 0 && next < cases.size(); --arrivals) {
+            auto sub = sched.submit(cases[next].req);
+            REQUIRE(sub.stream);
+            cases[next++].stream = sub.stream;
+        }
+        sched.step();
+        for (auto& k : cases)
+            if (k.stream && !k.got.finished) drain(*k.stream, k.got);
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("request " << i);
+        CHECK(cases[i].got.tokens == cases[i].want);
+    }
+    return sched.stats().steps - steps_before;
+}
+
+}  // namespace qforge::test
