@@ -81,9 +81,10 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         // - A batched step launches its kernels one by one (no graph: its rows change every
         //   step); a sequence decoding alone replays its cache's graph.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.
-        // - Not run on a GPU yet: tests/serve_scheduler_test.cpp's [cuda] case skips without one,
-        //   and scripts/gpu_check.sh's build has no serve/ (no tokenizer, no httplib), so it runs
-        //   only in a full build on a GPU machine. `auto` serves on the CPU.
+        // - Not run on a GPU yet: tests/cuda_serve_test.cpp (the scheduler on the batched step,
+        //   in scripts/gpu_check.sh's build, which has the scheduler but no HTTP or tokenizer)
+        //   and tests/serve_scheduler_test.cpp's [cuda] case skip without one. `auto` serves on
+        //   the CPU.
         const bool cuda = common.backend == "cuda";
         const auto model_file = open_qf_input(a->model);
         Model model(model_file->path());
