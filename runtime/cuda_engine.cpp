@@ -141,8 +141,7 @@ DeviceMatrix CudaEngine::random_group(QType qtype, std::span<const uint64_t> row
     DeviceMatrix fused;
     fused.fmt = cuda::gpu_matrix_format(qtype, cols);
     // The random fill writes fp16 scales and zeros: the file layouts the GPU reads as they are.
-    if (fused.fmt.repacked() && fused.fmt.quantized() &&
-        (fused.fmt.super_rows || fused.fmt.source != fused.fmt.qtype))
+    if (fused.fmt.super_rows || fused.fmt.source != fused.fmt.qtype)
         throw cuda::UnsupportedOnCuda("random weights of " + std::string(qtype_traits(qtype).name) +
                                       " on the device");
     for (uint64_t r : rows) fused.rows += r;

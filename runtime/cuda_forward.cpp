@@ -370,38 +370,40 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
     // or the split form's slice length: the same slices, so the same bits; a smaller cache in
     // the group only has more empty slices, which the merge skips), in passes of at most batch_
     // rows; prompts one by one.
-    std::map<uint64_t, std::vector<size_t>> groups;
-    for (size_t i = 0; i < batch.size(); ++i) {
+    // Sequence i through forward() on its own, its last logits (if wanted) to its slot.
+    auto alone = [&](size_t i) {
         const BatchSequence& s = batch[i];
-        if (s.tokens.size() == 1) {
-            const uint64_t cap = s.cache->capacity();
-            groups[cap >= o_.split_attention_from ? cuda::attention_split_len(u32(cap)) : 0]
-                .push_back(i);
-            continue;
-        }
         const uint64_t n = s.tokens.size();
         forward(
             s.tokens, cuda_cache(*s.cache), s.logits ? n - 1 : n,
             s.logits ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, v) : std::span<float>{});
+    };
+    // Alone too: every row when a test forces another path than the GEMV for every product (its
+    // bits depend on the rows), and a group of one (the captured decode graph, the same bits).
+    const bool forced = mctx_.forced && *mctx_.forced != cuda::MatmulPath::gemv;
+    std::map<uint64_t, std::vector<size_t>> groups;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const uint64_t cap = batch[i].cache->capacity();
+        if (batch[i].tokens.size() == 1 && !forced)
+            groups[cap >= o_.split_attention_from ? cuda::attention_split_len(u32(cap)) : 0]
+                .push_back(i);
+        else
+            alone(i);
     }
     for (const auto& [form, members] : groups)
         for (size_t p0 = 0; p0 < members.size(); p0 += batch_) {
+            const size_t p1 = std::min(members.size(), p0 + batch_);
+            if (p1 - p0 == 1) {
+                alone(members[p0]);
+                continue;
+            }
             std::vector<const BatchSequence*> seqs;
             std::vector<int64_t> slots;
-            for (size_t j = p0; j < std::min(members.size(), p0 + batch_); ++j) {
+            for (size_t j = p0; j < p1; ++j) {
                 seqs.push_back(&batch[members[j]]);
                 slots.push_back(slot[members[j]]);
             }
-            // Alone: the captured decode graph, the same bits. So too every row when a test
-            // forces another path than the GEMV for every product (its bits depend on the rows).
-            const bool forced = mctx_.forced && *mctx_.forced != cuda::MatmulPath::gemv;
-            if (seqs.size() == 1 || forced)
-                for (size_t i = 0; i < seqs.size(); ++i)
-                    forward(seqs[i]->tokens, cuda_cache(*seqs[i]->cache), slots[i] < 0 ? 1 : 0,
-                            slots[i] < 0 ? std::span<float>{}
-                                         : logits.subspan(static_cast<uint64_t>(slots[i]) * v, v));
-            else
-                batched_step(seqs, slots, logits);
+            batched_step(seqs, slots, logits);
         }
 }
 

@@ -113,12 +113,10 @@ QF_HD void dequant_quant_chunk(const uint8_t* row, uint32_t bits, uint64_t c,
                                float out[32], uint64_t mins_offset = 0) {
     const uint64_t g = c / chunks_per_group;
     const uint8_t* sp = row + scales_offset + 2 * g;
-    float scale = f16_bits_to_float(static_cast<uint16_t>(sp[0] | (sp[1] << 8)));
-    float min = 0.0f;
-    if (mins_offset) {
-        scale = f32_at(row + scales_offset + 4 * g);
-        min = f32_at(row + mins_offset + 4 * g);
-    }
+    const float scale = mins_offset
+                            ? f32_at(row + scales_offset + 4 * g)
+                            : f16_bits_to_float(static_cast<uint16_t>(sp[0] | (sp[1] << 8)));
+    const float min = mins_offset ? f32_at(row + mins_offset + 4 * g) : 0.0f;
     const int32_t zero = has_zeros ? row[zeros_offset + g] : implicit_zero;
     const float zm = zero_magic(bits == 8, zero);
     if (bits == 4) {
