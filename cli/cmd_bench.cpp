@@ -37,6 +37,14 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                    "tokens in the prefill batch");
     add_int_option(app, "-n,--gen,--decode", a->bench.decode_tokens, 1, kMaxTokens,
                    "tokens decoded one at a time");
+    add_int_option(app, "-b,--batch", a->bench.decode_batch, 1, 4096,
+                   "sequences decoded together, each with its own cache: every decode step is "
+                   "one batched step of one token from each (as `serve` runs them); tok/s counts "
+                   "all of them");
+    add_int_option(app, "-c,--context", a->bench.decode_context, 1, kMaxTokens,
+                   "positions in each decode cache before the timed steps (default " +
+                       std::to_string(kBenchDecodeContext) +
+                       "): the context attention reads, as a served prompt plus its output");
     add_int_option(app, "-r,--reps", a->bench.repetitions, 1, 1000,
                    "repetitions; medians are reported");
     add_real_option(app, "--bandwidth", a->bandwidth, {0.0, false}, {1e6, true},
@@ -65,26 +73,28 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
 
         const ModelConfig& c = model.config();
         if (common.json) {
-            nlohmann::json j = {{"model", a->model},
-                                {"threads", pool.size()},
-                                {"prefill_tokens", o.prefill_tokens},
-                                {"decode_tokens", o.decode_tokens},
-                                {"decode_context", kBenchDecodeContext},
-                                {"repetitions", o.repetitions},
-                                {"seed", o.seed},
-                                {"prefill_tok_s", r.prefill.median},
-                                {"decode_tok_s", r.decode.median},
-                                {"prefill_tok_per_s", rate_json(r.prefill)},
-                                {"decode_tok_per_s", rate_json(r.decode)},
-                                {"weight_bytes_per_token", r.weight_bytes_per_token},
-                                {"effective_gb_per_s", r.effective_gb_per_s},
-                                {"read_bandwidth_gb_s", *o.bandwidth_gb_per_s},
-                                {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
-                                {"bandwidth_fraction", *r.bandwidth_fraction},
-                                {"int8_activations", !common.float_activations},
-                                {"bf16_activations", common.bf16_activations},
-                                {"cpu_isa", std::string(isa_name(cpu_isa()))},
-                                {"fp16_saturations", backend->fp16_saturations()}};
+            nlohmann::json j = {
+                {"model", a->model},
+                {"threads", pool.size()},
+                {"prefill_tokens", o.prefill_tokens},
+                {"decode_tokens", o.decode_tokens},
+                {"decode_context", o.decode_context ? o.decode_context : kBenchDecodeContext},
+                {"decode_batch", o.decode_batch},
+                {"repetitions", o.repetitions},
+                {"seed", o.seed},
+                {"prefill_tok_s", r.prefill.median},
+                {"decode_tok_s", r.decode.median},
+                {"prefill_tok_per_s", rate_json(r.prefill)},
+                {"decode_tok_per_s", rate_json(r.decode)},
+                {"weight_bytes_per_token", r.weight_bytes_per_token},
+                {"effective_gb_per_s", r.effective_gb_per_s},
+                {"read_bandwidth_gb_s", *o.bandwidth_gb_per_s},
+                {"read_bandwidth_measured", !(a->bandwidth > 0.0)},
+                {"bandwidth_fraction", *r.bandwidth_fraction},
+                {"int8_activations", !common.float_activations},
+                {"bf16_activations", common.bf16_activations},
+                {"cpu_isa", std::string(isa_name(cpu_isa()))},
+                {"fp16_saturations", backend->fp16_saturations()}};
             std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }
@@ -99,7 +109,10 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                         static_cast<unsigned long long>(tokens), s.median, s.min, s.max);
         };
         row("prefill", o.prefill_tokens, r.prefill);
-        row("decode", o.decode_tokens, r.decode);
+        row("decode", o.decode_tokens * o.decode_batch, r.decode);
+        if (o.decode_batch > 1)
+            std::printf("decode: %llu sequences, one batched step per token of each\n",
+                        static_cast<unsigned long long>(o.decode_batch));
         std::printf("decode reads %s of weights per token: %.2f GB/s effective",
                     human_bytes(r.weight_bytes_per_token).c_str(), r.effective_gb_per_s);
         if (r.bandwidth_fraction)

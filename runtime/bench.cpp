@@ -103,29 +103,48 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         throw Error(model.path(), {},
                     "a prefill of " + std::to_string(o.prefill_tokens) +
                         " tokens exceeds the model's context of " + std::to_string(max_pos));
-    const uint64_t decode_positions = kBenchDecodeContext + o.decode_tokens;
-    if (decode_positions > max_pos)
-        throw Error(model.path(), {},
-                    std::to_string(o.decode_tokens) + " decode tokens after " +
-                        std::to_string(kBenchDecodeContext) +
-                        " context positions exceed the model's context of " +
-                        std::to_string(max_pos));
+    const uint64_t context = o.decode_context ? o.decode_context : kBenchDecodeContext;
+    const uint64_t batch = o.decode_batch;
+    if (batch == 0 || batch > (uint64_t{1} << 16))
+        throw Error("bench: the decode batch must be 1 to 65536 sequences, not " +
+                    std::to_string(batch));
+    const uint64_t decode_positions = context + o.decode_tokens;
+    if (context > max_pos || decode_positions > max_pos)
+        throw Error(
+            model.path(), {},
+            std::to_string(o.decode_tokens) + " decode tokens after " + std::to_string(context) +
+                " context positions exceed the model's context of " + std::to_string(max_pos));
     if (o.bandwidth_gb_per_s && !(*o.bandwidth_gb_per_s > 0.0))
         throw Error("bench: the read bandwidth must be a positive number of GB/s");
 
     std::mt19937_64 rng(o.seed);
     const std::vector<int32_t> prefill_ids = random_tokens(o.prefill_tokens, c.vocab_size, rng);
-    const std::vector<int32_t> decode_ids = random_tokens(decode_positions, c.vocab_size, rng);
-    std::vector<float> logits(c.vocab_size);
+    // Sequence s decodes decode_ids[s] (its context, then its timed tokens) in decode_caches[s].
+    std::vector<std::vector<int32_t>> decode_ids(batch);
+    std::vector<std::unique_ptr<KvCache>> decode_caches(batch);
+    for (uint64_t s = 0; s < batch; ++s) {
+        decode_ids[s] = random_tokens(decode_positions, c.vocab_size, rng);
+        decode_caches[s] = backend.new_cache(decode_positions);
+    }
+    std::vector<float> logits(c.vocab_size * batch);
+    const std::span<float> one_row(logits.data(), c.vocab_size);
     auto prefill_cache = backend.new_cache(o.prefill_tokens);
-    auto decode_cache = backend.new_cache(decode_positions);
+    // One decode step at position i of every sequence.
+    std::vector<BatchSequence> step(batch);
+    auto decode_step = [&](uint64_t i) {
+        if (batch == 1)
+            return backend.forward({&decode_ids[0][i], 1}, *decode_caches[0], 0, one_row);
+        for (uint64_t s = 0; s < batch; ++s)
+            step[s] = {{&decode_ids[s][i], 1}, decode_caches[s].get(), true};
+        backend.forward_batch(step, logits);
+    };
 
     // Warm-up, untimed, as llama-bench does: one prefill of the measured length (every weight
     // read once, and the buffers a prefill of that size uses allocated and touched), then one
     // decode step, so the timed passes pay no page faults or first allocations. With one
     // repetition, a cold first prefill measured 0.6x the steady rate (SmolLM2, 128 tokens).
-    backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, logits);
-    backend.forward({decode_ids.data(), 1}, *decode_cache, 0, logits);
+    backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, one_row);
+    decode_step(0);
     // Speed of a model that computes NaN is no result: check the logits outside the timers.
     if (!all_finite(logits))
         throw_non_finite_logits(logits, model.path(), "position 0 of the warm-up pass");
@@ -135,22 +154,25 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
     for (int r = 0; r < o.repetitions; ++r) {
         prefill_cache->clear();
         auto t0 = Clock::now();
-        backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, logits);
+        backend.forward(prefill_ids, *prefill_cache, o.prefill_tokens - 1, one_row);
         prefill_rates.push_back(static_cast<double>(o.prefill_tokens) / seconds_since(t0));
-        if (!all_finite(logits))
+        if (!all_finite(one_row))
             throw_non_finite_logits(
-                logits, model.path(),
+                one_row, model.path(),
                 "position " + std::to_string(o.prefill_tokens - 1) + " of the prefill");
         done += o.prefill_tokens;
         if (progress) progress(done);
 
-        decode_cache->clear();
-        backend.forward({decode_ids.data(), kBenchDecodeContext}, *decode_cache,
-                        kBenchDecodeContext - 1, logits);
+        for (uint64_t s = 0; s < batch; ++s) {
+            decode_caches[s]->clear();
+            backend.forward({decode_ids[s].data(), context}, *decode_caches[s], context - 1,
+                            one_row);
+        }
         t0 = Clock::now();
-        for (uint64_t i = kBenchDecodeContext; i < decode_positions; ++i)
-            backend.forward({&decode_ids[i], 1}, *decode_cache, 0, logits);
-        decode_rates.push_back(static_cast<double>(o.decode_tokens) / seconds_since(t0));
+        for (uint64_t i = context; i < decode_positions; ++i) decode_step(i);
+        decode_rates.push_back(static_cast<double>(o.decode_tokens * batch) / seconds_since(t0));
+        if (!all_finite(logits))
+            throw_non_finite_logits(logits, model.path(), "the last decode step");
         done += o.decode_tokens;
         if (progress) progress(done);
     }
@@ -159,8 +181,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
     result.prefill = rate_stats(std::move(prefill_rates));
     result.decode = rate_stats(std::move(decode_rates));
     result.weight_bytes_per_token = model.decode_weight_bytes();
-    result.effective_gb_per_s =
-        result.decode.median * static_cast<double>(result.weight_bytes_per_token) / 1e9;
+    // Weights are read once per step for the whole batch.
+    result.effective_gb_per_s = result.decode.median / static_cast<double>(batch) *
+                                static_cast<double>(result.weight_bytes_per_token) / 1e9;
     if (o.bandwidth_gb_per_s)
         result.bandwidth_fraction = result.effective_gb_per_s / *o.bandwidth_gb_per_s;
     return result;

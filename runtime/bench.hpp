@@ -21,6 +21,14 @@ namespace qforge {
 struct BenchOptions {
     uint64_t prefill_tokens = 128;  // one batch per repetition
     uint64_t decode_tokens = 64;    // forward passes of one token per repetition
+    // Sequences decoded together (continuous batching's steady state, serve/): each step is one
+    // Backend::forward_batch of one token from each of decode_batch sequences, each with its own
+    // cache; decode tokens/s counts every sequence's tokens. 1: plain forward() steps.
+    uint64_t decode_batch = 1;
+    // Positions in each decode cache before the timed steps (distinct random tokens per
+    // sequence); 0: kBenchDecodeContext. A served request's prompt plus what it has generated
+    // is this context: attention reads it at every step.
+    uint64_t decode_context = 0;
     int repetitions = 5;
     uint64_t seed = 42;
     // Read bandwidth (GB/s, 1 GB = 1e9 bytes) to quote decode against, as measured by
@@ -55,7 +63,8 @@ uint64_t bench_total_tokens(const BenchOptions& options);
 // An untimed warm-up (one prefill of the measured length and one decode step: the mapped weights
 // faulted in and the buffers allocated, as llama-bench warms up), then `repetitions` times:
 // a prefill of prefill_tokens into a fresh cache, and kBenchDecodeContext untimed positions
-// followed by decode_tokens timed single-token passes in another fresh cache. Throws
+// (decode_context) followed by decode_tokens timed single-token passes in another fresh cache
+// (decode_batch > 1: that many caches, one forward_batch per step). Throws
 // qforge::Error when the counts are zero or the passes do not fit the model's context.
 BenchResult run_bench(Backend& backend, const BenchOptions& options,
                       const BenchProgress& progress = {});

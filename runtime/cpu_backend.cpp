@@ -277,9 +277,15 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     const uint64_t tile = qtype_is_quantized(w.qtype) ? kQuantTile : kFloatTile;
     uint64_t rows_per_block = std::max<uint64_t>(1, tile / std::max<uint64_t>(n, 1));
     if (rows_per_block > kQmatmulRowGrain) rows_per_block -= rows_per_block % kQmatmulRowGrain;
+    const QPackedRows* p = packed(w);
+    if (p && !bias && !accumulate) {  // straight into y: no pass through scratch
+        for (uint64_t rb = r0; rb < r1; rb += rows_per_block)
+            qmatmul_packed(*p, rb, std::min(r1, rb + rows_per_block), acts_, 0, n, y + rb, ldy);
+        return;
+    }
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
         const uint64_t re = std::min(r1, rb + rows_per_block);
-        if (const QPackedRows* p = packed(w))
+        if (p)
             qmatmul_packed(*p, rb, re, acts_, 0, n, scratch, re - rb);
         else if (bf16)  // decode too: one token is a 1-token tile, the same bits
             bf16_matmul(*bf16, rb, re, bf16_tokens_, 0, n, scratch, re - rb);
@@ -427,7 +433,7 @@ void CpuBackend::rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_
 void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
                         std::span<const BatchSegment> segments) {
     if (segments.empty()) return;
-    const uint64_t hd = c_.head_dim, half = hd / 2, kvd = c_.kv_dim();
+    const uint64_t hd = c_.head_dim, half = hd / 2;
     const uint64_t group = c_.num_heads / c_.num_kv_heads;
     const RopeTable& rope = c_.local_rope(layer) ? rope_local_ : rope_;
     const uint64_t n = segments.back().row0 + segments.back().rows;
@@ -449,8 +455,11 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         float* kt = k.data + t * k.ld;
         for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
         for (uint64_t h = 0; h < c_.num_kv_heads; ++h) rope_rotate(kt + h * hd, cs, sn, half);
-        std::copy(kt, kt + kvd, s.cache->keys(layer, pos));
-        std::copy(v.data + t * v.ld, v.data + t * v.ld + kvd, s.cache->values(layer, pos));
+        const float* vt = v.data + t * v.ld;
+        for (uint64_t h = 0; h < c_.num_kv_heads; ++h) {
+            std::copy(kt + h * hd, kt + (h + 1) * hd, s.cache->keys(layer, h, pos));
+            std::copy(vt + h * hd, vt + (h + 1) * hd, s.cache->values(layer, h, pos));
+        }
     });
     const float scale = desc_.query_scale, cap = desc_.attn_softcap;
     const uint64_t window = c_.attention_window(layer);
@@ -470,8 +479,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         // score and output element is computed the same way whatever the runs are).
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_scores(isa_, qh, group, hd, cache.keys(layer, first + j) + kvh * hd, kvd, run,
-                        scale, scores + j, len);
+            head_scores(isa_, qh, group, hd, cache.keys(layer, kvh, first + j), hd, run, scale,
+                        scores + j, len);
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -480,8 +489,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         for (uint64_t g = 0; g < group; ++g) softmax(isa_, scores + g * len, len);
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_mix(isa_, scores + j, len, group, hd, cache.values(layer, first + j) + kvh * hd,
-                     kvd, run, o);
+            head_mix(isa_, scores + j, len, group, hd, cache.values(layer, kvh, first + j), hd, run,
+                     o);
         }
     };
     uint64_t work = 0;

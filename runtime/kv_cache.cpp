@@ -22,7 +22,7 @@ uint64_t CpuKvCache::block_floats(const ModelConfig& config) {
 }
 
 CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, bool own_storage)
-    : KvCache(capacity), kv_dim_(config.kv_dim()) {
+    : KvCache(capacity), kv_heads_(config.num_kv_heads), head_dim_(config.head_dim) {
     if (!own_storage) return;
     const uint64_t per_block = block_floats(config), blocks = blocks_for(capacity);
     const uint64_t dims[] = {per_block, blocks};

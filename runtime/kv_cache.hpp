@@ -26,8 +26,12 @@ class KvCache {
     friend class CpuBackend;
 };
 
-// Host memory, float32, in blocks of kKvBlockPositions positions: block b holds positions
-// [b * P, (b + 1) * P) of every layer as [layer][keys, values][P][kv_dim]. The block table maps a
+// Host memory, float32, in blocks of kBlockPositions positions: block b holds positions
+// [b * P, (b + 1) * P) of every layer as [layer][keys, values][kv head][P][head_dim], so the rows
+// one attention task reads (one KV head's keys, then its values) lie together: 4 KiB per block at
+// head_dim 64, where a [P][kv_dim] layout spread them over the block 768 bytes apart (SmolLM2
+// serving 16 streams: attention's share of the step fell from 15%; see serve/README.md). The
+// block table maps a
 // block index to its storage, so the blocks of one sequence need not be adjacent: this cache
 // owns one contiguous run of them; a PagedKvCache (runtime/paged_kv_cache.hpp) takes them one by
 // one from a pool shared by many sequences. Attention reads every key and value row through the
@@ -51,10 +55,11 @@ class CpuKvCache : public KvCache {
     // A cache of `capacity` positions in memory of its own.
     CpuKvCache(const ModelConfig& config, uint64_t capacity);
 
-    float* keys(uint64_t layer, uint64_t pos) { return row(layer, 0, pos); }
-    float* values(uint64_t layer, uint64_t pos) { return row(layer, 1, pos); }
-    // Positions pos, pos + 1, ... whose rows follow each other kv_dim floats apart (the rest of
-    // pos's block).
+    // KV head `head`'s key (value) row at `pos`: head_dim floats.
+    float* keys(uint64_t layer, uint64_t head, uint64_t pos) { return row(layer, 0, head, pos); }
+    float* values(uint64_t layer, uint64_t head, uint64_t pos) { return row(layer, 1, head, pos); }
+    // Positions pos, pos + 1, ... whose rows of one head follow each other head_dim floats apart
+    // (the rest of pos's block).
     static uint64_t run_from(uint64_t pos) {
         return kBlockPositions - (pos & (kBlockPositions - 1));
     }
@@ -63,11 +68,13 @@ class CpuKvCache : public KvCache {
     // A cache whose blocks a derived class supplies (blocks_), of `capacity` positions.
     CpuKvCache(const ModelConfig& config, uint64_t capacity, bool own_storage);
 
-    float* row(uint64_t layer, uint64_t which, uint64_t pos) {
+    float* row(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos) {
         return blocks_[pos >> kBlockShift] +
-               ((layer * 2 + which) * kBlockPositions + (pos & (kBlockPositions - 1))) * kv_dim_;
+               (((layer * 2 + which) * kv_heads_ + head) * kBlockPositions +
+                (pos & (kBlockPositions - 1))) *
+                   head_dim_;
     }
-    uint64_t kv_dim_;
+    uint64_t kv_heads_, head_dim_;
     std::vector<float*> blocks_;  // the block table: block b's storage
 
   private:

@@ -133,8 +133,18 @@ TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context en
     require_rate(j.at("decode_tok_per_s"), 2);
     REQUIRE(j.at("weight_bytes_per_token").get<uint64_t>() == expected_weight_bytes(model));
 
+    // A batched decode: 3 sequences of 40 positions each; tok/s counts all three, and the weights
+    // are read once per step (effective GB/s is per step, not per token).
+    const auto b = bench_json(model, "-p 4 -n 8 -r 2 -t 2 --batch 3 --context 40 --bandwidth 20");
+    require_rate(b.at("decode_tok_per_s"), 2);
+    REQUIRE(b.at("decode_batch") == 3);
+    REQUIRE(b.at("decode_context") == 40);
+    REQUIRE(b.at("effective_gb_per_s").get<double>() ==
+            Approx(b.at("decode_tok_s").get<double>() / 3.0 *
+                   double(b.at("weight_bytes_per_token").get<uint64_t>()) / 1e9));
+
     // max_position_embeddings is 128: a longer prefill, or decode past it, is one line of error.
-    for (const char* args : {"-p 129", "-n 125"}) {
+    for (const char* args : {"-p 129", "-n 125", "-c 121 -n 8", "-c 129 -n 1"}) {
         auto r = test::run_qforge("bench " + q(model) + " -q " + args);
         INFO(r.output);
         REQUIRE(r.exit_code == 1);
