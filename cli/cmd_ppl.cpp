@@ -94,10 +94,12 @@ Runner register_ppl(CLI::App& app, CommonOptions& common) {
 
         ThreadPool pool(resolved_threads(common));
         auto backend = make_selected_backend(common, model, pool);
-        // The base is the reference: its bf16 products keep exact activations, so
-        // `--bf16-activations --kl-base` on the same file measures what the mode costs.
+        // The base is the reference: its bf16 products keep exact activations and its KV cache
+        // f32, so `--bf16-activations --kl-base` or `--kv-type f16 --kl-base` on the same file
+        // measures what the mode costs.
         CommonOptions base_options = common;
         base_options.bf16_activations = false;
+        base_options.kv_type = "f32";
         std::unique_ptr<Backend> base_backend =
             base ? make_selected_backend(base_options, *base, pool) : nullptr;
 

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/model.hpp"
 #include "runtime/paged_kv_cache.hpp"
@@ -109,7 +110,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         if (cuda) {
             caches = std::make_unique<serve::BackendCacheSource>(*backend, blocks);
         } else {
-            pool.emplace(model.config(), blocks);
+            pool.emplace(model.config(), blocks, cpu_backend_options(common).kv_type);
             caches = std::make_unique<serve::PagedCacheSource>(*pool);
         }
         serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
@@ -138,13 +139,17 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                          a->host.c_str());
         std::fprintf(stderr,
                      "qforge serve: %s on http://%s:%d (%s, %d threads, %llu sequences, context "
-                     "%llu, %llu KV blocks of %llu positions)\n",
+                     "%llu, %llu KV blocks of %llu positions, %s)\n",
                      so.model_name.c_str(), a->host.c_str(), server.port(),
                      std::string(backend->name()).c_str(), threads.size(),
                      static_cast<unsigned long long>(a->max_seqs),
                      static_cast<unsigned long long>(a->ctx),
                      static_cast<unsigned long long>(blocks),
-                     static_cast<unsigned long long>(CpuKvCache::kBlockPositions));
+                     static_cast<unsigned long long>(CpuKvCache::kBlockPositions),
+                     pool ? (std::string(kv_type_name(pool->type())) + ", " +
+                             human_bytes(pool->total_blocks() * pool->block_bytes()))
+                                .c_str()
+                          : "f16 on the device");
         std::fflush(stderr);
         scheduler.start();
         // SIGINT and SIGTERM set a flag (all a signal handler may safely do); a watcher thread

@@ -276,12 +276,17 @@ void add_cpu_backend_options(CLI::App& app, CommonOptions& o) {
     app.add_flag("--bf16-activations", o.bf16_activations,
                  "multiply bf16 weights with activations rounded to bf16 (AVX-512 BF16: faster "
                  "prefill, inexact; refused on a CPU without it; other weights unchanged)");
+    add_choice_option(app, "--kv-type", o.kv_type, {"f32", "f16"},
+                      "what the CPU backend's KV cache stores: f32 (exact) or f16 (half the "
+                      "memory and the bytes attention reads; keys and values rounded to f16 once; "
+                      "the CUDA backend's cache is always f16)");
 }
 
 CpuBackendOptions cpu_backend_options(const CommonOptions& o) {
     CpuBackendOptions b;
     b.int8_activations = !o.float_activations;
     b.bf16_activations = o.bf16_activations;
+    b.kv_type = *kv_type_from_name(o.kv_type);  // the option's choices are its names
     return b;
 }
 

@@ -42,6 +42,7 @@ struct CommonOptions {
     bool quiet = false;              // no progress bars
     bool float_activations = false;  // quantized matrices times float32 (not int8) activations
     bool bf16_activations = false;   // bf16 matrices times bf16-rounded activations (AVX-512 BF16)
+    std::string kv_type = "f32";     // the CPU backend's KV cache elements (runtime/kv_cache.hpp)
     std::string backend = "auto";    // --backend: auto (cuda when a device is present), cpu, cuda
 };
 

@@ -108,6 +108,10 @@ struct CpuBackendOptions {
     // kernels/cpu/bf16_gemm.hpp): inexact, faster prefill; refused on a CPU without it. Other
     // matrices are unchanged.
     bool bf16_activations = false;
+    // What the caches new_cache() makes store (runtime/kv_cache.hpp): f32 (exact) or f16 (half
+    // the memory and the bytes attention reads; keys and values rounded once). forward reads a
+    // cache of either type, whatever this says (a serve pool's blocks have their own).
+    KvType kv_type = KvType::f32;
 };
 
 // The CPU backend; `pool` (shared by every backend of a process) runs its parallel loops.

@@ -58,6 +58,8 @@ CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions o
     row_scratch_.assign(static_cast<size_t>(pool.size()),
                         std::vector<float>(kFloatTile + kMaxBatch));
     score_scratch_.resize(static_cast<size_t>(pool.size()));
+    kv_scratch_.assign(static_cast<size_t>(pool.size()),
+                       std::vector<float>(CpuKvCache::kBlockPositions * c_.head_dim));
     pack_matrices();
 }
 
@@ -107,7 +109,7 @@ std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
                     "a context of " + std::to_string(capacity) +
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(c_.max_position_embeddings) + ")");
-    return std::make_unique<CpuKvCache>(c_, capacity);
+    return std::make_unique<CpuKvCache>(c_, capacity, options_.kv_type);
 }
 
 template <class F>
@@ -455,18 +457,14 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         float* kt = k.data + t * k.ld;
         for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
         for (uint64_t h = 0; h < c_.num_kv_heads; ++h) rope_rotate(kt + h * hd, cs, sn, half);
-        const float* vt = v.data + t * v.ld;
-        for (uint64_t h = 0; h < c_.num_kv_heads; ++h) {
-            std::copy(kt + h * hd, kt + (h + 1) * hd, s.cache->keys(layer, h, pos));
-            std::copy(vt + h * hd, vt + (h + 1) * hd, s.cache->values(layer, h, pos));
-        }
+        s.cache->store(layer, pos, kt, v.data + t * v.ld);
     });
     const float scale = desc_.query_scale, cap = desc_.attn_softcap;
     const uint64_t window = c_.attention_window(layer);
     // One task: the `group` query heads of one token that share a key/value head, so each cached
     // key and value row is read once for all of them. A task reads its own sequence's cache only
     // and computes the same way whichever thread runs it and whatever else is in the step.
-    auto one = [&](uint64_t task, float* scores) {
+    auto one = [&](uint64_t task, float* scores, float* kv) {
         const uint64_t row = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
         const BatchSegment& s = segment_of(row);
         CpuKvCache& cache = *s.cache;
@@ -479,8 +477,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         // score and output element is computed the same way whatever the runs are).
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_scores(isa_, qh, group, hd, cache.keys(layer, kvh, first + j), hd, run, scale,
-                        scores + j, len);
+            head_scores(isa_, qh, group, hd, cache.keys(layer, kvh, first + j, run, kv, isa_), hd,
+                        run, scale, scores + j, len);
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -489,8 +487,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         for (uint64_t g = 0; g < group; ++g) softmax(isa_, scores + g * len, len);
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_mix(isa_, scores + j, len, group, hd, cache.values(layer, kvh, first + j), hd, run,
-                     o);
+            head_mix(isa_, scores + j, len, group, hd,
+                     cache.values(layer, kvh, first + j, run, kv, isa_), hd, run, o);
         }
     };
     uint64_t work = 0;
@@ -498,7 +496,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         work += s.rows * c_.num_heads * (s.pos0 + s.rows) * hd * 2;
     split(n * c_.num_kv_heads, work, [&](uint64_t b, uint64_t e, int thread) {
         for (uint64_t task = b; task < e; ++task)
-            one(task, score_scratch_[static_cast<size_t>(thread)].data());
+            one(task, score_scratch_[static_cast<size_t>(thread)].data(),
+                kv_scratch_[static_cast<size_t>(thread)].data());
     });
 }
 

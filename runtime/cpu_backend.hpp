@@ -134,6 +134,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     Bf16Tokens bf16_tokens_;
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
+    std::vector<std::vector<float>> kv_scratch_;  // per thread: a run of f16 cache rows widened
 };
 
 }  // namespace qforge

@@ -1,7 +1,11 @@
 #include "runtime/kv_cache.hpp"
 
+#include <cstring>
+
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
+#include "kernels/cpu/attention.hpp"
 
 namespace qforge {
 
@@ -12,29 +16,71 @@ void KvCache::truncate(uint64_t n) {
     size_ = n;
 }
 
-uint64_t CpuKvCache::block_floats(const ModelConfig& config) {
-    const uint64_t dims[] = {config.num_layers, 2, kBlockPositions, config.kv_dim()};
+const char* kv_type_name(KvType t) { return t == KvType::f16 ? "f16" : "f32"; }
+
+std::optional<KvType> kv_type_from_name(std::string_view name) {
+    if (name == "f32") return KvType::f32;
+    if (name == "f16") return KvType::f16;
+    return std::nullopt;
+}
+
+namespace {
+uint64_t element_bytes(KvType t) { return t == KvType::f16 ? 2 : 4; }
+}  // namespace
+
+uint64_t CpuKvCache::block_bytes(const ModelConfig& config, KvType type) {
+    const uint64_t dims[] = {config.num_layers, 2, kBlockPositions, config.kv_dim(),
+                             element_bytes(type)};
     auto n = checked_product(dims);
-    if (!n || *n > (uint64_t{1} << 40))
+    if (!n || *n > (uint64_t{1} << 42))
         throw Error("KV cache: a block of " + std::to_string(kBlockPositions) +
                     " positions is too large for this model");
     return *n;
 }
 
-CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, bool own_storage)
-    : KvCache(capacity), kv_heads_(config.num_kv_heads), head_dim_(config.head_dim) {
+CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type, bool own_storage)
+    : KvCache(capacity),
+      type_(type),
+      kv_heads_(config.num_kv_heads),
+      head_dim_(config.head_dim),
+      row_bytes_(config.head_dim * element_bytes(type)) {
     if (!own_storage) return;
-    const uint64_t per_block = block_floats(config), blocks = blocks_for(capacity);
+    const uint64_t per_block = block_bytes(config, type), blocks = blocks_for(capacity);
     const uint64_t dims[] = {per_block, blocks};
     auto n = checked_product(dims);
-    if (!n || *n > (uint64_t{1} << 40))
+    if (!n || *n > (uint64_t{1} << 42))
         throw Error("KV cache of " + std::to_string(capacity) + " positions is too large");
-    data_.resize(*n);
+    data_.resize(*n / sizeof(float));  // floats: aligned for either element type
     blocks_.resize(blocks);
-    for (uint64_t b = 0; b < blocks; ++b) blocks_[b] = data_.data() + b * per_block;
+    auto* base = reinterpret_cast<uint8_t*>(data_.data());
+    for (uint64_t b = 0; b < blocks; ++b) blocks_[b] = base + b * per_block;
 }
 
-CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity)
-    : CpuKvCache(config, capacity, true) {}
+CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type)
+    : CpuKvCache(config, capacity, type, true) {}
+
+void CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, const float* values) {
+    for (uint64_t h = 0; h < kv_heads_; ++h)
+        for (uint64_t which = 0; which < 2; ++which) {
+            const float* from = (which == 0 ? keys : values) + h * head_dim_;
+            uint8_t* to = row(layer, which, h, pos);
+            if (type_ == KvType::f32) {
+                std::memcpy(to, from, head_dim_ * sizeof(float));
+                continue;
+            }
+            for (uint64_t i = 0; i < head_dim_; ++i) {
+                const uint16_t half = f32_to_f16(from[i]);
+                std::memcpy(to + 2 * i, &half, 2);
+            }
+        }
+}
+
+const float* CpuKvCache::rows(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos,
+                              uint64_t n, float* scratch, Isa isa) const {
+    const uint8_t* at = row(layer, which, head, pos);
+    if (type_ == KvType::f32) return reinterpret_cast<const float*>(at);
+    widen_f16(isa, reinterpret_cast<const uint16_t*>(at), scratch, n * head_dim_);
+    return scratch;
+}
 
 }  // namespace qforge

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "formats/model_config.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace qforge {
 
@@ -26,17 +29,22 @@ class KvCache {
     friend class CpuBackend;
 };
 
-// Host memory, float32, in blocks of kBlockPositions positions: block b holds positions
-// [b * P, (b + 1) * P) of every layer as [layer][keys, values][kv head][P][head_dim], so the rows
-// one attention task reads (one KV head's keys, then its values) lie together: 4 KiB per block at
-// head_dim 64, where a [P][kv_dim] layout spread them over the block 768 bytes apart (SmolLM2
-// serving 16 streams: attention's share of the step fell from 15%; see serve/README.md). The
-// block table maps a
-// block index to its storage, so the blocks of one sequence need not be adjacent: this cache
-// owns one contiguous run of them; a PagedKvCache (runtime/paged_kv_cache.hpp) takes them one by
-// one from a pool shared by many sequences. Attention reads every key and value row through the
-// table, so both kinds hold the same floats at the same positions and give the same logits bit
-// for bit (only the addresses differ).
+// What a CPU cache stores per element: float32 (exact, the default) or IEEE binary16 (half the
+// memory and half the bytes attention reads per step; keys and values rounded to nearest even
+// once, when stored, and widened exactly when read, so every level computes on the same floats).
+enum class KvType : uint8_t { f32, f16 };
+const char* kv_type_name(KvType t);
+// "f32" or "f16"; nullopt for anything else.
+std::optional<KvType> kv_type_from_name(std::string_view name);
+
+// Host memory in blocks of kBlockPositions positions: block b holds positions [b * P, (b + 1) * P)
+// of every layer as [layer][keys, values][kv head][P][head_dim] elements (f32 or f16), so the rows
+// one attention task reads (one KV head's keys, then its values) lie together: 4 KiB of floats
+// per block at head_dim 64. The block table maps a block index to its storage, so the blocks of
+// one sequence need not be adjacent: this cache owns one contiguous run of them; a PagedKvCache
+// (runtime/paged_kv_cache.hpp) takes them one by one from a pool shared by many sequences.
+// Attention reads every key and value row through the table, so both kinds hold the same values
+// at the same positions and give the same logits bit for bit (only the addresses differ).
 class CpuKvCache : public KvCache {
   public:
     // Positions per block: a power of two, so a position's block is a shift away. 16 keeps the
@@ -45,37 +53,53 @@ class CpuKvCache : public KvCache {
     // table costs nothing.
     static constexpr uint64_t kBlockShift = 4;
     static constexpr uint64_t kBlockPositions = uint64_t{1} << kBlockShift;
-    // Floats of one block of a model's cache: num_layers x 2 x kBlockPositions x kv_dim.
-    static uint64_t block_floats(const ModelConfig& config);
+    // Bytes of one block of a model's cache: num_layers x 2 x kBlockPositions x kv_dim elements.
+    static uint64_t block_bytes(const ModelConfig& config, KvType type);
     // Blocks holding `positions` positions.
     static uint64_t blocks_for(uint64_t positions) {
         return (positions + kBlockPositions - 1) >> kBlockShift;
     }
 
     // A cache of `capacity` positions in memory of its own.
-    CpuKvCache(const ModelConfig& config, uint64_t capacity);
+    CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type = KvType::f32);
 
-    // KV head `head`'s key (value) row at `pos`: head_dim floats.
-    float* keys(uint64_t layer, uint64_t head, uint64_t pos) { return row(layer, 0, head, pos); }
-    float* values(uint64_t layer, uint64_t head, uint64_t pos) { return row(layer, 1, head, pos); }
-    // Positions pos, pos + 1, ... whose rows of one head follow each other head_dim floats apart
-    // (the rest of pos's block).
+    KvType type() const { return type_; }
+    // Position pos's keys and values of every KV head (kv_dim floats each, head after head),
+    // rounded to f16 in an f16 cache.
+    void store(uint64_t layer, uint64_t pos, const float* keys, const float* values);
+    // KV head `head`'s key (value) rows at positions pos .. pos + n - 1, n <= run_from(pos), as
+    // floats head_dim apart: the cache's own memory (f32), or `scratch` (n * head_dim floats)
+    // filled from it at the kernels' level `isa` (f16: exact widening, the same floats at every
+    // level).
+    const float* keys(uint64_t layer, uint64_t head, uint64_t pos, uint64_t n, float* scratch,
+                      Isa isa) const {
+        return rows(layer, 0, head, pos, n, scratch, isa);
+    }
+    const float* values(uint64_t layer, uint64_t head, uint64_t pos, uint64_t n, float* scratch,
+                        Isa isa) const {
+        return rows(layer, 1, head, pos, n, scratch, isa);
+    }
+    // Positions pos, pos + 1, ... whose rows of one head follow each other (the rest of pos's
+    // block).
     static uint64_t run_from(uint64_t pos) {
         return kBlockPositions - (pos & (kBlockPositions - 1));
     }
 
   protected:
     // A cache whose blocks a derived class supplies (blocks_), of `capacity` positions.
-    CpuKvCache(const ModelConfig& config, uint64_t capacity, bool own_storage);
+    CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type, bool own_storage);
 
-    float* row(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos) {
+    uint8_t* row(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos) const {
         return blocks_[pos >> kBlockShift] +
-               (((layer * 2 + which) * kv_heads_ + head) * kBlockPositions +
+               ((((layer * 2 + which) * kv_heads_ + head) << kBlockShift) +
                 (pos & (kBlockPositions - 1))) *
-                   head_dim_;
+                   row_bytes_;
     }
-    uint64_t kv_heads_, head_dim_;
-    std::vector<float*> blocks_;  // the block table: block b's storage
+    const float* rows(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos, uint64_t n,
+                      float* scratch, Isa isa) const;
+    KvType type_;
+    uint64_t kv_heads_, head_dim_, row_bytes_;
+    std::vector<uint8_t*> blocks_;  // the block table: block b's storage
 
   private:
     std::vector<float> data_;  // own storage (empty for a cache of pooled blocks)

@@ -8,15 +8,15 @@
 
 namespace qforge {
 
-KvBlockPool::KvBlockPool(const ModelConfig& config, uint64_t blocks)
-    : config_(config), block_floats_(CpuKvCache::block_floats(config)) {
-    // Block ids are 32-bit; a pool beyond 2^40 floats (4 TiB) is a mistake anyway.
-    const uint64_t dims[] = {block_floats_, blocks};
+KvBlockPool::KvBlockPool(const ModelConfig& config, uint64_t blocks, KvType type)
+    : config_(config), type_(type), block_bytes_(CpuKvCache::block_bytes(config, type)) {
+    // Block ids are 32-bit; a pool beyond 4 TiB is a mistake anyway.
+    const uint64_t dims[] = {block_bytes_, blocks};
     auto n = checked_product(dims);
-    if (blocks == 0 || blocks > UINT32_MAX || !n || *n > (uint64_t{1} << 40))
+    if (blocks == 0 || blocks > UINT32_MAX || !n || *n > (uint64_t{1} << 42))
         throw Error("KV block pool: " + std::to_string(blocks) + " blocks of " +
                     std::to_string(block_bytes()) + " bytes is outside 1 block .. 4 TiB");
-    data_.resize(*n);
+    data_.resize(*n / sizeof(float));
     used_.assign(blocks, false);
     free_.resize(blocks);
     // Block 0 on top of the stack: a fresh pool hands out blocks in address order.
@@ -51,7 +51,7 @@ void KvBlockPool::give_back(std::span<const uint32_t> ids) noexcept {
 }
 
 PagedKvCache::PagedKvCache(KvBlockPool& pool, uint64_t limit)
-    : CpuKvCache(pool.config(), 0, false), pool_(pool), limit_(limit) {}
+    : CpuKvCache(pool.config(), 0, pool.type(), false), pool_(pool), limit_(limit) {}
 
 // A destructor must not throw (it may run while an exception unwinds): the blocks go back through
 // the pool's unchecked path; release() checks them.

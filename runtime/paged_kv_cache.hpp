@@ -24,15 +24,16 @@ namespace qforge {
 
 class KvBlockPool {
   public:
-    // `blocks` blocks for `config`'s model (at least one).
-    KvBlockPool(const ModelConfig& config, uint64_t blocks);
+    // `blocks` blocks for `config`'s model (at least one), of `type` elements.
+    KvBlockPool(const ModelConfig& config, uint64_t blocks, KvType type = KvType::f32);
     KvBlockPool(const KvBlockPool&) = delete;
     KvBlockPool& operator=(const KvBlockPool&) = delete;
 
     const ModelConfig& config() const { return config_; }
+    KvType type() const { return type_; }
     uint64_t total_blocks() const { return used_.size(); }
     uint64_t free_blocks() const { return free_.size(); }
-    uint64_t block_bytes() const { return block_floats_ * sizeof(float); }
+    uint64_t block_bytes() const { return block_bytes_; }
 
     // `n` blocks, or nullopt (and nothing taken) when fewer than n are free.
     std::optional<std::vector<uint32_t>> allocate(uint64_t n);
@@ -40,12 +41,15 @@ class KvBlockPool {
     void release(std::span<const uint32_t> ids);
     // As release, without the check: a block not taken is skipped (for destructors).
     void give_back(std::span<const uint32_t> ids) noexcept;
-    float* block(uint32_t id) { return data_.data() + id * block_floats_; }
+    uint8_t* block(uint32_t id) {
+        return reinterpret_cast<uint8_t*>(data_.data()) + id * block_bytes_;
+    }
 
   private:
     ModelConfig config_;
-    uint64_t block_floats_;
-    std::vector<float> data_;
+    KvType type_;
+    uint64_t block_bytes_;
+    std::vector<float> data_;     // floats: aligned for either element type
     std::vector<uint32_t> free_;  // a stack: the most recently released block is reused first
     std::vector<bool> used_;
 };

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "runtime/rope.hpp"
 
 namespace qforge {
@@ -74,7 +75,7 @@ void rope(double* v, const Vec& inv_freq, uint64_t pos) {
 }  // namespace
 
 std::vector<std::vector<double>> reference_forward(const Model& model,
-                                                   std::span<const int32_t> tokens) {
+                                                   std::span<const int32_t> tokens, bool kv_f16) {
     const ModelConfig& c = model.config();
     const uint64_t n = tokens.size(), d = c.hidden_size, hd = c.head_dim;
     const Vec global_freq = rope_inv_freq(c);
@@ -111,6 +112,9 @@ std::vector<std::vector<double>> reference_forward(const Model& model,
                 rope(q[t].data() + head * hd, inv_freq, t);
             for (uint64_t head = 0; head < c.num_kv_heads; ++head)
                 rope(k[t].data() + head * hd, inv_freq, t);
+            if (kv_f16)
+                for (Vec* r : {&k[t], &v[t]})
+                    for (double& e : *r) e = f16_to_f32(f32_to_f16(static_cast<float>(e)));
         }
         const uint64_t group = c.num_heads / c.num_kv_heads;
         for (uint64_t t = 0; t < n; ++t) {

@@ -12,7 +12,10 @@
 namespace qforge {
 
 // Logits at every position of `tokens` (positions 0 .. n-1): n rows of vocab_size doubles.
+// kv_f16: keys (after RoPE) and values rounded to binary16 (through float) before attention
+// uses them, as an f16 KV cache stores them (runtime/kv_cache.hpp).
 std::vector<std::vector<double>> reference_forward(const Model& model,
-                                                   std::span<const int32_t> tokens);
+                                                   std::span<const int32_t> tokens,
+                                                   bool kv_f16 = false);
 
 }  // namespace qforge

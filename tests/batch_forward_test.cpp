@@ -52,10 +52,12 @@ TEST_CASE("batched forward: each sequence's logits are bit-identical alone and i
     // thread); batched on 1 or 3 threads with every region split, so the attention tasks of
     // several sequences share chunks and threads in ever different ways.
     const int batch_threads = GENERATE(1, 3);
-    INFO("batched on " << batch_threads << " threads");
+    const KvType kv = GENERATE(KvType::f32, KvType::f16);
+    INFO("batched on " << batch_threads << " threads, KV cache " << kv_type_name(kv));
     ThreadPool alone_threads(2), threads(batch_threads);
     CpuBackendOptions options;
     options.min_parallel_work = 0;
+    options.kv_type = kv;
     std::mt19937_64 rng(11 + static_cast<uint64_t>(batch_threads));
     int checked = 0;
     for (const auto& m : test::serve_models(dir)) {
@@ -63,7 +65,7 @@ TEST_CASE("batched forward: each sequence's logits are bit-identical alone and i
         Model model(m.path);
         const ModelConfig& c = model.config();
         const uint64_t v = c.vocab_size;
-        auto alone = make_cpu_backend(model, alone_threads);
+        auto alone = make_cpu_backend(model, alone_threads, {.kv_type = kv});
         auto backend = make_cpu_backend(model, threads, options);
         std::vector<Sequence> seqs(7);
         const uint64_t longest = std::min<uint64_t>(40, c.max_position_embeddings - kNew);
@@ -72,7 +74,7 @@ TEST_CASE("batched forward: each sequence's logits are bit-identical alone and i
             s.arrival = rng() % 6;
             run_alone(*alone, s);
         }
-        KvBlockPool pool(c, seqs.size() * CpuKvCache::blocks_for(longest + kNew));
+        KvBlockPool pool(c, seqs.size() * CpuKvCache::blocks_for(longest + kNew), kv);
         uint64_t step = 0, rows_max = 0;
         while (std::any_of(seqs.begin(), seqs.end(),
                            [](const Sequence& s) { return s.got.size() < kNew; })) {

@@ -6,7 +6,12 @@
 #include <cstring>
 #include <random>
 
+#include <bit>
+#include <cmath>
+
 #include "core/error.hpp"
+#include "core/half.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/thread_pool.hpp"
@@ -49,6 +54,69 @@ TEST_CASE("KV block pool: exhaustion takes nothing, release returns, double rele
     pool.release(*b);
     CHECK(pool.free_blocks() == 5);
     CHECK_THROWS_AS(KvBlockPool(tiny_config(), 0), Error);
+    CHECK(KvBlockPool(tiny_config(), 1, KvType::f16).block_bytes() * 2 == pool.block_bytes());
+}
+
+TEST_CASE("KV cache rows: f32 kept exactly, f16 rounded to nearest even once, at every level",
+          "[paged]") {
+    ModelConfig c = tiny_config();
+    c.num_kv_heads = 2;
+    c.num_heads = 4;
+    c.head_dim = 20;  // two 8-wide vectors and a tail
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    const uint64_t kvd = c.kv_dim(), n = 2 * CpuKvCache::kBlockPositions + 3;
+    std::vector<float> k(n * kvd), v(n * kvd);
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    k[5] = 70000.0f;  // past f16's range: infinity, as F16C and core/half.hpp round it
+    v[7] = 1e-7f;     // an f16 subnormal
+    for (KvType type : {KvType::f32, KvType::f16}) {
+        CpuKvCache cache(c, n, type);
+        for (uint64_t layer = 0; layer < c.num_layers; ++layer)
+            for (uint64_t p = 0; p < n; ++p)
+                cache.store(layer, p, k.data() + p * kvd, v.data() + p * kvd);
+        auto want = [&](float x) { return type == KvType::f32 ? x : f16_to_f32(f32_to_f16(x)); };
+        for (Isa isa : cpu_isa_levels()) {
+            std::vector<float> scratch(CpuKvCache::kBlockPositions * c.head_dim);
+            for (uint64_t layer = 0; layer < c.num_layers; ++layer)
+                for (uint64_t h = 0; h < c.num_kv_heads; ++h)
+                    for (uint64_t p = 0; p < n; p += CpuKvCache::run_from(p)) {
+                        const uint64_t run = std::min(n - p, CpuKvCache::run_from(p));
+                        const float* kr = cache.keys(layer, h, p, run, scratch.data(), isa);
+                        for (uint64_t j = 0; j < run; ++j)
+                            for (uint64_t i = 0; i < c.head_dim; ++i)
+                                REQUIRE(std::bit_cast<uint32_t>(kr[j * c.head_dim + i]) ==
+                                        std::bit_cast<uint32_t>(
+                                            want(k[(p + j) * kvd + h * c.head_dim + i])));
+                        const float* vr = cache.values(layer, h, p, run, scratch.data(), isa);
+                        for (uint64_t j = 0; j < run; ++j)
+                            for (uint64_t i = 0; i < c.head_dim; ++i)
+                                REQUIRE(std::bit_cast<uint32_t>(vr[j * c.head_dim + i]) ==
+                                        std::bit_cast<uint32_t>(
+                                            want(v[(p + j) * kvd + h * c.head_dim + i])));
+                    }
+        }
+    }
+}
+
+TEST_CASE("widen_f16: every binary16 value at every level is core/half.hpp's float", "[paged]") {
+    std::vector<uint16_t> all(65536 + 5);
+    for (uint64_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);
+    for (uint64_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+    for (Isa isa : cpu_isa_levels()) {
+        INFO(isa_name(isa));
+        std::vector<float> out(all.size());
+        widen_f16(isa, all.data(), out.data(), all.size());
+        for (uint64_t i = 0; i < all.size(); ++i) {
+            const float want = f16_to_f32(all[i]);
+            if (std::isnan(want)) {
+                REQUIRE(std::isnan(out[i]));
+                continue;
+            }
+            REQUIRE(std::bit_cast<uint32_t>(out[i]) == std::bit_cast<uint32_t>(want));
+        }
+    }
 }
 
 TEST_CASE("paged KV cache: reserve all or none, blocks back on release and destruction",
@@ -101,6 +169,8 @@ TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logi
     ThreadPool threads(2);
     CpuBackendOptions options;
     options.min_parallel_work = 0;  // split every region over both threads
+    options.kv_type = GENERATE(KvType::f32, KvType::f16);
+    INFO("KV cache " << kv_type_name(options.kv_type));
     std::mt19937_64 rng(7);
     int checked = 0;
     for (const auto& m : test::serve_models(dir)) {
@@ -127,7 +197,7 @@ TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logi
         const auto want = run(*contiguous);
 
         // Fragment the pool: interleave the sequence's blocks with another's, free the other's.
-        KvBlockPool pool(c, 2 * CpuKvCache::blocks_for(n) + 1);
+        KvBlockPool pool(c, 2 * CpuKvCache::blocks_for(n) + 1, options.kv_type);
         PagedKvCache seq(pool, n);
         {
             PagedKvCache other(pool, n);

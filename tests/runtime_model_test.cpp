@@ -259,6 +259,54 @@ TEST_CASE("cpu backend: identical logits for 1, 2 and 3 threads, prefill == deco
     REQUIRE(cache->size() == tokens.size());
 }
 
+TEST_CASE(
+    "cpu backend with an f16 KV cache matches the float64 reference rounding keys and "
+    "values alike and is bit-identical over prefill and decode and thread counts",
+    "[runtime]") {
+    test::ScratchDir dir("runtime-kv16");
+    for (const auto& v : kVariants) {
+        INFO(v.name);
+        const fs::path path = dir / "m.qf";
+        write_model(path, variant_config(v), v.qtype, 3);
+        Model model(path.string());
+        const auto tokens = some_tokens(37, model.config().vocab_size, 5);
+        ThreadPool pool(2);
+        auto f32 = make_cpu_backend(model, pool);
+        auto f16 = make_cpu_backend(model, pool, {.kv_type = KvType::f16});
+        const auto got = run(*f16, tokens);
+        // The reference rounds the same keys and values to f16 (from its float64 values through
+        // float), so the logits differ by the float32 roundings of the f32-cache test above
+        // (1e-5), plus the elements whose float64 and float32 values (1e-6 apart relative, after
+        // dot products and norms) round to neighbouring halves: P ~ 1e-6 / 2^-11 each, so a few
+        // of the 10^3 - 10^4 elements here, each moved by one f16 ulp where the rounding moves
+        // every element by up to half of one. Measured: 0.1% to 12% of the rounding's whole
+        // effect (the two references apart, 3e-4 to 5e-4). Half of it bounds that with a margin
+        // of four and still fails a backend that does not round (it would sit the whole effect
+        // away).
+        const auto ref16 = reference_forward(model, tokens, true);
+        std::vector<float> rounding;
+        for (const auto& row : ref16)
+            for (double x : row) rounding.push_back(static_cast<float>(x));
+        const double whole = worst_rel_l2(rounding, reference_forward(model, tokens));
+        const double err = worst_rel_l2(got, ref16);
+        INFO("worst relative L2 against the f16-KV reference " << err << ", the rounding's "
+                                                               << whole);
+        REQUIRE(whole > 1e-4);
+        REQUIRE(err <= 1e-5 + 0.5 * whole);
+        REQUIRE(got != run(*f32, tokens));  // the cache does round
+        // Bit for bit: decode equals prefill, any thread count (widening is exact and the
+        // kernels then run the f32 cache's operations).
+        REQUIRE(run_token_by_token(*f16, tokens) == got);
+        for (int threads : {1, 3}) {
+            ThreadPool other(threads);
+            auto b =
+                make_cpu_backend(model, other, {.min_parallel_work = 0, .kv_type = KvType::f16});
+            REQUIRE(run(*b, tokens) == got);
+        }
+        fs::remove(path);
+    }
+}
+
 TEST_CASE("cpu backend: a batch longer than one internal step equals shorter batches",
           "[runtime]") {
     test::ScratchDir dir("runtime-long");
