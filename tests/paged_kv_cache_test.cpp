@@ -83,18 +83,16 @@ TEST_CASE("KV cache rows: f32 kept exactly, f16 rounded to nearest even once, at
                 for (uint64_t h = 0; h < c.num_kv_heads; ++h)
                     for (uint64_t p = 0; p < n; p += CpuKvCache::run_from(p)) {
                         const uint64_t run = std::min(n - p, CpuKvCache::run_from(p));
-                        const float* kr = cache.keys(layer, h, p, run, scratch.data(), isa);
-                        for (uint64_t j = 0; j < run; ++j)
-                            for (uint64_t i = 0; i < c.head_dim; ++i)
-                                REQUIRE(std::bit_cast<uint32_t>(kr[j * c.head_dim + i]) ==
-                                        std::bit_cast<uint32_t>(
-                                            want(k[(p + j) * kvd + h * c.head_dim + i])));
-                        const float* vr = cache.values(layer, h, p, run, scratch.data(), isa);
-                        for (uint64_t j = 0; j < run; ++j)
-                            for (uint64_t i = 0; i < c.head_dim; ++i)
-                                REQUIRE(std::bit_cast<uint32_t>(vr[j * c.head_dim + i]) ==
-                                        std::bit_cast<uint32_t>(
-                                            want(v[(p + j) * kvd + h * c.head_dim + i])));
+                        // Rows read back, against the floats stored (`from`, kv_dim apart).
+                        auto check = [&](const float* got, const std::vector<float>& from) {
+                            for (uint64_t j = 0; j < run; ++j)
+                                for (uint64_t i = 0; i < c.head_dim; ++i)
+                                    REQUIRE(std::bit_cast<uint32_t>(got[j * c.head_dim + i]) ==
+                                            std::bit_cast<uint32_t>(
+                                                want(from[(p + j) * kvd + h * c.head_dim + i])));
+                        };
+                        check(cache.keys(layer, h, p, run, scratch.data(), isa), k);
+                        check(cache.values(layer, h, p, run, scratch.data(), isa), v);
                     }
         }
     }
