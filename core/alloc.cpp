@@ -9,7 +9,7 @@ namespace qforge {
 
 namespace {
 constexpr uint64_t kLine = 64;
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kHugePage = kHugePageBytes;
 }  // namespace
 
 void FreeAligned::operator()(uint8_t* p) const { std::free(p); }

@@ -50,6 +50,7 @@ decltype(auto) naming_file_on_bad_alloc(const std::string& file, F&& f) {
 // A buffer for weights a kernel streams through, 64-byte aligned; 2 MiB or more in 2 MiB-aligned
 // memory advised for huge pages (one TLB entry per 2 MiB of a stream). An Error naming `what`
 // and the size when it cannot be allocated.
+inline constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 struct FreeAligned {
     void operator()(uint8_t* p) const;
 };

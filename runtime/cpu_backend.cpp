@@ -69,8 +69,8 @@ void CpuBackend::pack_matrices() {
             "cpu backend: bf16 activations need the avx512 level and AVX-512 BF16; this "
             "process runs " +
             cpu_isa_description());
-    const bool quantized =
-        options_.repack && options_.int8_activations && !std::getenv("QFORGE_NO_REPACK");
+    const bool copy_floats = options_.repack && !std::getenv("QFORGE_NO_REPACK");
+    const bool quantized = copy_floats && options_.int8_activations;
     auto add = [&](const Matrix& w) {
         if (w.rows == 0) return;
         if (quantized && qmatmul_packed_serves(isa_, w.qtype) && !packed_.count(&w)) {
@@ -83,6 +83,13 @@ void CpuBackend::pack_matrices() {
             split(p.tiles(), p.tiles() * p.tile_bytes(),
                   [&](uint64_t b, uint64_t e, int) { p.pack(w.data, w.row_bytes(), b, e); });
             bf16_packed_.emplace(&w, std::move(p));
+        } else if (copy_floats && !qtype_is_quantized(w.qtype) && !float_rows_.count(&w) &&
+                   w.rows * w.row_bytes() >= kHugePageBytes && model_.in_file(w)) {
+            AlignedBytes copy = stream_buffer(w.rows * w.row_bytes(), w.name);
+            split(w.rows, w.rows * w.row_bytes(), [&](uint64_t b, uint64_t e, int) {
+                std::memcpy(copy.get() + b * w.row_bytes(), w.row(b), (e - b) * w.row_bytes());
+            });
+            float_rows_.emplace(&w, std::move(copy));
         } else {
             return;
         }
@@ -96,6 +103,11 @@ void CpuBackend::pack_matrices() {
 const QPackedRows* CpuBackend::packed(const Matrix& w) const {
     const auto it = packed_.find(&w);
     return it == packed_.end() ? nullptr : &it->second;
+}
+
+const uint8_t* CpuBackend::rows_of(const Matrix& w) const {
+    const auto it = float_rows_.find(&w);
+    return it == float_rows_.end() ? w.data : it->second.get();
 }
 
 const Bf16PackedRows* CpuBackend::bf16_packed(const Matrix& w) const {
@@ -271,7 +283,9 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     };
     const Bf16PackedRows* bf16 = bf16_packed(w);
     if (n == 1 && !qtype_is_quantized(w.qtype) && !bf16) {  // decode: each row once, in place
-        for (uint64_t r = r0; r < r1; ++r) store(y + r, r, dot(w.qtype, w.row(r), x, cols));
+        const uint8_t* rows = rows_of(w);
+        for (uint64_t r = r0; r < r1; ++r)
+            store(y + r, r, dot(w.qtype, rows + r * w.row_bytes(), x, cols));
         return;
     }
     // Blocks of rows x tokens through the fused kernel (float rows: the float GEMM, whose outputs
@@ -295,7 +309,7 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
             qmatmul_isa(isa_, w.qtype, w.data, w.row_bytes(), rb, re, acts_, 0, n, scratch,
                         re - rb);
         else
-            float_matmul_prepared(w.qtype, w.data, w.row_bytes(), rb, re, float_tokens_, 0, n,
+            float_matmul_prepared(w.qtype, rows_of(w), w.row_bytes(), rb, re, float_tokens_, 0, n,
                                   scratch, re - rb);
         for (uint64_t t = 0; t < n; ++t)
             for (uint64_t r = rb; r < re; ++r)
@@ -387,7 +401,8 @@ void CpuBackend::products(uint64_t layer, Rows in, std::span<const Product> part
 void CpuBackend::embed(const int32_t* tokens, uint64_t n, Rows out) {
     const Matrix& e = model_.embed();
     for (uint64_t t = 0; t < n; ++t)
-        row_to_f32(e.qtype, e.row(static_cast<uint64_t>(tokens[t])), out.data + t * out.ld, e.cols);
+        row_to_f32(e.qtype, rows_of(e) + static_cast<uint64_t>(tokens[t]) * e.row_bytes(),
+                   out.data + t * out.ld, e.cols);
 }
 
 void CpuBackend::norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n) {

@@ -96,9 +96,14 @@ std::span<const uint8_t> Model::bytes(const QfTensorInfo& t) {
     return decoded_.back();
 }
 
-void Model::release_pages(const Matrix& m) const {
+bool Model::in_file(const Matrix& m) const {
     for (const auto& d : decoded_)
-        if (m.data >= d.data() && m.data < d.data() + d.size()) return;
+        if (m.data >= d.data() && m.data < d.data() + d.size()) return false;
+    return true;
+}
+
+void Model::release_pages(const Matrix& m) const {
+    if (!in_file(m)) return;
     if (const QfTensorInfo* t = file_.find(m.name)) file_.release(*t);
 }
 

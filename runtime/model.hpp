@@ -64,6 +64,8 @@ class Model {
     // keeps its own copy of m, the CPU backend's packed rows, no longer reads them); a later read
     // faults them back in from the page cache. Decoded tensors are left alone.
     void release_pages(const Matrix& m) const;
+    // Whether m's bytes lie in the file's mapping (not decoded into memory of their own).
+    bool in_file(const Matrix& m) const;
 
     // Bytes of weights a single-token decode reads: every layer matrix and the LM head (the
     // embedding contributes one row, not counted). For bandwidth ratios.

@@ -307,6 +307,34 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("cpu backend: float matrices copied into huge-page memory give the in-place logits",
+          "[runtime]") {
+    test::ScratchDir dir("runtime-float-copy");
+    for (QType qtype : {QType::f32, QType::f16, QType::bf16}) {
+        INFO(qtype_traits(qtype).name);
+        // A vocabulary large enough that the embedding and the LM head (untied; and tied) reach
+        // the 2 MiB from which the backend copies a float matrix (f16: 16384 x hidden rows).
+        for (bool tied : {false, true}) {
+            Variant v = kVariants[0];
+            v.tied = tied;
+            ModelConfig c = variant_config(v);
+            c.vocab_size = (uint64_t{4} << 20) / (c.hidden_size * qtype_traits(qtype).bits / 8);
+            const fs::path path = dir / "m.qf";
+            write_model(path, c, qtype, 13);
+            Model model(path.string());
+            const auto tokens = some_tokens(29, c.vocab_size, 6);
+            ThreadPool pool(2);
+            auto copied = make_cpu_backend(model, pool, {.min_parallel_work = 0});
+            auto in_place =
+                make_cpu_backend(model, pool, {.min_parallel_work = 0, .repack = false});
+            const auto want = run(*in_place, tokens);
+            REQUIRE(run(*copied, tokens) == want);
+            REQUIRE(run_token_by_token(*copied, tokens) == want);
+            fs::remove(path);
+        }
+    }
+}
+
 TEST_CASE("cpu backend: a batch longer than one internal step equals shorter batches",
           "[runtime]") {
     test::ScratchDir dir("runtime-long");
