@@ -158,6 +158,7 @@ class CudaEngine final : private ForwardOps {
     // it, throws (clearing the word) if a kernel met a position outside `cache`.
     void enqueue_fault_copy();
     void check_fault(const CudaKvCache& cache);
+    void check_fault(const std::string& bound);  // `bound`: what the positions lie outside
     // The activation rows of a step ([q | k | v] in one buffer, as attention needs).
     BlockActivations step_rows() const;
     // Copies tokens (at most batch_) and their first position into step_ for the kernels.

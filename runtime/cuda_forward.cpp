@@ -286,13 +286,16 @@ void CudaEngine::enqueue_fault_copy() {
 }
 
 void CudaEngine::check_fault(const CudaKvCache& cache) {
+    check_fault("the KV cache's " + std::to_string(cache.capacity()) + " positions");
+}
+
+void CudaEngine::check_fault(const std::string& bound) {
     if (*fault_host_ == 0) return;
     *fault_host_ = 0;
     fault_.fill_bytes(0);  // the engine stays usable for a correct step
     throw Error(path_, {},
-                "cuda backend: a kernel was given a position outside the KV cache's " +
-                    std::to_string(cache.capacity()) +
-                    " positions (the device-side bound); the step's results are invalid");
+                "cuda backend: a kernel was given a position outside " + bound +
+                    " (the device-side bound); the step's results are invalid");
 }
 
 void CudaEngine::check_tokens(std::span<const int32_t> tokens) const {
@@ -460,7 +463,16 @@ void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
         throw;
     }
     restore();
-    check_fault(cuda_cache(*seqs[0]->cache));
+    if (*fault_host_ != 0) {  // which row is not known on the host: name the step's bounds
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (const BatchSequence* s : seqs) {
+            lo = std::min(lo, s->cache->capacity());
+            hi = std::max(hi, s->cache->capacity());
+        }
+        check_fault("its row's KV cache (a batched step of " + std::to_string(m) +
+                    " sequences, caches of " + std::to_string(lo) +
+                    (hi == lo ? "" : " to " + std::to_string(hi)) + " positions)");
+    }
     for (const BatchSequence* s : seqs) {
         auto& cache = cuda_cache(*s->cache);
         cache.set_size(cache.size() + 1);
