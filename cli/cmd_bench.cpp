@@ -93,6 +93,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                 {"bandwidth_fraction", *r.bandwidth_fraction},
                 {"int8_activations", !common.float_activations},
                 {"bf16_activations", common.bf16_activations},
+                {"kv_type", common.kv_type},
                 {"cpu_isa", std::string(isa_name(cpu_isa()))},
                 {"fp16_saturations", backend->fp16_saturations()}};
             std::printf("%s\n", j.dump(2).c_str());

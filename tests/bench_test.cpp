@@ -139,6 +139,9 @@ TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context en
     require_rate(b.at("decode_tok_per_s"), 2);
     REQUIRE(b.at("decode_batch") == 3);
     REQUIRE(b.at("decode_context") == 40);
+    REQUIRE(b.at("kv_type") == "f32");
+    REQUIRE(bench_json(model, "-p 4 -n 4 -r 1 -t 1 --batch 2 --kv-type f16").at("kv_type") ==
+            "f16");
     REQUIRE(b.at("effective_gb_per_s").get<double>() ==
             Approx(b.at("decode_tok_s").get<double>() / 3.0 *
                    double(b.at("weight_bytes_per_token").get<uint64_t>()) / 1e9));
