@@ -84,8 +84,8 @@ class Backend {
                          const std::function<void(OpsStep&)>& fn);
 
     // Values that exceeded fp16's range where the backend rounds to fp16 (the CUDA backend's
-    // tensor-core activations and KV cache) and were clamped to +-65504, since it was made; a
-    // backend that keeps float32 (the CPU) has none. bench and ppl report it.
+    // tensor-core activations and KV cache, the CPU's f16 KV caches) and were clamped to
+    // +-65504, since it was made; a backend that keeps float32 has none. bench and ppl report it.
     virtual uint64_t fp16_saturations() const { return 0; }
 };
 

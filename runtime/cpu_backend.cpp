@@ -472,7 +472,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         float* kt = k.data + t * k.ld;
         for (uint64_t h = 0; h < c_.num_heads; ++h) rope_rotate(qt + h * hd, cs, sn, half);
         for (uint64_t h = 0; h < c_.num_kv_heads; ++h) rope_rotate(kt + h * hd, cs, sn, half);
-        s.cache->store(layer, pos, kt, v.data + t * v.ld);
+        if (const uint64_t c = s.cache->store(layer, pos, kt, v.data + t * v.ld))
+            fp16_saturations_.fetch_add(c, std::memory_order_relaxed);
     });
     const float scale = desc_.query_scale, cap = desc_.attn_softcap;
     const uint64_t window = c_.attention_window(layer);

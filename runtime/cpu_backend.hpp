@@ -47,6 +47,10 @@ class CpuBackend final : public Backend, private ForwardOps {
                  const std::function<void(OpsStep&)>& fn) override;
     // At most kMaxBatch tokens in all (runtime/batch_forward.cpp).
     void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) override;
+    // Keys and values an f16 cache (KvType::f16) clamped to +-65504, since the backend was made.
+    uint64_t fp16_saturations() const override {
+        return fp16_saturations_.load(std::memory_order_relaxed);
+    }
 
     // Tokens per internal step of a long batch (bounds the activation buffers).
     static constexpr uint64_t kMaxBatch = 256;
@@ -141,6 +145,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
     std::vector<std::vector<float>> kv_scratch_;  // per thread: a run of f16 cache rows widened
+    std::atomic<uint64_t> fp16_saturations_{0};   // f16 caches' clamped keys and values
 };
 
 }  // namespace qforge

@@ -1,5 +1,6 @@
 #include "runtime/kv_cache.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/checked_math.hpp"
@@ -59,7 +60,8 @@ CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type
 CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type)
     : CpuKvCache(config, capacity, type, true) {}
 
-void CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, const float* values) {
+uint64_t CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, const float* values) {
+    uint64_t clamped = 0;
     for (uint64_t h = 0; h < kv_heads_; ++h)
         for (uint64_t which = 0; which < 2; ++which) {
             const float* from = (which == 0 ? keys : values) + h * head_dim_;
@@ -69,10 +71,16 @@ void CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, const fl
                 continue;
             }
             for (uint64_t i = 0; i < head_dim_; ++i) {
-                const uint16_t half = f32_to_f16(from[i]);
+                float x = from[i];
+                if (f16_overflows(x)) {
+                    x = std::copysign(65504.0f, x);
+                    ++clamped;
+                }
+                const uint16_t half = f32_to_f16(x);
                 std::memcpy(to + 2 * i, &half, 2);
             }
         }
+    return clamped;
 }
 
 const float* CpuKvCache::rows(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos,

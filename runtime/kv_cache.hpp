@@ -65,8 +65,9 @@ class CpuKvCache : public KvCache {
 
     KvType type() const { return type_; }
     // Position pos's keys and values of every KV head (kv_dim floats each, head after head),
-    // rounded to f16 in an f16 cache.
-    void store(uint64_t layer, uint64_t pos, const float* keys, const float* values);
+    // rounded to f16 in an f16 cache, where a finite value beyond f16's range is clamped to
+    // +-65504 (as the CUDA cache does) rather than made infinite. Returns how many were clamped.
+    uint64_t store(uint64_t layer, uint64_t pos, const float* keys, const float* values);
     // KV head `head`'s key (value) rows at positions pos .. pos + n - 1, n <= run_from(pos), as
     // floats head_dim apart: the cache's own memory (f32), or `scratch` (n * head_dim floats)
     // filled from it at the kernels' level `isa` (f16: exact widening, the same floats at every

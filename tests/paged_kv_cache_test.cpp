@@ -57,8 +57,10 @@ TEST_CASE("KV block pool: exhaustion takes nothing, release returns, double rele
     CHECK(KvBlockPool(tiny_config(), 1, KvType::f16).block_bytes() * 2 == pool.block_bytes());
 }
 
-TEST_CASE("KV cache rows: f32 kept exactly, f16 rounded to nearest even once, at every level",
-          "[paged]") {
+TEST_CASE(
+    "KV cache rows: f32 kept exactly, f16 rounded to nearest even once (beyond its range "
+    "clamped and counted), at every level",
+    "[paged]") {
     ModelConfig c = tiny_config();
     c.num_kv_heads = 2;
     c.num_heads = 4;
@@ -69,14 +71,20 @@ TEST_CASE("KV cache rows: f32 kept exactly, f16 rounded to nearest even once, at
     std::vector<float> k(n * kvd), v(n * kvd);
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
-    k[5] = 70000.0f;  // past f16's range: infinity, as F16C and core/half.hpp round it
-    v[7] = 1e-7f;     // an f16 subnormal
+    k[5] = 70000.0f;  // past f16's range: clamped to 65504 (and counted), not made infinite
+    v[9] = -1e30f;
+    v[7] = 1e-7f;  // an f16 subnormal
     for (KvType type : {KvType::f32, KvType::f16}) {
         CpuKvCache cache(c, n, type);
+        uint64_t clamped = 0;
         for (uint64_t layer = 0; layer < c.num_layers; ++layer)
             for (uint64_t p = 0; p < n; ++p)
-                cache.store(layer, p, k.data() + p * kvd, v.data() + p * kvd);
-        auto want = [&](float x) { return type == KvType::f32 ? x : f16_to_f32(f32_to_f16(x)); };
+                clamped += cache.store(layer, p, k.data() + p * kvd, v.data() + p * kvd);
+        CHECK(clamped == (type == KvType::f16 ? 2 * c.num_layers : 0));
+        auto want = [&](float x) {
+            if (type == KvType::f32) return x;
+            return std::fabs(x) > 65504.0f ? std::copysign(65504.0f, x) : f16_to_f32(f32_to_f16(x));
+        };
         for (Isa isa : cpu_isa_levels()) {
             std::vector<float> scratch(CpuKvCache::kBlockPositions * c.head_dim);
             for (uint64_t layer = 0; layer < c.num_layers; ++layer)
