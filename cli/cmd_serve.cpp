@@ -53,8 +53,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     add_int_option(app, "--ctx", a->ctx, 1, uint64_t{1} << 24,
                    "positions per request (prompt + generated); at most the model's context");
     add_int_option(app, "--kv-blocks", a->kv_blocks, 0, uint64_t{1} << 32,
-                   "KV cache blocks of 16 positions in the shared pool (0: max-seqs x ctx / 4, at "
-                   "least one full context)");
+                   "KV cache blocks of " + std::to_string(CpuKvCache::kBlockPositions) +
+                       " positions in the shared pool (0: max-seqs x ctx / 4 positions, at least "
+                       "one full context)");
     add_int_option(app, "--max-queue", a->max_queue, 0, uint64_t{1} << 20,
                    "requests waiting for a slot at most; past it, 429 with Retry-After");
     add_int_option(app, "--prefill-chunk", a->prefill_chunk, 1, 256,
@@ -78,7 +79,8 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         // request's tokens equal generate's on CUDA.
         // What it lacks against the CPU path (runtime/cuda_*.cpp, kernels/cuda/):
         // - No paged cache on the device: each sequence's cache is allocated whole (prompt +
-        //   max_tokens positions, fp16) at admission, against --kv-blocks blocks of 16 positions.
+        //   max_tokens positions, fp16) at admission, against --kv-blocks blocks of the pool's
+        //   size.
         // - A batched step launches its kernels one by one (no graph: its rows change every
         //   step); a sequence decoding alone replays its cache's graph.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.

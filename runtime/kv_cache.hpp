@@ -39,19 +39,22 @@ std::optional<KvType> kv_type_from_name(std::string_view name);
 
 // Host memory in blocks of kBlockPositions positions: block b holds positions [b * P, (b + 1) * P)
 // of every layer as [layer][keys, values][kv head][P][head_dim] elements (f32 or f16), so the rows
-// one attention task reads (one KV head's keys, then its values) lie together: 4 KiB of floats
-// per block at head_dim 64. The block table maps a block index to its storage, so the blocks of
-// one sequence need not be adjacent: this cache owns one contiguous run of them; a PagedKvCache
+// one attention task reads (one KV head's keys, then its values) lie together: 16 KiB of
+// floats per block at head_dim 64. The block table maps a block index to its storage, so the blocks
+// of one sequence need not be adjacent: this cache owns one contiguous run of them; a PagedKvCache
 // (runtime/paged_kv_cache.hpp) takes them one by one from a pool shared by many sequences.
 // Attention reads every key and value row through the table, so both kinds hold the same values
 // at the same positions and give the same logits bit for bit (only the addresses differ).
 class CpuKvCache : public KvCache {
   public:
-    // Positions per block: a power of two, so a position's block is a shift away. 16 keeps the
-    // memory lost to a sequence's partly filled last block small (under 16 positions) while a
-    // block (SmolLM2-135M: 30 layers x 2 x 16 x 192 floats = 720 KiB) is large enough that the
-    // table costs nothing.
-    static constexpr uint64_t kBlockShift = 4;
+    // Positions per block: a power of two, so a position's block is a shift away. Attention
+    // reads one run of a block at a time (kBlockPositions x head_dim elements) and pays for
+    // starting each run afresh in memory: 16 KiB runs at head_dim 64 (64 positions) decode 16
+    // sequences of SmolLM2-135M at 384-448 positions 1.19x faster than 4 KiB runs (16), at
+    // 48-112 positions 1.09x (serve/README.md). 128 and 256 measured another 1.06x and 1.17x at
+    // 384 positions, for twice and four times the memory a sequence's partly filled last block
+    // may leave unused (SmolLM2, f32: 30 layers x 2 x 64 x 192 floats = 2.8 MiB a block).
+    static constexpr uint64_t kBlockShift = 6;
     static constexpr uint64_t kBlockPositions = uint64_t{1} << kBlockShift;
     // Bytes of one block of a model's cache: num_layers x 2 x kBlockPositions x kv_dim elements.
     static uint64_t block_bytes(const ModelConfig& config, KvType type);

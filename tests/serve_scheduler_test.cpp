@@ -84,13 +84,15 @@ TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cance
     ThreadPool threads(1);
     auto backend = make_cpu_backend(model, threads);
     constexpr uint64_t P = CpuKvCache::kBlockPositions;
-    KvBlockPool pool(model.config(), 4);  // 64 positions
-    Scheduler sched(*backend, pool, {4, 128, 3, 16});
+    KvBlockPool pool(model.config(), 4);  // 4 P positions
+    constexpr uint64_t ctx = 5 * P;       // more than the pool: `huge` is refused for the pool
+    static_assert(ctx <= 512, "stories260K's context");
+    Scheduler sched(*backend, pool, {4, ctx, 3, 16});
 
     // Too large for the whole pool, or a prompt longer than the context: refused for good.
     auto huge = sched.submit(request(std::vector<int32_t>(10, 1), 4 * P));
     CHECK(huge.refusal == Scheduler::Refusal::too_large);
-    auto long_prompt = sched.submit(request(std::vector<int32_t>(129, 1), 1));
+    auto long_prompt = sched.submit(request(std::vector<int32_t>(ctx + 1, 1), 1));
     CHECK(long_prompt.refusal == Scheduler::Refusal::too_large);
     CHECK_THROWS_AS(sched.submit(request({}, 1)), Error);
     CHECK_THROWS_AS(sched.submit(request({1}, 0)), Error);
@@ -234,8 +236,10 @@ TEST_CASE("scheduler over per-sequence backend caches, whole prompts: generate's
     CHECK(caches.take(1) == nullptr);
     caches.give_back(std::move(a));
     CHECK(caches.free_blocks() == 2);
-    Scheduler sched(*backend, caches, {4, 64, 8, 16});
-    CHECK(sched.submit(request({1, 2}, 40)).refusal == Scheduler::Refusal::too_large);
+    constexpr uint64_t P = CpuKvCache::kBlockPositions;
+    Scheduler sched(*backend, caches, {4, 4 * P, 8, 16});
+    // Within the context, but three blocks against the source's two.
+    CHECK(sched.submit(request({1, 2}, 2 * P)).refusal == Scheduler::Refusal::too_large);
 
     // A source that fails (a device out of memory): that request ends with an error at
     // admission, the one behind it runs.
