@@ -6,7 +6,7 @@
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/float_dot.hpp"
 
 namespace qforge {
 
@@ -87,7 +87,7 @@ const float* CpuKvCache::rows(uint64_t layer, uint64_t which, uint64_t head, uin
                               uint64_t n, float* scratch, Isa isa) const {
     const uint8_t* at = row(layer, which, head, pos);
     if (type_ == KvType::f32) return reinterpret_cast<const float*>(at);
-    widen_f16(isa, reinterpret_cast<const uint16_t*>(at), scratch, n * head_dim_);
+    float_row_to_f32(isa, QType::f16, at, scratch, n * head_dim_);
     return scratch;
 }
 

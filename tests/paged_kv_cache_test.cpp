@@ -11,7 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/float_dot.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/thread_pool.hpp"
@@ -106,14 +106,16 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("widen_f16: every binary16 value at every level is core/half.hpp's float", "[paged]") {
+TEST_CASE("float_row_to_f32: every binary16 value at every level is core/half.hpp's float",
+          "[paged]") {
     std::vector<uint16_t> all(65536 + 5);
     for (uint64_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);
     for (uint64_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
     for (Isa isa : cpu_isa_levels()) {
         INFO(isa_name(isa));
         std::vector<float> out(all.size());
-        widen_f16(isa, all.data(), out.data(), all.size());
+        float_row_to_f32(isa, QType::f16, reinterpret_cast<const uint8_t*>(all.data()), out.data(),
+                         all.size());
         for (uint64_t i = 0; i < all.size(); ++i) {
             const float want = f16_to_f32(all[i]);
             if (std::isnan(want)) {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
 
 #if defined(__x86_64__)
@@ -184,25 +183,9 @@ QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group,
                                                      out + g * hd);
 }
 
-QF_ATTN_AVX2 __attribute__((target("f16c"))) void widen_f16_avx2(const uint16_t* in, float* out,
-                                                                 uint64_t n) {
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(
-            out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-    for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
-}
-
 #endif
 
 }  // namespace
-
-void widen_f16(Isa isa, const uint16_t* in, float* out, uint64_t n) {
-#if defined(__x86_64__)
-    if (isa >= Isa::avx2) return widen_f16_avx2(in, out, n);
-#endif
-    for (uint64_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
-}
 
 void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
                  uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld) {

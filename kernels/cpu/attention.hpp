@@ -27,9 +27,4 @@ void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const flo
 void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
               const float* values, uint64_t stride, uint64_t n, float* out);
 
-// out[i] = the float value of binary16 in[i], i < n: exact, so every level gives the same bits
-// (F16C from the avx2 level; core/half.hpp's conversion below it). An f16 KV cache's rows
-// (runtime/kv_cache.hpp) reach the kernels above this way.
-void widen_f16(Isa isa, const uint16_t* in, float* out, uint64_t n);
-
 }  // namespace qforge

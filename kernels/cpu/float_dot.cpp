@@ -86,6 +86,13 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint8_t* w, s
 }
 
 template <QType T>
+__attribute__((target("avx2,fma,f16c"))) void widen_avx2(const uint8_t* w, float* out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8<T>(w, i));
+    for (; i < n; ++i) out[i] = load1<T>(w, i);
+}
+
+template <QType T>
 __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const float* x,
                                                         size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -152,17 +159,35 @@ float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
     return dot_row_scalar(qtype, w, x, n);
 }
 
-void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
+void float_row_to_f32(Isa isa, QType qtype, const uint8_t* w, float* out, size_t n) {
     switch (qtype) {
         case QType::f32:
             std::memcpy(out, w, 4 * n);
             return;
         case QType::f16:
+#ifdef QF_X86
+            if (isa >= Isa::avx2) return widen_avx2<QType::f16>(w, out, n);
+#endif
             for (size_t i = 0; i < n; ++i) out[i] = load1<QType::f16>(w, i);
             return;
         case QType::bf16:
+#ifdef QF_X86
+            if (isa >= Isa::avx2) return widen_avx2<QType::bf16>(w, out, n);
+#endif
             for (size_t i = 0; i < n; ++i) out[i] = load1<QType::bf16>(w, i);
             return;
+        default:
+            throw Error("float_row_to_f32: quant type code " +
+                        std::to_string(static_cast<unsigned>(qtype)) + " is not a float row type");
+    }
+}
+
+void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n) {
+    switch (qtype) {
+        case QType::f32:
+        case QType::f16:
+        case QType::bf16:
+            return float_row_to_f32(cpu_isa(), qtype, w, out, n);
         default:
             if (static_cast<size_t>(qtype) >= kQTypeCount)
                 throw Error("row_to_f32: quant type code " +

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "formats/qtype.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace qforge {
 
@@ -24,6 +25,10 @@ float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n);
 
 // out[i] = w[i] as float32 (exact for every qtype: quantized rows dequantize exactly).
 void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n);
+// The same for a float row type (f32, f16, bf16) at level `isa`: exact, so every level gives the
+// same bits (F16C and AVX2 from the avx2 level, core/half.hpp's conversions below it). The float
+// GEMM's panels and an f16 KV cache's rows (runtime/kv_cache.hpp) widen this way.
+void float_row_to_f32(Isa isa, QType qtype, const uint8_t* w, float* out, size_t n);
 
 // out[i] += a * x[i]
 inline void axpy(float a, const float* x, float* out, size_t n) {

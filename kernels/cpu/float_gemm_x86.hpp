@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/half.hpp"
+#include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/float_gemm.hpp"
 
 #if defined(__x86_64__)
@@ -140,31 +140,6 @@ QF_GEMM_TARGET inline float finish(const float* rec, const float* w, const float
     return sum;
 }
 
-// A float row widened to f32 (exact for every float type).
-QF_GEMM_TARGET inline void widen_row(QType t, const uint8_t* w, float* out, uint64_t k) {
-    uint64_t i = 0;
-    if (t == QType::f16) {
-        for (; i + 8 <= k; i += 8)
-            _mm256_storeu_ps(
-                out + i,
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
-    } else if (t == QType::bf16) {
-        for (; i + 8 <= k; i += 8) {
-            const __m256i wide =
-                _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
-            _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-        }
-    } else {
-        std::memcpy(out, w, 4 * k);
-        return;
-    }
-    for (; i < k; ++i) {
-        uint16_t h;
-        std::memcpy(&h, w + 2 * i, 2);
-        out[i] = t == QType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
-    }
-}
-
 // Rearranges whole steps [0, steps) of a packed row, block of k by block of k (kBlockSteps steps,
 // the last one shorter), so that the lanes each chain group reads lie together: element 32 s + g
 // (s in the block [s0, s1), g < 32, group c = g / lanes) moves to 32 s0 + lanes (c (s1 - s0) + s -
@@ -211,7 +186,7 @@ QF_GEMM_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0
     for (uint64_t pb = r0; pb < r1; pb += panel_n) {
         const uint64_t pe = std::min(r1, pb + panel_n);
         for (uint64_t r = pb; r < pe; ++r) {
-            widen_row(t, w + r * stride, panel + (r - pb) * wld, k);
+            float_row_to_f32(Isa::avx2, t, w + r * stride, panel + (r - pb) * wld, k);
             interleave_groups<V>(panel + (r - pb) * wld, steps);
         }
         for (uint64_t tb = t0; tb < t1; tb += tokens) {
