@@ -20,11 +20,6 @@ namespace {
 // once per product).
 constexpr uint64_t kQuantTile = 4096;
 constexpr uint64_t kFloatTile = 65536;
-// Parts of a parallel region per thread: enough that a thread the OS sets aside on a loaded
-// machine leaves work the others can take, few enough that each stays a whole number of the
-// kernels' row tiles (SmolLM2's 576 rows: 18 units of kQmatmulRowGrain in parts of 64 or 96
-// at 2 threads).
-constexpr size_t kChunksPerThread = 4;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
@@ -125,17 +120,17 @@ std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
 }
 
 template <class F>
-void CpuBackend::split(uint64_t n, uint64_t work, F&& fn, uint64_t grain) {
+void CpuBackend::split(uint64_t n, uint64_t work, F&& fn, uint64_t grain, size_t parts_per_thread) {
     if (work < options_.min_parallel_work || pool_.size() == 1) {
         fn(uint64_t{0}, n, 0);
         return;
     }
-    // A few chunks per thread, claimed as threads come free (ThreadPool::run_chunks), each a
-    // whole number of `grain` items but the last: outputs never depend on which thread computes
-    // them, so neither do the results.
+    // Parts claimed as threads come free (ThreadPool::run_chunks), each a whole number of `grain`
+    // items but the last: outputs never depend on which thread computes them, so neither do the
+    // results.
     const uint64_t units = (n + grain - 1) / grain;
     const size_t chunks =
-        std::min<size_t>(units, static_cast<size_t>(pool_.size()) * kChunksPerThread);
+        std::min<size_t>(units, static_cast<size_t>(pool_.size()) * parts_per_thread);
     pool_.run_chunks(chunks, [&](size_t chunk, int thread) {
         auto [b, e] = split_range(units, chunks, chunk);
         b = std::min<uint64_t>(n, b * grain);
@@ -510,11 +505,14 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     uint64_t work = 0;
     for (const BatchSegment& s : segments)
         work += s.rows * c_.num_heads * (s.pos0 + s.rows) * hd * 2;
-    split(n * c_.num_kv_heads, work, [&](uint64_t b, uint64_t e, int thread) {
-        for (uint64_t task = b; task < e; ++task)
-            one(task, score_scratch_[static_cast<size_t>(thread)].data(),
-                kv_scratch_[static_cast<size_t>(thread)].data());
-    });
+    split(
+        n * c_.num_kv_heads, work,
+        [&](uint64_t b, uint64_t e, int thread) {
+            for (uint64_t task = b; task < e; ++task)
+                one(task, score_scratch_[static_cast<size_t>(thread)].data(),
+                    kv_scratch_[static_cast<size_t>(thread)].data());
+        },
+        1, kAttentionPartsPerThread);
 }
 
 void CpuBackend::gated_products(uint64_t layer, Rows in, Activation act, Rows out, uint64_t n) {

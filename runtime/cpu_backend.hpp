@@ -101,10 +101,21 @@ class CpuBackend final : public Backend, private ForwardOps {
                            float* scratch);
     template <class F>
     void for_tokens(uint64_t n, F&& fn);
-    // fn(begin, end, thread) over parts of [0, n) on the pool, or all of it on the calling thread
-    // when `work` (multiply-adds) is too small to pay for waking the workers.
+    // Parts of a parallel region per thread, each claimed by whichever thread is free
+    // (ThreadPool::run_chunks), so a thread the OS set aside on a loaded machine leaves its parts
+    // to the others. Matrix rows all cost the same: one contiguous part per thread, each streaming
+    // its rows in one run. Four parts per thread made SmolLM2-135M q4s_g32 decode 1.15-1.2x slower
+    // (every claim and completion moves a cache line between cores, and each part restarts the
+    // row stream: kernels/README.md, 2026-12-05), and no faster under load. Attention tasks grow
+    // with their position (causal prefill), so their regions keep four parts per thread to balance.
+    static constexpr size_t kRowPartsPerThread = 1;
+    static constexpr size_t kAttentionPartsPerThread = 4;
+    // fn(begin, end, thread) over parts of [0, n) on the pool (parts_per_thread for each thread,
+    // each a whole number of `grain` items but the last), or all of it on the calling thread when
+    // `work` (multiply-adds) is too small to pay for waking the workers.
     template <class F>
-    void split(uint64_t n, uint64_t work, F&& fn, uint64_t grain = 1);
+    void split(uint64_t n, uint64_t work, F&& fn, uint64_t grain = 1,
+               size_t parts_per_thread = kRowPartsPerThread);
 
     // Repacks every quantized layer matrix and the LM head that the level has a packed kernel
     // for (options_.repack) into packed_, and with options_.bf16_activations every bf16 one
