@@ -103,11 +103,11 @@ class CpuBackend final : public Backend, private ForwardOps {
     void for_tokens(uint64_t n, F&& fn);
     // Parts of a parallel region per thread, each claimed by whichever thread is free
     // (ThreadPool::run_chunks), so a thread the OS set aside on a loaded machine leaves its parts
-    // to the others. Matrix rows all cost the same: one contiguous part per thread, each streaming
-    // its rows in one run. Four parts per thread made SmolLM2-135M q4s_g32 decode 1.15-1.2x slower
-    // (every claim and completion moves a cache line between cores, and each part restarts the
-    // row stream: kernels/README.md, 2026-12-05), and no faster under load. Attention tasks grow
-    // with their position (causal prefill), so their regions keep four parts per thread to balance.
+    // to the others. Matrix rows all cost the same: one contiguous part per thread, each
+    // streaming its rows in one run. Four parts per thread made SmolLM2-135M decode slower (every
+    // claim and completion moves a cache line between cores, and each part restarts the row
+    // stream; runtime/README.md "Threading"). Attention tasks grow with their position (causal
+    // prefill), so their regions keep four parts per thread to balance.
     static constexpr size_t kRowPartsPerThread = 1;
     static constexpr size_t kAttentionPartsPerThread = 4;
     // fn(begin, end, thread) over parts of [0, n) on the pool (parts_per_thread for each thread,
