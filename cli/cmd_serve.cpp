@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 
@@ -71,16 +70,16 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     add_backend_option(app, common);
 
     return [a, &common]() {
-        // --backend cuda: each sequence on a cache of its own in device memory
-        // (serve/cache_source.hpp's BackendCacheSource); a step's decode tokens run as one
+        // --backend cuda: each sequence's cache in blocks of one pool in device memory
+        // (Backend::new_kv_pool, paged: each row's block table); a step's decode tokens run as one
         // batched step (CudaBackend::forward_batch: every weight read once per pass of 8 rows,
         // attention through each row's own cache, each row's logits the bits of its decode
         // alone), prompts whole and on their own (SchedulerOptions::whole_prompts), so a
         // request's tokens equal generate's on CUDA.
         // What it lacks against the CPU path (runtime/cuda_*.cpp, kernels/cuda/):
-        // - No paged cache on the device: each sequence's cache is allocated whole (prompt +
-        //   max_tokens positions, fp16) at admission, against --kv-blocks blocks of the pool's
-        //   size.
+        // - A sequence takes the blocks of all its positions (prompt + max_tokens) at admission,
+        //   as on the CPU; a sequence decoding alone runs without its graph (a paged cache's
+        //   rows are uploaded every step).
         // - A batched step launches its kernels one by one (no graph: its rows change every
         //   step); a sequence decoding alone replays its cache's graph.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.
@@ -107,17 +106,17 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         CommonOptions chosen = common;
         chosen.backend = cuda ? "cuda" : "cpu";
         auto backend = make_selected_backend(chosen, model, threads);
-        std::optional<KvBlockPool> pool;
-        std::unique_ptr<serve::KvCacheSource> caches;
-        if (cuda) {
-            caches = std::make_unique<serve::BackendCacheSource>(*backend, blocks);
-        } else {
-            pool.emplace(model.config(), blocks, cpu_backend_options(common).kv_type);
-            caches = std::make_unique<serve::PagedCacheSource>(*pool);
-        }
+        // The backend's own pool of blocks: host memory (CPU, its KV type) or device memory.
+        serve::PoolCacheSource caches(backend->new_kv_pool(blocks));
+        // The CUDA backend's cache is fp16 (kernels/cuda/kv_layout.hpp), its blocks the CPU's size.
+        const KvType kv_type = cuda ? KvType::f16 : cpu_backend_options(common).kv_type;
+        const std::string kv_desc =
+            std::string(kv_type_name(kv_type)) + ", " +
+            human_bytes(blocks * CpuKvCache::block_bytes(model.config(), kv_type)) +
+            (cuda ? " on the device" : "");
         serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
         sched_options.whole_prompts = cuda;
-        serve::Scheduler scheduler(*backend, *caches, sched_options);
+        serve::Scheduler scheduler(*backend, caches, sched_options);
 
         serve::ServerOptions so;
         so.host = a->host;
@@ -147,11 +146,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                      static_cast<unsigned long long>(a->max_seqs),
                      static_cast<unsigned long long>(a->ctx),
                      static_cast<unsigned long long>(blocks),
-                     static_cast<unsigned long long>(CpuKvCache::kBlockPositions),
-                     pool ? (std::string(kv_type_name(pool->type())) + ", " +
-                             human_bytes(pool->total_blocks() * pool->block_bytes()))
-                                .c_str()
-                          : "f16 on the device");
+                     static_cast<unsigned long long>(CpuKvCache::kBlockPositions), kv_desc.c_str());
         std::fflush(stderr);
         scheduler.start();
         // SIGINT and SIGTERM set a flag (all a signal handler may safely do); a watcher thread

@@ -50,6 +50,20 @@ struct BatchSequence {
     bool logits = false;
 };
 
+// A pool of KV cache blocks (CpuKvCache::kBlockPositions positions of every layer each) in the
+// backend's memory, from which many sequences' caches take their blocks (qforge serve: paged
+// caches, no allocation per request). take() gives a cache whose blocks hold at least
+// `positions` positions (capacity() == positions), or null, with nothing taken, when too few
+// blocks are free; the cache returns its blocks when destroyed. The pool must outlive its
+// caches. Not thread-safe.
+class KvPool {
+  public:
+    virtual ~KvPool() = default;
+    virtual std::unique_ptr<KvCache> take(uint64_t positions) = 0;
+    virtual uint64_t free_blocks() const = 0;
+    virtual uint64_t total_blocks() const = 0;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -59,6 +73,9 @@ class Backend {
     // A cache for this backend holding up to `capacity` positions (at most
     // max_position_embeddings).
     virtual std::unique_ptr<KvCache> new_cache(uint64_t capacity) const = 0;
+    // A pool of `blocks` blocks for paged caches (KvPool) on the backend's device. The default
+    // throws: a backend without one (serve then gives each sequence a cache of its own).
+    virtual std::unique_ptr<KvPool> new_kv_pool(uint64_t blocks) const;
 
     // Runs `tokens` at positions cache.size() .. cache.size() + n - 1 (one batch: prefill; one
     // token: decode), appends their keys and values to `cache`, and writes the logits of

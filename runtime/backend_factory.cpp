@@ -12,6 +12,10 @@ void Backend::run_ops(std::span<const int32_t>, KvCache&, const std::function<vo
     throw Error(std::string(name()) + " backend: no op-level access (Backend::run_ops)");
 }
 
+std::unique_ptr<KvPool> Backend::new_kv_pool(uint64_t) const {
+    throw Error(std::string(name()) + " backend: no paged KV cache pool (Backend::new_kv_pool)");
+}
+
 std::optional<BackendKind> backend_kind_from_name(std::string_view name) {
     if (name == "auto") return BackendKind::auto_select;
     if (name == "cpu") return BackendKind::cpu;

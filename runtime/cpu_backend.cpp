@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/float_gemm.hpp"
+#include "runtime/paged_kv_cache.hpp"
 
 namespace qforge {
 
@@ -117,6 +118,27 @@ std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(c_.max_position_embeddings) + ")");
     return std::make_unique<CpuKvCache>(c_, capacity, options_.kv_type);
+}
+
+namespace {
+class CpuKvPool final : public KvPool {
+  public:
+    CpuKvPool(const ModelConfig& c, uint64_t blocks, KvType type) : pool_(c, blocks, type) {}
+    std::unique_ptr<KvCache> take(uint64_t positions) override {
+        auto cache = std::make_unique<PagedKvCache>(pool_, positions);
+        if (!cache->reserve(positions)) return nullptr;
+        return cache;
+    }
+    uint64_t free_blocks() const override { return pool_.free_blocks(); }
+    uint64_t total_blocks() const override { return pool_.total_blocks(); }
+
+  private:
+    KvBlockPool pool_;
+};
+}  // namespace
+
+std::unique_ptr<KvPool> CpuBackend::new_kv_pool(uint64_t blocks) const {
+    return std::make_unique<CpuKvPool>(c_, blocks, options_.kv_type);
 }
 
 template <class F>

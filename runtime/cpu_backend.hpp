@@ -41,6 +41,8 @@ class CpuBackend final : public Backend, private ForwardOps {
     std::string_view name() const override { return "cpu"; }
     const Model& model() const override { return model_; }
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
+    // A KvBlockPool of the backend's KV type, its caches PagedKvCache (paged_kv_cache.hpp).
+    std::unique_ptr<KvPool> new_kv_pool(uint64_t blocks) const override;
     void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                  std::span<float> logits) override;
     void run_ops(std::span<const int32_t> tokens, KvCache& cache,

@@ -22,6 +22,10 @@ std::unique_ptr<KvCache> CudaBackend::new_cache(uint64_t capacity) const {
     return engine_->new_cache(capacity);
 }
 
+std::unique_ptr<KvPool> CudaBackend::new_kv_pool(uint64_t blocks) const {
+    return engine_->new_kv_pool(blocks);
+}
+
 void CudaBackend::forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                           std::span<float> logits) {
     engine_->forward(tokens, cuda_cache(cache), logits_from, logits);
@@ -130,6 +134,7 @@ namespace {
 CudaBackend::CudaBackend(const Model& model, CudaBackendOptions) : model_(model) { no_cuda(); }
 CudaBackend::~CudaBackend() = default;
 std::unique_ptr<KvCache> CudaBackend::new_cache(uint64_t) const { no_cuda(); }
+std::unique_ptr<KvPool> CudaBackend::new_kv_pool(uint64_t) const { no_cuda(); }
 void CudaBackend::forward(std::span<const int32_t>, KvCache&, uint64_t, std::span<float>) {
     no_cuda();
 }

@@ -72,6 +72,9 @@ class CudaBackend final : public Backend {
     std::string_view name() const override { return "cuda"; }
     const Model& model() const override { return model_; }
     std::unique_ptr<KvCache> new_cache(uint64_t capacity) const override;
+    // Blocks in one device allocation; its caches are read through their block tables
+    // (kernels/cuda/kv_layout.hpp) by forward and forward_batch (not greedy_decode, run_ops).
+    std::unique_ptr<KvPool> new_kv_pool(uint64_t blocks) const override;
     void forward(std::span<const int32_t> tokens, KvCache& cache, uint64_t logits_from,
                  std::span<float> logits) override;
     // Sequences of one token (decode) as one batched step per cache capacity: every weight read

@@ -50,6 +50,7 @@ CudaEngine::~CudaEngine() {
     clear_graphs();
     if (staging_) cudaFreeHost(staging_);
     if (cache_rows_host_) cudaFreeHost(cache_rows_host_);
+    if (tables_host_) cudaFreeHost(tables_host_);
     if (fault_host_) cudaFreeHost(fault_host_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -369,6 +370,51 @@ std::unique_ptr<KvCache> CudaEngine::new_cache(uint64_t capacity) {
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(c_.max_position_embeddings) + ")");
     return std::make_unique<CudaKvCache>(c_, capacity, next_cache_id_++);
+}
+
+std::unique_ptr<KvPool> CudaEngine::new_kv_pool(uint64_t blocks) const {
+    return std::make_unique<CudaKvPool>(c_, blocks);
+}
+
+CudaKvCache::CudaKvCache(CudaKvPool& pool, std::vector<uint32_t> blocks, uint64_t capacity)
+    : KvCache(capacity), kv_dim_(0), id_(0), pool_(&pool), blocks_(std::move(blocks)) {}
+
+CudaKvCache::~CudaKvCache() {
+    if (pool_) pool_->give_back(blocks_);
+}
+
+cuda::CacheRow CudaKvCache::row(uint64_t pos, const uint32_t* table) const {
+    cuda::CacheRow r;
+    r.pos = static_cast<int32_t>(pos);
+    r.capacity = u32(capacity_);
+    if (pool_) {
+        r.k = pool_->data();
+        r.blocks = table;
+        r.block_halves = pool_->block_halves();
+        r.block_shift = u32(CpuKvCache::kBlockShift);
+    } else {
+        r.k = keys(0);
+        r.v = values(0);
+        r.layer_stride = layer_stride();
+    }
+    return r;
+}
+
+CudaKvPool::CudaKvPool(const ModelConfig& c, uint64_t blocks)
+    : c_(c),
+      block_halves_(
+          cuda::paged_block_halves(c.num_layers, u32(CpuKvCache::kBlockShift), c.kv_dim())),
+      data_(kv_pool_bytes(2 * block_halves_, blocks) / 2),
+      ids_(blocks) {}
+
+std::unique_ptr<KvCache> CudaKvPool::take(uint64_t positions) {
+    if (positions == 0 || positions > c_.max_position_embeddings)
+        throw Error("KV block pool: a cache of " + std::to_string(positions) +
+                    " positions is outside 1 .. max_position_embeddings (" +
+                    std::to_string(c_.max_position_embeddings) + ")");
+    auto ids = ids_.allocate(CpuKvCache::blocks_for(positions));
+    if (!ids) return nullptr;
+    return std::make_unique<CudaKvCache>(*this, std::move(*ids), positions);
 }
 
 void CudaEngine::mm(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m, float* y,

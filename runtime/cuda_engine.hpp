@@ -24,6 +24,7 @@
 
 #include "core/error.hpp"
 #include "runtime/cuda_backend.hpp"
+#include "runtime/paged_kv_cache.hpp"
 #include "runtime/transformer.hpp"
 
 namespace qforge {
@@ -34,8 +35,12 @@ using cuda::DeviceMatrix;
 inline uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
 inline uint64_t pad32(uint64_t v) { return round_up(v, 32); }
 
-// Device memory, fp16: per layer keys then values, each [capacity][kv_dim] (the CPU cache's
-// layout). `id` keys the CUDA graphs captured against this cache's buffers.
+class CudaKvPool;
+
+// Device memory, fp16 (kernels/cuda/kv_layout.hpp). Contiguous: the cache's own allocation, per
+// layer keys then values, each [capacity][kv_dim] (the CPU cache's layout); `id` keys the CUDA
+// graphs captured against its buffers. Paged: blocks of a CudaKvPool (serve), its block table on
+// the host, uploaded with each step's rows (CudaEngine: cache_rows_, tables_); no graphs.
 class CudaKvCache final : public KvCache {
   public:
     CudaKvCache(const ModelConfig& c, uint64_t capacity, uint64_t id)
@@ -46,6 +51,14 @@ class CudaKvCache final : public KvCache {
             throw Error("KV cache of " + std::to_string(capacity) + " positions is too large");
         data_ = DeviceBuffer<uint16_t>(*n);
     }
+    // Paged: `blocks` (taken from `pool`) hold at least `capacity` positions.
+    CudaKvCache(CudaKvPool& pool, std::vector<uint32_t> blocks, uint64_t capacity);
+    ~CudaKvCache() override;
+    CudaKvCache(const CudaKvCache&) = delete;
+    CudaKvCache& operator=(const CudaKvCache&) = delete;
+
+    bool paged() const { return pool_ != nullptr; }
+    // Contiguous caches only.
     uint16_t* keys(uint64_t layer) const { return data_.get() + (layer * 2) * capacity_ * kv_dim_; }
     uint16_t* values(uint64_t layer) const {
         return data_.get() + (layer * 2 + 1) * capacity_ * kv_dim_;
@@ -54,11 +67,39 @@ class CudaKvCache final : public KvCache {
     // Halves from one layer's keys (values) to the next layer's.
     uint64_t layer_stride() const { return 2 * capacity_ * kv_dim_; }
     void set_size(uint64_t n) { size_ = n; }
+    // Paged caches: the pool's ids of its blocks, in position order.
+    const std::vector<uint32_t>& blocks() const { return blocks_; }
+    // A step row at position `pos` of this cache; a paged cache's with its block table at the
+    // device address `table`.
+    cuda::CacheRow row(uint64_t pos, const uint32_t* table) const;
 
   private:
     uint64_t kv_dim_;
     uint64_t id_;
     DeviceBuffer<uint16_t> data_;
+    CudaKvPool* pool_ = nullptr;
+    std::vector<uint32_t> blocks_;
+};
+
+// The CUDA backend's Backend::new_kv_pool: `blocks` blocks of CpuKvCache::kBlockPositions
+// positions in one device allocation (kv_layout.hpp's paged layout), their ids on the host.
+class CudaKvPool final : public KvPool {
+  public:
+    CudaKvPool(const ModelConfig& c, uint64_t blocks);
+    std::unique_ptr<KvCache> take(uint64_t positions) override;
+    uint64_t free_blocks() const override { return ids_.free(); }
+    uint64_t total_blocks() const override { return ids_.total(); }
+
+    uint16_t* data() const { return data_.get(); }
+    uint64_t block_halves() const { return block_halves_; }
+    // A cache's blocks back (its destructor).
+    void give_back(std::span<const uint32_t> ids) noexcept { ids_.give_back(ids); }
+
+  private:
+    ModelConfig c_;
+    uint64_t block_halves_;
+    DeviceBuffer<uint16_t> data_;
+    BlockIds ids_;
 };
 
 inline CudaKvCache& cuda_cache(KvCache& cache) {
@@ -78,6 +119,7 @@ class CudaEngine final : private ForwardOps {
     void randomize(QType qtype, uint64_t seed);
 
     std::unique_ptr<KvCache> new_cache(uint64_t capacity);
+    std::unique_ptr<KvPool> new_kv_pool(uint64_t blocks) const;
     void forward(std::span<const int32_t> tokens, CudaKvCache& cache, uint64_t logits_from,
                  std::span<float> logits);
     // Backend::forward_batch (backend.hpp): every sequence of one token runs with the others
@@ -163,6 +205,10 @@ class CudaEngine final : private ForwardOps {
     BlockActivations step_rows() const;
     // Copies tokens (at most batch_) and their first position into step_ for the kernels.
     void upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0);
+    // A step whose rows each name their cache: row i at position pos[i] of *caches[i] (a paged
+    // cache's block table copied once into tables_ however many rows it has) into cache_rows_,
+    // and batch_rows_ pointed at them; batch_capacity_ the largest capacity.
+    void upload_rows(std::span<const CudaKvCache* const> caches, std::span<const uint64_t> pos);
     // One batched step of single-token sequences of one attention form (forward_batch): their
     // logits rows to out[slot[i]] (slot -1: none wanted).
     void batched_step(std::span<const BatchSequence* const> seqs, std::span<const int64_t> slots,
@@ -184,6 +230,10 @@ class CudaEngine final : private ForwardOps {
     // the largest of their capacities; null otherwise.
     const cuda::CacheRow* batch_rows_ = nullptr;
     uint64_t batch_capacity_ = 0;
+    // A batched decode step (batched_step): attention launches of at most kGemvMaxTokens rows,
+    // so each row takes the form its decode alone takes. A paged cache's prompt (forward) runs
+    // its rows in one launch, as a contiguous cache's does.
+    bool decode_rows_ = false;
     std::string description_;
     int cc_major_ = 0, sm_count_ = 1;
     cudaStream_t stream_ = nullptr;
@@ -210,6 +260,9 @@ class CudaEngine final : private ForwardOps {
     int32_t* staging_ = nullptr;                 // pinned host copy of step_
     DeviceBuffer<cuda::CacheRow> cache_rows_;    // a batched step's rows (batch_rows_)
     cuda::CacheRow* cache_rows_host_ = nullptr;  // pinned host copy
+    DeviceBuffer<uint32_t> tables_;              // the paged caches' block tables of a step
+    uint32_t* tables_host_ = nullptr;            // pinned host copy
+    uint64_t tables_size_ = 0;                   // entries each holds
     DeviceBuffer<int32_t> fault_;    // kFaultPosition when a kernel met a position out of range
     int32_t* fault_host_ = nullptr;  // pinned host copy of fault_
     DeviceBuffer<unsigned long long> saturated_;  // fp16 saturations (f16_saturate.cuh)

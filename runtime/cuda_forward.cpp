@@ -161,7 +161,7 @@ void CudaEngine::attention(uint64_t layer, Rows q, Rows k, Rows v, Rows out, uin
     const Layer& l = layers_.at(layer);
     // Launches of at most kGemvMaxTokens rows when batched (the split form's workspace holds
     // that many), so every row takes the form and slices its decode alone takes.
-    const uint64_t per = batch_rows_ ? cuda::kGemvMaxTokens : n;
+    const uint64_t per = decode_rows_ ? cuda::kGemvMaxTokens : n;
     for (uint64_t t0 = 0; t0 < n; t0 += per) {
         const uint64_t m = std::min(per, n - t0);
         rp.qkv = q.data + t0 * q.ld;
@@ -234,6 +234,53 @@ void CudaEngine::upload_step(const int32_t* tokens, uint64_t m, uint64_t pos0) {
                                   cudaMemcpyHostToDevice, stream_));
 }
 
+void CudaEngine::upload_rows(std::span<const CudaKvCache* const> caches,
+                             std::span<const uint64_t> pos) {
+    const uint64_t m = caches.size();
+    if (m > batch_) throw Error("cuda backend: a step of " + std::to_string(m) + " rows");
+    // Each paged cache's table once (a prompt's rows share their cache's), sized first: the
+    // rows point into tables_.
+    std::vector<const CudaKvCache*> paged;
+    uint64_t entries = 0;
+    for (const CudaKvCache* c : caches)
+        if (c->paged() && std::find(paged.begin(), paged.end(), c) == paged.end()) {
+            paged.push_back(c);
+            entries += c->blocks().size();
+        }
+    if (entries > tables_size_) {  // no copy is in flight: every step ends synchronized
+        const uint64_t size = std::max(entries, 2 * tables_size_);
+        if (tables_host_) cudaFreeHost(tables_host_);
+        tables_host_ = nullptr;
+        tables_size_ = 0;
+        tables_ = DeviceBuffer<uint32_t>(size);
+        QF_CUDA_CHECK(
+            cudaMallocHost(reinterpret_cast<void**>(&tables_host_), size * sizeof(uint32_t)));
+        tables_size_ = size;
+    }
+    std::vector<uint64_t> at(paged.size());
+    for (uint64_t i = 0, used = 0; i < paged.size(); ++i) {
+        at[i] = used;
+        std::copy(paged[i]->blocks().begin(), paged[i]->blocks().end(), tables_host_ + used);
+        used += paged[i]->blocks().size();
+    }
+    batch_capacity_ = 0;
+    for (uint64_t i = 0; i < m; ++i) {
+        const uint32_t* table = nullptr;
+        if (caches[i]->paged())
+            table = tables_.get() +
+                    at[static_cast<size_t>(std::find(paged.begin(), paged.end(), caches[i]) -
+                                           paged.begin())];
+        cache_rows_host_[i] = caches[i]->row(pos[i], table);
+        batch_capacity_ = std::max(batch_capacity_, caches[i]->capacity());
+    }
+    if (entries)
+        QF_CUDA_CHECK(cudaMemcpyAsync(tables_.get(), tables_host_, entries * sizeof(uint32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+    QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_, m * sizeof(cuda::CacheRow),
+                                  cudaMemcpyHostToDevice, stream_));
+    batch_rows_ = cache_rows_.get();
+}
+
 void CudaEngine::enqueue(uint64_t m, const CudaKvCache& cache, uint64_t lf) {
     const BlockActivations a = step_rows();
     cache_ = &cache;
@@ -253,6 +300,7 @@ void CudaEngine::enqueue_greedy_step(const CudaKvCache& cache) {
 }
 
 void CudaEngine::launch_graph(const CudaKvCache& cache, Graph kind) {
+    if (cache.paged()) throw Error("cuda backend: no graph for a paged cache");
     const auto key = std::make_pair(cache.id(), static_cast<int>(kind));
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
@@ -326,10 +374,25 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
         const uint64_t lf = first < start + m ? first - start : m;
         const uint64_t pos0 = cache.size();
         upload_step(tokens.data() + start, m, pos0);
-        if (m == 1 && o_.use_graphs && !cuda::sync_launches())
+        if (cache.paged()) {  // every row through the cache's block table (no graph)
+            std::vector<const CudaKvCache*> rows(m, &cache);
+            std::vector<uint64_t> pos(m);
+            for (uint64_t t = 0; t < m; ++t) pos[t] = pos0 + t;
+            upload_rows(rows, pos);
+            try {
+                enqueue(m, cache, lf);
+            } catch (...) {
+                batch_rows_ = nullptr;
+                batch_capacity_ = 0;
+                throw;
+            }
+            batch_rows_ = nullptr;
+            batch_capacity_ = 0;
+        } else if (m == 1 && o_.use_graphs && !cuda::sync_launches()) {
             launch_graph(cache, lf == 0 ? Graph::decode_logits : Graph::decode_no_logits);
-        else
+        } else {
             enqueue(m, cache, lf);
+        }
         if (lf < m)
             QF_CUDA_CHECK(cudaMemcpyAsync(logits.data() + (first - logits_from) * v, logits_.get(),
                                           (m - lf) * v * sizeof(float), cudaMemcpyDeviceToHost,
@@ -414,32 +477,31 @@ void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
                               std::span<const int64_t> slots, std::span<float> out) {
     const uint64_t m = seqs.size(), v = c_.vocab_size;
     std::vector<int32_t> tokens(m);
+    std::vector<const CudaKvCache*> caches(m);
+    std::vector<uint64_t> pos(m);
     for (uint64_t i = 0; i < m; ++i) {
-        const CudaKvCache& cache = cuda_cache(*seqs[i]->cache);
+        caches[i] = &cuda_cache(*seqs[i]->cache);
         tokens[i] = seqs[i]->tokens[0];
-        cache_rows_host_[i] = {cache.keys(0), cache.values(0), cache.layer_stride(),
-                               static_cast<int32_t>(cache.size()), u32(cache.capacity())};
+        pos[i] = caches[i]->size();
     }
     upload_step(tokens.data(), m, 0);  // the ids; positions are the rows'
-    QF_CUDA_CHECK(cudaMemcpyAsync(cache_rows_.get(), cache_rows_host_, m * sizeof(cuda::CacheRow),
-                                  cudaMemcpyHostToDevice, stream_));
     // The products on the GEMV with a lone token's threads (plans.hpp: GemvTuning).
     const auto saved_forced = mctx_.forced;
     const cuda::GemvTuning saved_tuning = mctx_.gemv_tuning;
     mctx_.forced = cuda::MatmulPath::gemv;
     mctx_.gemv_tuning.one_token_threads = true;
-    batch_rows_ = cache_rows_.get();
-    batch_capacity_ = 0;  // the largest: the split form's slices cover it (forward_batch)
-    for (const BatchSequence* s : seqs)
-        batch_capacity_ = std::max(batch_capacity_, s->cache->capacity());
+    decode_rows_ = true;
     auto restore = [&] {
         mctx_.forced = saved_forced;
         mctx_.gemv_tuning = saved_tuning;
         mctx_.prepared = {};
         batch_rows_ = nullptr;
         batch_capacity_ = 0;
+        decode_rows_ = false;
     };
     try {
+        // The largest capacity: the split form's slices cover it (forward_batch).
+        upload_rows(caches, pos);
         run_model(*this, desc_, c_.num_layers, step_.get() + 1, m, step_rows(), 0,
                   {logits_.get(), v});
         // Each wanted row's logits to its slot, runs of consecutive slots in one copy.
@@ -523,6 +585,7 @@ class CudaOpsStep final : public OpsStep {
 void CudaEngine::run_ops(std::span<const int32_t> tokens, CudaKvCache& cache,
                          const std::function<void(OpsStep&)>& fn) {
     const uint64_t n = tokens.size(), pos0 = cache.size();
+    if (cache.paged()) throw Error("cuda backend: run_ops takes a contiguous cache (new_cache)");
     if (n > batch_ || pos0 + n > cache.capacity())
         throw Error("cuda backend: run_ops takes one step of at most " + std::to_string(batch_) +
                     " tokens that fits the cache");
@@ -551,6 +614,8 @@ std::vector<int32_t> CudaEngine::greedy(CudaKvCache& cache, int32_t first, uint6
                                         uint64_t warmup, double* seconds) {
     const int32_t one[] = {first};
     check_tokens(one);
+    if (cache.paged())
+        throw Error("cuda backend: greedy decoding takes a contiguous cache (new_cache)");
     if (cache.size() + steps > cache.capacity())
         throw Error(path_, {},
                     "context is full: " + std::to_string(cache.size()) + " + " +

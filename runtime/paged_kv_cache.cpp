@@ -8,22 +8,14 @@
 
 namespace qforge {
 
-KvBlockPool::KvBlockPool(const ModelConfig& config, uint64_t blocks, KvType type)
-    : config_(config), type_(type), block_bytes_(CpuKvCache::block_bytes(config, type)) {
-    // Block ids are 32-bit; a pool beyond 4 TiB is a mistake anyway.
-    const uint64_t dims[] = {block_bytes_, blocks};
-    auto n = checked_product(dims);
-    if (blocks == 0 || blocks > UINT32_MAX || !n || *n > (uint64_t{1} << 42))
-        throw Error("KV block pool: " + std::to_string(blocks) + " blocks of " +
-                    std::to_string(block_bytes()) + " bytes is outside 1 block .. 4 TiB");
-    data_.resize(*n / sizeof(float));
-    used_.assign(blocks, false);
-    free_.resize(blocks);
-    // Block 0 on top of the stack: a fresh pool hands out blocks in address order.
-    for (uint64_t i = 0; i < blocks; ++i) free_[i] = static_cast<uint32_t>(blocks - 1 - i);
+BlockIds::BlockIds(uint64_t total) {
+    used_.assign(total, false);
+    free_.resize(total);
+    // Block 0 on top of the stack: a fresh set hands out blocks in id order.
+    for (uint64_t i = 0; i < total; ++i) free_[i] = static_cast<uint32_t>(total - 1 - i);
 }
 
-std::optional<std::vector<uint32_t>> KvBlockPool::allocate(uint64_t n) {
+std::optional<std::vector<uint32_t>> BlockIds::allocate(uint64_t n) {
     if (n > free_.size()) return std::nullopt;
     std::vector<uint32_t> ids(free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     std::reverse(ids.begin(), ids.end());
@@ -32,7 +24,7 @@ std::optional<std::vector<uint32_t>> KvBlockPool::allocate(uint64_t n) {
     return ids;
 }
 
-void KvBlockPool::release(std::span<const uint32_t> ids) {
+void BlockIds::release(std::span<const uint32_t> ids) {
     for (uint32_t id : ids)
         if (id >= used_.size() || !used_[id])
             throw Error("KV block pool: block " + std::to_string(id) +
@@ -40,7 +32,7 @@ void KvBlockPool::release(std::span<const uint32_t> ids) {
     give_back(ids);
 }
 
-void KvBlockPool::give_back(std::span<const uint32_t> ids) noexcept {
+void BlockIds::give_back(std::span<const uint32_t> ids) noexcept {
     // free_ was sized for every block at construction and only shrinks by allocate(), so its
     // capacity holds them all: push_back never reallocates here, and nothing can throw.
     for (uint32_t id : ids) {
@@ -49,6 +41,23 @@ void KvBlockPool::give_back(std::span<const uint32_t> ids) noexcept {
         free_.push_back(id);
     }
 }
+
+uint64_t kv_pool_bytes(uint64_t block_bytes, uint64_t blocks) {
+    // Block ids are 32-bit; a pool beyond 4 TiB is a mistake anyway.
+    const uint64_t dims[] = {block_bytes, blocks};
+    auto n = checked_product(dims);
+    if (blocks == 0 || blocks > UINT32_MAX || !n || *n > (uint64_t{1} << 42))
+        throw Error("KV block pool: " + std::to_string(blocks) + " blocks of " +
+                    std::to_string(block_bytes) + " bytes is outside 1 block .. 4 TiB");
+    return *n;
+}
+
+KvBlockPool::KvBlockPool(const ModelConfig& config, uint64_t blocks, KvType type)
+    : config_(config),
+      type_(type),
+      block_bytes_(CpuKvCache::block_bytes(config, type)),
+      data_(kv_pool_bytes(block_bytes_, blocks) / sizeof(float)),
+      ids_(blocks) {}
 
 PagedKvCache::PagedKvCache(KvBlockPool& pool, uint64_t limit)
     : CpuKvCache(pool.config(), 0, pool.type(), false), pool_(pool), limit_(limit) {}

@@ -22,6 +22,31 @@
 
 namespace qforge {
 
+// Which of `total` blocks are taken: a free stack (the most recently returned block is reused
+// first; a fresh set hands out blocks in id order) and a taken flag per block. The bookkeeping of
+// KvBlockPool here and of the CUDA backend's device pool (runtime/cuda_engine.hpp).
+class BlockIds {
+  public:
+    explicit BlockIds(uint64_t total);
+    uint64_t total() const { return used_.size(); }
+    uint64_t free() const { return free_.size(); }
+    // `n` ids, or nullopt (and nothing taken) when fewer than n are free.
+    std::optional<std::vector<uint32_t>> allocate(uint64_t n);
+    // Returns ids taken by allocate; an id not taken (or returned twice) is an Error, and then
+    // none is returned.
+    void release(std::span<const uint32_t> ids);
+    // As release, without the check: an id not taken is skipped (for destructors).
+    void give_back(std::span<const uint32_t> ids) noexcept;
+
+  private:
+    std::vector<uint32_t> free_;
+    std::vector<bool> used_;
+};
+
+// Bytes of a pool of `blocks` blocks of `block_bytes` each; throws when that is outside 1 block
+// .. 4 TiB (block ids are 32-bit).
+uint64_t kv_pool_bytes(uint64_t block_bytes, uint64_t blocks);
+
 class KvBlockPool {
   public:
     // `blocks` blocks for `config`'s model (at least one), of `type` elements.
@@ -31,16 +56,16 @@ class KvBlockPool {
 
     const ModelConfig& config() const { return config_; }
     KvType type() const { return type_; }
-    uint64_t total_blocks() const { return used_.size(); }
-    uint64_t free_blocks() const { return free_.size(); }
+    uint64_t total_blocks() const { return ids_.total(); }
+    uint64_t free_blocks() const { return ids_.free(); }
     uint64_t block_bytes() const { return block_bytes_; }
 
     // `n` blocks, or nullopt (and nothing taken) when fewer than n are free.
-    std::optional<std::vector<uint32_t>> allocate(uint64_t n);
+    std::optional<std::vector<uint32_t>> allocate(uint64_t n) { return ids_.allocate(n); }
     // Returns blocks taken by allocate; a block not taken (or returned twice) is an Error.
-    void release(std::span<const uint32_t> ids);
+    void release(std::span<const uint32_t> ids) { ids_.release(ids); }
     // As release, without the check: a block not taken is skipped (for destructors).
-    void give_back(std::span<const uint32_t> ids) noexcept;
+    void give_back(std::span<const uint32_t> ids) noexcept { ids_.give_back(ids); }
     uint8_t* block(uint32_t id) {
         return reinterpret_cast<uint8_t*>(data_.data()) + id * block_bytes_;
     }
@@ -49,9 +74,8 @@ class KvBlockPool {
     ModelConfig config_;
     KvType type_;
     uint64_t block_bytes_;
-    std::vector<float> data_;     // floats: aligned for either element type
-    std::vector<uint32_t> free_;  // a stack: the most recently released block is reused first
-    std::vector<bool> used_;
+    std::vector<float> data_;  // floats: aligned for either element type
+    BlockIds ids_;
 };
 
 // One sequence's cache of at most `limit` positions, in blocks of `pool`. capacity() is the

@@ -1,6 +1,7 @@
 #include "serve/cache_source.hpp"
 
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -10,6 +11,10 @@ std::unique_ptr<KvCache> PagedCacheSource::take(uint64_t positions) {
     auto cache = std::make_unique<PagedKvCache>(pool_, positions);
     if (!cache->reserve(positions)) return nullptr;
     return cache;
+}
+
+PoolCacheSource::PoolCacheSource(std::unique_ptr<KvPool> pool) : pool_(std::move(pool)) {
+    if (!pool_) throw Error("serve: no KV block pool");
 }
 
 BackendCacheSource::BackendCacheSource(const Backend& backend, uint64_t blocks)

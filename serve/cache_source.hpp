@@ -4,10 +4,11 @@
 //
 // - PagedCacheSource: the paged pool (runtime/paged_kv_cache.hpp), for the CPU backend, whose
 //   batched step reads every sequence's cache through its block table.
+// - PoolCacheSource: the backend's own pool (Backend::new_kv_pool): the CPU backend's is the
+//   paged pool above, the CUDA backend's a pool of blocks in device memory whose batched step
+//   reads each row's cache through its block table (qforge serve takes this one).
 // - BackendCacheSource: one cache per sequence made by the backend itself (Backend::new_cache:
-//   the CUDA backend's cache in device memory, contiguous, allocated whole), against a budget of
-//   blocks. Its batched step names each row's cache (CudaBackend::forward_batch), so the caches
-//   need no common pool.
+//   allocated whole), against a budget of blocks; for a backend without a pool.
 //
 // Not thread-safe: the scheduler's thread alone takes and gives back.
 #pragma once
@@ -41,6 +42,18 @@ class PagedCacheSource final : public KvCacheSource {
 
   private:
     KvBlockPool& pool_;
+};
+
+class PoolCacheSource final : public KvCacheSource {
+  public:
+    explicit PoolCacheSource(std::unique_ptr<KvPool> pool);
+    std::unique_ptr<KvCache> take(uint64_t positions) override { return pool_->take(positions); }
+    void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
+    uint64_t free_blocks() const override { return pool_->free_blocks(); }
+    uint64_t total_blocks() const override { return pool_->total_blocks(); }
+
+  private:
+    std::unique_ptr<KvPool> pool_;
 };
 
 class BackendCacheSource final : public KvCacheSource {

@@ -383,9 +383,11 @@ TEST_CASE(
 // many capacities (below the split attention's threshold, and above it in two slice lengths),
 // 15 of them, 9 in one group, so a step has more rows than a GEMV pass or an attention launch
 // takes: each sequence's logits equal those it gets
-// alone through forward() (decode through the captured graph) bit for bit. The shapes make a lone
-// token's GEMV threads differ from a pass of 8 tokens' (down's 131 chunks: 2 chunk steps of 96
-// threads alone, 1 of 160 by default), and head_dim 128 takes the attention's int8 blocks.
+// alone through forward() (decode through the captured graph) bit for bit, every other one on a
+// paged cache of the device pool (its prompt through forward() on its block table too). The shapes
+// make a lone token's GEMV threads differ from a pass of 8 tokens' (down's 131 chunks: 2 chunk
+// steps of 96 threads alone, 1 of 160 by default), and head_dim 128 takes the attention's int8
+// blocks.
 TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit for bit",
           "[cuda]") {
     QF_REQUIRE_GPU();
@@ -414,6 +416,10 @@ TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit 
             uint64_t got = 0;
         };
         std::mt19937 rng(5);
+        // Every other sequence's cache in blocks of the device pool (paged: read through its
+        // block table, kernels/cuda/kv_layout.hpp), the others contiguous; the logits wanted
+        // are a contiguous cache's alone either way. Declared first: it outlives its caches.
+        auto pool = gpu.new_kv_pool(16 * CpuKvCache::blocks_for(3100));
         std::vector<Seq> seqs(15);
         for (size_t i = 0; i < seqs.size(); ++i) {
             Seq& s = seqs[i];
@@ -438,7 +444,9 @@ TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit 
             for (Seq& s : seqs) {
                 if (s.arrival > step || s.got == kNew) continue;
                 if (!s.cache) {
-                    s.cache = gpu.new_cache(s.capacity);
+                    const bool paged = (&s - seqs.data()) % 2 == 1;
+                    s.cache = paged ? pool->take(s.capacity) : gpu.new_cache(s.capacity);
+                    REQUIRE(s.cache);
                     batch.push_back({s.prompt, s.cache.get(), true});
                 } else {
                     batch.push_back({{&s.next[s.got - 1], 1}, s.cache.get(), true});

@@ -2,12 +2,14 @@
 // tokens as one batch, each row the bits of its decode alone; prompts whole, on their own), as
 // `qforge serve --backend cuda` runs it: requests at random arrival on stories260K, greedy and
 // sampled, give generate()'s tokens on the same backend, and the budget of device caches is
-// whole at the end. In the GPU check's build (no tokenizer or converter: stories260K.qf from
-// $QFORGE_GPU_CHECK_DATA, which scripts/fetch_gpu_check_deps.sh makes) and the full one; skipped
-// with a printed reason without a GPU or that file.
+// whole at the end, with paged caches from the device pool and with a cache per sequence. In the
+// GPU check's build (no tokenizer or converter: stories260K.qf from $QFORGE_GPU_CHECK_DATA, which
+// scripts/fetch_gpu_check_deps.sh makes) and the full one; skipped with a printed reason without a
+// GPU or that file.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -40,12 +42,21 @@ TEST_CASE("scheduler on the CUDA backend's batched step gives generate's tokens"
     auto backend = make_cuda_backend(model);
     // Caches for about four requests at once, eight slots, whole prompts (cmd_serve's settings
     // for CUDA): steps of up to eight decode rows beside the prompts that arrive.
-    serve::BackendCacheSource caches(*backend, 4 * CpuKvCache::blocks_for(34));
+    // Paged caches in the device pool (Backend::new_kv_pool, as cmd_serve makes), or a cache
+    // of its own per sequence (BackendCacheSource).
+    const bool pooled = GENERATE(true, false);
+    INFO((pooled ? "the device pool" : "a cache per sequence"));
+    const uint64_t blocks = 4 * CpuKvCache::blocks_for(34);
+    std::unique_ptr<serve::KvCacheSource> caches;
+    if (pooled)
+        caches = std::make_unique<serve::PoolCacheSource>(backend->new_kv_pool(blocks));
+    else
+        caches = std::make_unique<serve::BackendCacheSource>(*backend, blocks);
     serve::SchedulerOptions so{8, 64, 64, 3};
     so.whole_prompts = true;
-    serve::Scheduler sched(*backend, caches, so);
+    serve::Scheduler sched(*backend, *caches, so);
     std::mt19937_64 rng(23);
     CHECK(test::check_random_arrivals(*backend, sched, 24, rng) < 24 * 11);  // shared steps
-    CHECK(caches.free_blocks() == caches.total_blocks());
+    CHECK(caches->free_blocks() == caches->total_blocks());
 #endif
 }

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
+#include "kernels/cuda/kv_layout.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/thread_pool.hpp"
@@ -222,4 +223,72 @@ TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logi
         ++checked;
     }
     CHECK(checked >= 6);
+}
+
+TEST_CASE("CUDA paged KV layout: a block's rows tile it in layer, keys-values, position order",
+          "[paged]") {
+    // kernels/cuda/kv_layout.hpp's offsets against the layout spelled out element by element:
+    // block after block, in each its layers, in each the keys then the values, in each the
+    // positions, each kv_dim halves.
+    for (const uint32_t shift : {0u, 2u, 6u})
+        for (const uint64_t kv_dim : {uint64_t{4}, uint64_t{192}}) {
+            const uint64_t layers = 3, per = uint64_t{1} << shift;
+            const uint64_t halves = cuda::paged_block_halves(layers, shift, kv_dim);
+            REQUIRE(halves == layers * 2 * per * kv_dim);
+            uint64_t next = 0;  // the next row's offset in the enumeration
+            for (uint32_t block = 0; block < 3; ++block)
+                for (uint32_t layer = 0; layer < layers; ++layer)
+                    for (uint32_t which = 0; which < 2; ++which)
+                        for (uint64_t i = 0; i < per; ++i) {
+                            // A sequence whose block table puts `block` at table entry 5: its
+                            // positions 5 * per + i.
+                            const uint64_t pos = 5 * per + i;
+                            INFO("shift " << shift << " kv_dim " << kv_dim << " block " << block
+                                          << " layer " << layer << " which " << which << " i "
+                                          << i);
+                            REQUIRE(cuda::paged_row_offset(block, halves, layer, which, pos, shift,
+                                                           kv_dim) == next);
+                            next += kv_dim;
+                        }
+            REQUIRE(next == 3 * halves);
+        }
+}
+
+TEST_CASE("cpu backend's KV pool: caches of the positions asked, all or none, blocks back",
+          "[paged]") {
+    test::ScratchDir dir("paged-pool");
+    ThreadPool threads(1);
+    const uint64_t per = CpuKvCache::kBlockPositions;
+    std::string path;  // a model with room for two blocks' positions
+    for (const auto& m : test::serve_models(dir))
+        if (path.empty() && Model(m.path).config().max_position_embeddings >= 2 * per)
+            path = m.path;
+    REQUIRE_FALSE(path.empty());
+    Model model(path);
+    auto backend = make_cpu_backend(model, threads);
+    auto pool = backend->new_kv_pool(3);
+    CHECK(pool->total_blocks() == 3);
+    auto a = pool->take(per + 1);  // two blocks
+    REQUIRE(a);
+    CHECK(a->capacity() == per + 1);
+    CHECK(pool->free_blocks() == 1);
+    CHECK_FALSE(pool->take(per + 1));  // all or none
+    CHECK(pool->free_blocks() == 1);
+    auto b = pool->take(per);
+    REQUIRE(b);
+    CHECK(pool->free_blocks() == 0);
+    a.reset();
+    CHECK(pool->free_blocks() == 2);
+    b.reset();
+    CHECK(pool->free_blocks() == 3);
+    // Its caches run as new_cache's do.
+    auto paged = pool->take(per + 3);
+    auto whole = backend->new_cache(per + 3);
+    const uint64_t v = model.config().vocab_size;
+    std::mt19937_64 rng(3);
+    const auto ids = test::random_ids(rng, per + 3, v);
+    std::vector<float> want(v), got(v);
+    backend->forward(ids, *whole, per + 2, want);
+    backend->forward(ids, *paged, per + 2, got);
+    CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
 }

@@ -37,23 +37,42 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 
-// Row t's cache of this layer and its position: the params' one cache at pos0 + t, or, in a
-// batched step, the row's own (CacheRow).
+// Row t's cache of this layer and its position: the params' one cache at pos0 + t, or the row's
+// own (CacheRow), contiguous or paged (kv_layout.hpp). key(pos) and value(pos) are the position's
+// rows of kv_dim halves.
 template <class H>
 struct RowCache {
-    H* k;
-    H* v;
+    H* k;                    // contiguous: this layer's keys; paged: the pool
+    H* v;                    // contiguous: this layer's values
+    const uint32_t* blocks;  // paged: the block table; null when contiguous
+    uint64_t block_halves, kvd;
+    uint32_t block_shift, layer;
     int64_t at;
     uint32_t capacity;
+    __device__ __forceinline__ H* row(uint32_t which, uint64_t pos) const {
+        if (blocks)
+            return k + paged_row_offset(blocks[pos >> block_shift], block_halves, layer, which, pos,
+                                        block_shift, kvd);
+        return (which ? v : k) + pos * kvd;
+    }
+    __device__ __forceinline__ H* key(uint64_t pos) const { return row(0, pos); }
+    __device__ __forceinline__ H* value(uint64_t pos) const { return row(1, pos); }
 };
 template <class H, class P>
 __device__ __forceinline__ RowCache<H> row_cache(const P& p, uint32_t t) {
+    const uint64_t kvd = static_cast<uint64_t>(p.kv_heads) * p.head_dim;
     if (p.rows) {
         const CacheRow r = p.rows[t];
+        const int64_t at = static_cast<int64_t>(r.pos);
+        const uint32_t capacity = min(r.capacity, p.capacity);
+        if (r.blocks)
+            return {r.k,           nullptr, r.blocks, r.block_halves, kvd,
+                    r.block_shift, p.layer, at,       capacity};
         const uint64_t off = static_cast<uint64_t>(p.layer) * r.layer_stride;
-        return {r.k + off, r.v + off, static_cast<int64_t>(r.pos), min(r.capacity, p.capacity)};
+        return {r.k + off, r.v + off, nullptr, 0, kvd, 0, 0, at, capacity};
     }
-    return {p.k_cache, p.v_cache, static_cast<int64_t>(*p.pos0) + t, p.capacity};
+    return {p.k_cache, p.v_cache, nullptr, 0, kvd, 0, 0, static_cast<int64_t>(*p.pos0) + t,
+            p.capacity};
 }
 
 // Block (t, h): head h of token t, one thread per rotated pair (i, i + head_dim / 2). Heads
@@ -68,10 +87,9 @@ __global__ void rope_store_kv_kernel(RopeParams p) {
     }
     const uint64_t pos = static_cast<uint64_t>(at);
     const uint32_t half = p.head_dim / 2;
-    const uint64_t kvd = static_cast<uint64_t>(p.kv_heads) * p.head_dim;
     float* x = p.qkv + t * p.ld + static_cast<uint64_t>(h) * p.head_dim;  // k follows q, v k
     if (h >= p.heads + p.kv_heads) {
-        uint16_t* vc = rc.v + pos * kvd + (h - p.heads - p.kv_heads) * p.head_dim;
+        uint16_t* vc = rc.value(pos) + (h - p.heads - p.kv_heads) * p.head_dim;
         vc[i] = f16_saturate(x[i], p.saturated);
         vc[i + half] = f16_saturate(x[i + half], p.saturated);
         return;
@@ -83,7 +101,7 @@ __global__ void rope_store_kv_kernel(RopeParams p) {
     x[i] = ra;
     x[i + half] = rb;
     if (h >= p.heads) {
-        uint16_t* kc = rc.k + pos * kvd + (h - p.heads) * p.head_dim;
+        uint16_t* kc = rc.key(pos) + (h - p.heads) * p.head_dim;
         kc[i] = f16_saturate(ra, p.saturated);
         kc[i + half] = f16_saturate(rb, p.saturated);
     }
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
     pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint32_t t = blockIdx.x, h = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd;
+    const uint32_t hd = p.head_dim;
     const uint32_t kvh = h / (p.heads / p.kv_heads);
     const RowCache<const uint16_t> rc = row_cache<const uint16_t>(p, t);
     const int64_t at = rc.at;
@@ -140,10 +158,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
         o[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const uint16_t* kbase = rc.k + static_cast<uint64_t>(kvh) * hd;
-    const uint16_t* vbase = rc.v + static_cast<uint64_t>(kvh) * hd;
     for (uint64_t j = first + warp; j < len; j += kAttnWarps) {
-        const uint16_t* kr = kbase + j * kvd;
+        const uint16_t* kr = rc.key(j) + static_cast<uint64_t>(kvh) * hd;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < D; ++i) {
@@ -156,7 +172,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_kernel(AttentionPar
         const float m_new = fmaxf(m, s);
         const float corr = expf(m - m_new), e = expf(s - m_new);
         l = l * corr + e;
-        const uint16_t* vr = vbase + j * kvd;
+        const uint16_t* vr = rc.value(j) + static_cast<uint64_t>(kvh) * hd;
 #pragma unroll
         for (int i = 0; i < D; ++i) {
             const uint32_t d = lane * D + i;
@@ -269,7 +285,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_split_kernel(Attent
     pdl_trigger();  // the GEMV after this one may start loading its weights (pdl.cuh)
     const uint32_t slice = blockIdx.x, t = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t hd = p.head_dim, kvd = p.kv_heads * hd, group = p.heads / p.kv_heads;
+    const uint32_t hd = p.head_dim, group = p.heads / p.kv_heads;
     const uint32_t tiles = (group + G - 1) / G;
     const uint32_t kvh = blockIdx.y / tiles, h0 = kvh * group + (blockIdx.y % tiles) * G;
     const uint32_t hn = min(static_cast<uint32_t>(G), kvh * group + group - h0);
@@ -299,15 +315,15 @@ __global__ void __launch_bounds__(32 * kAttnWarps) attention_split_kernel(Attent
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    const uint16_t* kbase = rc.k + static_cast<uint64_t>(kvh) * hd;
-    const uint16_t* vbase = rc.v + static_cast<uint64_t>(kvh) * hd;
     for (uint64_t j = begin + warp; j < end; j += kAttnWarps) {
+        const uint16_t* kr = rc.key(j) + static_cast<uint64_t>(kvh) * hd;
+        const uint16_t* vr = rc.value(j) + static_cast<uint64_t>(kvh) * hd;
         float kv[D], vv[D];
 #pragma unroll
         for (int i = 0; i < D; ++i) {
             const uint32_t d = lane * D + i;
-            kv[i] = d < hd ? __half2float(__ushort_as_half(kbase[j * kvd + d])) : 0.0f;
-            vv[i] = d < hd ? __half2float(__ushort_as_half(vbase[j * kvd + d])) : 0.0f;
+            kv[i] = d < hd ? __half2float(__ushort_as_half(kr[d])) : 0.0f;
+            vv[i] = d < hd ? __half2float(__ushort_as_half(vr[d])) : 0.0f;
         }
 #pragma unroll
         for (int g = 0; g < G; ++g) {

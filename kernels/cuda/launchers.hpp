@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_limits.hpp"
+#include "kernels/cuda/kv_layout.hpp"
 #include "kernels/cuda/weight_kind.hpp"
 
 namespace qforge::cuda {
@@ -177,15 +178,22 @@ void record_token_launch(const int32_t* next, int32_t* pos, int32_t* history, ui
 // the host reads after each step and turns into an error (runtime/cuda_forward.cpp).
 constexpr int32_t kFaultPosition = 1;
 
-// A batched step's rows (CudaEngine::forward_batch, several sequences in one launch): row t's
-// own cache and position, in place of the params' single cache and pos0. Layer L's keys
-// (values) are at k (v) + L * layer_stride halves: CudaKvCache's layout.
+// A step's rows each with their own cache (CudaEngine::forward_batch, several sequences in one
+// launch; or every row of a step on a paged cache): row t's cache and position, in place of the
+// params' single cache and pos0. The two layouts are kv_layout.hpp's.
 struct CacheRow {
-    uint16_t* k = nullptr;  // layer 0's keys: [capacity][kv_heads * head_dim] fp16
-    uint16_t* v = nullptr;  // layer 0's values
+    // Contiguous: layer 0's keys and values ([capacity][kv_heads * head_dim] fp16 each), layer
+    // L's at k (v) + L * layer_stride halves. Paged: k is the pool's first block, v unused.
+    uint16_t* k = nullptr;
+    uint16_t* v = nullptr;
     uint64_t layer_stride = 0;
+    // Paged: the sequence's block table (device; entry i holds positions i << block_shift ..);
+    // null for a contiguous cache.
+    const uint32_t* blocks = nullptr;
+    uint64_t block_halves = 0;
+    uint32_t block_shift = 0;
     int32_t pos = 0;        // row t's position
-    uint32_t capacity = 0;  // positions its cache holds
+    uint32_t capacity = 0;  // positions its cache holds (a paged cache: its table's, or fewer)
 };
 
 struct RopeParams {
