@@ -1133,7 +1133,11 @@ TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone",
             batched[r] = DeviceBuffer<uint16_t>(init[r].size());
             batched[r].upload(init[r]);
             const uint64_t cap_kvd = uint64_t{caps[r]} * kvd;
-            rows[r] = {batched[r].get(), batched[r].get() + cap_kvd, 2 * cap_kvd, pos[r], caps[r]};
+            rows[r].k = batched[r].get();
+            rows[r].v = batched[r].get() + cap_kvd;
+            rows[r].layer_stride = 2 * cap_kvd;
+            rows[r].pos = pos[r];
+            rows[r].capacity = caps[r];
         }
         DeviceBuffer<CacheRow> drows(n);
         drows.upload(rows);
@@ -1148,6 +1152,86 @@ TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone",
         s.sync();
         REQUIRE(fault.download() == std::vector<int32_t>{0});
         const auto got_q = bq.download(), got_out = bout.download();
+        // Paged (kv_layout.hpp): the same caches in blocks of 4 positions scattered over one
+        // pool, each row's block table a shuffled share of its ids: the same bits, and each
+        // cache read back through its table equal to the contiguous one.
+        {
+            constexpr uint32_t kShift = 2, kPer = 1u << kShift;
+            const uint64_t bh = paged_block_halves(2, kShift, kvd);
+            std::vector<std::vector<uint32_t> > tables(n);
+            std::vector<uint32_t> ids;
+            for (uint32_t r = 0; r < n; ++r) {
+                tables[r].resize((caps[r] + kPer - 1) / kPer);
+                for (size_t i = 0; i < tables[r].size(); ++i)
+                    ids.push_back(static_cast<uint32_t>(ids.size()));
+            }
+            std::shuffle(ids.begin(), ids.end(), rng);
+            std::vector<uint32_t> flat;  // the tables, one after another
+            std::vector<uint64_t> at(n);
+            std::vector<uint16_t> pool(ids.size() * bh, 0);
+            auto paged_at = [&](uint32_t r, uint32_t layer, uint32_t which, uint64_t p) {
+                return paged_row_offset(tables[r][p >> kShift], bh, layer, which, p, kShift, kvd);
+            };
+            auto contiguous_at = [&](uint32_t r, uint32_t layer, uint32_t which, uint64_t p) {
+                return ((uint64_t{layer} * 2 + which) * caps[r] + p) * kvd;
+            };
+            for (uint32_t r = 0, next = 0; r < n; ++r) {
+                for (auto& id : tables[r]) id = ids[next++];
+                at[r] = flat.size();
+                flat.insert(flat.end(), tables[r].begin(), tables[r].end());
+                for (uint32_t layer = 0; layer < 2; ++layer)
+                    for (uint32_t which = 0; which < 2; ++which)
+                        for (uint64_t p = 0; p < caps[r]; ++p)
+                            std::copy_n(init[r].begin() + static_cast<std::ptrdiff_t>(
+                                                              contiguous_at(r, layer, which, p)),
+                                        kvd,
+                                        pool.begin() + static_cast<std::ptrdiff_t>(
+                                                           paged_at(r, layer, which, p)));
+            }
+            DeviceBuffer<uint16_t> dpool(pool.size());
+            dpool.upload(pool);
+            DeviceBuffer<uint32_t> dtables(flat.size());
+            dtables.upload(flat);
+            std::vector<CacheRow> prows(n);
+            for (uint32_t r = 0; r < n; ++r) {
+                prows[r].k = dpool.get();
+                prows[r].blocks = dtables.get() + at[r];
+                prows[r].block_halves = bh;
+                prows[r].block_shift = kShift;
+                prows[r].pos = pos[r];
+                prows[r].capacity = caps[r];
+            }
+            DeviceBuffer<CacheRow> dprows(n);
+            dprows.upload(prows);
+            DeviceBuffer<float> pq(qkv.size()), pout(n * ldo);
+            pq.upload(qkv);
+            pout.fill_bytes(0xff);
+            auto [prp, pap] = params(pq.get(), pout.get(), n, most);
+            prp.rows = pap.rows = dprows.get();
+            prp.layer = pap.layer = 1;
+            rope_store_kv_launch(prp, s.get());
+            attention_launch(pap, attention_dims_per_lane(hd), s.get());
+            s.sync();
+            REQUIRE(fault.download() == std::vector<int32_t>{0});
+            const auto paged_q = pq.download(), paged_out = pout.download();
+            REQUIRE(std::memcmp(paged_q.data(), got_q.data(), got_q.size() * 4) == 0);
+            REQUIRE(std::memcmp(paged_out.data(), got_out.data(), got_out.size() * 4) == 0);
+            const auto after = dpool.download();
+            for (uint32_t r = 0; r < n; ++r) {
+                const auto want = batched[r].download();
+                std::vector<uint16_t> back(want.size());
+                for (uint32_t layer = 0; layer < 2; ++layer)
+                    for (uint32_t which = 0; which < 2; ++which)
+                        for (uint64_t p = 0; p < caps[r]; ++p)
+                            std::copy_n(after.begin() + static_cast<std::ptrdiff_t>(
+                                                            paged_at(r, layer, which, p)),
+                                        kvd,
+                                        back.begin() + static_cast<std::ptrdiff_t>(
+                                                           contiguous_at(r, layer, which, p)));
+                INFO("paged row " << r);
+                REQUIRE(back == want);
+            }
+        }
         // Alone: row r with its own cache's layer 1 and its position as pos0.
         for (uint32_t r = 0; r < n; ++r) {
             INFO("row " << r << " capacity " << caps[r] << " position " << pos[r]);
