@@ -241,12 +241,18 @@ void CudaEngine::upload_rows(std::span<const CudaKvCache* const> caches,
     // Each paged cache's table once (a prompt's rows share their cache's), sized first: the
     // rows point into tables_.
     std::vector<const CudaKvCache*> paged;
+    std::vector<size_t> table_of(m);  // row i's cache's index in `paged`
     uint64_t entries = 0;
-    for (const CudaKvCache* c : caches)
-        if (c->paged() && std::find(paged.begin(), paged.end(), c) == paged.end()) {
+    for (uint64_t i = 0; i < m; ++i) {
+        const CudaKvCache* c = caches[i];
+        if (!c->paged()) continue;
+        const auto it = std::find(paged.begin(), paged.end(), c);
+        table_of[i] = static_cast<size_t>(it - paged.begin());
+        if (it == paged.end()) {
             paged.push_back(c);
             entries += c->blocks().size();
         }
+    }
     if (entries > tables_size_) {  // no copy is in flight: every step ends synchronized
         const uint64_t size = std::max(entries, 2 * tables_size_);
         if (tables_host_) cudaFreeHost(tables_host_);
@@ -265,11 +271,7 @@ void CudaEngine::upload_rows(std::span<const CudaKvCache* const> caches,
     }
     batch_capacity_ = 0;
     for (uint64_t i = 0; i < m; ++i) {
-        const uint32_t* table = nullptr;
-        if (caches[i]->paged())
-            table = tables_.get() +
-                    at[static_cast<size_t>(std::find(paged.begin(), paged.end(), caches[i]) -
-                                           paged.begin())];
+        const uint32_t* table = caches[i]->paged() ? tables_.get() + at[table_of[i]] : nullptr;
         cache_rows_host_[i] = caches[i]->row(pos[i], table);
         batch_capacity_ = std::max(batch_capacity_, caches[i]->capacity());
     }

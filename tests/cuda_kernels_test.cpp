@@ -1126,6 +1126,23 @@ TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone",
             ap.counters = counters.get();
             return std::make_pair(rp, ap);
         };
+        // RoPE and attention over all n rows in one launch each, row r through rows[r] at layer
+        // 1: the rotated q and the outputs.
+        auto run_rows = [&](const std::vector<CacheRow>& rows) {
+            DeviceBuffer<CacheRow> drows(n);
+            drows.upload(rows);
+            DeviceBuffer<float> bq(qkv.size()), bout(n * ldo);
+            bq.upload(qkv);
+            bout.fill_bytes(0xff);
+            auto [rp, ap] = params(bq.get(), bout.get(), n, most);
+            rp.rows = ap.rows = drows.get();
+            rp.layer = ap.layer = 1;
+            rope_store_kv_launch(rp, s.get());
+            attention_launch(ap, attention_dims_per_lane(hd), s.get());
+            s.sync();
+            REQUIRE(fault.download() == std::vector<int32_t>{0});
+            return std::make_pair(bq.download(), bout.download());
+        };
         // Batched: one launch each for all rows.
         std::vector<DeviceBuffer<uint16_t> > batched(n);
         std::vector<CacheRow> rows(n);
@@ -1139,19 +1156,7 @@ TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone",
             rows[r].pos = pos[r];
             rows[r].capacity = caps[r];
         }
-        DeviceBuffer<CacheRow> drows(n);
-        drows.upload(rows);
-        DeviceBuffer<float> bq(qkv.size()), bout(n * ldo);
-        bq.upload(qkv);
-        bout.fill_bytes(0xff);
-        auto [rp, ap] = params(bq.get(), bout.get(), n, most);
-        rp.rows = ap.rows = drows.get();
-        rp.layer = ap.layer = 1;
-        rope_store_kv_launch(rp, s.get());
-        attention_launch(ap, attention_dims_per_lane(hd), s.get());
-        s.sync();
-        REQUIRE(fault.download() == std::vector<int32_t>{0});
-        const auto got_q = bq.download(), got_out = bout.download();
+        const auto [got_q, got_out] = run_rows(rows);
         // Paged (kv_layout.hpp): the same caches in blocks of 4 positions scattered over one
         // pool, each row's block table a shuffled share of its ids: the same bits, and each
         // cache read back through its table equal to the contiguous one.
@@ -1201,19 +1206,7 @@ TEST_CASE("CUDA RoPE and attention through per-row caches equal each row alone",
                 prows[r].pos = pos[r];
                 prows[r].capacity = caps[r];
             }
-            DeviceBuffer<CacheRow> dprows(n);
-            dprows.upload(prows);
-            DeviceBuffer<float> pq(qkv.size()), pout(n * ldo);
-            pq.upload(qkv);
-            pout.fill_bytes(0xff);
-            auto [prp, pap] = params(pq.get(), pout.get(), n, most);
-            prp.rows = pap.rows = dprows.get();
-            prp.layer = pap.layer = 1;
-            rope_store_kv_launch(prp, s.get());
-            attention_launch(pap, attention_dims_per_lane(hd), s.get());
-            s.sync();
-            REQUIRE(fault.download() == std::vector<int32_t>{0});
-            const auto paged_q = pq.download(), paged_out = pout.download();
+            const auto [paged_q, paged_out] = run_rows(prows);
             REQUIRE(std::memcmp(paged_q.data(), got_q.data(), got_q.size() * 4) == 0);
             REQUIRE(std::memcmp(paged_out.data(), got_out.data(), got_out.size() * 4) == 0);
             const auto after = dpool.download();
