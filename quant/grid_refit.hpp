@@ -4,23 +4,33 @@
 // before the columns it covers were rounded, from diag(H) alone, so the grid no longer is the
 // best one for the codes that came out.
 //
-// The method, per row (rows are independent): r = w - q and g = H r; the group of columns J has
-// q_J = s a_J - m (a_J the codes' levels minus the zero; m only for super-block types, 0
-// otherwise), so a step (ds, dm) changes r_J by -B (ds, dm), B = [a_J, -1], and the best step is
-// the solution of (B^T H_JJ B) d = B^T g_J (1 x 1 without the min). Groups are visited in order
-// and g is updated after each (block Gauss-Seidel), so every step lowers the error and the sweeps
-// converge to the joint least-squares values. Then the values are stored as the type stores them:
-// the fp16 nearest each scale (zero points and levels unchanged), or for super-block types each
-// super-block's d and dmin from its largest scale and min (qtype_super_from_groups) and each
-// group's nearest 6-bit sc and mn (scales and mins below 0 clamp to 0). A row keeps its refitted
-// grids only when its output error, measured again exactly on the stored grids, is lower.
+// The method, per row (rows are independent): the group of columns J has q_J = s a_J - m (a_J
+// the codes' levels minus the zero; m only for super-block types, 0 otherwise), so q = B d with
+// d the row's unknowns (a scale per group, and a min) and B the k x nu matrix of their columns
+// (a_J, or -1, on J). The error (w - B d)^T H (w - B d) is a quadratic in d with the small
+// normal matrix M = B^T H B (nu x nu) and gradient B^T H r, r = w - q. Both are formed once per
+// row: H r by one product with H (which also gives the error before), M from one product of the
+// row's levels per group with H's rows of that group, over half of H by symmetry (the mins'
+// blocks are the same for every row). Then block Gauss-Seidel on the small system: groups in
+// order, each step (ds, dm) the solution of its group's 2 x 2 (1 x 1 without the min) block
+// against the current gradient, and every unknown's gradient moved by M's columns times the
+// step, so every step lowers the error and the sweeps converge to the joint least-squares
+// values. (The same iterates as updating H r itself after each group, a k x group product per
+// step; the small system makes a sweep cost nu^2 instead of k^2 per row.) Then the values are
+// stored as the type stores them: the fp16 nearest each scale (zero points and levels
+// unchanged), or for super-block types each super-block's d and dmin from its largest scale and
+// min (qtype_super_from_groups) and each group's nearest 6-bit sc and mn (scales and mins below
+// 0 clamp to 0). A row keeps its refitted grids only when its output error, measured again
+// exactly on the stored grids, is lower.
 //
-// Cost: per sweep, one update of g per group (a dgemm of the panel's steps by H's rows J), 2 rows
-// k^2 flops, and H_JJ a for the panel's rows (one dgemm per group, 2 rows k group flops), plus two
-// products with H for the errors before and after: about 6 rows k^2 * 2 flops at 4 sweeps, a few
-// times GPTQ's own column loop (rows k^2 * 2); small next to the calibration forward for models up
-// to ~1B (SmolLM2: k <= 1536), but an 8B model's down_proj (4096 x 14336) needs about 1e13 flops, a
-// few minutes per layer on 2 cores (estimated, not measured; --no-refit skips it).
+// Cost: three products with H per row, about 2.5 rows k^2 * 2 flops whatever the sweeps (H r
+// before and after, M over half of H), against 6 rows k^2 * 2 when each of 4 sweeps updated H r
+// itself: on SmolLM2's shapes (576 x 1536, 1536 x 576; 2 threads) 2.2-2.5x faster for q4_g128
+// and 1.9-2.1x for q4k_g32, with the same stored grids as that form for every grouped type
+// (checked once against it, 40 rows of 544: bit-identical). Memory: a panel's normal
+// matrices, nu^2 doubles a row, at most 32 MiB (fewer rows a panel for many groups: an 8B
+// model's down_proj in q4k_g32 has nu = 896). An 8B model's down_proj (4096 x 14336) still needs
+// about 4e12 flops (estimated; --no-refit skips it).
 //
 // Determinism: rows in fixed panels, single-threaded BLAS products of shapes that depend only on
 // the layer (BlasSingleThread must be alive, quant/hessian.hpp), so the grids do not depend on
