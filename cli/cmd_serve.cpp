@@ -81,7 +81,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         //   as on the CPU; a sequence decoding alone runs without its graph (a paged cache's
         //   rows are uploaded every step).
         // - A batched step launches its kernels one by one (no graph: its rows change every
-        //   step); a sequence decoding alone replays its cache's graph.
+        //   step), and so does a sequence decoding alone on its pool cache.
         // - A long prompt runs whole in one step, stalling the decoding sequences for it.
         // - Not run on a GPU yet: tests/cuda_serve_test.cpp (the scheduler on the batched step,
         //   in scripts/gpu_check.sh's build, which has the scheduler but no HTTP or tokenizer)

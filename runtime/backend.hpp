@@ -54,8 +54,8 @@ struct BatchSequence {
 // backend's memory, from which many sequences' caches take their blocks (qforge serve: paged
 // caches, no allocation per request). take() gives a cache whose blocks hold at least
 // `positions` positions (capacity() == positions), or null, with nothing taken, when too few
-// blocks are free; the cache returns its blocks when destroyed. The pool must outlive its
-// caches. Not thread-safe.
+// blocks are free; positions outside 1 .. max_position_embeddings throw qforge::Error. The cache
+// returns its blocks when destroyed. The pool must outlive its caches. Not thread-safe.
 class KvPool {
   public:
     virtual ~KvPool() = default;

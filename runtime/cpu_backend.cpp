@@ -123,8 +123,13 @@ std::unique_ptr<KvCache> CpuBackend::new_cache(uint64_t capacity) const {
 namespace {
 class CpuKvPool final : public KvPool {
   public:
-    CpuKvPool(const ModelConfig& c, uint64_t blocks, KvType type) : pool_(c, blocks, type) {}
+    CpuKvPool(const ModelConfig& c, uint64_t blocks, KvType type)
+        : max_positions_(c.max_position_embeddings), pool_(c, blocks, type) {}
     std::unique_ptr<KvCache> take(uint64_t positions) override {
+        if (positions == 0 || positions > max_positions_)
+            throw Error("KV block pool: a cache of " + std::to_string(positions) +
+                        " positions is outside 1 .. max_position_embeddings (" +
+                        std::to_string(max_positions_) + ")");
         auto cache = std::make_unique<PagedKvCache>(pool_, positions);
         if (!cache->reserve(positions)) return nullptr;
         return cache;
@@ -133,6 +138,7 @@ class CpuKvPool final : public KvPool {
     uint64_t total_blocks() const override { return pool_.total_blocks(); }
 
   private:
+    uint64_t max_positions_;
     KvBlockPool pool_;
 };
 }  // namespace

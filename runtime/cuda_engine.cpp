@@ -383,6 +383,11 @@ CudaKvCache::~CudaKvCache() {
     if (pool_) pool_->give_back(blocks_);
 }
 
+bool CudaKvCache::fits(const ModelConfig& c) const {
+    return !pool_ ||
+           (pool_->config().num_layers == c.num_layers && pool_->config().kv_dim() == c.kv_dim());
+}
+
 cuda::CacheRow CudaKvCache::row(uint64_t pos, const uint32_t* table) const {
     cuda::CacheRow r;
     r.pos = static_cast<int32_t>(pos);
@@ -412,9 +417,12 @@ std::unique_ptr<KvCache> CudaKvPool::take(uint64_t positions) {
         throw Error("KV block pool: a cache of " + std::to_string(positions) +
                     " positions is outside 1 .. max_position_embeddings (" +
                     std::to_string(c_.max_position_embeddings) + ")");
+    // The cache first: were its allocation to throw, no block would be taken yet.
+    auto cache = std::make_unique<CudaKvCache>(*this, std::vector<uint32_t>{}, positions);
     auto ids = ids_.allocate(CpuKvCache::blocks_for(positions));
     if (!ids) return nullptr;
-    return std::make_unique<CudaKvCache>(*this, std::move(*ids), positions);
+    cache->blocks_ = std::move(*ids);
+    return cache;
 }
 
 void CudaEngine::mm(const DeviceMatrix& w, const float* x, uint64_t ldx, uint64_t m, float* y,

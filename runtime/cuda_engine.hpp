@@ -38,7 +38,7 @@ inline uint64_t pad32(uint64_t v) { return round_up(v, 32); }
 class CudaKvPool;
 
 // Device memory, fp16 (kernels/cuda/kv_layout.hpp). Contiguous: the cache's own allocation, per
-// layer keys then values, each [capacity][kv_dim] (the CPU cache's layout); `id` keys the CUDA
+// layer keys then values, each [capacity][kv_dim]; `id` keys the CUDA
 // graphs captured against its buffers. Paged: blocks of a CudaKvPool (serve), its block table on
 // the host, uploaded with each step's rows (CudaEngine: cache_rows_, tables_); no graphs.
 class CudaKvCache final : public KvCache {
@@ -72,8 +72,13 @@ class CudaKvCache final : public KvCache {
     // A step row at position `pos` of this cache; a paged cache's with its block table at the
     // device address `table`.
     cuda::CacheRow row(uint64_t pos, const uint32_t* table) const;
+    // Paged caches: whether its pool's blocks have the layout of `c`'s layers (a pool made by
+    // a backend of another model would be read out of its bounds).
+    bool fits(const ModelConfig& c) const;
 
   private:
+    friend class CudaKvPool;  // take() gives a cache its blocks once it exists
+
     uint64_t kv_dim_;
     uint64_t id_;
     DeviceBuffer<uint16_t> data_;
@@ -92,10 +97,13 @@ class CudaKvPool final : public KvPool {
 
     uint16_t* data() const { return data_.get(); }
     uint64_t block_halves() const { return block_halves_; }
+    const ModelConfig& config() const { return c_; }
+
+  private:
+    friend class CudaKvCache;
     // A cache's blocks back (its destructor).
     void give_back(std::span<const uint32_t> ids) noexcept { ids_.give_back(ids); }
 
-  private:
     ModelConfig c_;
     uint64_t block_halves_;
     DeviceBuffer<uint16_t> data_;

@@ -246,6 +246,10 @@ void CudaEngine::upload_rows(std::span<const CudaKvCache* const> caches,
     for (uint64_t i = 0; i < m; ++i) {
         const CudaKvCache* c = caches[i];
         if (!c->paged()) continue;
+        if (!c->fits(c_))
+            throw Error(
+                "cuda backend: a paged KV cache from the pool of a model with other "
+                "layers or KV width");
         const auto it = std::find(paged.begin(), paged.end(), c);
         table_of[i] = static_cast<size_t>(it - paged.begin());
         if (it == paged.end()) {
@@ -253,9 +257,10 @@ void CudaEngine::upload_rows(std::span<const CudaKvCache* const> caches,
             entries += c->blocks().size();
         }
     }
-    if (entries > tables_size_) {  // no copy is in flight: every step ends synchronized
+    if (entries > tables_size_) {  // no copy is in flight: every step ends synchronized, a
+                                   // failed one too (its catch waits for the stream)
         const uint64_t size = std::max(entries, 2 * tables_size_);
-        if (tables_host_) cudaFreeHost(tables_host_);
+        if (tables_host_) QF_CUDA_CHECK(cudaFreeHost(tables_host_));
         tables_host_ = nullptr;
         tables_size_ = 0;
         tables_ = DeviceBuffer<uint32_t>(size);
@@ -384,6 +389,9 @@ void CudaEngine::forward(std::span<const int32_t> tokens, CudaKvCache& cache, ui
             try {
                 enqueue(m, cache, lf);
             } catch (...) {
+                // The step's copies may be queued still: wait for them before the host buffers
+                // (and the cache's blocks, which the caller may give back) are reused.
+                (void)cudaStreamSynchronize(stream_);
                 batch_rows_ = nullptr;
                 batch_capacity_ = 0;
                 throw;
@@ -523,7 +531,8 @@ void CudaEngine::batched_step(std::span<const BatchSequence* const> seqs,
         // Also keeps staging_ and cache_rows_host_ untouched until their copies have run.
         QF_CUDA_CHECK(cudaStreamSynchronize(stream_));
     } catch (...) {
-        restore();
+        (void)cudaStreamSynchronize(stream_);  // as forward()'s paged branch: nothing queued
+        restore();                             // reads a buffer after this
         throw;
     }
     restore();

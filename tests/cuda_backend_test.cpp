@@ -384,10 +384,11 @@ TEST_CASE(
 // 15 of them, 9 in one group, so a step has more rows than a GEMV pass or an attention launch
 // takes: each sequence's logits equal those it gets
 // alone through forward() (decode through the captured graph) bit for bit, every other one on a
-// paged cache of the device pool (its prompt through forward() on its block table too). The shapes
-// make a lone token's GEMV threads differ from a pass of 8 tokens' (down's 131 chunks: 2 chunk
-// steps of 96 threads alone, 1 of 160 by default), and head_dim 128 takes the attention's int8
-// blocks.
+// paged cache of the device pool (its prompt through forward() on its block table too; the
+// pool fragmented first, prompts crossing blocks, one prompt longer than a forward() step). The
+// shapes make a lone token's GEMV threads differ from a pass of 8 tokens' (down's 131 chunks: 2
+// chunk steps of 96 threads alone, 1 of 160 by default), and head_dim 128 takes the attention's
+// int8 blocks.
 TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit for bit",
           "[cuda]") {
     QF_REQUIRE_GPU();
@@ -420,13 +421,26 @@ TEST_CASE("CUDA batched steps give each sequence its own forward()'s logits bit 
         // block table, kernels/cuda/kv_layout.hpp), the others contiguous; the logits wanted
         // are a contiguous cache's alone either way. Declared first: it outlives its caches.
         auto pool = gpu.new_kv_pool(16 * CpuKvCache::blocks_for(3100));
+        // Holes in the pool first (caches of 3 blocks taken, every other one given back), so
+        // the paged caches' tables are not in id order.
+        std::vector<std::unique_ptr<KvCache> > holes;
+        for (int i = 0; i < 6; ++i) holes.push_back(pool->take(3 * CpuKvCache::kBlockPositions));
+        for (int i = 0; i < 6; i += 2) holes[static_cast<size_t>(i)].reset();
         std::vector<Seq> seqs(15);
         for (size_t i = 0; i < seqs.size(); ++i) {
             Seq& s = seqs[i];
-            s.prompt = some_tokens(i == 0 ? 1 : 2 + rng() % 20, v, 40 + static_cast<uint32_t>(i));
             // One block per head below 256 positions; split in slices of 64 up to 2048 and of
             // 96 at 3000 (plans.hpp: attention_split_len): three groups, of several capacities.
             s.capacity = i == 1 || i >= 13 ? 3000 + i : i >= 10 ? 64 : 256 + 4 * i;
+            // Paged (odd) sequences of capacity 256 up: prompts of 60-209 tokens, so their
+            // rows cross blocks of the table in the prompt or the decode; sequence 1's prompt
+            // of 600 runs through forward() in two steps (max_batch 512), the second one from
+            // position 512 on, through its table.
+            const uint64_t len = i == 0                            ? 1
+                                 : i == 1                          ? 600
+                                 : i % 2 == 1 && s.capacity >= 256 ? 60 + rng() % 150
+                                                                   : 2 + rng() % 20;
+            s.prompt = some_tokens(len, v, 40 + static_cast<uint32_t>(i));
             s.arrival = rng() % 3;
             auto cache = gpu.new_cache(s.capacity);
             std::vector<float> logits(v);

@@ -281,8 +281,15 @@ TEST_CASE("cpu backend's KV pool: caches of the positions asked, all or none, bl
     CHECK(pool->free_blocks() == 2);
     b.reset();
     CHECK(pool->free_blocks() == 3);
+    // Positions outside 1 .. max_position_embeddings: an Error, nothing taken (new_cache's
+    // bounds, and the CUDA pool's).
+    CHECK_THROWS_WITH(pool->take(0), Catch::Contains("outside 1 .. max_position_embeddings"));
+    CHECK_THROWS_WITH(pool->take(model.config().max_position_embeddings + 1),
+                      Catch::Contains("outside 1 .. max_position_embeddings"));
+    CHECK(pool->free_blocks() == 3);
     // Its caches run as new_cache's do.
     auto paged = pool->take(per + 3);
+    REQUIRE(paged);
     auto whole = backend->new_cache(per + 3);
     const uint64_t v = model.config().vocab_size;
     std::mt19937_64 rng(3);
