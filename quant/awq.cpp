@@ -124,6 +124,16 @@ double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t
     })[0];
 }
 
+double awq_hessian_error_f32(const float* w, const float* q, uint64_t rows, uint64_t k,
+                             const std::vector<float>& hf, ThreadPool* pool) {
+    if (hf.size() != k * k) throw Error("awq: H has the wrong size");
+    return quadratic_forms_f32(hf.data(), k, rows, 1, pool, [&](uint64_t r, float* e) {
+        for (uint64_t c = 0; c < k; ++c)
+            e[c] = static_cast<float>(static_cast<double>(w[r * k + c]) -
+                                      static_cast<double>(q[r * k + c]));
+    })[0];
+}
+
 std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s) {
     const uint64_t k = s.size();
     if (h.size() != k * k) throw Error("awq: H has the wrong size");

@@ -80,6 +80,10 @@ AwqScaleSearch awq_search_scales(const std::vector<double>& x_mean,
 // bits for any thread count while BlasSingleThread is alive.
 double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
                          const std::vector<double>& h, ThreadPool* pool = nullptr);
+// The same with float32 products (quadratic_forms_f32; hf: H as float32): the scale searches'
+// ranking of their candidates, at twice the speed.
+double awq_hessian_error_f32(const float* w, const float* q, uint64_t rows, uint64_t k,
+                             const std::vector<float>& hf, ThreadPool* pool = nullptr);
 
 // The H of inputs x diag(1/s): H[i][j] / (s_i s_j).
 std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s);

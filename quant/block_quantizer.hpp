@@ -91,7 +91,7 @@ class BlockQuantizer final : public ProductHook {
     std::vector<float> attn_post_norm_, mlp_post_norm_;
     std::array<std::vector<float>, kBlockLinears> quantized_;  // dequantized; empty: use b_
     AwqBlockScales scales_;
-    HessianStats searched_;  // AWQ: the H a search computed, when the norm after it is unchanged
+    HessianStats searched_;  // AWQ: the H a search computed, of the norm output after the fold
     bool have_searched_ = false;
     nlohmann::json groups_ = nlohmann::json::object();
     BlockActivations a_;

@@ -262,24 +262,33 @@ HessianStats HessianAccumulator::finish() {
     return st;
 }
 
-std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
-                                    ThreadPool* pool,
-                                    const std::function<void(uint64_t, double*)>& fill) {
+namespace {
+
+void symm_right_lower(int m, int k, const double* h, const double* s, double* hs) {
+    cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, m, k, 1.0, h, k, s, k, 0.0, hs, k);
+}
+void symm_right_lower(int m, int k, const float* h, const float* s, float* hs) {
+    cblas_ssymm(CblasRowMajor, CblasRight, CblasLower, m, k, 1.0f, h, k, s, k, 0.0f, hs, k);
+}
+
+template <class T>
+std::vector<double> quadratic_forms_of(const T* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                       ThreadPool* pool,
+                                       const std::function<void(uint64_t, T*)>& fill) {
     const uint64_t batches = (rows + kQuadraticRows - 1) / kQuadraticRows;
     std::vector<double> per_row(rows * forms);
     auto run = [&](size_t bb, size_t be) {
-        std::vector<double> s, hs;
+        std::vector<T> s, hs;
         for (uint64_t b = bb; b < be; ++b) {
             const uint64_t r0 = b * kQuadraticRows, m = std::min(kQuadraticRows, rows - r0) * forms;
             s.resize(m * k);
             hs.resize(m * k);
             for (uint64_t r = r0; r < r0 + m / forms; ++r) fill(r, s.data() + (r - r0) * forms * k);
-            cblas_dsymm(CblasRowMajor, CblasRight, CblasLower, static_cast<int>(m),
-                        static_cast<int>(k), 1.0, h, static_cast<int>(k), s.data(),
-                        static_cast<int>(k), 0.0, hs.data(), static_cast<int>(k));
+            symm_right_lower(static_cast<int>(m), static_cast<int>(k), h, s.data(), hs.data());
             for (uint64_t i = 0; i < m; ++i) {
                 double acc = 0.0;
-                for (uint64_t j = 0; j < k; ++j) acc += s[i * k + j] * hs[i * k + j];
+                for (uint64_t j = 0; j < k; ++j)
+                    acc += static_cast<double>(s[i * k + j]) * static_cast<double>(hs[i * k + j]);
                 per_row[r0 * forms + i] = acc;
             }
         }
@@ -292,6 +301,20 @@ std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, 
     for (uint64_t r = 0; r < rows; ++r)
         for (uint64_t f = 0; f < forms; ++f) total[f] += per_row[r * forms + f];
     return total;
+}
+
+}  // namespace
+
+std::vector<double> quadratic_forms(const double* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                    ThreadPool* pool,
+                                    const std::function<void(uint64_t, double*)>& fill) {
+    return quadratic_forms_of(h, k, rows, forms, pool, fill);
+}
+
+std::vector<double> quadratic_forms_f32(const float* h, uint64_t k, uint64_t rows, uint64_t forms,
+                                        ThreadPool* pool,
+                                        const std::function<void(uint64_t, float*)>& fill) {
+    return quadratic_forms_of(h, k, rows, forms, pool, fill);
 }
 
 // ---------------------------------------------------------------------------------------------
