@@ -27,7 +27,7 @@
 // before and after, M over half of H), against 6 rows k^2 * 2 when each of 4 sweeps updated H r
 // itself: on SmolLM2's shapes (576 x 1536, 1536 x 576; 2 threads) 2.2-2.5x faster for q4_g128
 // and 1.9-2.1x for q4k_g32, with the same stored grids as that form for every grouped type
-// (checked once against it, 40 rows of 544: bit-identical). Memory: a panel's normal
+// (checked once against it, 40 rows of 544: bit-identical). Memory: each thread's panel of normal
 // matrices, nu^2 doubles a row, at most 32 MiB (fewer rows a panel for many groups: an 8B
 // model's down_proj in q4k_g32 has nu = 896). An 8B model's down_proj (4096 x 14336) still needs
 // about 4e12 flops (estimated; --no-refit skips it).

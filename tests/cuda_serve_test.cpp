@@ -41,22 +41,23 @@ TEST_CASE("scheduler on the CUDA backend's batched step gives generate's tokens"
     Model model(path.string());
     auto backend = make_cuda_backend(model);
     // Caches for about four requests at once, eight slots, whole prompts (cmd_serve's settings
-    // for CUDA): steps of up to eight decode rows beside the prompts that arrive.
+    // for CUDA): steps of up to eight decode rows beside the prompts that arrive. Prompts of up
+    // to 100 tokens, so many sequences span two blocks of their table.
     // Paged caches in the device pool (Backend::new_kv_pool, as cmd_serve makes), or a cache
     // of its own per sequence (BackendCacheSource).
     const bool pooled = GENERATE(true, false);
     INFO((pooled ? "the device pool" : "a cache per sequence"));
-    const uint64_t blocks = 4 * CpuKvCache::blocks_for(34);
+    const uint64_t blocks = 4 * CpuKvCache::blocks_for(110);
     std::unique_ptr<serve::KvCacheSource> caches;
     if (pooled)
         caches = std::make_unique<serve::PoolCacheSource>(backend->new_kv_pool(blocks));
     else
         caches = std::make_unique<serve::BackendCacheSource>(*backend, blocks);
-    serve::SchedulerOptions so{8, 64, 64, 3};
+    serve::SchedulerOptions so{8, 128, 64, 3};
     so.whole_prompts = true;
     serve::Scheduler sched(*backend, *caches, so);
     std::mt19937_64 rng(23);
-    CHECK(test::check_random_arrivals(*backend, sched, 24, rng) < 24 * 11);  // shared steps
+    CHECK(test::check_random_arrivals(*backend, sched, 24, rng, 100) < 24 * 11);  // shared steps
     CHECK(caches->free_blocks() == caches->total_blocks());
 #endif
 }

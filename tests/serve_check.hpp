@@ -50,11 +50,11 @@ inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_
 }
 
 // `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
-// random prompts of 1-24 tokens, max_tokens 1-10, a random stop id, greedy (even) or sampled with
-// the request's own seed (odd). Each must give generate()'s tokens on `backend` (run first, alone).
-// Returns the steps taken.
+// random prompts of 1-max_prompt tokens, max_tokens 1-10, a random stop id, greedy (even) or
+// sampled with the request's own seed (odd). Each must give generate()'s tokens on `backend` (run
+// first, alone). Returns the steps taken.
 inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched, size_t n,
-                                      std::mt19937_64& rng) {
+                                      std::mt19937_64& rng, uint64_t max_prompt = 24) {
     const ModelConfig& c = backend.model().config();
     struct Case {
         serve::SequenceRequest req;
@@ -66,7 +66,8 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
     for (size_t i = 0; i < cases.size(); ++i) {
         const SamplingParams sp =
             i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
-        cases[i].req = request(random_ids(rng, 1 + rng() % 24, c.vocab_size), 1 + rng() % 10, sp);
+        cases[i].req =
+            request(random_ids(rng, 1 + rng() % max_prompt, c.vocab_size), 1 + rng() % 10, sp);
         cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
         GenerateOptions o;
         o.sampling = sp;
