@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/cpu/group_codes.hpp"
@@ -115,23 +116,35 @@ AwqScaleSearch awq_search_scales(const std::vector<double>& x_mean,
     return r;
 }
 
+namespace {
+
+// trace((W - Q) H (W - Q)^T) with products in T (quadratic_forms or quadratic_forms_f32), each
+// difference formed in float64 and then held as T.
+template <class T>
+double hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
+                     const std::vector<T>& h, ThreadPool* pool) {
+    if (h.size() != k * k) throw Error("awq: H has the wrong size");
+    const auto fill = [&](uint64_t r, T* e) {
+        for (uint64_t c = 0; c < k; ++c)
+            e[c] = static_cast<T>(static_cast<double>(w[r * k + c]) -
+                                  static_cast<double>(q[r * k + c]));
+    };
+    if constexpr (std::is_same_v<T, double>)
+        return quadratic_forms(h.data(), k, rows, 1, pool, fill)[0];
+    else
+        return quadratic_forms_f32(h.data(), k, rows, 1, pool, fill)[0];
+}
+
+}  // namespace
+
 double awq_hessian_error(const float* w, const float* q, uint64_t rows, uint64_t k,
                          const std::vector<double>& h, ThreadPool* pool) {
-    if (h.size() != k * k) throw Error("awq: H has the wrong size");
-    return quadratic_forms(h.data(), k, rows, 1, pool, [&](uint64_t r, double* e) {
-        for (uint64_t c = 0; c < k; ++c)
-            e[c] = static_cast<double>(w[r * k + c]) - static_cast<double>(q[r * k + c]);
-    })[0];
+    return hessian_error(w, q, rows, k, h, pool);
 }
 
 double awq_hessian_error_f32(const float* w, const float* q, uint64_t rows, uint64_t k,
                              const std::vector<float>& hf, ThreadPool* pool) {
-    if (hf.size() != k * k) throw Error("awq: H has the wrong size");
-    return quadratic_forms_f32(hf.data(), k, rows, 1, pool, [&](uint64_t r, float* e) {
-        for (uint64_t c = 0; c < k; ++c)
-            e[c] = static_cast<float>(static_cast<double>(w[r * k + c]) -
-                                      static_cast<double>(q[r * k + c]));
-    })[0];
+    return hessian_error(w, q, rows, k, hf, pool);
 }
 
 std::vector<double> awq_scale_hessian(const std::vector<double>& h, const std::vector<float>& s) {
