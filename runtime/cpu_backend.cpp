@@ -319,13 +319,14 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     const QPackedRows* p = packed(w);
     if (p && !bias && !accumulate) {  // straight into y: no pass through scratch
         for (uint64_t rb = r0; rb < r1; rb += rows_per_block)
-            qmatmul_packed(*p, rb, std::min(r1, rb + rows_per_block), acts_, 0, n, y + rb, ldy);
+            qmatmul_packed_isa(isa_, *p, rb, std::min(r1, rb + rows_per_block), acts_, 0, n, y + rb,
+                               ldy);
         return;
     }
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
         const uint64_t re = std::min(r1, rb + rows_per_block);
         if (p)
-            qmatmul_packed(*p, rb, re, acts_, 0, n, scratch, re - rb);
+            qmatmul_packed_isa(isa_, *p, rb, re, acts_, 0, n, scratch, re - rb);
         else if (bf16)  // decode too: one token is a 1-token tile, the same bits
             bf16_matmul(*bf16, rb, re, bf16_tokens_, 0, n, scratch, re - rb);
         else if (qtype_is_quantized(w.qtype))

@@ -213,7 +213,7 @@ TEST_CASE("qmatmul at avx512 gives scalar's bits over several row groups and eve
                     m.bytes[3 * m.stride + l.zeros_offset] = 200;                  // row 3, group 0
                     m.bytes[40 * m.stride + l.zeros_offset + l.groups - 1] = 255;  // row 40, last
                 }
-                for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
+                for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u}) {
                     INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
                                   << (damaged ? " damaged zeros" : ""));
                     const auto x = test::kernel_activations(tokens, k, seed++);
@@ -262,66 +262,106 @@ TEST_CASE("qmatmul: the avx2 level's AVX-VNNI row gives the AVX2 row's bits", "[
         }
 }
 
-TEST_CASE("qmatmul_packed gives scalar's bits for every packed type, row range and token tile",
-          "[qdot]") {
+TEST_CASE(
+    "qmatmul_packed gives scalar's bits at every level, packed type, row range and token "
+    "tile",
+    "[qdot]") {
     // Rows repacked 16 to a tile (kernels/cpu/qpack.hpp): 45 rows (a last tile of 13), k ending
     // inside a block, a chunk and a weight group (100, 300), two whole superblocks (512) and 2056
     // (a 1-block last chunk); ranges from a tile boundary and from inside a tile (the kernel then
     // computes the tile and stores the rows asked for); 1 to 9 tokens (the one-token path, raw
-    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout.
+    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout. Every
+    // level the CPU has with packed kernels (avx2, avx512) against the scalar reference.
     bool any = false;
-    for (QType t : quantized_types()) {
-        if (!qmatmul_packed_serves(cpu_isa(), t)) continue;
-        any = true;
-        uint32_t seed = 1700 + static_cast<uint32_t>(t);
-        for (uint64_t k : {uint64_t{100}, uint64_t{300}, uint64_t{512}, uint64_t{2056}}) {
-            Matrix m = make_matrix(t, 45, k, seed++);
-            for (bool damaged : {false, true}) {
-                if (damaged) {
-                    if (qtype_traits(t).symmetric || qtype_traits(t).super_block) break;
-                    const QRowLayout l = *qtype_row_layout(t, k);
-                    m.bytes[3 * m.stride + l.zeros_offset] = 200;
-                    m.bytes[40 * m.stride + l.zeros_offset + l.groups - 1] = 255;
-                }
-                QPackedRows packed(t, m.n, k);
-                packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
-                packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
-                for (uint64_t tokens : {1u, 2u, 4u, 5u, 9u}) {
-                    const auto x = test::kernel_activations(tokens, k, seed++);
-                    QActivations a;
-                    a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
-                    const auto exact = run(Isa::scalar, m, a);
-                    const uint64_t ldo = m.n + 2;
-                    for (auto [r0, r1] :
-                         {std::pair<uint64_t, uint64_t>{0, 45}, {16, 45}, {5, 37}, {33, 34}}) {
-                        INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
-                                      << " rows " << r0 << ".." << r1
-                                      << (damaged ? " damaged zeros" : ""));
-                        std::vector<float> out(tokens * ldo, std::nanf(""));
-                        qmatmul_packed(packed, r0, r1, a, 0, tokens, out.data() + r0, ldo);
-                        for (uint64_t tok = 0; tok < tokens; ++tok)
-                            for (uint64_t r = 0; r < ldo; ++r) {
-                                const float v = out[tok * ldo + r];
-                                if (r < r0 || r >= r1) {
-                                    REQUIRE(std::isnan(v));  // untouched
-                                    continue;
+    for (Isa isa : {Isa::avx2, Isa::avx512})
+        for (QType t : quantized_types()) {
+            if (!qmatmul_packed_serves(isa, t)) continue;
+            any = true;
+            uint32_t seed = 1700 + static_cast<uint32_t>(t);
+            for (uint64_t k : {uint64_t{100}, uint64_t{300}, uint64_t{512}, uint64_t{2056}}) {
+                Matrix m = make_matrix(t, 45, k, seed++);
+                for (bool damaged : {false, true}) {
+                    if (damaged) {
+                        if (qtype_traits(t).symmetric || qtype_traits(t).super_block) break;
+                        const QRowLayout l = *qtype_row_layout(t, k);
+                        m.bytes[3 * m.stride + l.zeros_offset] = 200;
+                        m.bytes[40 * m.stride + l.zeros_offset + l.groups - 1] = 255;
+                    }
+                    QPackedRows packed(t, m.n, k);
+                    packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
+                    packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
+                    for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u}) {
+                        const auto x = test::kernel_activations(tokens, k, seed++);
+                        QActivations a;
+                        a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+                        const auto exact = run(Isa::scalar, m, a);
+                        const uint64_t ldo = m.n + 2;
+                        for (auto [r0, r1] :
+                             {std::pair<uint64_t, uint64_t>{0, 45}, {16, 45}, {5, 37}, {33, 34}}) {
+                            INFO("level " << isa_name(isa) << " qtype " << qtype_traits(t).name
+                                          << " k " << k << " tokens " << tokens << " rows " << r0
+                                          << ".." << r1 << (damaged ? " damaged zeros" : ""));
+                            std::vector<float> out(tokens * ldo, std::nanf(""));
+                            qmatmul_packed_isa(isa, packed, r0, r1, a, 0, tokens, out.data() + r0,
+                                               ldo);
+                            for (uint64_t tok = 0; tok < tokens; ++tok)
+                                for (uint64_t r = 0; r < ldo; ++r) {
+                                    const float v = out[tok * ldo + r];
+                                    if (r < r0 || r >= r1) {
+                                        REQUIRE(std::isnan(v));  // untouched
+                                        continue;
+                                    }
+                                    const float e = exact[tok * ldo + r];
+                                    REQUIRE(std::memcmp(&v, &e, 4) == 0);
                                 }
-                                const float e = exact[tok * ldo + r];
-                                REQUIRE(std::memcmp(&v, &e, 4) == 0);
-                            }
+                        }
                     }
                 }
             }
         }
-    }
     if (!any) {
-        WARN("this CPU has no AVX-512 VNNI: the packed kernels are not run here");
+        WARN("this CPU runs below avx2: the packed kernels are not run here");
         return;
     }
     // Types without a packed layout are refused, not computed wrongly.
     REQUIRE_FALSE(qpack_layout(QType::q3_g32, 64).has_value());
     REQUIRE_FALSE(qpack_layout(QType::f16, 64).has_value());
     REQUIRE_THROWS_AS(QPackedRows(QType::q4t_g32, 16, 64), Error);
+}
+
+TEST_CASE("qmatmul_packed: the avx2 level's AVX-VNNI row gives the AVX2 row's bits", "[qdot]") {
+    // The packed kernels compiled twice (qpack_avx2_kernels.hpp): vpdpbusd against maddubs and
+    // madd on the same bytes. Every type either serves, k ending inside a block and a chunk
+    // (300) and 2056 (a 1-block last chunk), 1 to 7 tokens.
+    if (!cpu_has_avx_vnni() || cpu_isa() < Isa::avx2) {
+        WARN("this CPU has no AVX-VNNI (or runs below avx2): the VNNI packed row is not run here");
+        return;
+    }
+    uint32_t seed = 2300;
+    for (QType t : quantized_types()) {
+        const detail::QPackedKernel kernels[2] = {
+            detail::avx2_packed_kernels()[static_cast<size_t>(t)],
+            detail::avx_vnni_packed_kernels()[static_cast<size_t>(t)]};
+        REQUIRE((kernels[0] == nullptr) == (kernels[1] == nullptr));
+        if (!kernels[0]) continue;
+        for (uint64_t k : {uint64_t{300}, uint64_t{2056}}) {
+            const Matrix m = make_matrix(t, 21, k, seed++);
+            QPackedRows packed(t, m.n, k);
+            packed.pack(m.bytes.data(), m.stride, 0, packed.tiles());
+            for (uint64_t tokens : {1u, 3u, 7u}) {
+                const auto x = test::kernel_activations(tokens, k, seed++);
+                QActivations a;
+                a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+                INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens);
+                std::vector<float> out[2];
+                for (int i = 0; i < 2; ++i) {
+                    out[i].assign(tokens * m.n, std::nanf(""));
+                    kernels[i](packed, 0, m.n, a, 0, tokens, out[i].data(), m.n);
+                }
+                REQUIRE(std::memcmp(out[0].data(), out[1].data(), 4 * out[0].size()) == 0);
+            }
+        }
+    }
 }
 
 TEST_CASE("qmatmul: int8 activations move the product by at most d/2 per weight", "[qdot]") {

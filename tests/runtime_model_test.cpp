@@ -14,6 +14,7 @@
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/qdot.hpp"
 #include "quant/block_forward.hpp"
 #include "quant/hessian.hpp"
 #include "runtime/backend.hpp"
@@ -540,23 +541,46 @@ TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefil
         write_model(path, variant_config(v), v.qtype, 11);
         Model model(path.string());
         const auto tokens = some_tokens(37, model.config().vocab_size, 4);
-        for (bool int8 : {true, false}) {
-            INFO(qtype_traits(qtype).name << (int8 ? " int8" : " f32") << " activations");
-            std::vector<float> first;
-            for (int threads : {1, 2, 3}) {
-                ThreadPool pool(threads);
-                auto cpu = make_cpu_backend(model, pool,
-                                            {.min_parallel_work = 0, .int8_activations = int8});
-                const auto prefill = run(*cpu, tokens);
-                REQUIRE(prefill == run_token_by_token(*cpu, tokens));
-                if (first.empty()) first = prefill;
-                REQUIRE(prefill == first);
-                // Rows repacked at load (kernels/cpu/qpack.hpp, on AVX-512 CPUs) or read in
-                // place: the same bits.
-                auto in_place = make_cpu_backend(
-                    model, pool,
-                    {.min_parallel_work = 0, .int8_activations = int8, .repack = false});
-                REQUIRE(run(*in_place, tokens) == first);
+        for (Isa isa : kIsaLevels) {
+            if (isa > cpu_isa()) continue;
+            for (bool int8 : {true, false}) {
+                INFO(qtype_traits(qtype).name << (int8 ? " int8" : " f32") << " activations, level "
+                                              << isa_name(isa));
+                std::vector<float> first;
+                for (int threads : {1, 2, 3}) {
+                    ThreadPool pool(threads);
+                    auto cpu = make_cpu_backend(
+                        model, pool,
+                        {.min_parallel_work = 0, .int8_activations = int8, .isa = isa});
+                    const auto prefill = run(*cpu, tokens);
+                    REQUIRE(prefill == run_token_by_token(*cpu, tokens));
+                    if (first.empty()) first = prefill;
+                    REQUIRE(prefill == first);
+                    // Rows repacked at load (kernels/cpu/qpack.hpp) or read in place: at avx512
+                    // both give the scalar reference's bits; at avx2 the packed kernels do and the
+                    // row kernels sum the same exact block integers' float steps in another
+                    // order, so the two agree to float32 rounding (a few times 1e-7 per layer, as
+                    // the transformers comparisons find; a wrong block or scale moves logits by
+                    // far more than 1e-5).
+                    auto in_place = make_cpu_backend(model, pool,
+                                                     {.min_parallel_work = 0,
+                                                      .int8_activations = int8,
+                                                      .isa = isa,
+                                                      .repack = false});
+                    const auto rows = run(*in_place, tokens);
+                    if (isa == Isa::avx2 && int8 && qmatmul_packed_serves(isa, qtype)) {
+                        double diff = 0.0, norm = 0.0;
+                        for (size_t i = 0; i < rows.size(); ++i) {
+                            diff += (static_cast<double>(rows[i]) - first[i]) *
+                                    (static_cast<double>(rows[i]) - first[i]);
+                            norm += static_cast<double>(first[i]) * first[i];
+                        }
+                        INFO("rel L2 packed vs in place: " << std::sqrt(diff / norm));
+                        REQUIRE(std::sqrt(diff / norm) <= 1e-5);
+                    } else {
+                        REQUIRE(rows == first);
+                    }
+                }
             }
         }
         fs::remove(path);

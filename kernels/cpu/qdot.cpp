@@ -236,24 +236,41 @@ void qmatmul(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r
     qmatmul_isa(cpu_isa(), t, w, stride, r0, r1, a, t0, t1, out, ldo);
 }
 
-bool qmatmul_packed_serves(Isa isa, QType t) {
-    return isa >= Isa::avx512 && isa <= cpu_isa() && qtype_is_quantized(t) &&
-           detail::avx512_packed_kernels()[static_cast<size_t>(t)] != nullptr;
+namespace {
+
+// The packed kernel of type t at level isa, or null.
+detail::QPackedKernel packed_kernel(Isa isa, QType t) {
+    if (isa > cpu_isa() || !qtype_is_quantized(t)) return nullptr;
+    if (isa == Isa::avx512) return detail::avx512_packed_kernels()[static_cast<size_t>(t)];
+    if (isa == Isa::avx2)
+        return (cpu_uses_avx_vnni() ? detail::avx_vnni_packed_kernels()
+                                    : detail::avx2_packed_kernels())[static_cast<size_t>(t)];
+    return nullptr;
 }
 
-void qmatmul_packed(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
-                    uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
-    if (!qmatmul_packed_serves(cpu_isa(), m.type()) || a.mode() != QActivations::Mode::int8)
+}  // namespace
+
+bool qmatmul_packed_serves(Isa isa, QType t) { return packed_kernel(isa, t) != nullptr; }
+
+void qmatmul_packed_isa(Isa isa, const QPackedRows& m, uint64_t r0, uint64_t r1,
+                        const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    const detail::QPackedKernel kernel = packed_kernel(isa, m.type());
+    if (!kernel || a.mode() != QActivations::Mode::int8)
         throw Error(std::string("qmatmul_packed: no packed kernel for ") +
                     std::string(qtype_traits(m.type()).name) + " at level " +
-                    std::string(isa_name(cpu_isa())) +
+                    std::string(isa_name(isa)) +
                     (a.mode() == QActivations::Mode::int8 ? "" : " in f32 mode"));
     if (a.k() != m.k() || r1 > m.rows())
         throw Error("qmatmul_packed: rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                     ") of k = " + std::to_string(a.k()) + " asked of a matrix of " +
                     std::to_string(m.rows()) + " rows of " + std::to_string(m.k()));
     if (r0 >= r1 || t0 >= t1) return;
-    detail::avx512_packed_kernels()[static_cast<size_t>(m.type())](m, r0, r1, a, t0, t1, out, ldo);
+    kernel(m, r0, r1, a, t0, t1, out, ldo);
+}
+
+void qmatmul_packed(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                    uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    qmatmul_packed_isa(cpu_isa(), m, r0, r1, a, t0, t1, out, ldo);
 }
 
 void dequantize_rows_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t n,

@@ -15,8 +15,8 @@
 // product whose summation order depends only on k and the level, never on the thread or the
 // tile, so results are bit-identical for any thread count and for prefill versus decode. In int8
 // mode the avx512 level gives the scalar reference's bits (one row per lane, the reference's own
-// roundings in its order); avx2 differs from both by float rounding only. In f32 mode avx512 is
-// avx2's kernel.
+// roundings in its order), and so does the avx2 level on packed rows (qmatmul_packed); avx2's
+// row kernels differ from both by float rounding only. In f32 mode avx512 is avx2's kernel.
 #pragma once
 
 #include <cstdint>
@@ -88,13 +88,17 @@ void qmatmul_scalar(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uin
 void qmatmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                  const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
 
-// Rows repacked at load for the avx512 kernels (kernels/cpu/qpack.hpp).
+// Rows repacked at load for the x86 kernels (kernels/cpu/qpack.hpp).
 class QPackedRows;
-// Whether qmatmul_packed serves type t at level isa: avx512 and a type with a packed layout.
+// Whether qmatmul_packed_isa serves type t at level isa (<= cpu_isa()): avx512, every type with
+// a packed layout; avx2, q8*, q4_g* and q4s_g* (the level's kernels for the others read rows).
 bool qmatmul_packed_serves(Isa isa, QType t);
-// qmatmul on packed rows, int8 mode: rows [r0, r1) of m (any r0; multiples of 16 waste no lanes)
-// against tokens [t0, t1), the bits of qmatmul_scalar on the same rows. Throws qforge::Error
-// where qmatmul_packed_serves(cpu_isa(), m.type()) is false, or in f32 mode.
+// qmatmul on packed rows, int8 mode, at level isa: rows [r0, r1) of m (any r0; multiples of 16
+// waste no lanes) against tokens [t0, t1), the bits of qmatmul_scalar on the same rows at every
+// level. Throws qforge::Error where qmatmul_packed_serves(isa, m.type()) is false, or in f32 mode.
+void qmatmul_packed_isa(Isa isa, const QPackedRows& m, uint64_t r0, uint64_t r1,
+                        const QActivations& a, uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
+// The same at cpu_isa().
 void qmatmul_packed(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
                     uint64_t t0, uint64_t t1, float* out, uint64_t ldo);
 

@@ -33,13 +33,18 @@ const QKernelRow& avx_vnni_kernels();
 // product, bit-identical to qmatmul_scalar's; f32 mode and dequantization are AVX2's.
 const QKernelRow& avx512_kernels();
 
-// The AVX-512 products on packed rows (kernels/cpu/qpack.hpp), qmatmul_packed's contract; null
-// for types without a packed layout.
+// The products on packed rows (kernels/cpu/qpack.hpp), qmatmul_packed's contract, per level;
+// null for types a level leaves to its row kernels.
 using QPackedKernel = void (*)(const QPackedRows& m, uint64_t r0, uint64_t r1,
                                const QActivations& a, uint64_t t0, uint64_t t1, float* out,
                                uint64_t ldo);
 using QPackedKernelRow = std::array<QPackedKernel, kQTypeCount>;
-const QPackedKernelRow& avx512_packed_kernels();
+const QPackedKernelRow& avx512_packed_kernels();  // every type with a packed layout
+// AVX2 (qpack_avx2.cpp): q8*, q4_g*, q4s_g*, with one row per lane, qmatmul_scalar's bits.
+const QPackedKernelRow& avx2_packed_kernels();
+// The same with AVX-VNNI's vpdpbusd (qpack_avx_vnni.cpp): the same bits; call only where the
+// CPU has AVX-VNNI.
+const QPackedKernelRow& avx_vnni_packed_kernels();
 
 // Int8 activation blocks for QActivations::prepare: `blocks` whole blocks of 32 floats from x,
 // each to codes q (32 per block), scale d and code sum s; the same bits as the scalar

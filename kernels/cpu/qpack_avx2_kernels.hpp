@@ -1,0 +1,244 @@
+// The avx2 level's products on packed rows (kernels/cpu/qpack.hpp, the layout the avx512 kernels
+// read): each 64-byte vector of a tile is two 32-byte halves, rows 0-7 and rows 8-15, and each
+// half is multiplied with one row per 32-bit lane, so every output is the scalar reference's own
+// sequence of roundings (qmatmul_scalar, int8 mode) and equals it bit for bit:
+//
+//   acc = 0; for each block b of 32 weights, in order:
+//       isum = sum_i code_i q_i - zero * sum_i q_i           (an exact integer)
+//       acc = acc + fl(fl(scale * d_b) * float(isum))
+//
+// A block's integer, per half and token: vector j of the block holds in lane l the 4 bytes of
+// row l that meet activations 4j .. 4j + 3 (8-bit types) or, 4-bit types, 4j .. 4j + 3 in their
+// low nibbles and 16 + 4j .. 19 + 4j in their high ones; each meets that activation dword
+// broadcast to every lane.
+//   - 4-bit codes (0..15) go into maddubs as unsigned bytes against the signed activations; each
+//     int16 holds two products (at most 2 * 15 * 127 = 3810), and the eight vectors' int16 sums
+//     stay below 8 * 3810 = 30480 < 2^15, so they are added as int16 and widened once (madd with
+//     ones): the block's sum_i code_i q_i in each row's lane. The zero is subtracted after
+//     conversion, zero * sum q with one fused multiply-add: both are integers below 2^24 (a
+//     damaged zero of 255 times 32 * 127), so the float is the exact integer isum.
+//   - 8-bit codes are signed: maddubs takes |w| (128 for a code of -128, which GGUF Q8_0
+//     imports carry) against the activation with w's sign, at most 2 * 128 * 127 per int16, so
+//     each vector is widened on its own and the eight are added as int32.
+// Rows go a tile (16 rows) at a time against tiles of up to 4 tokens; per block, each half's code
+// vectors are split once and serve every token of the tile. Neither the token tiles, the split of
+// rows over threads nor prefill versus decode can change a bit.
+// Included by two translation units, as qdot_avx2_kernels.hpp: qpack_avx2.cpp (maddubs) and
+// qpack_avx_vnni.cpp (QF_INT8_VNNI: AVX-VNNI's vpdpbusd, the same int32 sums, so the same bits),
+// each defining QF_AVX2 first; everything here has internal linkage.
+// The bits also rest on -ffp-contract=off (kernels/CMakeLists.txt): the scale products and the
+// add are separate instructions, as the reference's.
+#pragma once
+
+#include <algorithm>
+
+#include "kernels/cpu/qdot_avx2.hpp"
+#include "kernels/cpu/qdot_x86.hpp"
+#include "kernels/cpu/qpack.hpp"
+
+#if defined(__x86_64__)
+
+namespace qforge::detail {
+
+namespace {
+
+constexpr int kHalves = 2;                     // 8-row halves of a 16-row tile
+constexpr uint64_t kHalfRows = kPackLanes / 2;  // rows per ymm: one per dword lane
+constexpr int kTileTokens = 4;        // tokens per tile
+constexpr int kBothHalvesTokens = 2;  // tiles of up to this many tokens take both halves at once
+// How far ahead of each block its stream is prefetched, into L1 (the avx512 kernel's distance).
+constexpr uint64_t kAhead = 4096;
+
+// The activations of a tile's tokens.
+template <int NT>
+struct Tokens {
+    const int8_t* q[NT];    // codes(t)
+    const float* d[NT];     // scales(t)
+    const int32_t* s[NT];   // sums(t)
+};
+
+// One weight group's scales and zeros for one half, as floats.
+struct HalfMeta {
+    __m256 scale, zero;
+};
+
+// Half h's 8 fp16 scales of a group at `scales` (and, for types that store them, its zeros at
+// `zeros`).
+template <QType T>
+QF_AVX2 inline HalfMeta half_meta(const uint8_t* scales, const uint8_t* zeros, int h) {
+    HalfMeta m;
+    m.scale = _mm256_cvtph_ps(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(scales + 2 * kHalfRows * h)));
+    if constexpr (Kind<T>::zero_stored)
+        m.zero = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros + kHalfRows * h))));
+    else
+        m.zero = _mm256_set1_ps(static_cast<float>(Kind<T>::implicit_zero));
+    return m;
+}
+
+// Activation dword j of block b of a token, in every lane.
+QF_AVX2 inline __m256i dword(const int8_t* q, uint64_t b, int j) {
+    int32_t v;
+    std::memcpy(&v, q + kBlock * b + 4 * static_cast<uint64_t>(j), 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Block b of one half (its vectors of 32 bytes, 64 bytes apart, from v) against NT tokens:
+// acc[t] += the block's step of the reference's sum.
+template <QType T, int NT>
+QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b,
+                               const Tokens<NT>& x, __m256 (&acc)[NT]) {
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
+    __m256i sums[NT];
+    if constexpr (Kind<T>::q4) {
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        __m256i lo[4], hi[4];
+        for (int j = 0; j < 4; ++j) {
+            const __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j));
+            lo[j] = _mm256_and_si256(c, m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+        }
+        for (int t = 0; t < NT; ++t) {
+#if QF_INT8_VNNI
+            __m256i s32 = _mm256_setzero_si256();
+            for (int j = 0; j < 4; ++j) {
+                s32 = _mm256_dpbusd_avx_epi32(s32, lo[j], dword(x.q[t], b, j));
+                s32 = _mm256_dpbusd_avx_epi32(s32, hi[j], dword(x.q[t], b, 4 + j));
+            }
+            sums[t] = s32;
+#else
+            __m256i s16 = _mm256_maddubs_epi16(lo[0], dword(x.q[t], b, 0));
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[0], dword(x.q[t], b, 4)));
+            for (int j = 1; j < 4; ++j) {
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[j], dword(x.q[t], b, j)));
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[j], dword(x.q[t], b, 4 + j)));
+            }
+            sums[t] = _mm256_madd_epi16(s16, ones);
+#endif
+        }
+    } else {
+        __m256i u[8];
+        for (int j = 0; j < 8; ++j)
+            u[j] = _mm256_abs_epi8(
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j)));
+        for (int t = 0; t < NT; ++t) {
+            __m256i s32 = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                const __m256i w =
+                    _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j));
+                const __m256i a = _mm256_sign_epi8(dword(x.q[t], b, j), w);
+#if QF_INT8_VNNI
+                s32 = _mm256_dpbusd_avx_epi32(s32, u[j], a);
+#else
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], a), ones));
+#endif
+            }
+            sums[t] = s32;
+        }
+    }
+    for (int t = 0; t < NT; ++t) {
+        __m256 isum = _mm256_cvtepi32_ps(sums[t]);
+        if constexpr (Kind<T>::unsigned_codes)  // exact: see the header
+            isum = _mm256_fnmadd_ps(m.zero, _mm256_set1_ps(static_cast<float>(x.s[t][b])), isum);
+        const __m256 cs = _mm256_mul_ps(m.scale, _mm256_set1_ps(x.d[t][b]));
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(cs, isum));
+    }
+}
+
+// Halves [h0, h0 + NH) (8 rows each) of tile `tile` against tokens [tok, tok + NT) into
+// out[h - h0][t]. Tiles of many tokens take one half at a time (the second reads the tile's lines
+// from cache), so only one half's accumulators are live: both at once spilled the broadcasts to
+// the stack. Few tokens take both halves block by block, each block's lines read once.
+template <QType T, int NT, int NH>
+QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
+                           const QActivations& a, uint64_t tok, __m256 (&out)[NH][NT]) {
+    Tokens<NT> x;
+    __m256 acc[NH][NT];
+    for (int t = 0; t < NT; ++t) {
+        x.q[t] = a.codes(tok + static_cast<uint64_t>(t));
+        x.d[t] = a.scales(tok + static_cast<uint64_t>(t));
+        x.s[t] = a.sums(tok + static_cast<uint64_t>(t));
+        for (auto& h : acc) h[t] = _mm256_setzero_ps();
+    }
+    constexpr uint64_t gb = Kind<T>::group_blocks;
+    HalfMeta m[NH]{};
+    if constexpr (gb == 0)  // the per-row scales' header
+        for (int h = 0; h < NH; ++h) m[h] = half_meta<T>(tile, nullptr, h0 + h);
+    for (uint64_t c = 0; c < pl.chunks; ++c) {
+        const uint8_t* chunk = tile + pl.header + c * pl.chunk_bytes;
+        const uint64_t nb = pl.chunk_blocks(c);
+        const uint8_t* codes = chunk + pl.meta_bytes(nb);
+        for (uint64_t i = 0; i < nb; ++i) {
+            if constexpr (gb != 0)
+                if (i % gb == 0) {
+                    const uint8_t* meta = chunk + i / gb * pl.group_meta;
+                    for (int h = 0; h < NH; ++h)
+                        m[h] = half_meta<T>(meta, meta + 2 * kPackLanes, h0 + h);
+                }
+            const uint8_t* block = codes + i * pl.block_bytes;
+            if (h0 == 0)
+                for (uint64_t line = 0; line < pl.block_bytes; line += 64)
+                    _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line),
+                                 _MM_HINT_T0);
+            for (int h = 0; h < NH; ++h)
+                half_block<T, NT>(block + 32 * static_cast<uint64_t>(h0 + h), m[h],
+                                  c * kPackChunkBlocks + i, x, acc[h]);
+        }
+    }
+    for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < NT; ++t) out[h][t] = acc[h][t];
+}
+
+// Tokens [tok, tok + nt) of tile `i`, nt <= kTileTokens; rows [r0, r1) of it stored.
+template <QType T, int NT>
+QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
+                        uint64_t nt, uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
+    if constexpr (NT > 1)
+        if (nt < NT) return tile_store<T, NT - 1>(m, i, a, tok, nt, r0, r1, out, ldo);
+    alignas(32) float lanes[NT][kPackLanes];
+    constexpr int kBoth = NT <= kBothHalvesTokens ? kHalves : 1;
+    for (int h0 = 0; h0 < kHalves; h0 += kBoth) {
+        __m256 sums[kBoth][NT];
+        halves_tokens<T, NT, kBoth>(m.layout(), m.tile(i), h0, a, tok, sums);
+        for (int h = 0; h < kBoth; ++h)
+            for (int t = 0; t < NT; ++t)
+                _mm256_store_ps(lanes[t] + kHalfRows * static_cast<uint64_t>(h0 + h), sums[h][t]);
+    }
+    const uint64_t first = i * kPackLanes;
+    const uint64_t lo = std::max(first, r0), hi = std::min(first + kPackLanes, r1);
+    for (int t = 0; t < NT; ++t)
+        std::copy(lanes[t] + (lo - first), lanes[t] + (hi - first),
+                  out + static_cast<uint64_t>(t) * ldo + (lo - r0));
+}
+
+template <QType T>
+void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    for (uint64_t i = r0 / kPackLanes; i * kPackLanes < r1; ++i)
+        for (uint64_t tok = t0; tok < t1; tok += kTileTokens)
+            tile_store<T, kTileTokens>(m, i, a, tok, std::min<uint64_t>(kTileTokens, t1 - tok), r0,
+                                       r1, out + (tok - t0) * ldo, ldo);
+}
+
+// 4-bit types with integer codes (q4_g*, q4s_g*) and 8-bit types; level tables and super-blocks
+// keep the row layout's kernels at this level.
+template <QType T>
+constexpr QPackedKernel packed_entry() {
+    if constexpr (qtype_is_quantized(T) && (Kind<T>::q4 || Kind<T>::q8) && !Kind<T>::levels &&
+                  !Kind<T>::super)
+        return packed_rows<T>;
+    else
+        return nullptr;
+}
+
+template <size_t... I>
+constexpr QPackedKernelRow packed_row(std::index_sequence<I...>) {
+    return {{packed_entry<kQTypes[I].type>()...}};
+}
+
+}  // namespace
+
+}  // namespace qforge::detail
+
+#endif  // __x86_64__
