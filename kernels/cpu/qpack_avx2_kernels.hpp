@@ -177,10 +177,15 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
                         m[h] = half_meta<T>(meta, meta + 2 * kPackLanes, h0 + h);
                 }
             const uint8_t* block = codes + i * pl.block_bytes;
-            if (h0 == 0)
+            if (h0 == 0) {  // the block's lines kAhead on, and at a chunk's start its meta's
                 for (uint64_t line = 0; line < pl.block_bytes; line += 64)
                     _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line),
                                  _MM_HINT_T0);
+                if (i == 0)
+                    for (uint64_t line = 0; line < pl.meta_bytes(nb); line += 64)
+                        _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line),
+                                     _MM_HINT_T0);
+            }
             for (int h = 0; h < NH; ++h)
                 half_block<T, NT>(block + 32 * static_cast<uint64_t>(h0 + h), m[h],
                                   c * kPackChunkBlocks + i, x, acc[h]);
