@@ -91,7 +91,8 @@ void qmatmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint64_t r
 // Rows repacked at load for the x86 kernels (kernels/cpu/qpack.hpp).
 class QPackedRows;
 // Whether qmatmul_packed_isa serves type t at level isa (<= cpu_isa()): avx512, every type with
-// a packed layout; avx2, q8*, q4_g* and q4s_g* (the level's kernels for the others read rows).
+// a packed layout; avx2, q8*, q4_g*, q4s_g* and q4k_g32 (the level's kernels for the others read
+// rows).
 bool qmatmul_packed_serves(Isa isa, QType t);
 // qmatmul on packed rows, int8 mode, at level isa: rows [r0, r1) of m (any r0; multiples of 16
 // waste no lanes) against tokens [t0, t1), the bits of qmatmul_scalar on the same rows at every

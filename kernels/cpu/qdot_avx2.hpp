@@ -40,7 +40,7 @@ using QPackedKernel = void (*)(const QPackedRows& m, uint64_t r0, uint64_t r1,
                                uint64_t ldo);
 using QPackedKernelRow = std::array<QPackedKernel, kQTypeCount>;
 const QPackedKernelRow& avx512_packed_kernels();  // every type with a packed layout
-// AVX2 (qpack_avx2.cpp): q8*, q4_g*, q4s_g*, with one row per lane, qmatmul_scalar's bits.
+// AVX2 (qpack_avx2.cpp): q8*, q4_g*, q4s_g*, q4k_g32, with one row per lane, qmatmul_scalar's bits.
 const QPackedKernelRow& avx2_packed_kernels();
 // The same with AVX-VNNI's vpdpbusd (qpack_avx_vnni.cpp): the same bits; call only where the
 // CPU has AVX-VNNI.

@@ -1,7 +1,7 @@
 // Quantized rows repacked once, at load, for the x86 kernels (avx512: 16 rows a zmm; avx2,
-// qpack_avx2_kernels.hpp: two halves of 8 rows a ymm, q8*, q4_g* and q4s_g*): 16 rows interleaved
-// per tile, each block's codes already in the lanes the kernel multiplies them in, and the scales
-// (zeros, super-block records) of those 16 rows beside them. The kernel then reads one
+// qpack_avx2_kernels.hpp: two halves of 8 rows a ymm, q8*, q4_g*, q4s_g*, q4k_g32): 16 rows
+// interleaved per tile, each block's codes already in the lanes the kernel multiplies them in, and
+// the scales (zeros, super-block records) of those 16 rows beside them. The kernel then reads one
 // sequential stream per 16 rows instead of 16 rows a few bytes at a time and transposing each
 // block (the transpose was most of an AVX-512 decode's work per byte, kernels/README.md,
 // "Repacked rows"). The bytes per weight are the file's, plus at most a cache line of padding

@@ -42,9 +42,9 @@ namespace qforge::detail {
 
 namespace {
 
-constexpr int kHalves = 2;                     // 8-row halves of a 16-row tile
+constexpr int kHalves = 2;                      // 8-row halves of a 16-row tile
 constexpr uint64_t kHalfRows = kPackLanes / 2;  // rows per ymm: one per dword lane
-constexpr int kTileTokens = 4;        // tokens per tile
+constexpr int kTileTokens = 4;                  // tokens per tile
 constexpr int kBothHalvesTokens = 2;  // tiles of up to this many tokens take both halves at once
 // How far ahead of each block its stream is prefetched, into L1 (the avx512 kernel's distance).
 constexpr uint64_t kAhead = 4096;
@@ -52,14 +52,15 @@ constexpr uint64_t kAhead = 4096;
 // The activations of a tile's tokens.
 template <int NT>
 struct Tokens {
-    const int8_t* q[NT];    // codes(t)
-    const float* d[NT];     // scales(t)
-    const int32_t* s[NT];   // sums(t)
+    const int8_t* q[NT];   // codes(t)
+    const float* d[NT];    // scales(t)
+    const int32_t* s[NT];  // sums(t)
 };
 
 // One weight group's scales and zeros for one half, as floats.
 struct HalfMeta {
     __m256 scale, zero;
+    __m256 min;  // super-block types: the block's min (d_min * mn), else unused
 };
 
 // Half h's 8 fp16 scales of a group at `scales` (and, for types that store them, its zeros at
@@ -77,6 +78,36 @@ QF_AVX2 inline HalfMeta half_meta(const uint8_t* scales, const uint8_t* zeros, i
     return m;
 }
 
+// The fp16 in the low (high = false) or high half of each dword lane, as floats.
+QF_AVX2 inline __m256 half_lanes(__m256i v, bool high) {
+    v = high ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    // Dwords below 2^16 pack to words exactly; per 128-bit lane [v0..3 v0..3 | v4..7 v4..7].
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+}
+
+// Super-block types: the first nb blocks' scales and mins of half h from a chunk's meta (the 16
+// rows' records as 4 vectors, vector j holding dword j of row l's record in lane l: dword 0 is d
+// and dmin, block i's 6-bit scale and min the 12 bits from bit 12 i of dwords 1-3); d * sc and
+// dmin * mn are exact, as row_group_scale's and row_group_min's.
+QF_AVX2 inline void super_half_meta(const uint8_t* meta, int h, uint64_t nb, HalfMeta* m) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j)
+        v[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(meta + 64 * j + 32 * h));
+    const __m256 d = half_lanes(v[0], false), dmin = half_lanes(v[0], true);
+    const __m256i m6 = _mm256_set1_epi32(63);
+    for (uint64_t b = 0; b < nb; ++b) {
+        const unsigned bit = static_cast<unsigned>(12 * b), j = 1 + bit / 32, sh = bit % 32;
+        __m256i x = _mm256_srli_epi32(v[j], static_cast<int>(sh));
+        if (sh + 12 > 32)
+            x = _mm256_or_si256(x, _mm256_slli_epi32(v[j + 1], static_cast<int>(32 - sh)));
+        m[b].scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(x, m6)));
+        m[b].min =
+            _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, 6), m6)));
+        m[b].zero = _mm256_setzero_ps();
+    }
+}
+
 // Activation dword j of block b of a token, in every lane.
 QF_AVX2 inline __m256i dword(const int8_t* q, uint64_t b, int j) {
     int32_t v;
@@ -87,8 +118,8 @@ QF_AVX2 inline __m256i dword(const int8_t* q, uint64_t b, int j) {
 // Block b of one half (its vectors of 32 bytes, 64 bytes apart, from v) against NT tokens:
 // acc[t] += the block's step of the reference's sum.
 template <QType T, int NT>
-QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b,
-                               const Tokens<NT>& x, __m256 (&acc)[NT]) {
+QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b, const Tokens<NT>& x,
+                               __m256 (&acc)[NT]) {
     [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
     __m256i sums[NT];
     if constexpr (Kind<T>::q4) {
@@ -120,13 +151,11 @@ QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b,
     } else {
         __m256i u[8];
         for (int j = 0; j < 8; ++j)
-            u[j] = _mm256_abs_epi8(
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j)));
+            u[j] = _mm256_abs_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j)));
         for (int t = 0; t < NT; ++t) {
             __m256i s32 = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
-                const __m256i w =
-                    _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j));
+                const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 64 * j));
                 const __m256i a = _mm256_sign_epi8(dword(x.q[t], b, j), w);
 #if QF_INT8_VNNI
                 s32 = _mm256_dpbusd_avx_epi32(s32, u[j], a);
@@ -139,10 +168,14 @@ QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b,
     }
     for (int t = 0; t < NT; ++t) {
         __m256 isum = _mm256_cvtepi32_ps(sums[t]);
-        if constexpr (Kind<T>::unsigned_codes)  // exact: see the header
+        if constexpr (Kind<T>::zero_stored || Kind<T>::implicit_zero != 0)  // exact: header
             isum = _mm256_fnmadd_ps(m.zero, _mm256_set1_ps(static_cast<float>(x.s[t][b])), isum);
         const __m256 cs = _mm256_mul_ps(m.scale, _mm256_set1_ps(x.d[t][b]));
         acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(cs, isum));
+        if constexpr (Kind<T>::super)  // minus min * (d * sum q), the reference's roundings
+            acc[t] = _mm256_sub_ps(
+                acc[t],
+                _mm256_mul_ps(m.min, _mm256_set1_ps(x.d[t][b] * static_cast<float>(x.s[t][b]))));
     }
 }
 
@@ -163,14 +196,19 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
     }
     constexpr uint64_t gb = Kind<T>::group_blocks;
     HalfMeta m[NH]{};
-    if constexpr (gb == 0)  // the per-row scales' header
+    [[maybe_unused]] HalfMeta super[NH][kPackChunkBlocks];  // super-block types: per chunk
+    if constexpr (gb == 0 && !Kind<T>::super)               // the per-row scales' header
         for (int h = 0; h < NH; ++h) m[h] = half_meta<T>(tile, nullptr, h0 + h);
     for (uint64_t c = 0; c < pl.chunks; ++c) {
         const uint8_t* chunk = tile + pl.header + c * pl.chunk_bytes;
         const uint64_t nb = pl.chunk_blocks(c);
         const uint8_t* codes = chunk + pl.meta_bytes(nb);
+        if constexpr (Kind<T>::super)
+            for (int h = 0; h < NH; ++h) super_half_meta(chunk, h0 + h, nb, super[h]);
         for (uint64_t i = 0; i < nb; ++i) {
-            if constexpr (gb != 0)
+            if constexpr (Kind<T>::super)
+                for (int h = 0; h < NH; ++h) m[h] = super[h][i];
+            else if constexpr (gb != 0)
                 if (i % gb == 0) {
                     const uint8_t* meta = chunk + i / gb * pl.group_meta;
                     for (int h = 0; h < NH; ++h)
@@ -179,8 +217,7 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
             const uint8_t* block = codes + i * pl.block_bytes;
             if (h0 == 0) {  // the block's lines kAhead on, and at a chunk's start its meta's
                 for (uint64_t line = 0; line < pl.block_bytes; line += 64)
-                    _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line),
-                                 _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line), _MM_HINT_T0);
                 if (i == 0)
                     for (uint64_t line = 0; line < pl.meta_bytes(nb); line += 64)
                         _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line),
@@ -218,20 +255,19 @@ QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a,
 }
 
 template <QType T>
-void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
-                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a, uint64_t t0,
+                 uint64_t t1, float* out, uint64_t ldo) {
     for (uint64_t i = r0 / kPackLanes; i * kPackLanes < r1; ++i)
         for (uint64_t tok = t0; tok < t1; tok += kTileTokens)
             tile_store<T, kTileTokens>(m, i, a, tok, std::min<uint64_t>(kTileTokens, t1 - tok), r0,
                                        r1, out + (tok - t0) * ldo, ldo);
 }
 
-// 4-bit types with integer codes (q4_g*, q4s_g*) and 8-bit types; level tables and super-blocks
-// keep the row layout's kernels at this level.
+// 4-bit types with integer codes (q4_g*, q4s_g*, q4k_g32) and 8-bit types; level tables keep
+// the row layout's kernels at this level.
 template <QType T>
 constexpr QPackedKernel packed_entry() {
-    if constexpr (qtype_is_quantized(T) && (Kind<T>::q4 || Kind<T>::q8) && !Kind<T>::levels &&
-                  !Kind<T>::super)
+    if constexpr (qtype_is_quantized(T) && (Kind<T>::q4 || Kind<T>::q8) && !Kind<T>::levels)
         return packed_rows<T>;
     else
         return nullptr;
