@@ -270,8 +270,9 @@ TEST_CASE(
     // inside a block, a chunk and a weight group (100, 300), two whole superblocks (512) and 2056
     // (a 1-block last chunk); ranges from a tile boundary and from inside a tile (the kernel then
     // computes the tile and stores the rows asked for); 1 to 9 tokens (the one-token path, raw
-    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout. Every
-    // level the CPU has with packed kernels (avx2, avx512) against the scalar reference.
+    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout; 8-bit
+    // codes of -128 in three rows. Every level the CPU has with packed kernels (avx2, avx512)
+    // against the scalar reference.
     bool any = false;
     for (Isa isa : {Isa::avx2, Isa::avx512})
         for (QType t : quantized_types()) {
@@ -280,6 +281,9 @@ TEST_CASE(
             uint32_t seed = 1700 + static_cast<uint32_t>(t);
             for (uint64_t k : {uint64_t{100}, uint64_t{300}, uint64_t{512}, uint64_t{2056}}) {
                 Matrix m = make_matrix(t, 45, k, seed++);
+                if (qtype_traits(t).bits == 8)  // code -128, which GGUF Q8_0 imports carry
+                    for (uint64_t r : {uint64_t{2}, uint64_t{9}, uint64_t{44}})
+                        for (uint64_t j = r % 5; j < k; j += 7) m.bytes[r * m.stride + j] = 0x80;
                 for (bool damaged : {false, true}) {
                     if (damaged) {
                         if (qtype_traits(t).symmetric || qtype_traits(t).super_block) break;
@@ -323,7 +327,18 @@ TEST_CASE(
         WARN("this CPU runs below avx2: the packed kernels are not run here");
         return;
     }
-    // Types without a packed layout are refused, not computed wrongly.
+    // Types without a packed layout are refused, not computed wrongly; so are the types with one
+    // that the avx2 level leaves to its row kernels (a level table, q4nl).
+    REQUIRE_FALSE(qmatmul_packed_serves(Isa::avx2, QType::q4nl_g32));
+    REQUIRE_FALSE(qmatmul_packed_serves(Isa::avx2, QType::q3_g32));
+    if (cpu_isa() == Isa::avx512) {
+        QPackedRows nl(QType::q4nl_g32, 16, 64);
+        const auto x = test::kernel_activations(1, 64, 5);
+        QActivations a;
+        a.prepare(QActivations::Mode::int8, x.data(), 1, 64);
+        std::vector<float> out(16);
+        REQUIRE_THROWS_AS(qmatmul_packed_isa(Isa::avx2, nl, 0, 16, a, 0, 1, out.data(), 16), Error);
+    }
     REQUIRE_FALSE(qpack_layout(QType::q3_g32, 64).has_value());
     REQUIRE_FALSE(qpack_layout(QType::f16, 64).has_value());
     REQUIRE_THROWS_AS(QPackedRows(QType::q4t_g32, 16, 64), Error);
@@ -331,8 +346,9 @@ TEST_CASE(
 
 TEST_CASE("qmatmul_packed: the avx2 level's AVX-VNNI row gives the AVX2 row's bits", "[qdot]") {
     // The packed kernels compiled twice (qpack_avx2_kernels.hpp): vpdpbusd against maddubs and
-    // madd on the same bytes. Every type either serves, k ending inside a block and a chunk
-    // (300) and 2056 (a 1-block last chunk), 1 to 7 tokens.
+    // madd on the same bytes (on such a CPU the test above runs the VNNI copy, so this is the
+    // maddubs copy's check there). Every type either serves, 45 rows, k ending inside a block and
+    // a chunk (300) and 2056 (a 1-block last chunk), 1 to 9 tokens, a range from inside a tile.
     if (!cpu_has_avx_vnni() || cpu_isa() < Isa::avx2) {
         WARN("this CPU has no AVX-VNNI (or runs below avx2): the VNNI packed row is not run here");
         return;
@@ -345,20 +361,23 @@ TEST_CASE("qmatmul_packed: the avx2 level's AVX-VNNI row gives the AVX2 row's bi
         REQUIRE((kernels[0] == nullptr) == (kernels[1] == nullptr));
         if (!kernels[0]) continue;
         for (uint64_t k : {uint64_t{300}, uint64_t{2056}}) {
-            const Matrix m = make_matrix(t, 21, k, seed++);
+            const Matrix m = make_matrix(t, 45, k, seed++);
             QPackedRows packed(t, m.n, k);
             packed.pack(m.bytes.data(), m.stride, 0, packed.tiles());
-            for (uint64_t tokens : {1u, 3u, 7u}) {
+            for (uint64_t tokens : {1u, 2u, 3u, 4u, 5u, 7u, 9u}) {
                 const auto x = test::kernel_activations(tokens, k, seed++);
                 QActivations a;
                 a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
-                INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens);
-                std::vector<float> out[2];
-                for (int i = 0; i < 2; ++i) {
-                    out[i].assign(tokens * m.n, std::nanf(""));
-                    kernels[i](packed, 0, m.n, a, 0, tokens, out[i].data(), m.n);
+                for (auto [r0, r1] : {std::pair<uint64_t, uint64_t>{0, 45}, {5, 37}}) {
+                    INFO("qtype " << qtype_traits(t).name << " k " << k << " tokens " << tokens
+                                  << " rows " << r0 << ".." << r1);
+                    std::vector<float> out[2];
+                    for (int i = 0; i < 2; ++i) {
+                        out[i].assign(tokens * m.n, std::nanf(""));
+                        kernels[i](packed, r0, r1, a, 0, tokens, out[i].data() + r0, m.n);
+                    }
+                    REQUIRE(std::memcmp(out[0].data(), out[1].data(), 4 * out[0].size()) == 0);
                 }
-                REQUIRE(std::memcmp(out[0].data(), out[1].data(), 4 * out[0].size()) == 0);
             }
         }
     }
