@@ -305,19 +305,29 @@ TEST_CASE(
                             INFO("level " << isa_name(isa) << " qtype " << qtype_traits(t).name
                                           << " k " << k << " tokens " << tokens << " rows " << r0
                                           << ".." << r1 << (damaged ? " damaged zeros" : ""));
-                            std::vector<float> out(tokens * ldo, std::nanf(""));
-                            qmatmul_packed_isa(isa, packed, r0, r1, a, 0, tokens, out.data() + r0,
-                                               ldo);
-                            for (uint64_t tok = 0; tok < tokens; ++tok)
-                                for (uint64_t r = 0; r < ldo; ++r) {
-                                    const float v = out[tok * ldo + r];
-                                    if (r < r0 || r >= r1) {
-                                        REQUIRE(std::isnan(v));  // untouched
-                                        continue;
+                            // Through qmatmul_packed_isa (which may send one token at avx512
+                            // to the avx2 kernel) and, at avx512, the level's own kernel.
+                            for (int direct : {0, 1}) {
+                                if (direct && isa != Isa::avx512) break;
+                                INFO((direct ? "the avx512 kernel itself" : "qmatmul_packed_isa"));
+                                std::vector<float> out(tokens * ldo, std::nanf(""));
+                                if (direct)
+                                    detail::avx512_packed_kernels()[static_cast<size_t>(t)](
+                                        packed, r0, r1, a, 0, tokens, out.data() + r0, ldo);
+                                else
+                                    qmatmul_packed_isa(isa, packed, r0, r1, a, 0, tokens,
+                                                       out.data() + r0, ldo);
+                                for (uint64_t tok = 0; tok < tokens; ++tok)
+                                    for (uint64_t r = 0; r < ldo; ++r) {
+                                        const float v = out[tok * ldo + r];
+                                        if (r < r0 || r >= r1) {
+                                            REQUIRE(std::isnan(v));  // untouched
+                                            continue;
+                                        }
+                                        const float e = exact[tok * ldo + r];
+                                        REQUIRE(std::memcmp(&v, &e, 4) == 0);
                                     }
-                                    const float e = exact[tok * ldo + r];
-                                    REQUIRE(std::memcmp(&v, &e, 4) == 0);
-                                }
+                            }
                         }
                     }
                 }
