@@ -6,6 +6,7 @@
 //   acc = 0; for each block b of 32 weights, in order:
 //       isum = sum_i code_i q_i - zero * sum_i q_i           (an exact integer)
 //       acc = acc + fl(fl(scale * d_b) * float(isum))
+//       super-block types (q4k_g32): acc = acc - fl(min * fl(d_b * float(sum_i q_i)))
 //
 // A block's integer, per half and token: vector j of the block holds in lane l the 4 bytes of
 // row l that meet activations 4j .. 4j + 3 (8-bit types) or, 4-bit types, 4j .. 4j + 3 in their
@@ -22,7 +23,8 @@
 //     each vector is widened on its own and the eight are added as int32.
 // Rows go a tile (16 rows) at a time against tiles of up to 4 tokens; per block, each half's code
 // vectors are split once and serve every token of the tile. Neither the token tiles, the split of
-// rows over threads nor prefill versus decode can change a bit.
+// rows over threads nor prefill versus decode can change a bit. The avx512 level sends its
+// one-token products of some types here too (qdot.cpp, decode_kernel: measured faster).
 // Included by two translation units (as qdot_avx2_kernels.hpp is): qpack_avx2.cpp (maddubs) and
 // qpack_avx_vnni.cpp (QF_INT8_VNNI: AVX-VNNI's vpdpbusd, the same int32 sums, so the same bits),
 // each defining QF_AVX2 first; everything here has internal linkage.
