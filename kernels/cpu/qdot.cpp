@@ -248,10 +248,12 @@ detail::QPackedKernel packed_kernel(Isa isa, QType t) {
     return nullptr;
 }
 
-// One token at the avx512 level: the avx2 kernel (8 rows a ymm, the same scalar bits) where it
-// measured faster on this project's Zen 4 (kernels/README.md, "avx2: packed rows"): q4_g* and
-// q4s_g* at every shape (SmolLM2 q4_g128 decode 1.26x), q8* rows of k <= 1536 (SmolLM2's; at
-// k = 2048 and 5632 the avx512 kernel stays, 1.07x); super-block types stay on avx512.
+// One or two tokens at the avx512 level: the avx2 kernel (8 rows a ymm, the same scalar bits)
+// where it measured faster on this project's Zen 4 (kernels/README.md, "avx2: packed rows"):
+// q4_g* and q4s_g* at every shape (SmolLM2 q4_g128 decode 1.26x; two sequences 1.39x), q8* rows
+// of k <= 1536 (SmolLM2's; at k = 2048 and 5632 the avx512 kernel stays, 1.07x); super-block
+// types stay on avx512. Three or more tokens measured even or slower there.
+constexpr uint64_t kAvx2DecodeTokens = 2;
 constexpr uint64_t kAvx2DecodeMaxK8 = 1536;
 
 detail::QPackedKernel decode_kernel(Isa isa, QType t, uint64_t k) {
@@ -280,7 +282,8 @@ void qmatmul_packed_isa(Isa isa, const QPackedRows& m, uint64_t r0, uint64_t r1,
                     ") of k = " + std::to_string(a.k()) + " asked of a matrix of " +
                     std::to_string(m.rows()) + " rows of " + std::to_string(m.k()));
     if (r0 >= r1 || t0 >= t1) return;
-    if (t1 - t0 == 1) return decode_kernel(isa, m.type(), m.k())(m, r0, r1, a, t0, t1, out, ldo);
+    if (t1 - t0 <= kAvx2DecodeTokens)
+        return decode_kernel(isa, m.type(), m.k())(m, r0, r1, a, t0, t1, out, ldo);
     kernel(m, r0, r1, a, t0, t1, out, ldo);
 }
 
