@@ -24,7 +24,7 @@
 // Rows go a tile (16 rows) at a time against tiles of up to 4 tokens; per block, each half's code
 // vectors are split once and serve every token of the tile. Neither the token tiles, the split of
 // rows over threads nor prefill versus decode can change a bit. The avx512 level sends its
-// one-token products of some types here too (qdot.cpp, decode_kernel: measured faster).
+// one- and two-token products of some types here too (qdot.cpp, decode_kernel: measured faster).
 // Included by two translation units (as qdot_avx2_kernels.hpp is): qpack_avx2.cpp (maddubs) and
 // qpack_avx_vnni.cpp (QF_INT8_VNNI: AVX-VNNI's vpdpbusd, the same int32 sums, so the same bits),
 // each defining QF_AVX2 first; everything here has internal linkage.
