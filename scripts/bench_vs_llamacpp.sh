@@ -22,8 +22,11 @@
 # llama.cpp with passive waiting; on a quiet machine the two should agree.
 # Default pairs. Identical weights in both tools: llama-quantize --allow-requantize --pure makes
 # F16, Q8_0 and Q4_0 GGUFs; `qforge convert --dtype f16` reads the F16 one, `convert --keep-quant`
-# keeps Q8_0 blocks as q8_g32 and Q4_0 as q4s_g32 bit for bit. For reference, qforge's own q8
-# (per-channel), q4_g32 and q4_g128 (`qforge quantize` of the f16 .qf) against Q8_0 / Q4_0.
+# keeps Q8_0 blocks as q8_g32 and Q4_0 as q4s_g32 bit for bit. qforge's own q8 (per-channel)
+# against Q8_0; its own q4_g32 and q4_g128 (`qforge quantize` of the f16 .qf, default recipe: the
+# output head, or a tied embedding that serves as one, at q8_g32) against llama-quantize's default
+# Q4_0 recipe (no --pure: its head Q6_K, or Q8_0 where rows are not whole 256-blocks, as for
+# SmolLM2's tied embedding), so both tools' 4-bit files read a head of at least 6 bits.
 #   smol-*  SmolLM2-135M-Instruct (scripts/get_models.sh smollm2): its Q4_1 GGUF requantized
 #   tl-*    the TinyLlama-1.1B shape with random weights: needs models/bench/tl-F16.gguf, an F16
 #           GGUF of scripts/get_models.sh synthetic's models/synthetic-tinyllama (`qforge export
@@ -67,6 +70,9 @@ make_family() {
       "$llama/bin/llama-quantize" --allow-requantize --pure "$src" "$bench/$prefix-$t.gguf" "$t" 2 >/dev/null 2>&1 ||
       { log "llama-quantize $src -> $t failed"; return 1; }
   done
+  [ -f "$bench/$prefix-Q4_0-default.gguf" ] ||
+    "$llama/bin/llama-quantize" --allow-requantize "$src" "$bench/$prefix-Q4_0-default.gguf" Q4_0 2 >/dev/null 2>&1 ||
+    { log "llama-quantize $src -> Q4_0 (default recipe) failed"; return 1; }
   [ -f "$bench/$prefix-f16.qf" ] || $qforge -q convert "$bench/$prefix-F16.gguf" --dtype f16 -o "$bench/$prefix-f16.qf" >&2
   [ -f "$bench/$prefix-q8_g32.qf" ] || $qforge -q convert "$bench/$prefix-Q8_0.gguf" --keep-quant -o "$bench/$prefix-q8_g32.qf" >&2
   [ -f "$bench/$prefix-q4s_g32.qf" ] || $qforge -q convert "$bench/$prefix-Q4_0.gguf" --keep-quant -o "$bench/$prefix-q4s_g32.qf" >&2
@@ -78,8 +84,8 @@ make_family() {
   echo "$prefix-q8_g32=$bench/$prefix-q8_g32.qf,$bench/$prefix-Q8_0.gguf$ppl"
   echo "$prefix-q4s_g32=$bench/$prefix-q4s_g32.qf,$bench/$prefix-Q4_0.gguf"
   echo "$prefix-q8=$bench/$prefix-q8.qf,$bench/$prefix-Q8_0.gguf"
-  echo "$prefix-q4_g32=$bench/$prefix-q4_g32.qf,$bench/$prefix-Q4_0.gguf"
-  echo "$prefix-q4_g128=$bench/$prefix-q4_g128.qf,$bench/$prefix-Q4_0.gguf"
+  echo "$prefix-q4_g32=$bench/$prefix-q4_g32.qf,$bench/$prefix-Q4_0-default.gguf"
+  echo "$prefix-q4_g128=$bench/$prefix-q4_g128.qf,$bench/$prefix-Q4_0-default.gguf"
 }
 
 pairs=("$@")
@@ -99,7 +105,7 @@ if [ ${#pairs[@]} -eq 0 ]; then
 fi
 
 # The distinct models of each tool, each measured once per repetition even when several pairs
-# share it (the Q4_0 GGUF serves three qforge types).
+# share it (the default-recipe Q4_0 GGUF serves two qforge types).
 declare -A qf_seen=() gg_seen=() ppl_q=() ppl_g=()
 qfs=() ggs=()
 for p in "${pairs[@]}"; do

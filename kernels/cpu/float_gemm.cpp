@@ -24,10 +24,11 @@ void check_level(Isa isa) {
 void FloatTokens::prepare(Isa isa, const float* x, uint64_t ldx, uint64_t k, uint64_t n) {
     check_level(isa);
     isa_ = isa, x_ = x, ldx_ = ldx, k_ = k, n_ = n;
-    if (isa != Isa::avx512 || k == 0) return;
-    packed_ld_ = detail::tokens_ld_avx512(k);
+    if (isa == Isa::scalar || k == 0) return;
+    const bool avx512 = isa == Isa::avx512;
+    packed_ld_ = avx512 ? detail::tokens_ld_avx512(k) : detail::tokens_ld_avx2(k);
     packed_.resize(n * packed_ld_);
-    detail::pack_tokens_avx512(x, ldx, k, n, packed_.data());
+    (avx512 ? detail::pack_tokens_avx512 : detail::pack_tokens_avx2)(x, ldx, k, n, packed_.data());
 }
 
 void float_matmul_prepared(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
@@ -43,8 +44,7 @@ void float_matmul_prepared(QType t, const uint8_t* w, uint64_t stride, uint64_t 
         case Isa::avx512:
             return detail::float_gemm_avx512(t, w, stride, r0, r1, x.packed(), k, t0, t1, out, ldo);
         case Isa::avx2:
-            return detail::float_gemm_avx2(t, w, stride, r0, r1, x.x(), x.ldx(), k, t0, t1, out,
-                                           ldo);
+            return detail::float_gemm_avx2(t, w, stride, r0, r1, x.packed(), k, t0, t1, out, ldo);
         case Isa::scalar:
             break;
     }

@@ -7,12 +7,11 @@
 // each) sums w[32 s + 8 a + l] x[32 s + 8 a + l] over the 32-steps s in order, the last < 4
 // whole 8-blocks go into accumulator 0, then (a0 + a1) + (a2 + a3), a fixed lane tree and the
 // last < 8 products one by one. Those 32 lane sums are independent chains, so the GEMM may
-// compute them in any interleaving and on any register lanes:
-//   avx2 (float_gemm_x86.hpp): lanes along k, one register per chain group (8 lanes, one of
-//     dot_row's accumulators) per (row, token) of a 3 x 4 register tile, chain groups one after
-//     another over a cache-sized block of k;
-//   avx512 (float_gemm_avx512.cpp): lanes along rows, one register per chain of 16 rows and one
-//     token, 48 rows x 8 tokens per register tile, weights transposed once per call.
+// compute them in any interleaving and on any register lanes. Both levels put rows in lanes
+// (float_gemm_rows.hpp): one register per chain of 8 rows (avx2, float_gemm_avx2.cpp: 24 rows x
+// 4 tokens per register tile) or 16 rows (avx512, float_gemm_avx512.cpp: 48 rows x 8 tokens) and
+// one token, over the weights transposed once per (row tile, block of k) and the tokens packed
+// once per call in the same chain-major order.
 // Both keep partial sums unrounded between blocks of k and finish each output with dot_row's own
 // adds, lane tree and tail; each weight is widened to f32 (exact) once per call and reused by
 // every token of it.
@@ -43,15 +42,15 @@ void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint6
 // chain-major order (float_gemm_avx512.cpp), the other levels read x in place.
 class FloatTokens {
   public:
-    // x: n tokens of k floats, ldx apart; read now (avx512) or by each call (others), so x must
-    // outlive the calls.
+    // x: n tokens of k floats, ldx apart; read now (avx2, avx512) or by each call (scalar), so x
+    // must outlive the calls.
     void prepare(Isa isa, const float* x, uint64_t ldx, uint64_t k, uint64_t n);
     Isa isa() const { return isa_; }
     uint64_t k() const { return k_; }
     uint64_t n() const { return n_; }
     const float* x() const { return x_; }
     uint64_t ldx() const { return ldx_; }
-    const float* packed() const { return packed_.data(); }  // avx512: token t at packed_ld() * t
+    const float* packed() const { return packed_.data(); }  // avx2+: token t at packed_ld() * t
     uint64_t packed_ld() const { return packed_ld_; }
 
   private:
@@ -77,12 +76,14 @@ inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
     return v.data() + (64 - at % 64) % 64 / sizeof(float);
 }
 
-// The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1.
+// The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1, on
+// tokens packed by the level's pack_tokens_*: n tokens of x into `packed`, tokens_ld_*(k) floats
+// apart (the same layout at both levels); the kernel reads tokens [t0, t1) of them.
 void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
-                     const float* x, uint64_t ldx, uint64_t k, uint64_t t0, uint64_t t1, float* out,
+                     const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,
                      uint64_t ldo);
-// avx512 on tokens packed by pack_tokens_avx512: n tokens of x into `packed`, tokens_ld_avx512(k)
-// floats apart; the kernel reads tokens [t0, t1) of them.
+uint64_t tokens_ld_avx2(uint64_t k);
+void pack_tokens_avx2(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed);
 uint64_t tokens_ld_avx512(uint64_t k);
 void pack_tokens_avx512(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed);
 void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,

@@ -841,11 +841,15 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                 continue;
             }
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
+            // Each block's vectors biased in registers, then stored once (biasing them in the
+            // chunk buffer stored and reloaded every vector twice: l2/q4_g128 m:16 1.04x).
             for (uint64_t i = 0; i < nb; ++i)
                 for (uint64_t g = 0; g < ng; ++g) {
-                    packed_vectors<T>(codes[g] + i * pl.block_bytes, table, pk[i][g].u);
+                    __m512i u[8];
+                    packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
                     if (!kRawCodes<T> && (chunk_biased || !Kind<T>::zero_stored))
-                        for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[g][i]);
+                        for (auto& x : u) x = _mm512_add_epi8(x, chunk_bias[g][i]);
+                    for (int j = 0; j < 8; ++j) _mm512_store_si512(&pk[i][g].u[j], u[j]);
                 }
             if (chunk_biased)
                 token_tiles<T, true>(pk, b0, nb, a, t0, n, sums, pf);
