@@ -149,7 +149,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
     if (!all_finite(logits))
         throw_non_finite_logits(logits, model.path(), "position 0 of the warm-up pass");
 
-    std::vector<double> prefill_rates, decode_rates;
+    const bool probe = !o.bandwidth_gb_per_s && o.measure_bandwidth;
+    std::vector<double> prefill_rates, decode_rates, bandwidths, fractions;
+    const double bytes_per_step = static_cast<double>(model.decode_weight_bytes());
     uint64_t done = 0;
     for (int r = 0; r < o.repetitions; ++r) {
         prefill_cache->clear();
@@ -171,6 +173,11 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         t0 = Clock::now();
         for (uint64_t i = context; i < decode_positions; ++i) decode_step(i);
         decode_rates.push_back(static_cast<double>(o.decode_tokens * batch) / seconds_since(t0));
+        if (probe) {  // weights are read once per step for the whole batch
+            bandwidths.push_back(o.measure_bandwidth());
+            fractions.push_back(decode_rates.back() / static_cast<double>(batch) * bytes_per_step /
+                                1e9 / bandwidths.back());
+        }
         if (!all_finite(logits))
             throw_non_finite_logits(logits, model.path(), "the last decode step");
         done += o.decode_tokens;
@@ -186,6 +193,10 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
                                 static_cast<double>(result.weight_bytes_per_token) / 1e9;
     if (o.bandwidth_gb_per_s)
         result.bandwidth_fraction = result.effective_gb_per_s / *o.bandwidth_gb_per_s;
+    if (probe) {
+        result.bandwidth = rate_stats(std::move(bandwidths));
+        result.bandwidth_fraction = rate_stats(std::move(fractions)).median;
+    }
     return result;
 }
 

@@ -32,8 +32,13 @@ struct BenchOptions {
     int repetitions = 5;
     uint64_t seed = 42;
     // Read bandwidth (GB/s, 1 GB = 1e9 bytes) to quote decode against, as measured by
-    // bench/bandwidth.cpp with the same thread count; nullopt leaves the fraction out.
+    // bench/bandwidth.cpp with the same thread count; nullopt leaves the fraction out unless
+    // measure_bandwidth is set.
     std::optional<double> bandwidth_gb_per_s;
+    // When bandwidth_gb_per_s is not given: measures the read bandwidth (GB/s), called right
+    // after each repetition's timed decode, so each repetition's decode is quoted against the
+    // bandwidth of its own moment (a shared host's figure moved 20 -> 46 GB/s within an hour).
+    std::function<double()> measure_bandwidth;
 };
 
 // Positions in the cache before the timed decode steps. Decode at position 0 would attend to
@@ -50,10 +55,13 @@ struct RateStats {
 RateStats rate_stats(std::vector<double> runs);
 
 struct BenchResult {
-    RateStats prefill, decode;                 // tokens per second
-    uint64_t weight_bytes_per_token = 0;       // Model::decode_weight_bytes()
-    double effective_gb_per_s = 0.0;           // decode median * weight bytes per token / 1e9
-    std::optional<double> bandwidth_fraction;  // effective / BenchOptions::bandwidth_gb_per_s
+    RateStats prefill, decode;            // tokens per second
+    uint64_t weight_bytes_per_token = 0;  // Model::decode_weight_bytes()
+    double effective_gb_per_s = 0.0;      // decode median * weight bytes per token / 1e9
+    // effective / BenchOptions::bandwidth_gb_per_s; measured: the median over repetitions of
+    // each one's effective GB/s over the bandwidth measured right after it.
+    std::optional<double> bandwidth_fraction;
+    RateStats bandwidth;  // BenchOptions::measure_bandwidth's GB/s per repetition (empty: given)
 };
 
 // Called after each timed pass with the tokens run so far (of bench_total_tokens(options)).

@@ -13,7 +13,7 @@
 #                      models/bench/ when absent.
 #   env: REPS (5), THREADS (2), PP (128), TG (64), PPL_CHUNKS (4), PPL_CTX (512),
 #        TEXT (../shared/data/wikitext-2-raw/wiki.test.raw), BUILD_DIR (qforge's, default build),
-#        OUT_DIR (raw results kept there), BANDWIDTH (GB/s; default: measured once),
+#        OUT_DIR (raw results kept there), BANDWIDTH (GB/s; default: measured by each qforge run),
 #        LLAMA_ENV (default OMP_WAIT_POLICY=passive; "" for llama.cpp's default)
 #
 # LLAMA_ENV: llama.cpp's OpenMP threads spin between graphs by default; on a host whose two cores
@@ -132,19 +132,17 @@ fi
 key() { echo "$1" | tr '/' '_'; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-# Read bandwidth once (qforge bench measures it when not given, over a buffer the size of the
-# model's weights: the largest model, so it is not a cache figure), quoted by every later run.
-# shellcheck disable=SC2012
-largest=$(ls -S "${qfs[@]}" | head -1)
-bw=${BANDWIDTH:-$($qforge -q bench "$largest" -p 1 -n 1 -r 1 -t "$threads" --json |
-  python3 -c 'import json,sys; print(round(json.load(sys.stdin)["read_bandwidth_gb_s"], 2))')}
-log "read bandwidth ${bw} GB/s (${threads} threads); $reps repetitions of ${#qfs[@]} qforge and ${#ggs[@]} llama.cpp models"
+# Read bandwidth: given (BANDWIDTH, GB/s), or measured by each qforge run right after its decode
+# (`qforge bench` without --bandwidth), so each run's fraction is against its own moment's figure.
+bw_args=()
+[ -n "${BANDWIDTH:-}" ] && bw_args=(--bandwidth "$BANDWIDTH")
+log "read bandwidth ${BANDWIDTH:-measured beside each qforge run}; $reps repetitions of ${#qfs[@]} qforge and ${#ggs[@]} llama.cpp models"
 
 run_q() {  # qforge bench / ppl of model $1, repetition $2
   local k
   k=$(key "$1")
   load1 >"$out/q-$k-$2.load"
-  $qforge -q bench "$1" -p "$pp" -n "$tg" -r 1 -t "$threads" --bandwidth "$bw" --json >"$out/q-$k-$2.json"
+  $qforge -q bench "$1" -p "$pp" -n "$tg" -r 1 -t "$threads" "${bw_args[@]}" --json >"$out/q-$k-$2.json"
   if [ -n "${ppl_q[$1]:-}" ]; then
     $qforge -q ppl "$1" -f "$text" --ctx "$ppl_ctx" --chunks "$ppl_chunks" -t "$threads" --json >"$out/qp-$k-$2.json"
   fi
@@ -174,7 +172,7 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 isa=$($qforge --version | sed -n 's/^CPU kernels: //p')
-python3 - "$out" "$reps" "$threads" "$pp" "$tg" "$ppl_ctx" "$ppl_chunks" "$cpu" "$isa" "$bw" "$llama_env" "${pairs[@]}" <<'EOF'
+python3 - "$out" "$reps" "$threads" "$pp" "$tg" "$ppl_ctx" "$ppl_chunks" "$cpu" "$isa" "${BANDWIDTH:-}" "$llama_env" "${pairs[@]}" <<'EOF'
 import glob, json, os, re, statistics, sys
 out, reps, threads, pp, tg, ctx, chunks, cpu, isa, bw, llama_env = sys.argv[1:12]
 pairs = sys.argv[12:]
@@ -215,7 +213,11 @@ def gg_ppl(m):
 def cell(a, b):
     return f"{med(a):.1f} vs {med(b):.1f} | {med(a) / med(b):.2f}x" if a and b else "- | -"
 
-print(f"CPU: {cpu}; qforge CPU kernels: {isa}; {threads} threads; read bandwidth {float(bw):.1f} GB/s")
+bws = [json.load(open(f))["read_bandwidth_gb_s"] for f in glob.glob(f"{out}/q-*.json")]
+bw_text = (f"{float(bw):.1f} GB/s (given)" if bw else
+           f"{med(bws):.1f} GB/s median ({min(bws):.1f}-{max(bws):.1f}), measured after each qforge decode run; "
+           "each run's tg is quoted against its own")
+print(f"CPU: {cpu}; qforge CPU kernels: {isa}; {threads} threads; read bandwidth {bw_text}")
 print(f"llama.cpp run with environment: {llama_env or '(none)'}")
 print(f"medians of {reps} alternating runs; the host is shared with other agents building (load = 1-min load average, min-max over the pair's runs)")
 print()

@@ -4,6 +4,7 @@
 // also the LM head (tied).
 #include "runtime/bench.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -116,10 +117,23 @@ TEST_CASE("qforge bench on stories260K: JSON fields, sane values, bytes per toke
     REQUIRE(t.exit_code == 0);
     REQUIRE_THAT(t.output, Contains("prefill") && Contains("decode") && Contains("GB/s effective"));
     REQUIRE_THAT(t.output, Contains("read bandwidth"));
-    const auto m = bench_json(model, "-p 4 -n 4 -r 1");
+    // Measured after each repetition's decode: each repetition's fraction is its effective
+    // GB/s over its own measurement, and the reported fraction their median.
+    const auto m = bench_json(model, "-p 4 -n 4 -r 3");
+    INFO(m.dump(2));
     REQUIRE(m.at("read_bandwidth_measured").get<bool>());
-    REQUIRE(m.at("read_bandwidth_gb_s").get<double>() > 0.1);
-    REQUIRE(m.at("bandwidth_fraction").get<double>() > 0.0);
+    const auto& bw = m.at("read_bandwidth_gb_per_s");
+    require_rate(bw, 3);
+    REQUIRE(m.at("read_bandwidth_gb_s").get<double>() == bw.at("median").get<double>());
+    REQUIRE(bw.at("min").get<double>() > 0.1);
+    const auto& decode = m.at("decode_tok_per_s").at("runs");
+    std::vector<double> fractions;
+    for (size_t r = 0; r < 3; ++r)
+        fractions.push_back(decode.at(r).get<double>() * double(bytes) / 1e9 /
+                            bw.at("runs").at(r).get<double>());
+    std::sort(fractions.begin(), fractions.end());
+    REQUIRE(m.at("bandwidth_fraction").get<double>() == Approx(fractions[1]).epsilon(1e-12));
+    REQUIRE_FALSE(j.contains("read_bandwidth_gb_per_s"));  // given, not measured
 }
 
 TEST_CASE("qforge bench, untied head: lm_head counted, embedding not, context enforced",
