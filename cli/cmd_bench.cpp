@@ -124,7 +124,7 @@ Runner register_bench(CLI::App& app, CommonOptions& common) {
                     human_bytes(r.weight_bytes_per_token).c_str(), r.effective_gb_per_s);
         if (r.bandwidth_fraction)
             std::printf(", %.1f%% of %.1f GB/s read bandwidth%s", 100.0 * *r.bandwidth_fraction,
-                        bandwidth, measured ? " (measured after each repetition; medians)" : "");
+                        bandwidth, measured ? " (measured beside each repetition; medians)" : "");
         std::printf("\n");
         print_fp16_saturations(*backend);
         return 0;

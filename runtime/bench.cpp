@@ -165,6 +165,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         done += o.prefill_tokens;
         if (progress) progress(done);
 
+        // The bandwidth of this repetition's moment, before the decode's untimed context pass
+        // (which brings the weights back into the caches the measurement's buffer evicted).
+        if (probe) bandwidths.push_back(o.measure_bandwidth());
         for (uint64_t s = 0; s < batch; ++s) {
             decode_caches[s]->clear();
             backend.forward({decode_ids[s].data(), context}, *decode_caches[s], context - 1,
@@ -173,11 +176,9 @@ BenchResult run_bench(Backend& backend, const BenchOptions& o, const BenchProgre
         t0 = Clock::now();
         for (uint64_t i = context; i < decode_positions; ++i) decode_step(i);
         decode_rates.push_back(static_cast<double>(o.decode_tokens * batch) / seconds_since(t0));
-        if (probe) {  // weights are read once per step for the whole batch
-            bandwidths.push_back(o.measure_bandwidth());
+        if (probe)  // weights are read once per step for the whole batch
             fractions.push_back(decode_rates.back() / static_cast<double>(batch) * bytes_per_step /
                                 1e9 / bandwidths.back());
-        }
         if (!all_finite(logits))
             throw_non_finite_logits(logits, model.path(), "the last decode step");
         done += o.decode_tokens;

@@ -35,9 +35,10 @@ struct BenchOptions {
     // bench/bandwidth.cpp with the same thread count; nullopt leaves the fraction out unless
     // measure_bandwidth is set.
     std::optional<double> bandwidth_gb_per_s;
-    // When bandwidth_gb_per_s is not given: measures the read bandwidth (GB/s), called right
-    // after each repetition's timed decode, so each repetition's decode is quoted against the
-    // bandwidth of its own moment (a shared host's figure moved 20 -> 46 GB/s within an hour).
+    // When bandwidth_gb_per_s is not given: measures the read bandwidth (GB/s), called in each
+    // repetition between the timed prefill and the decode's untimed context positions, so each
+    // repetition's decode is quoted against the bandwidth of its own moment (a shared host's
+    // figure moved 16 -> 46 GB/s within two minutes) and no timed pass follows it directly.
     std::function<double()> measure_bandwidth;
 };
 

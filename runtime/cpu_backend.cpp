@@ -16,9 +16,9 @@ namespace qforge {
 
 namespace {
 // Prefill: outputs per call of the fused kernels (rows x tokens), within the per-thread scratch.
-// The float GEMM's avx2 level packs its tokens once per call (11% of its time at 128 rows per
-// call), so it takes more rows per call: 512 at 128 tokens (avx512 reads float_tokens_, packed
-// once per product).
+// Float rows take more per call, 512 rows at 128 tokens: each call transposes its rows' weights
+// once into the GEMM's panel and passes every token over it (the tokens themselves are packed once
+// per product, float_tokens_).
 constexpr uint64_t kQuantTile = 4096;
 constexpr uint64_t kFloatTile = 65536;
 

@@ -135,14 +135,18 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # Read bandwidth: given (BANDWIDTH, GB/s), or measured by each qforge run right after its decode
 # (`qforge bench` without --bandwidth), so each run's fraction is against its own moment's figure.
 bw_args=()
-[ -n "${BANDWIDTH:-}" ] && bw_args=(--bandwidth "$BANDWIDTH")
+if [ -n "${BANDWIDTH:-}" ]; then
+  python3 -c 'import sys; assert float(sys.argv[1]) > 0' "$BANDWIDTH" 2>/dev/null ||
+    { echo "bench_vs_llamacpp: BANDWIDTH=$BANDWIDTH is not a positive number of GB/s" >&2; exit 2; }
+  bw_args=(--bandwidth "$BANDWIDTH")
+fi
 log "read bandwidth ${BANDWIDTH:-measured beside each qforge run}; $reps repetitions of ${#qfs[@]} qforge and ${#ggs[@]} llama.cpp models"
 
 run_q() {  # qforge bench / ppl of model $1, repetition $2
   local k
   k=$(key "$1")
   load1 >"$out/q-$k-$2.load"
-  $qforge -q bench "$1" -p "$pp" -n "$tg" -r 1 -t "$threads" "${bw_args[@]}" --json >"$out/q-$k-$2.json"
+  $qforge -q bench "$1" -p "$pp" -n "$tg" -r 1 -t "$threads" ${bw_args[@]+"${bw_args[@]}"} --json >"$out/q-$k-$2.json"
   if [ -n "${ppl_q[$1]:-}" ]; then
     $qforge -q ppl "$1" -f "$text" --ctx "$ppl_ctx" --chunks "$ppl_chunks" -t "$threads" --json >"$out/qp-$k-$2.json"
   fi
@@ -213,9 +217,10 @@ def gg_ppl(m):
 def cell(a, b):
     return f"{med(a):.1f} vs {med(b):.1f} | {med(a) / med(b):.2f}x" if a and b else "- | -"
 
-bws = [json.load(open(f))["read_bandwidth_gb_s"] for f in glob.glob(f"{out}/q-*.json")]
+bws = [json.load(open(f))["read_bandwidth_gb_s"] for p in pairs
+       for f in glob.glob(f"{out}/q-{key(p.split('=', 1)[1].split(',')[0])}-*.json")]
 bw_text = (f"{float(bw):.1f} GB/s (given)" if bw else
-           f"{med(bws):.1f} GB/s median ({min(bws):.1f}-{max(bws):.1f}), measured after each qforge decode run; "
+           f"{med(bws):.1f} GB/s median ({min(bws):.1f}-{max(bws):.1f}), measured beside each qforge decode run; "
            "each run's tg is quoted against its own")
 print(f"CPU: {cpu}; qforge CPU kernels: {isa}; {threads} threads; read bandwidth {bw_text}")
 print(f"llama.cpp run with environment: {llama_env or '(none)'}")

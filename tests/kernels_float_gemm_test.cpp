@@ -92,8 +92,9 @@ std::vector<float> run(Isa isa, const Rows& m, const uint8_t* w, const std::vect
 }
 
 // 1, 5: only the last products; 8, 13, 40, 100: 8-blocks (and 32-steps); 519, 520, 1100: past
-// one 512-float block of k, ending inside an 8-block, on one, and past the second block.
-constexpr uint64_t kLengths[] = {1, 5, 8, 13, 32, 40, 100, 519, 520, 1100, 2056, 4133};
+// one 512-float block of k, ending inside an 8-block, on one, and past the second block; 2107:
+// a second block of the row-lane GEMMs' 2048 floats that ends in three 8-blocks and 3 products.
+constexpr uint64_t kLengths[] = {1, 5, 8, 13, 32, 40, 100, 519, 520, 1100, 2056, 2107, 4133};
 constexpr uint64_t kShapes[][2] = {{1, 1}, {3, 7}, {17, 13}, {5, 2}, {50, 9}};  // rows, tokens
 
 }  // namespace

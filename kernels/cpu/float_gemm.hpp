@@ -38,8 +38,8 @@ void float_matmul_isa(Isa isa, QType t, const uint8_t* w, uint64_t stride, uint6
                       float* out, uint64_t ldo);
 
 // Tokens prepared once for many float_matmul calls on the same activations (the CPU backend
-// prepares them per product, before its threads split the rows): avx512 packs them in its
-// chain-major order (float_gemm_avx512.cpp), the other levels read x in place.
+// prepares them per product, before its threads split the rows): avx2 and avx512 pack them in
+// their chain-major order (float_gemm_rows.hpp), the scalar level reads x in place.
 class FloatTokens {
   public:
     // x: n tokens of k floats, ldx apart; read now (avx2, avx512) or by each call (scalar), so x
