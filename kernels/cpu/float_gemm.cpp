@@ -25,10 +25,10 @@ void FloatTokens::prepare(Isa isa, const float* x, uint64_t ldx, uint64_t k, uin
     check_level(isa);
     isa_ = isa, x_ = x, ldx_ = ldx, k_ = k, n_ = n;
     if (isa == Isa::scalar || k == 0) return;
-    const bool avx512 = isa == Isa::avx512;
-    packed_ld_ = avx512 ? detail::tokens_ld_avx512(k) : detail::tokens_ld_avx2(k);
+    packed_ld_ = detail::packed_token_ld(k);
     packed_.resize(n * packed_ld_);
-    (avx512 ? detail::pack_tokens_avx512 : detail::pack_tokens_avx2)(x, ldx, k, n, packed_.data());
+    (isa == Isa::avx512 ? detail::pack_tokens_avx512 : detail::pack_tokens_avx2)(x, ldx, k, n,
+                                                                                 packed_.data());
 }
 
 void float_matmul_prepared(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,

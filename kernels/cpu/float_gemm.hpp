@@ -77,14 +77,15 @@ inline float* aligned_floats(std::vector<float>& v, uint64_t n) {
 }
 
 // The level kernels (float_gemm_avx2.cpp, float_gemm_avx512.cpp), same contract, k >= 1, on
-// tokens packed by the level's pack_tokens_*: n tokens of x into `packed`, tokens_ld_*(k) floats
-// apart (the same layout at both levels); the kernel reads tokens [t0, t1) of them.
+// tokens packed by the level's pack_tokens_*: n tokens of x into `packed`, packed_token_ld(k)
+// floats apart (the same layout at both levels); the kernel reads tokens [t0, t1) of them.
+// A packed token: its chain-major blocks of k, then the last k mod 8 floats as they are, then
+// padding (so tokens are not a multiple of the L1 set stride apart).
+inline uint64_t packed_token_ld(uint64_t k) { return (k + 15) / 16 * 16 + 16; }
 void float_gemm_avx2(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                      const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,
                      uint64_t ldo);
-uint64_t tokens_ld_avx2(uint64_t k);
 void pack_tokens_avx2(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed);
-uint64_t tokens_ld_avx512(uint64_t k);
 void pack_tokens_avx512(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed);
 void float_gemm_avx512(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                        const float* packed, uint64_t k, uint64_t t0, uint64_t t1, float* out,

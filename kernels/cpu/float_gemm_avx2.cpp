@@ -134,14 +134,6 @@ struct Ymm {
 }  // namespace
 #endif
 
-uint64_t tokens_ld_avx2(uint64_t k) {
-#if defined(__x86_64__)
-    return rows::token_ld(k);
-#else
-    return k;
-#endif
-}
-
 void pack_tokens_avx2(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed) {
 #if defined(__x86_64__)
     rows::pack_tokens<Ymm>(x, ldx, k, n, packed);

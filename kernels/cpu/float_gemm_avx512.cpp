@@ -241,14 +241,6 @@ struct Zmm {
 }  // namespace
 #endif
 
-uint64_t tokens_ld_avx512(uint64_t k) {
-#if defined(__x86_64__)
-    return rows::token_ld(k);
-#else
-    return k;
-#endif
-}
-
 void pack_tokens_avx512(const float* x, uint64_t ldx, uint64_t k, uint64_t n, float* packed) {
 #if defined(__x86_64__)
     rows::pack_tokens<Zmm>(x, ldx, k, n, packed);

@@ -72,10 +72,6 @@ inline Block block_at(uint64_t k, uint64_t bi) {
     return Block{std::min(steps, s0 + kBlockSteps) - s0,
                  bi + 1 == block_count(k) ? k % kChains / 8 : 0};
 }
-// A packed token: the blocks' positions (block bi at kChains * kBlockSteps * bi), then the last
-// k mod 8 floats as they are, then padding (so tokens are not a multiple of the L1 set stride
-// apart).
-inline uint64_t token_ld(uint64_t k) { return (k + 15) / 16 * 16 + 16; }
 
 // One token's block of k (32-steps [s0, s0 + b.steps) of x, then b.eights 8-blocks at element
 // 32 steps) in chain-major order, one float at a time: position p of chain g at
@@ -95,7 +91,7 @@ QF_ROWS_TARGET void pack_tokens(const float* x, uint64_t ldx, uint64_t k, uint64
     const uint64_t steps = k / kChains, body = k / 8 * 8, blocks = block_count(k);
     for (uint64_t tok = 0; tok < n; ++tok) {
         const float* src = x + tok * ldx;
-        float* dst = packed + tok * token_ld(k);
+        float* dst = packed + tok * packed_token_ld(k);
         for (uint64_t bi = 0; bi < blocks; ++bi)
             V::pack_token(src, steps, bi * kBlockSteps, block_at(k, bi),
                           dst + kChains * bi * kBlockSteps);
@@ -198,7 +194,7 @@ QF_ROWS_TARGET void gemm(QType t, const uint8_t* w, uint64_t stride, uint64_t r0
     // they stay in L1 instead of streaming the whole call's through L2).
     float* part =
         aligned_floats(part_buf, (blocks == 1 ? std::min<uint64_t>(m, kTokens) : m) * pld);
-    const uint64_t xld = token_ld(k);
+    const uint64_t xld = packed_token_ld(k);
     const float* xs = packed + t0 * xld;
     const uint64_t token_tiles = (m + kTokens - 1) / kTokens;
     for (uint64_t rb = r0; rb < r1; rb += tile_rows) {
