@@ -12,6 +12,7 @@ packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libzstd-dev 
           libbenchmark-dev  # Google Benchmark: the kernel benchmarks (bench/kernels_bench.cpp)
           clang libclang-rt-dev  # clang and its libFuzzer runtime (libclang_rt.fuzzer): scripts/fuzz.sh
           libcpp-httplib-dev  # cpp-httplib: the HTTP server of qforge serve (serve/)
+          qemu-user  # emulated CPUs without AVX-512 / AVX for the tests (scripts/test_emulated_cpus.sh)
           clang-format)  # the format check (scripts/check_format.sh)
 
 missing=()

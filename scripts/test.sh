@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, checks the formatting (scripts/check_format.sh), builds and runs every
 # test: a release build (CUDA code compiled for one architecture when nvcc is present, to keep
-# CI short) and an AddressSanitizer+UBSan build of the CPU code, then a 5 s libFuzzer smoke of
+# CI short), part of its tests again on emulated CPUs without AVX-512 and without AVX, and an
+# AddressSanitizer+UBSan build of the CPU code, then a 5 s libFuzzer smoke of
 # every reader (scripts/fuzz.sh). Tests that need ../shared or a GPU print "SKIPPED: <reason>"
 # when it is absent.
 set -euo pipefail
@@ -21,6 +22,12 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DQFORGE_CUDA=AUTO \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DQFORGE_WERROR=ON >/dev/null
 cmake --build build-test -j"$jobs"
 ctest --test-dir build-test --output-on-failure -j"$jobs"
+
+# The products, kernels, dispatch and stories260K end-to-end tests again on emulated CPUs without
+# AVX-512 and without AVX (about 2 minutes; the whole suite takes 11 and 12 under QEMU).
+stage "emulated CPUs: AVX2 without AVX-512, and no AVX (scripts/test_emulated_cpus.sh)"
+bash scripts/test_emulated_cpus.sh build-test \
+  "[isa],[qdot],[kernels],[float_gemm],[attention],[activation],[group_codes],[stories],[llama2c],[bench]"
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
 # At -O0: with the sanitizers' instrumentation, -O1 compiles twice as slowly (cli/cmd_ppl.cpp

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "convert/convert.hpp"
@@ -21,8 +22,13 @@ fs::path convert_stories(const fs::path& data, const std::string& variant, const
     return o.output;
 }
 
+std::string qforge_command() {
+    const char* runner = std::getenv("QFORGE_TEST_RUNNER");
+    return std::string(runner ? runner : "") + " '" + QFORGE_BINARY + "'";
+}
+
 CommandResult run_qforge(const std::string& args, const std::string& shell_prefix) {
-    return run_shell(shell_prefix + " QFORGE_NO_PROGRESS=1 '" + QFORGE_BINARY + "' " + args);
+    return run_shell(shell_prefix + " QFORGE_NO_PROGRESS=1 " + qforge_command() + " " + args);
 }
 
 CommandResult run_shell(const std::string& command) {

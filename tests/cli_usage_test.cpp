@@ -37,8 +37,8 @@ struct Run {
 // Runs qforge with stdout and stderr captured apart (test::run_qforge merges them).
 Run run_split(const std::string& args, const fs::path& io_dir) {
     const fs::path out = io_dir / "stdout", err = io_dir / "stderr";
-    const std::string cmd = "QFORGE_NO_PROGRESS=1 '" + std::string(QFORGE_BINARY) + "' " + args +
-                            " >" + q(out) + " 2>" + q(err) + " </dev/null";
+    const std::string cmd = "QFORGE_NO_PROGRESS=1 " + test::qforge_command() + " " + args + " >" +
+                            q(out) + " 2>" + q(err) + " </dev/null";
     const int status = std::system(cmd.c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const auto o = test::read_file(out), e = test::read_file(err);
