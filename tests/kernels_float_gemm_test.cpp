@@ -73,8 +73,14 @@ std::vector<float> make_tokens(uint64_t m, uint64_t k, uint64_t ldx, uint32_t se
     return x;
 }
 
+// The level's dot_row; at avx2 and above both copies, prefetching the row ahead (the choice on
+// Zen 5) and not, which must agree bit for bit.
 float level_dot(Isa isa, QType t, const uint8_t* w, const float* x, uint64_t k) {
-    return isa == Isa::scalar ? dot_row_scalar(t, w, x, k) : detail::dot_row_avx2(t, w, x, k);
+    if (isa == Isa::scalar) return dot_row_scalar(t, w, x, k);
+    const float plain = detail::dot_row_avx2(t, w, x, k, false);
+    const float ahead = detail::dot_row_avx2(t, w, x, k, true);
+    REQUIRE(std::memcmp(&plain, &ahead, 4) == 0);
+    return plain;
 }
 
 // float_matmul_isa over rows [r0, r1) and tokens [t0, t1) with ldo = rows + 2: the two extra

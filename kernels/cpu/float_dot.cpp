@@ -1,5 +1,6 @@
 #include "kernels/cpu/float_dot.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -56,12 +57,14 @@ float dot_scalar(const uint8_t* w, const float* x, size_t n) {
 }
 
 #ifdef QF_X86
-// The AVX2 version prefetches each cache line of the row 4 KiB ahead into L1 (the rows of a
-// product lie one after another, so this reaches into the next rows): with the hardware
-// prefetcher alone one core kept an f16 GEMV at 55-65% of the read bandwidth, with it 95-105%
-// (kernels/README.md, "Float rows at one token"; a 16-lane AVX-512 version of the same sums
-// measured no faster, since memory sets the pace). A prefetch never faults, so reaching past
-// the matrix is harmless.
+// Prefetching each cache line of the row 4 KiB ahead into L1 (the rows of a product lie one after
+// another, so this reaches into the next rows) helps one core and hurts another, so it is chosen
+// per CPU (float_row_prefetch). Zen 5: with the hardware prefetcher alone an f16 GEMV kept
+// 55-65% of the read bandwidth, with this 95-105% (kernels/README.md, "Float rows at one token").
+// Zen 4: this slowed decode, TinyLlama-shape f16 15.3 -> 19.4 tok/s and SmolLM2-135M f16 98.6 ->
+// 144.9 without it (5 alternating rounds; a likely cause: the prefetches hold L1 miss buffers
+// the hardware streams would use; the same section, 2026-12-05). A prefetch never faults, so
+// reaching past the matrix is harmless, and it changes no bit.
 constexpr size_t kAheadBytes = 4096;
 
 template <QType T>
@@ -70,6 +73,17 @@ __attribute__((target("avx2,fma,f16c"))) inline void prefetch_step(const uint8_t
     for (size_t line = 0; line < 32 * width; line += 64)  // the 32-step's lines
         _mm_prefetch(reinterpret_cast<const char*>(w + width * i + line) + kAheadBytes,
                      _MM_HINT_T0);
+}
+
+// QFORGE_FLOAT_ROW_PREFETCH=1 or 0 decides; otherwise Zen 5 prefetches and every other CPU
+// leaves it to the hardware, as llama.cpp's f16 rows do.
+bool float_row_prefetch() {
+    static const bool on = [] {
+        if (const char* env = std::getenv("QFORGE_FLOAT_ROW_PREFETCH"); env && *env)
+            return std::strcmp(env, "0") != 0;
+        return cpu_is_zen5();
+    }();
+    return on;
 }
 
 template <QType T>
@@ -92,13 +106,13 @@ __attribute__((target("avx2,fma,f16c"))) void widen_avx2(const uint8_t* w, float
     for (; i < n; ++i) out[i] = load1<T>(w, i);
 }
 
-template <QType T>
+template <QType T, bool Prefetch>
 __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const float* x,
                                                         size_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        prefetch_step<T>(w, i);
+        if constexpr (Prefetch) prefetch_step<T>(w, i);
         a0 = _mm256_fmadd_ps(load8<T>(w, i), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(load8<T>(w, i + 8), _mm256_loadu_ps(x + i + 8), a1);
         a2 = _mm256_fmadd_ps(load8<T>(w, i + 16), _mm256_loadu_ps(x + i + 16), a2);
@@ -122,18 +136,23 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const 
 bool cpu_has_avx2() { return cpu_isa() >= Isa::avx2; }
 
 namespace detail {
-float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n) {
+float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n, bool prefetch) {
 #ifdef QF_X86
     switch (qtype) {
         case QType::f32:
-            return dot_avx2<QType::f32>(w, x, n);
+            return prefetch ? dot_avx2<QType::f32, true>(w, x, n)
+                            : dot_avx2<QType::f32, false>(w, x, n);
         case QType::f16:
-            return dot_avx2<QType::f16>(w, x, n);
+            return prefetch ? dot_avx2<QType::f16, true>(w, x, n)
+                            : dot_avx2<QType::f16, false>(w, x, n);
         case QType::bf16:
-            return dot_avx2<QType::bf16>(w, x, n);
+            return prefetch ? dot_avx2<QType::bf16, true>(w, x, n)
+                            : dot_avx2<QType::bf16, false>(w, x, n);
         default:
             break;
     }
+#else
+    (void)prefetch;
 #endif
     return dot_row_scalar(qtype, w, x, n);
 }
@@ -155,7 +174,9 @@ float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n) {
 }
 
 float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n) {
-    if (cpu_has_avx2()) return detail::dot_row_avx2(qtype, w, x, n);
+#ifdef QF_X86
+    if (cpu_has_avx2()) return detail::dot_row_avx2(qtype, w, x, n, float_row_prefetch());
+#endif
     return dot_row_scalar(qtype, w, x, n);
 }
 

@@ -51,8 +51,9 @@ inline float dot_short(const float* a, const float* b, size_t n) {
 namespace detail {
 // The AVX2 version of dot_row, whatever cpu_isa() says (the caller checks the CPU has AVX2). Every
 // level above AVX2 uses it too: float rows have no wider kernel yet, so their products keep
-// these bits on every x86 level.
-float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n);
+// these bits on every x86 level. `prefetch`: whether it prefetches the row ahead (a speed choice
+// made per CPU, float_dot.cpp; the bits are the same either way).
+float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n, bool prefetch = false);
 }  // namespace detail
 
 }  // namespace qforge

@@ -13,6 +13,7 @@ namespace qforge {
 namespace {
 
 struct CpuFeatures {
+    bool zen5 = false;    // AMD, family 0x1a
     bool avx2 = false;    // AVX2 + FMA + F16C, with the OS saving the ymm state
     bool avx512 = false;  // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
     bool avx512_bf16 = false;
@@ -26,6 +27,12 @@ CpuFeatures detect_features() {
     CpuFeatures f;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+    // The family: the base field, plus the extended one when the base is 0xf.
+    const unsigned base_family = (eax >> 8) & 0xf;
+    const unsigned family = base_family == 0xf ? base_family + ((eax >> 20) & 0xff) : base_family;
+    unsigned vendor[4] = {};
+    __get_cpuid(0, &vendor[3], &vendor[0], &vendor[2], &vendor[1]);  // ebx, edx, ecx: the name
+    f.zen5 = std::memcmp(vendor, "AuthenticAMD", 12) == 0 && family == 0x1a;
     const bool fma = ecx & bit_FMA, f16c = ecx & bit_F16C, osxsave = ecx & bit_OSXSAVE;
     if (!osxsave) return f;
     unsigned xcr0_lo = 0, xcr0_hi = 0;
@@ -101,6 +108,7 @@ Isa cpu_isa_supported() { return choice().supported; }
 Isa cpu_isa() { return choice().used; }
 bool cpu_has_avx512_bf16() { return choice().features.avx512_bf16; }
 bool cpu_has_avx_vnni() { return choice().features.avx_vnni; }
+bool cpu_is_zen5() { return choice().features.zen5; }
 bool cpu_uses_avx_vnni() {
     static const bool use =
         cpu_has_avx_vnni() && cpu_isa() >= Isa::avx2 && !std::getenv("QFORGE_NO_AVX_VNNI");
