@@ -3,10 +3,13 @@
 # qemu-user): `-cpu max` has AVX2, FMA and F16C but no AVX-512 (an AVX2-only machine, as the
 # Zen 3 ones of this project's kind are) and `-cpu Nehalem` has no AVX at all. For each it checks
 # that `qforge --version` reports the level such a machine dispatches (avx2, scalar), then runs
-# the test binary there, every qforge it starts under the same emulated CPU (QFORGE_TEST_RUNNER,
-# tests/cli_support.hpp). What this finds: the run-time dispatch on a CPU without AVX-512, and any
-# instruction above a level's own leaking into it. QEMU 7.2 emulates neither AVX-512 nor
-# AVX-VNNI, and its speed says nothing about a real CPU's: correctness only.
+# the test binary there, with every qforge the tests start through run_qforge under the same
+# emulated CPU (QFORGE_TEST_RUNNER, tests/cli_support.hpp; a few children that compare no levels,
+# the kill and script tests', run natively). CUDA sees no device there (CUDA_VISIBLE_DEVICES is
+# emptied), and the level variables (QFORGE_ISA, QFORGE_NO_AVX2) are cleared. What this finds:
+# the run-time dispatch on a CPU without AVX-512, and any instruction above a level's own leaking
+# into it. QEMU 7.2 emulates neither AVX-512 nor AVX-VNNI, and its speed says nothing about a
+# real CPU's: correctness only. On a host that is not x86-64 it prints SKIPPED.
 #
 # Usage: scripts/test_emulated_cpus.sh [BUILD_DIR] [TEST_SPEC...]
 #   BUILD_DIR  a build with cli/qforge and tests/qforge_tests (default: build)
@@ -24,16 +27,23 @@ tests="$build/tests/qforge_tests"
 for f in "$qforge" "$tests"; do
   [ -x "$f" ] || { echo "test_emulated_cpus: $f: no such executable (build first)" >&2; exit 2; }
 done
+if [ "$(uname -m)" != x86_64 ]; then
+  echo "SKIPPED: emulated CPUs: this host is $(uname -m), not x86-64"
+  exit 0
+fi
 if ! command -v qemu-x86_64 >/dev/null 2>&1; then
   echo "SKIPPED: emulated CPUs: qemu-x86_64 is absent (apt-get install qemu-user)"
   exit 0
 fi
+unset QFORGE_ISA QFORGE_NO_AVX2 QFORGE_NO_AVX_VNNI
+export CUDA_VISIBLE_DEVICES=""
 
 status=0
 for cpu_level in "max avx2" "Nehalem scalar"; do
   read -r cpu level <<<"$cpu_level"
   runner="qemu-x86_64 -cpu $cpu"
-  reported=$($runner "$qforge" --version | sed -n 's/^CPU kernels: \([a-z0-9_]*\).*/\1/p')
+  reported=$($runner "$qforge" --version | sed -n 's/^CPU kernels: \([a-z0-9_]*\).*/\1/p') ||
+    reported="(qforge --version failed)"
   if [ "$reported" != "$level" ]; then
     echo "FAILED: emulated CPU $cpu: qforge --version reports '$reported', expected '$level'" >&2
     status=1

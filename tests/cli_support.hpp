@@ -21,7 +21,8 @@ struct CommandResult {
     std::string output;  // stdout and stderr together
 };
 // The shell words that start qforge: QFORGE_TEST_RUNNER (say, `qemu-x86_64 -cpu max`, to run
-// every child under the same emulated CPU as the test binary) then the binary, quoted.
+// the children started through here under the same emulated CPU as the test binary) then the
+// binary, quoted.
 std::string qforge_command();
 // Runs the qforge binary with the given argument string (shell-quoted by the caller), after
 // `shell_prefix` (e.g. "ulimit -f 100;").

@@ -75,12 +75,13 @@ __attribute__((target("avx2,fma,f16c"))) inline void prefetch_step(const uint8_t
                      _MM_HINT_T0);
 }
 
-// QFORGE_FLOAT_ROW_PREFETCH=1 or 0 decides; otherwise Zen 5 prefetches and every other CPU
-// leaves it to the hardware, as llama.cpp's f16 rows do.
+// QFORGE_FLOAT_ROW_PREFETCH=1 or 0 decides (any other value is ignored); otherwise Zen 5
+// prefetches and every other CPU leaves it to the hardware, as llama.cpp's f16 rows do.
 bool float_row_prefetch() {
     static const bool on = [] {
-        if (const char* env = std::getenv("QFORGE_FLOAT_ROW_PREFETCH"); env && *env)
-            return std::strcmp(env, "0") != 0;
+        const char* env = std::getenv("QFORGE_FLOAT_ROW_PREFETCH");
+        if (env && std::strcmp(env, "1") == 0) return true;
+        if (env && std::strcmp(env, "0") == 0) return false;
         return cpu_is_zen5();
     }();
     return on;

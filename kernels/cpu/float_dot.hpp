@@ -53,7 +53,7 @@ namespace detail {
 // level above AVX2 uses it too: float rows have no wider kernel yet, so their products keep
 // these bits on every x86 level. `prefetch`: whether it prefetches the row ahead (a speed choice
 // made per CPU, float_dot.cpp; the bits are the same either way).
-float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n, bool prefetch = false);
+float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n, bool prefetch);
 }  // namespace detail
 
 }  // namespace qforge

@@ -43,8 +43,8 @@ bool cpu_has_avx512_bf16();
 bool cpu_has_avx_vnni();
 bool cpu_uses_avx_vnni();
 
-// Whether the CPU is AMD's Zen 5 (family 0x1a): a tuning fact (float_dot.cpp's prefetch),
-// never a result one.
+// Whether the CPU is AMD's family 0x1a (Zen 5, and later parts of that family): a tuning fact
+// (float_dot.cpp's prefetch), never a result one.
 bool cpu_is_zen5();
 
 // Every level up to cpu_isa(), lowest first (what the kernel tests run).
