@@ -33,6 +33,9 @@ void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd, c
 #if defined(__x86_64__)
 
 #define QF_ATTN_AVX2 __attribute__((target("avx2,fma")))
+// Inlined into each level's caller, so the avx512 level's copy has its 32 registers (a call
+// to an avx2 copy spilled scores_tile<3, 8>'s accumulators).
+#define QF_ATTN_INLINE inline __attribute__((always_inline))
 
 // The heads [g, g + NG) of a group's mix (mix_heads, mix_heads16), chosen by NG from a table.
 using MixHeads = void (*)(const float*, uint64_t, uint64_t, const float*, uint64_t, uint64_t,
@@ -46,38 +49,100 @@ QF_ATTN_AVX2 inline float lane_tree(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
-// One query head against NJ keys: NJ independent 8-lane FMA chains over hd's whole 8-blocks, the
-// lane tree, then the last hd mod 8 products one at a time, then times scale.
-template <int NJ>
-QF_ATTN_AVX2 inline void scores_tile(const float* q, uint64_t hd, const float* keys,
-                                     uint64_t stride, float scale, float* scores) {
-    __m256 acc[NJ];
-    for (int j = 0; j < NJ; ++j) acc[j] = _mm256_setzero_ps();
+// The lane trees of eight accumulators at once, transposed: lane j of the result is
+// lane_tree(acc[j]), the same additions in the same tree (float addition commutes, so which
+// operand comes first does not change a bit). 21 shuffles and adds for eight trees, where eight
+// lane_tree calls take 56 (SmolLM2 serving 16 streams: the scores were 17% of the time).
+QF_ATTN_AVX2 inline __m256 lane_trees8(const __m256 (&acc)[8]) {
+    // [a: 0+4, 1+5, 2+6, 3+7 | b: the same] for the pairs (0, 1), (2, 3), (4, 5), (6, 7).
+    __m256 h[4];
+    for (int p = 0; p < 4; ++p)
+        h[p] = _mm256_add_ps(_mm256_permute2f128_ps(acc[2 * p], acc[2 * p + 1], 0x20),
+                             _mm256_permute2f128_ps(acc[2 * p], acc[2 * p + 1], 0x31));
+    // [a: (0+4)+(2+6), (1+5)+(3+7), c: the same | b: .., d: ..] for (a, b, c, d) = (0, 1, 2, 3)
+    // and (4, 5, 6, 7).
+    __m256 m[2];
+    for (int p = 0; p < 2; ++p)
+        m[p] = _mm256_add_ps(_mm256_shuffle_ps(h[2 * p], h[2 * p + 1], 0x44),
+                             _mm256_shuffle_ps(h[2 * p], h[2 * p + 1], 0xee));
+    // [0, 2, 4, 6 | 1, 3, 5, 7], then in order.
+    const __m256 t =
+        _mm256_add_ps(_mm256_shuffle_ps(m[0], m[1], 0x88), _mm256_shuffle_ps(m[0], m[1], 0xdd));
+    return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// NG query heads against NJ keys: per (head, key) an 8-lane FMA chain over hd's whole 8-blocks,
+// the lane tree, then the last hd mod 8 products one at a time, then times scale. Each key vector
+// is loaded once for the NG heads, key after key in memory order. Loading the 8 keys' vectors at
+// each offset in turn (one query load per 8 FMAs), as this did before, ran 1.2x faster from L1
+// but 2.2x slower from DRAM (3 heads over 64 MiB of 16 KiB runs, one thread: 8.5 GB/s, against
+// 18.8 in memory order), and in serving the keys come from DRAM (SmolLM2, 16 sequences at 256-320
+// positions: decode 1.06x, 5 alternating runs).
+template <int NG, int NJ>
+QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const float* keys,
+                                             uint64_t stride, float scale, float* scores,
+                                             uint64_t ld) {
+    __m256 acc[NG][NJ];
+    for (int g = 0; g < NG; ++g)
+        for (int j = 0; j < NJ; ++j) acc[g][j] = _mm256_setzero_ps();
     const uint64_t whole = hd / 8 * 8;
-    for (uint64_t i = 0; i < whole; i += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + i);
-        for (int j = 0; j < NJ; ++j)
-            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + j * stride + i), acc[j]);
+    for (int j = 0; j < NJ; ++j)
+        for (uint64_t i = 0; i < whole; i += 8) {
+            const __m256 kv = _mm256_loadu_ps(keys + j * stride + i);
+            for (int g = 0; g < NG; ++g)
+                acc[g][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * hd + i), kv, acc[g][j]);
+        }
+    for (int g = 0; g < NG; ++g) {
+        const float* qg = q + g * hd;
+        float* sg = scores + g * ld;
+        if constexpr (NJ == 8) {
+            const __m256 s = lane_trees8(acc[g]);
+            if (whole == hd) {
+                _mm256_storeu_ps(sg, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+                continue;
+            }
+            alignas(32) float sums[8];
+            _mm256_store_ps(sums, s);
+            for (int j = 0; j < NJ; ++j) {
+                for (uint64_t i = whole; i < hd; ++i) sums[j] += qg[i] * keys[j * stride + i];
+                sg[j] = sums[j] * scale;
+            }
+            continue;
+        }
+        for (int j = 0; j < NJ; ++j) {
+            float s = lane_tree(acc[g][j]);
+            for (uint64_t i = whole; i < hd; ++i) s += qg[i] * keys[j * stride + i];
+            sg[j] = s * scale;
+        }
     }
-    for (int j = 0; j < NJ; ++j) {
-        float s = lane_tree(acc[j]);
-        for (uint64_t i = whole; i < hd; ++i) s += q[i] * keys[j * stride + i];
-        scores[j] = s * scale;
+}
+
+// Heads in NG's over each tile of 8 keys in turn, so the tile comes from memory once and from L1
+// for the group's other heads.
+template <int NG>
+QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, uint64_t hd,
+                                              const float* keys, uint64_t stride, uint64_t n,
+                                              float scale, float* scores, uint64_t ld) {
+    constexpr uint64_t kKeys = 8;  // chains in flight: 8 FMAs cover the FMA latency twice over
+    uint64_t j = 0;
+    for (; j + kKeys <= n; j += kKeys) {
+        const float* kj = keys + j * stride;
+        uint64_t g = 0;
+        for (; g + NG <= group; g += NG)
+            scores_tile<NG, kKeys>(q + g * hd, hd, kj, stride, scale, scores + g * ld + j, ld);
+        for (; g < group; ++g)
+            scores_tile<1, kKeys>(q + g * hd, hd, kj, stride, scale, scores + g * ld + j, ld);
     }
+    for (; j < n; ++j)
+        for (uint64_t g = 0; g < group; ++g)
+            scores_tile<1, 1>(q + g * hd, hd, keys + j * stride, stride, scale, scores + g * ld + j,
+                              ld);
 }
 
 QF_ATTN_AVX2 void head_scores_avx2(const float* q, uint64_t group, uint64_t hd, const float* keys,
                                    uint64_t stride, uint64_t n, float scale, float* scores,
                                    uint64_t ld) {
-    constexpr uint64_t kKeys = 8;  // chains in flight: 8 FMAs cover the FMA latency twice over
-    for (uint64_t g = 0; g < group; ++g) {
-        uint64_t j = 0;
-        for (; j + kKeys <= n; j += kKeys)
-            scores_tile<kKeys>(q + g * hd, hd, keys + j * stride, stride, scale,
-                               scores + g * ld + j);
-        for (; j < n; ++j)
-            scores_tile<1>(q + g * hd, hd, keys + j * stride, stride, scale, scores + g * ld + j);
-    }
+    scores_heads<1>(q, group, hd, keys, stride, n, scale, scores, ld);
 }
 
 // NG heads' outputs, C 8-float chunks of each from `at`, kept in registers over the n positions:
@@ -127,8 +192,8 @@ QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uin
 
 // The avx512 level's mix: mix_tile's operations per output (so avx2's bits) on 16 lanes, one pass
 // over the positions for a whole 64-float head (SmolLM2 serving 16 streams: the mix's share of
-// the time 9.1% -> 6.4%). Its scores are avx2's: grouping the heads that share a key, with 32 ymm
-// registers, measured no faster.
+// the time 9.1% -> 6.4%). Its scores are avx2's operations, three heads per key tile in its 32
+// registers.
 #define QF_ATTN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512vl")))
 
 // NG heads' outputs, C 16-float chunks of each from `at`: mix_tile's steps on 16 lanes.
@@ -173,6 +238,15 @@ QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const 
                 out[g * hd + i] = std::fma(p[g * ld + j], values[j * stride + i], out[g * hd + i]);
 }
 
+// avx2's operations per score (its bits), three heads per key tile: 24 accumulators beside the
+// key vector, within the 32 registers (in an avx2 copy they spilled). From L1 1.35x avx2's
+// single heads; from DRAM either streams the keys at one pace.
+QF_ATTN_AVX512 void head_scores_avx512(const float* q, uint64_t group, uint64_t hd,
+                                       const float* keys, uint64_t stride, uint64_t n, float scale,
+                                       float* scores, uint64_t ld) {
+    scores_heads<3>(q, group, hd, keys, stride, n, scale, scores, ld);
+}
+
 // Heads in fours: 4 heads x 4 chunks is 16 accumulators beside the 4 value vectors.
 QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
                                     const float* values, uint64_t stride, uint64_t n, float* out) {
@@ -190,6 +264,8 @@ QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group,
 void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
                  uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld) {
 #if defined(__x86_64__)
+    if (isa >= Isa::avx512)
+        return head_scores_avx512(q, group, hd, keys, stride, n, scale, scores, ld);
     if (isa >= Isa::avx2) return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld);
 #endif
     head_scores_scalar(q, group, hd, keys, stride, n, scale, scores, ld);
