@@ -269,8 +269,9 @@ TEST_CASE(
     // Rows repacked 16 to a tile (kernels/cpu/qpack.hpp): 45 rows (a last tile of 13), k ending
     // inside a block, a chunk and a weight group (100, 300), two whole superblocks (512) and 2056
     // (a 1-block last chunk); ranges from a tile boundary and from inside a tile (the kernel then
-    // computes the tile and stores the rows asked for); 1 to 9 tokens (the one-token path, raw
-    // zeros, biased zeros, tiles of 4, 2, 1); damaged zeros above 128 as in the row layout; 8-bit
+    // computes the tile and stores the rows asked for); 1 to 17 tokens (the one-token path, raw
+    // zeros, biased zeros, tiles of 4, 2, 1, codes split in registers up to 16 tokens and through
+    // the chunk buffer above); damaged zeros above 128 as in the row layout; 8-bit
     // codes of -128 in three rows. Every level the CPU has with packed kernels (avx2, avx512)
     // against the scalar reference.
     bool any = false;
@@ -294,7 +295,7 @@ TEST_CASE(
                     QPackedRows packed(t, m.n, k);
                     packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
                     packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
-                    for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u}) {
+                    for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u, 16u, 17u}) {
                         const auto x = test::kernel_activations(tokens, k, seed++);
                         QActivations a;
                         a.prepare(QActivations::Mode::int8, x.data(), tokens, k);

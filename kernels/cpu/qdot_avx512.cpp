@@ -381,9 +381,9 @@ QF_AVX512 inline __m512 block_step(__m512 acc, __m512i isum, const PackedBlock& 
 
 // Blocks [b0, b0 + nb) of the packed chunk against NT tokens from tok: acc[t][g] holds the
 // running sums of token t's lanes of group g.
-template <QType T, int NT, bool Biased>
-QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
-                                   const QActivations& a, uint64_t tok,
+template <QType T, int NT, bool Biased, class Codes>
+QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], const Codes& codes,
+                                   uint64_t b0, uint64_t nb, const QActivations& a, uint64_t tok,
                                    __m512 (&acc)[NT][kGroups]) {
     for (uint64_t i = 0; i < nb; ++i) {
         const uint64_t b = b0 + i;
@@ -396,8 +396,8 @@ QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], uint64_t b0
             x[t] = a.codes(tok + t) + kBlock * b;
         }
         for (int j = 0; j < 8; ++j) {
-            const __m512i w0 = _mm512_load_si512(&pk[i][0].u[j]);
-            const __m512i w1 = _mm512_load_si512(&pk[i][1].u[j]);
+            const __m512i w0 = codes(i, 0, j);
+            const __m512i w1 = codes(i, 1, j);
             for (int t = 0; t < NT; ++t) {
                 int32_t four;  // activations 4j .. 4j + 3 of the block
                 std::memcpy(&four, x[t] + 4 * j, 4);
@@ -522,14 +522,22 @@ QF_AVX512 void fused_chunk_token(Vectors&& vectors, const PackedBlock (*pk)[kGro
     for (uint64_t g = 0; g < ng; ++g) _mm512_store_ps(&sums[g], acc[g]);
 }
 
+// Block i's code vector j of group g, as chunk_tokens multiplies it: from the chunk buffer.
+struct BufferedCodes {
+    const PackedBlock (*pk)[kGroups];
+    QF_AVX512 __m512i operator()(uint64_t i, uint64_t g, int j) const {
+        return _mm512_load_si512(&pk[i][g].u[j]);
+    }
+};
+
 // A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g].
-template <QType T, int NT, bool Biased>
-QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
-                          const QActivations& a, uint64_t tok, __m512* sums) {
+template <QType T, int NT, bool Biased, class Codes>
+QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], const Codes& codes, uint64_t b0,
+                          uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums) {
     __m512 acc[NT][kGroups];
     for (int t = 0; t < NT; ++t)
         for (uint64_t g = 0; g < kGroups; ++g) acc[t][g] = _mm512_load_ps(&sums[kGroups * t + g]);
-    chunk_tokens<T, NT, Biased>(pk, b0, nb, a, tok, acc);
+    chunk_tokens<T, NT, Biased>(pk, codes, b0, nb, a, tok, acc);
     for (int t = 0; t < NT; ++t)
         for (uint64_t g = 0; g < kGroups; ++g) _mm512_store_ps(&sums[kGroups * t + g], acc[t][g]);
 }
@@ -541,10 +549,10 @@ constexpr uint64_t token_tile_count(uint64_t n) {
 
 // Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1; pf's portion i before
 // tile i (pf's parts: token_tile_count(n)).
-template <QType T, bool Biased>
-QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64_t nb,
-                           const QActivations& a, uint64_t t0, uint64_t n, __m512* sums,
-                           const Prefetch (&pf)[kGroups] = {}) {
+template <QType T, bool Biased, class Codes>
+QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], const Codes& codes, uint64_t b0,
+                           uint64_t nb, const QActivations& a, uint64_t t0, uint64_t n,
+                           __m512* sums, const Prefetch (&pf)[kGroups] = {}) {
     uint64_t t = 0, tile = 0;
     auto ahead = [&] {
         for (const auto& f : pf) f.portion(tile);
@@ -552,16 +560,16 @@ QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], uint64_t b0, uint64
     };
     for (; t + kMaxTokens <= n; t += kMaxTokens) {
         ahead();
-        chunk_tile<T, kMaxTokens, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+        chunk_tile<T, kMaxTokens, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
     }
     if (n - t >= 2) {
         ahead();
-        chunk_tile<T, 2, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+        chunk_tile<T, 2, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
         t += 2;
     }
     if (n - t >= 1) {
         ahead();
-        chunk_tile<T, 1, Biased>(pk, b0, nb, a, t0 + t, sums + kGroups * t);
+        chunk_tile<T, 1, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
     }
 }
 
@@ -680,9 +688,9 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                         },
                         pk, b0, nb, a, t0, sums, ng);
             } else if (chunk_biased) {
-                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums);
+                token_tiles<T, true>(pk, BufferedCodes{pk}, b0, nb, a, t0, n, sums);
             } else {
-                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums);
+                token_tiles<T, false>(pk, BufferedCodes{pk}, b0, nb, a, t0, n, sums);
             }
         }
         store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
@@ -785,6 +793,38 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
 // full miss buffers, 17% of a 16-stream serve profile (Zen 4).
 constexpr uint64_t kPackedAhead = 4096;
 
+// Block i's code vector j of group g straight from the packed codes, split (and biased, as the
+// chunk buffer's are) in registers by every token tile, instead of once per chunk into the chunk
+// buffer. Up to kRegisterCodesTokens tokens (four tiles) the buffer's stores and reloads cost
+// more than the repeated splitting: 2048x5632 products of 16 tokens, 2 threads, from DRAM
+// (qforge_kernels_bench, alternating): q4_g32/g64/g128 1.16-1.22x, q8/q8_g32/q8_g128
+// 1.18-1.21x, q4s_* 1.18-1.20x, q4k_g32 1.20x, q4nl_g32 1.04x; at 128 tokens splitting in every
+// tile measured 0.80-0.99x, so more tokens keep the buffer.
+constexpr uint64_t kRegisterCodesTokens = 16;
+template <QType T, bool Biased>
+struct RegisterCodes {
+    const uint8_t* const (&codes)[kGroups];
+    uint64_t block_bytes;
+    __m128i table;
+    const __m512i (*bias)[kGroups][kChunkBlocks];
+    // The chunk buffer's rule: biased codes, and the implicit zeros' bias, but never raw codes.
+    static constexpr bool kAdd = !kRawCodes<T> && (Biased || !Kind<T>::zero_stored);
+    QF_AVX512 __m512i operator()(uint64_t i, uint64_t g, int j) const {
+        const auto* v = reinterpret_cast<const __m512i*>(codes[g] + i * block_bytes);
+        __m512i u;
+        if constexpr (Kind<T>::q4) {
+            const __m512i x = _mm512_load_si512(v + (j & 3));
+            const __m512i m4 = _mm512_set1_epi8(0x0f);
+            u = _mm512_and_si512(j < 4 ? x : _mm512_srli_epi16(x, 4), m4);
+            if constexpr (Kind<T>::levels)
+                u = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), u);
+        } else {
+            u = _mm512_load_si512(v + j);
+        }
+        return kAdd ? _mm512_add_epi8(u, (*bias)[g][i]) : u;
+    }
+};
+
 // One token takes one tile at a time (two at once, through the chunk buffer: 0.7x).
 template <QType T>
 QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
@@ -841,6 +881,17 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                 continue;
             }
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
+            if (n <= kRegisterCodesTokens) {
+                if (chunk_biased)
+                    token_tiles<T, true>(
+                        pk, RegisterCodes<T, true>{codes, pl.block_bytes, table, &chunk_bias}, b0,
+                        nb, a, t0, n, sums, pf);
+                else
+                    token_tiles<T, false>(
+                        pk, RegisterCodes<T, false>{codes, pl.block_bytes, table, &chunk_bias}, b0,
+                        nb, a, t0, n, sums, pf);
+                continue;
+            }
             // Each block's vectors biased in registers, then stored once (biasing them in the
             // chunk buffer stored and reloaded every vector twice: l2/q4_g128 m:16 1.04x).
             for (uint64_t i = 0; i < nb; ++i)
@@ -852,9 +903,9 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                     for (int j = 0; j < 8; ++j) _mm512_store_si512(&pk[i][g].u[j], u[j]);
                 }
             if (chunk_biased)
-                token_tiles<T, true>(pk, b0, nb, a, t0, n, sums, pf);
+                token_tiles<T, true>(pk, BufferedCodes{pk}, b0, nb, a, t0, n, sums, pf);
             else
-                token_tiles<T, false>(pk, b0, nb, a, t0, n, sums, pf);
+                token_tiles<T, false>(pk, BufferedCodes{pk}, b0, nb, a, t0, n, sums, pf);
         }
         store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
     }
