@@ -270,9 +270,9 @@ TEST_CASE(
     // inside a block, a chunk and a weight group (100, 300), two whole superblocks (512) and 2056
     // (a 1-block last chunk); ranges from a tile boundary and from inside a tile (the kernel then
     // computes the tile and stores the rows asked for); 1 to 17 tokens (the one-token path, raw
-    // zeros, biased zeros, tiles of 4, 2, 1, codes split in registers up to 16 tokens and through
-    // the chunk buffer above); damaged zeros above 128 as in the row layout; 8-bit
-    // codes of -128 in three rows. Every level the CPU has with packed kernels (avx2, avx512)
+    // zeros, biased zeros, tiles of 4, 2, 1; codes split in registers, and the level types'
+    // through the chunk buffer above 16 tokens); damaged zeros above 128 as in the row layout;
+    // 8-bit codes of -128 in three rows. Every level the CPU has with packed kernels (avx2, avx512)
     // against the scalar reference.
     bool any = false;
     for (Isa isa : {Isa::avx2, Isa::avx512})

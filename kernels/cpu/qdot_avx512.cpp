@@ -795,12 +795,12 @@ constexpr uint64_t kPackedAhead = 4096;
 
 // Block i's code vector j of group g straight from the packed codes, split (and biased, as the
 // chunk buffer's are) in registers by every token tile, instead of once per chunk into the chunk
-// buffer. Up to kRegisterCodesTokens tokens (four tiles) the buffer's stores and reloads cost
-// more than the repeated splitting: 2048x5632 products of 16 tokens, 2 threads, from DRAM
-// (qforge_kernels_bench, alternating): q4_g32/g64/g128 1.16-1.22x, q8/q8_g32/q8_g128
-// 1.18-1.21x, q4s_* 1.18-1.20x, q4k_g32 1.20x, q4nl_g32 1.04x; at 128 tokens splitting in every
-// tile measured 0.80-0.99x, so more tokens keep the buffer.
-constexpr uint64_t kRegisterCodesTokens = 16;
+// buffer: the buffer's stores and reloads cost more than the repeated splitting. 2048x5632
+// products, 2 threads, from DRAM (qforge_kernels_bench, alternating), 16 tokens: q4_g32/g64/g128
+// 1.16-1.22x, q8/q8_g32/q8_g128 1.18-1.21x, q4s_* 1.18-1.20x, q4k_g32 1.20x, q4nl_g32 1.04x;
+// 32 tokens 1.07-1.26x; 128 tokens 1.03-1.08x, but the level types' table lookup per vector
+// (q4nl_g32 0.96x), so those take the buffer above kLevelRegisterTokens.
+constexpr uint64_t kLevelRegisterTokens = 16;
 template <QType T, bool Biased>
 struct RegisterCodes {
     const uint8_t* const (&codes)[kGroups];
@@ -881,7 +881,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                 continue;
             }
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
-            if (n <= kRegisterCodesTokens) {
+            if (!Kind<T>::levels || n <= kLevelRegisterTokens) {
                 if (chunk_biased)
                     token_tiles<T, true>(
                         pk, RegisterCodes<T, true>{codes, pl.block_bytes, table, &chunk_bias}, b0,
