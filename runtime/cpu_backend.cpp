@@ -349,10 +349,16 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
             if (!bf16) bf16_tokens_.prepare(x, n, m->cols);
             bf16 = true;
         } else if (qtype_is_quantized(m->qtype)) {
-            if (!quantized)
-                acts_.prepare(
+            if (!quantized) {  // per token: several are split over the threads
+                acts_.resize(
                     options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32,
-                    x, n, m->cols);
+                    n, m->cols);
+                if (n == 1)
+                    acts_.prepare_tokens(x, 0, 1);
+                else
+                    split(n, 8 * n * m->cols,
+                          [&](uint64_t b, uint64_t e, int) { acts_.prepare_tokens(x, b, e); });
+            }
             quantized = true;
         } else {
             if (!floats && n > 1)  // decode reads x in place (dot_row)

@@ -538,6 +538,46 @@ TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layout", "[qdot]"
     }
 }
 
+TEST_CASE("QActivations reused, and prepared a range of tokens at a time, equals a fresh prepare",
+          "[qdot]") {
+    // The runtime sizes the buffers once and lets threads prepare ranges of tokens; buffers a
+    // larger earlier input filled must not leak into the padding, an all-zero block's codes or a
+    // non-finite block's (which the quantizers leave unwritten).
+    for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
+        for (uint64_t k : {uint64_t{100}, uint64_t{300}}) {
+            const uint64_t tokens = 3;
+            auto x = test::kernel_activations(tokens, k, 91);
+            for (uint64_t j = 32; j < 64; ++j) x[j] = 0.0f;                  // token 0, block 1
+            x[k + 70] = std::numeric_limits<float>::infinity();              // token 1, block 2
+            for (uint64_t j = k / 32 * 32; j < k; ++j) x[2 * k + j] = 0.0f;  // token 2's last,
+            x[2 * k + k - 1] = k == 300 ? std::nanf("") : 0.0f;              // partial block
+            const auto big = test::kernel_activations(5, 520, 92);
+            QActivations reused, fresh;
+            reused.prepare(mode, big.data(), 5, 520);
+            reused.resize(mode, tokens, k);
+            reused.prepare_tokens(x.data(), 1, tokens);
+            reused.prepare_tokens(x.data(), 0, 1);
+            fresh.prepare(mode, x.data(), tokens, k);
+            const uint64_t padded = fresh.blocks() * 32, stride = (fresh.blocks() + 7) / 8 * 8;
+            INFO("k " << k << (mode == QActivations::Mode::int8 ? " int8" : " f32"));
+            for (uint64_t t = 0; t < tokens; ++t) {
+                if (mode == QActivations::Mode::f32) {
+                    REQUIRE(std::memcmp(reused.floats(t), fresh.floats(t), 4 * padded) == 0);
+                    continue;
+                }
+                REQUIRE(std::memcmp(reused.codes(t), fresh.codes(t), padded) == 0);
+                REQUIRE(std::memcmp(reused.pair_codes(t), fresh.pair_codes(t), padded) == 0);
+                REQUIRE(std::memcmp(reused.scales(t), fresh.scales(t), 4 * stride) == 0);
+                REQUIRE(std::memcmp(reused.scaled_sums(t), fresh.scaled_sums(t), 4 * stride) == 0);
+                REQUIRE(std::memcmp(reused.sums(t), fresh.sums(t), 4 * fresh.blocks()) == 0);
+                for (uint64_t j = 32; j < 64 && t == 0; ++j) REQUIRE(fresh.codes(0)[j] == 0);
+                for (uint64_t j = 64; j < 96 && t == 1; ++j) REQUIRE(fresh.codes(1)[j] == 0);
+                for (uint64_t j = k / 32 * 32; j < padded && t == 2; ++j)
+                    REQUIRE(fresh.codes(2)[j] == 0);
+            }
+        }
+}
+
 TEST_CASE("qmatmul on float rows in f32 mode is dot_row", "[qdot]") {
     const uint64_t k = 100, n = 3;
     const auto w = test::kernel_activations(n, k, 11);

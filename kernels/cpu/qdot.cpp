@@ -46,26 +46,47 @@ void quantize_activation_block(const float* x, uint64_t n, int8_t* q, float* d, 
 }  // namespace
 
 void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
+    resize(mode, n, k);
+    prepare_tokens(x, 0, n);
+}
+
+void QActivations::resize(Mode mode, uint64_t n, uint64_t k) {
     mode_ = mode;
     n_ = n;
     k_ = k;
     blocks_ = (k + kBlock - 1) / kBlock;
     const uint64_t padded = blocks_ * kBlock;
     if (mode == Mode::f32) {
-        f_.assign(n * padded, 0.0f);
-        for (uint64_t t = 0; t < n; ++t)
-            std::copy(x + t * k, x + t * k + k, f_.data() + t * padded);
+        f_.resize(n * padded);
         return;
     }
-    q_.assign(n * padded, 0);
-    d_.assign(n * sums_stride(), 0.0f);
-    s_.assign(n * blocks_, 0);
+    q_.resize(n * padded);
+    d_.resize(n * sums_stride());
+    s_.resize(n * blocks_);
+    pq_.resize(n * padded);
+    ds_.resize(n * sums_stride());
+}
+
+void QActivations::prepare_tokens(const float* x, uint64_t t0, uint64_t t1) {
+    const uint64_t k = k_, padded = blocks_ * kBlock;
+    if (mode_ == Mode::f32) {
+        for (uint64_t t = t0; t < t1; ++t) {
+            float* f = f_.data() + t * padded;
+            std::copy(x + t * k, x + t * k + k, f);
+            std::fill(f + k, f + padded, 0.0f);
+        }
+        return;
+    }
     const bool avx2 = cpu_has_avx2();
-    for (uint64_t t = 0; t < n; ++t) {
+    for (uint64_t t = t0; t < t1; ++t) {
         const float* xt = x + t * k;
         int8_t* q = q_.data() + t * padded;
         float* d = d_.data() + t * sums_stride();
         int32_t* s = s_.data() + t * blocks_;
+        // Zeros first: the padding past k, and the codes of a block of zeros or non-finite
+        // values, which the quantizers leave unwritten.
+        std::fill(q, q + padded, int8_t{0});
+        std::fill(d + blocks_, d + sums_stride(), 0.0f);
         const uint64_t whole = avx2 ? k / kBlock : 0;  // the same bits either way
         if (whole) detail::quantize_activation_blocks_avx2(xt, whole, q, d, s);
         for (uint64_t b = whole; b < blocks_; ++b)
@@ -73,9 +94,9 @@ void QActivations::prepare(Mode mode, const float* x, uint64_t n, uint64_t k) {
                                       q + b * kBlock, d + b, s + b);
     }
     // The AVX2 layouts of the same values (qdot.hpp).
-    pq_.assign(n * padded, 0);
-    ds_.assign(n * sums_stride(), 0.0f);
-    for (uint64_t t = 0; t < n; ++t) {
+    for (uint64_t t = t0; t < t1; ++t) {
+        std::fill(ds_.data() + t * sums_stride() + blocks_, ds_.data() + (t + 1) * sums_stride(),
+                  0.0f);
         const int8_t* q = codes(t);
         int8_t* pq = pq_.data() + t * padded;
         for (uint64_t b = 0; b < blocks_; ++b) {

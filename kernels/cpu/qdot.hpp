@@ -35,6 +35,11 @@ class QActivations {
 
     // Prepares tokens [0, n) of x ([n][k], row-major). Reuses its buffers.
     void prepare(Mode mode, const float* x, uint64_t n, uint64_t k);
+    // The same in two steps, so threads can share the second: sizes the buffers for n tokens of
+    // k, then prepares tokens [t0, t1) of x (each token's rows only, so disjoint ranges may run
+    // at once).
+    void resize(Mode mode, uint64_t n, uint64_t k);
+    void prepare_tokens(const float* x, uint64_t t0, uint64_t t1);
 
     Mode mode() const { return mode_; }
     uint64_t tokens() const { return n_; }
