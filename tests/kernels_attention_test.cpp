@@ -3,7 +3,8 @@
 // are not a multiple of the 4-head tiles, runs of 1 to 23 positions, strides wider than hd);
 // outputs poisoned first (scores) or filled with values the sums must keep (mix). Then the
 // property the runtime relies on: splitting the positions into runs (as the KV cache's blocks
-// do) gives the same bits, and avx512 gives avx2's bits.
+// do) gives the same bits, and avx512 gives avx2's bits; and the avx2 and avx512 scores against
+// attention.hpp's sequence of operations written out with std::fma, bit for bit.
 //
 // Tolerances (u = 2^-24). A float sum whose terms pass through at most n roundings is within
 // n u sum |terms| of the exact sum (the factor 1.01 covers second-order terms):
@@ -80,6 +81,46 @@ TEST_CASE("attention: head_scores at every level agrees with a float64 dot withi
                 }
                 for (uint64_t j = sh.n; j < ld; ++j) REQUIRE(std::isnan(scores[g * ld + j]));
             }
+        }
+    }
+}
+
+TEST_CASE("attention: avx2 and avx512 scores are the documented operations, bit for bit",
+          "[kernels][attention]") {
+    // attention.hpp: per (head, key) 8 lanes, lane l the fused chain over i = l, l + 8, ... below
+    // hd's last whole 8-block, the tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
+    // the hd mod 8 tail's products added one at a time, then times scale. Written out here with
+    // std::fma (this file is compiled without FMA instructions, so nothing else fuses).
+    uint32_t seed = 300;
+    for (const Shape& sh : shapes()) {
+        const auto q = random_floats(sh.group * sh.hd, seed++);
+        const auto keys = random_floats(sh.n * sh.stride, seed++);
+        const float scale = 0.37f;
+        const uint64_t whole = sh.hd / 8 * 8;
+        std::vector<float> expect(sh.group * sh.n);
+        for (uint64_t g = 0; g < sh.group; ++g)
+            for (uint64_t j = 0; j < sh.n; ++j) {
+                const float* qg = q.data() + g * sh.hd;
+                const float* kj = keys.data() + j * sh.stride;
+                float lane[8] = {};
+                for (uint64_t i = 0; i < whole; ++i)
+                    lane[i % 8] = std::fma(qg[i], kj[i], lane[i % 8]);
+                float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                          ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+                for (uint64_t i = whole; i < sh.hd; ++i) {
+                    const float p = qg[i] * kj[i];
+                    s += p;
+                }
+                expect[g * sh.n + j] = s * scale;
+            }
+        for (Isa isa : cpu_isa_levels()) {
+            if (isa < Isa::avx2) continue;
+            std::vector<float> scores(sh.group * sh.n);
+            head_scores(isa, q.data(), sh.group, sh.hd, keys.data(), sh.stride, sh.n, scale,
+                        scores.data(), sh.n);
+            INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group << " n "
+                        << sh.n);
+            REQUIRE(std::memcmp(scores.data(), expect.data(), 4 * scores.size()) == 0);
         }
     }
 }

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -544,7 +545,7 @@ TEST_CASE("QActivations reused, and prepared a range of tokens at a time, equals
     // larger earlier input filled must not leak into the padding, an all-zero block's codes or a
     // non-finite block's (which the quantizers leave unwritten).
     for (auto mode : {QActivations::Mode::int8, QActivations::Mode::f32})
-        for (uint64_t k : {uint64_t{100}, uint64_t{300}}) {
+        for (uint64_t k : {uint64_t{72}, uint64_t{100}, uint64_t{300}}) {  // 3, 4 and 10 blocks
             const uint64_t tokens = 3;
             auto x = test::kernel_activations(tokens, k, 91);
             for (uint64_t j = 32; j < 64; ++j) x[j] = 0.0f;                  // token 0, block 1
@@ -552,29 +553,36 @@ TEST_CASE("QActivations reused, and prepared a range of tokens at a time, equals
             for (uint64_t j = k / 32 * 32; j < k; ++j) x[2 * k + j] = 0.0f;  // token 2's last,
             x[2 * k + k - 1] = k == 300 ? std::nanf("") : 0.0f;              // partial block
             const auto big = test::kernel_activations(5, 520, 92);
-            QActivations reused, fresh;
-            reused.prepare(mode, big.data(), 5, 520);
-            reused.resize(mode, tokens, k);
-            reused.prepare_tokens(x.data(), 1, tokens);
-            reused.prepare_tokens(x.data(), 0, 1);
+            // Ranges in both orders, so a write past a range would show in the one prepared first.
+            const std::pair<uint64_t, uint64_t> ranges[2] = {{1, tokens}, {0, 1}};
+            QActivations reused[2], fresh;
+            for (int order = 0; order < 2; ++order) {
+                reused[order].prepare(mode, big.data(), 5, 520);
+                reused[order].resize(mode, tokens, k);
+                for (int r = 0; r < 2; ++r) {
+                    const auto [t0, t1] = ranges[(r + order) % 2];
+                    reused[order].prepare_tokens(x.data(), t0, t1);
+                }
+            }
             fresh.prepare(mode, x.data(), tokens, k);
             const uint64_t padded = fresh.blocks() * 32, stride = (fresh.blocks() + 7) / 8 * 8;
             INFO("k " << k << (mode == QActivations::Mode::int8 ? " int8" : " f32"));
-            for (uint64_t t = 0; t < tokens; ++t) {
-                if (mode == QActivations::Mode::f32) {
-                    REQUIRE(std::memcmp(reused.floats(t), fresh.floats(t), 4 * padded) == 0);
-                    continue;
+            for (const QActivations& re : reused)
+                for (uint64_t t = 0; t < tokens; ++t) {
+                    if (mode == QActivations::Mode::f32) {
+                        REQUIRE(std::memcmp(re.floats(t), fresh.floats(t), 4 * padded) == 0);
+                        continue;
+                    }
+                    REQUIRE(std::memcmp(re.codes(t), fresh.codes(t), padded) == 0);
+                    REQUIRE(std::memcmp(re.pair_codes(t), fresh.pair_codes(t), padded) == 0);
+                    REQUIRE(std::memcmp(re.scales(t), fresh.scales(t), 4 * stride) == 0);
+                    REQUIRE(std::memcmp(re.scaled_sums(t), fresh.scaled_sums(t), 4 * stride) == 0);
+                    REQUIRE(std::memcmp(re.sums(t), fresh.sums(t), 4 * fresh.blocks()) == 0);
+                    for (uint64_t j = 32; j < 64 && t == 0; ++j) REQUIRE(fresh.codes(0)[j] == 0);
+                    for (uint64_t j = 64; j < 96 && t == 1; ++j) REQUIRE(fresh.codes(1)[j] == 0);
+                    for (uint64_t j = k / 32 * 32; j < padded && t == 2; ++j)
+                        REQUIRE(fresh.codes(2)[j] == 0);
                 }
-                REQUIRE(std::memcmp(reused.codes(t), fresh.codes(t), padded) == 0);
-                REQUIRE(std::memcmp(reused.pair_codes(t), fresh.pair_codes(t), padded) == 0);
-                REQUIRE(std::memcmp(reused.scales(t), fresh.scales(t), 4 * stride) == 0);
-                REQUIRE(std::memcmp(reused.scaled_sums(t), fresh.scaled_sums(t), 4 * stride) == 0);
-                REQUIRE(std::memcmp(reused.sums(t), fresh.sums(t), 4 * fresh.blocks()) == 0);
-                for (uint64_t j = 32; j < 64 && t == 0; ++j) REQUIRE(fresh.codes(0)[j] == 0);
-                for (uint64_t j = 64; j < 96 && t == 1; ++j) REQUIRE(fresh.codes(1)[j] == 0);
-                for (uint64_t j = k / 32 * 32; j < padded && t == 2; ++j)
-                    REQUIRE(fresh.codes(2)[j] == 0);
-            }
         }
 }
 

@@ -42,7 +42,7 @@ using MixHeads = void (*)(const float*, uint64_t, uint64_t, const float*, uint64
                           float*);
 
 // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)): dot_short's tree over the 8 lanes.
-QF_ATTN_AVX2 inline float lane_tree(__m256 v) {
+QF_ATTN_AVX2 QF_ATTN_INLINE float lane_tree(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
@@ -51,9 +51,9 @@ QF_ATTN_AVX2 inline float lane_tree(__m256 v) {
 
 // The lane trees of eight accumulators at once, transposed: lane j of the result is
 // lane_tree(acc[j]), the same additions in the same tree (float addition commutes, so which
-// operand comes first does not change a bit). 21 shuffles and adds for eight trees, where eight
-// lane_tree calls take 56 (SmolLM2 serving 16 streams: the scores were 17% of the time).
-QF_ATTN_AVX2 inline __m256 lane_trees8(const __m256 (&acc)[8]) {
+// operand comes first does not change a bit). 22 shuffles and adds for eight trees, where eight
+// lane_tree calls take 48.
+QF_ATTN_AVX2 QF_ATTN_INLINE __m256 lane_trees8(const __m256 (&acc)[8]) {
     // [a: 0+4, 1+5, 2+6, 3+7 | b: the same] for the pairs (0, 1), (2, 3), (4, 5), (6, 7).
     __m256 h[4];
     for (int p = 0; p < 4; ++p)

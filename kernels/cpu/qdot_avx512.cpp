@@ -714,8 +714,10 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
 // ---- Packed rows (kernels/cpu/qpack.hpp) ----
 // The same products on rows repacked at load: a block's vectors are loaded (4-bit: and split
 // into nibbles) instead of gathered from 16 rows and transposed, and the scales and zeros come
-// as 16-lane vectors. Everything after (the chunk buffer, the token tiles, the one-token path,
-// block_step) is the row layout's, so the bits are qmatmul_scalar's too.
+// as 16-lane vectors; several tokens' tiles split the codes themselves (RegisterCodes, below; the
+// level types above 16 tokens read them from the chunk buffer). Everything after (the token
+// tiles, the one-token path, block_step) is the row layout's, so the bits are qmatmul_scalar's
+// too.
 
 // Block vectors u[8] (before the bias) from a packed block's codes.
 template <QType T>
