@@ -158,6 +158,12 @@ template <QType T>
 constexpr bool kRawCodes = Kind<T>::unsigned_codes && !Kind<T>::zero_stored;
 template <QType T>
 constexpr int32_t kStartZero = kRawCodes<T> ? Kind<T>::implicit_zero : 128;
+// Whether a chunk's code vectors get their byte bias added before the products of several tokens:
+// never raw codes; stored zeros when the chunk is biased (kRawZeroTokens), implicit ones always.
+template <QType T>
+constexpr bool adds_bias(bool biased) {
+    return !kRawCodes<T> && (biased || !Kind<T>::zero_stored);
+}
 
 // One repacked block of 16 rows: u bytes (8 vectors, header comment), scales and mins per lane.
 struct PackedBlock {
@@ -674,7 +680,7 @@ QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_
                 if (direct) continue;
                 for (uint64_t g = 0; g < ng; ++g) {
                     block_vectors<T>(groups[g], l, b, pk[i][g].u);
-                    if (!kRawCodes<T> && (chunk_biased || !Kind<T>::zero_stored))
+                    if (adds_bias<T>(chunk_biased))
                         for (auto& u : pk[i][g].u) u = _mm512_add_epi8(u, chunk_bias[g][i]);
                 }
             }
@@ -719,24 +725,25 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
 // tiles, the one-token path, block_step) is the row layout's, so the bits are qmatmul_scalar's
 // too.
 
-// Block vectors u[8] (before the bias) from a packed block's codes.
+// Block vector j (before the bias) from a packed block's codes: 4-bit, the low nibbles of
+// vector j (j < 4) or the high ones of vector j - 4, through the level table for level types.
 template <QType T>
-QF_AVX512 inline void packed_vectors(const uint8_t* codes, __m128i table, __m512i (&u)[8]) {
+QF_AVX512 inline __m512i packed_vector(const uint8_t* codes, __m128i table, int j) {
     const auto* v = reinterpret_cast<const __m512i*>(codes);
     if constexpr (Kind<T>::q4) {
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
-        for (int j = 0; j < 4; ++j) {
-            const __m512i x = _mm512_load_si512(v + j);
-            u[j] = _mm512_and_si512(x, m4);
-            u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-        }
-        if constexpr (Kind<T>::levels) {
-            const __m512i t = _mm512_broadcast_i32x4(table);
-            for (auto& x : u) x = _mm512_shuffle_epi8(t, x);
-        }
+        const __m512i x = _mm512_load_si512(v + (j & 3));
+        const __m512i u =
+            _mm512_and_si512(j < 4 ? x : _mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
+        if constexpr (Kind<T>::levels) return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), u);
+        return u;
     } else {
-        for (int j = 0; j < 8; ++j) u[j] = _mm512_load_si512(v + j);
+        return _mm512_load_si512(v + j);
     }
+}
+
+template <QType T>
+QF_AVX512 inline void packed_vectors(const uint8_t* codes, __m128i table, __m512i (&u)[8]) {
+    for (int j = 0; j < 8; ++j) u[j] = packed_vector<T>(codes, table, j);
 }
 
 // One weight group's 16 scales (and zeros, with their byte bias) from the packed meta at `at`.
@@ -809,20 +816,9 @@ struct RegisterCodes {
     uint64_t block_bytes;
     __m128i table;
     const __m512i (*bias)[kGroups][kChunkBlocks];
-    // The chunk buffer's rule: biased codes, and the implicit zeros' bias, but never raw codes.
-    static constexpr bool kAdd = !kRawCodes<T> && (Biased || !Kind<T>::zero_stored);
+    static constexpr bool kAdd = adds_bias<T>(Biased);
     QF_AVX512 __m512i operator()(uint64_t i, uint64_t g, int j) const {
-        const auto* v = reinterpret_cast<const __m512i*>(codes[g] + i * block_bytes);
-        __m512i u;
-        if constexpr (Kind<T>::q4) {
-            const __m512i x = _mm512_load_si512(v + (j & 3));
-            const __m512i m4 = _mm512_set1_epi8(0x0f);
-            u = _mm512_and_si512(j < 4 ? x : _mm512_srli_epi16(x, 4), m4);
-            if constexpr (Kind<T>::levels)
-                u = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), u);
-        } else {
-            u = _mm512_load_si512(v + j);
-        }
+        const __m512i u = packed_vector<T>(codes[g] + i * block_bytes, table, j);
         return kAdd ? _mm512_add_epi8(u, (*bias)[g][i]) : u;
     }
 };
@@ -900,7 +896,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
                 for (uint64_t g = 0; g < ng; ++g) {
                     __m512i u[8];
                     packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
-                    if (!kRawCodes<T> && (chunk_biased || !Kind<T>::zero_stored))
+                    if (adds_bias<T>(chunk_biased))
                         for (auto& x : u) x = _mm512_add_epi8(x, chunk_bias[g][i]);
                     for (int j = 0; j < 8; ++j) _mm512_store_si512(&pk[i][g].u[j], u[j]);
                 }
