@@ -369,6 +369,15 @@ void register_all() {
                             bm_quant(st, t, s, m, QActivations::Mode::int8, 2, kRotateBytes, true);
                         });
         }
+    // The same 16-token products with their weights in L3 (2 copies, 8 MiB or more): what the
+    // DRAM-bound figures above would be if every line arrived in time.
+    for (QType t : quant)
+        if (qmatmul_packed_serves(cpu_isa(), t))
+            reg("l3/" + std::string(qtype_traits(t).name) + "/2048x5632/m:16/packed/threads:2",
+                [=](benchmark::State& st) {
+                    bm_quant(st, t, kShapes[1], 16, QActivations::Mode::int8, 2, uint64_t{8} << 20,
+                             true);
+                });
     // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
     for (QType t : {QType::f16, QType::bf16, QType::f32})

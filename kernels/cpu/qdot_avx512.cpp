@@ -386,12 +386,14 @@ QF_AVX512 inline __m512 block_step(__m512 acc, __m512i isum, const PackedBlock& 
 }
 
 // Blocks [b0, b0 + nb) of the packed chunk against NT tokens from tok: acc[t][g] holds the
-// running sums of token t's lanes of group g.
+// running sums of token t's lanes of group g. pf's (if any) portion part + i before block i.
 template <QType T, int NT, bool Biased, class Codes>
 QF_AVX512 inline void chunk_tokens(const PackedBlock (*pk)[kGroups], const Codes& codes,
                                    uint64_t b0, uint64_t nb, const QActivations& a, uint64_t tok,
-                                   __m512 (&acc)[NT][kGroups]) {
+                                   __m512 (&acc)[NT][kGroups], const Prefetch* pf, uint64_t part) {
     for (uint64_t i = 0; i < nb; ++i) {
+        if (pf)
+            for (uint64_t g = 0; g < kGroups; ++g) pf[g].portion(part + i);
         const uint64_t b = b0 + i;
         __m512i isum[NT][kGroups];
         const int8_t* x[NT];
@@ -539,11 +541,12 @@ struct BufferedCodes {
 // A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g].
 template <QType T, int NT, bool Biased, class Codes>
 QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], const Codes& codes, uint64_t b0,
-                          uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums) {
+                          uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums,
+                          const Prefetch* pf, uint64_t part) {
     __m512 acc[NT][kGroups];
     for (int t = 0; t < NT; ++t)
         for (uint64_t g = 0; g < kGroups; ++g) acc[t][g] = _mm512_load_ps(&sums[kGroups * t + g]);
-    chunk_tokens<T, NT, Biased>(pk, codes, b0, nb, a, tok, acc);
+    chunk_tokens<T, NT, Biased>(pk, codes, b0, nb, a, tok, acc, pf, part);
     for (int t = 0; t < NT; ++t)
         for (uint64_t g = 0; g < kGroups; ++g) _mm512_store_ps(&sums[kGroups * t + g], acc[t][g]);
 }
@@ -553,30 +556,34 @@ constexpr uint64_t token_tile_count(uint64_t n) {
     return n / kMaxTokens + (n % kMaxTokens) / 2 + (n % kMaxTokens) % 2;
 }
 
-// Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1; pf's portion i before
-// tile i (pf's parts: token_tile_count(n)).
+// The token tiles over whose blocks a chunk's prefetches are spread (prefetch_parts): enough to
+// issue them a few lines at a time; past them, tiles of many tokens skip the calls.
+constexpr uint64_t kPrefetchTiles = 4;
+constexpr uint64_t prefetch_parts(uint64_t n, uint64_t nb) {
+    return std::min(token_tile_count(n), kPrefetchTiles) * nb;
+}
+
+// Every token of [t0, t0 + n) over one chunk, in tiles of 4, 2 and 1; pf's portion
+// i * nb + j before block j of tile i < kPrefetchTiles (pf's parts: prefetch_parts(n, nb)).
 template <QType T, bool Biased, class Codes>
 QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], const Codes& codes, uint64_t b0,
                            uint64_t nb, const QActivations& a, uint64_t t0, uint64_t n,
                            __m512* sums, const Prefetch (&pf)[kGroups] = {}) {
-    uint64_t t = 0, tile = 0;
-    auto ahead = [&] {
-        for (const auto& f : pf) f.portion(tile);
-        ++tile;
-    };
-    for (; t + kMaxTokens <= n; t += kMaxTokens) {
-        ahead();
-        chunk_tile<T, kMaxTokens, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
-    }
+    // Tile i's prefetch (none past kPrefetchTiles) and its first portion.
+    auto pf_of = [&](uint64_t i) { return i < kPrefetchTiles ? pf : nullptr; };
+    uint64_t t = 0, i = 0;
+    for (; t + kMaxTokens <= n; t += kMaxTokens, ++i)
+        chunk_tile<T, kMaxTokens, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t,
+                                          pf_of(i), i * nb);
     if (n - t >= 2) {
-        ahead();
-        chunk_tile<T, 2, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
+        chunk_tile<T, 2, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t, pf_of(i),
+                                 i * nb);
         t += 2;
+        ++i;
     }
-    if (n - t >= 1) {
-        ahead();
-        chunk_tile<T, 1, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t);
-    }
+    if (n - t >= 1)
+        chunk_tile<T, 1, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t, pf_of(i),
+                                 i * nb);
 }
 
 // A stored zero above 128 (outside every type's code range: only a damaged file has one) cannot
@@ -797,9 +804,11 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
 // one-token product waiting on its loads: TinyLlama-shape q4s_g32 decode 36 tok/s without this,
 // 57-67 with it, where the row layout's kernel ran 48-53 (2 threads, alternating; 2, 8, 12 and
 // 16 KiB and prefetching into L2 measured no better within the host's noise).
-// Each chunk's lines are issued in portions, one before each token tile (one token: before each
-// block), not all at its start (Prefetch): at 16 tokens a burst of 66 prefetches stalled on the
-// full miss buffers, 17% of a 16-stream serve profile (Zen 4).
+// Each chunk's lines are issued in portions, one before each block (of each of the first
+// kPrefetchTiles token tiles), not all at its start (Prefetch): at 16 tokens a burst of 66
+// prefetches stalled on the full miss buffers, 17% of a 16-stream serve profile (Zen 4), and
+// portions of 9 lines, one per token tile, still left the products of 16 tokens from DRAM
+// 20-25% below their speed from L3 (2 lines per block: 2048x5632 m:16 1.13-1.42x, kernels/README).
 constexpr uint64_t kPackedAhead = 4096;
 
 // Block i's code vector j of group g straight from the packed codes, split (and biased, as the
@@ -861,7 +870,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             for (uint64_t g = 0; g < ng; ++g) {
                 const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
                 pf[g] = {chunk + kPackedAhead, pl.chunk_bytes / 64 + 1,
-                         direct ? nb : token_tile_count(n)};
+                         direct ? nb : prefetch_parts(n, nb)};
                 if (direct)
                     packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
                                                 chunk_bias[g]);
