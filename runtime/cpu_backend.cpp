@@ -510,21 +510,30 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     // One task: the `group` query heads of one token that share a key/value head, so each cached
     // key and value row is read once for all of them. A task reads its own sequence's cache only
     // and computes the same way whichever thread runs it and whatever else is in the step.
-    auto one = [&](uint64_t task, float* scores, float* kv) {
-        const uint64_t row = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
+    // A task's row, KV head, cache and its causal keys first .. pos (the last `window` of them
+    // in a windowed layer).
+    struct Task {
+        uint64_t row, kvh, first, len;
+        const CpuKvCache* cache;
+    };
+    auto task_of = [&](uint64_t task) {
+        const uint64_t row = task / c_.num_kv_heads;
         const BatchSegment& s = segment_of(row);
-        CpuKvCache& cache = *s.cache;
         const uint64_t pos = s.pos0 + (row - s.row0);
-        // Causal: keys first .. pos, the last `window` of them in a windowed layer.
         const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-        const uint64_t len = pos + 1 - first;
+        return Task{row, task % c_.num_kv_heads, first, pos + 1 - first, s.cache};
+    };
+    // One task's products; `next` (if any) is the task its thread runs after it, whose first
+    // keys the last run's mix prefetches (each run's scores prefetch its values).
+    auto one = [&](uint64_t task, const Task* next, float* scores, float* kv) {
+        const auto [row, kvh, first, len, cache] = task_of(task);
         const float* qh = q.data + row * q.ld + kvh * group * hd;
         // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
         // score and output element is computed the same way whatever the runs are).
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_scores(isa_, qh, group, hd, cache.keys(layer, kvh, first + j, run, kv, isa_), hd,
-                        run, scale, scores + j, len);
+            head_scores(isa_, qh, group, hd, cache->keys(layer, kvh, first + j, run, kv, isa_), hd,
+                        run, scale, scores + j, len, cache->stored(layer, 1, kvh, first + j, run));
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -533,8 +542,12 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         for (uint64_t g = 0; g < group; ++g) softmax(isa_, scores + g * len, len);
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
+            Ahead ahead;
+            if (next && j + run == len)
+                ahead = next->cache->stored(layer, 0, next->kvh, next->first,
+                                            std::min(next->len, CpuKvCache::run_from(next->first)));
             head_mix(isa_, scores + j, len, group, hd,
-                     cache.values(layer, kvh, first + j, run, kv, isa_), hd, run, o);
+                     cache->values(layer, kvh, first + j, run, kv, isa_), hd, run, o, ahead);
         }
     };
     uint64_t work = 0;
@@ -543,9 +556,12 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     split(
         n * c_.num_kv_heads, work,
         [&](uint64_t b, uint64_t e, int thread) {
-            for (uint64_t task = b; task < e; ++task)
-                one(task, score_scratch_[static_cast<size_t>(thread)].data(),
+            for (uint64_t task = b; task < e; ++task) {
+                const Task next = task + 1 < e ? task_of(task + 1) : Task{};
+                one(task, task + 1 < e ? &next : nullptr,
+                    score_scratch_[static_cast<size_t>(thread)].data(),
                     kv_scratch_[static_cast<size_t>(thread)].data());
+            }
         },
         1, kAttentionPartsPerThread);
 }

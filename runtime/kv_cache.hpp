@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/model_config.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/isa.hpp"
 
 namespace qforge {
@@ -82,6 +83,11 @@ class CpuKvCache : public KvCache {
     const float* values(uint64_t layer, uint64_t head, uint64_t pos, uint64_t n, float* scratch,
                         Isa isa) const {
         return rows(layer, 1, head, pos, n, scratch, isa);
+    }
+    // Where keys() (which = 0) or values() (1) read those rows from in the cache's own memory
+    // (f32 or f16 elements), for prefetching.
+    Ahead stored(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos, uint64_t n) const {
+        return {row(layer, which, head, pos), n * row_bytes_};
     }
     // Positions pos, pos + 1, ... whose rows of one head follow each other (the rest of pos's
     // block).

@@ -155,13 +155,19 @@ TEST_CASE("attention: runs of positions give the same bits as one run, and avx51
             std::vector<float> out_whole = start, out_split = start;
             head_mix(isa, whole.data(), ld, sh.group, sh.hd, kv.data(), sh.stride, sh.n,
                      out_whole.data());
-            // Runs of 5, 1, 5, 1, ... positions.
+            // Runs of 5, 1, 5, 1, ... positions, each prefetching (Ahead) the rest of the rows
+            // (more lines than steps) or the next run's (fewer), as the runtime does: the
+            // prefetches change no bit.
+            const auto* bytes = reinterpret_cast<const uint8_t*>(kv.data());
             for (uint64_t j = 0, run; j < sh.n; j += run) {
                 run = std::min<uint64_t>(sh.n - j, j % 6 == 0 ? 5 : 1);
+                const uint64_t next = 4 * (j + run) * sh.stride;
+                const Ahead rest{bytes + next, 4 * kv.size() - next};
+                const Ahead one{bytes + next, std::min<uint64_t>(4 * sh.stride, rest.bytes)};
                 head_scores(isa, q.data(), sh.group, sh.hd, kv.data() + j * sh.stride, sh.stride,
-                            run, 0.5f, split.data() + j, ld);
+                            run, 0.5f, split.data() + j, ld, rest);
                 head_mix(isa, whole.data() + j, ld, sh.group, sh.hd, kv.data() + j * sh.stride,
-                         sh.stride, run, out_split.data());
+                         sh.stride, run, out_split.data(), one);
             }
             INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group << " n "
                         << sh.n);

@@ -37,9 +37,28 @@ void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd, c
 // to an avx2 copy spilled scores_tile<3, 8>'s accumulators).
 #define QF_ATTN_INLINE inline __attribute__((always_inline))
 
+// An Ahead's lines issued over `steps` calls of next(): by the i-th call, i * lines / steps
+// of them (in 16.16 fixed point, no division per step).
+class Spread {
+  public:
+    Spread(Ahead a, uint64_t steps)
+        : p_(static_cast<const char*>(a.at)),
+          lines_(a.at && steps ? (a.bytes + 63) / 64 : 0),
+          step_(lines_ ? (lines_ << 16) / steps + 1 : 0) {}
+    QF_ATTN_INLINE void next() {
+        due_ += step_;
+        for (; issued_ < lines_ && (issued_ << 16) < due_; ++issued_)
+            _mm_prefetch(p_ + 64 * issued_, _MM_HINT_T1);
+    }
+
+  private:
+    const char* p_;
+    uint64_t lines_, step_, due_ = 0, issued_ = 0;
+};
+
 // The heads [g, g + NG) of a group's mix (mix_heads, mix_heads16), chosen by NG from a table.
 using MixHeads = void (*)(const float*, uint64_t, uint64_t, const float*, uint64_t, uint64_t,
-                          float*);
+                          float*, Spread*);
 
 // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)): dot_short's tree over the 8 lanes.
 QF_ATTN_AVX2 QF_ATTN_INLINE float lane_tree(__m256 v) {
@@ -122,10 +141,13 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const 
 template <int NG>
 QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, uint64_t hd,
                                               const float* keys, uint64_t stride, uint64_t n,
-                                              float scale, float* scores, uint64_t ld) {
+                                              float scale, float* scores, uint64_t ld,
+                                              Ahead ahead) {
     constexpr uint64_t kKeys = 8;  // chains in flight: 8 FMAs cover the FMA latency twice over
+    Spread spread(ahead, n / kKeys + 1);
     uint64_t j = 0;
     for (; j + kKeys <= n; j += kKeys) {
+        spread.next();
         const float* kj = keys + j * stride;
         uint64_t g = 0;
         for (; g + NG <= group; g += NG)
@@ -133,6 +155,7 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, ui
         for (; g < group; ++g)
             scores_tile<1, kKeys>(q + g * hd, hd, kj, stride, scale, scores + g * ld + j, ld);
     }
+    spread.next();
     for (; j < n; ++j)
         for (uint64_t g = 0; g < group; ++g)
             scores_tile<1, 1>(q + g * hd, hd, keys + j * stride, stride, scale, scores + g * ld + j,
@@ -141,19 +164,21 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, ui
 
 QF_ATTN_AVX2 void head_scores_avx2(const float* q, uint64_t group, uint64_t hd, const float* keys,
                                    uint64_t stride, uint64_t n, float scale, float* scores,
-                                   uint64_t ld) {
-    scores_heads<1>(q, group, hd, keys, stride, n, scale, scores, ld);
+                                   uint64_t ld, Ahead ahead) {
+    scores_heads<1>(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
 }
 
 // NG heads' outputs, C 8-float chunks of each from `at`, kept in registers over the n positions:
 // out = fma(p, v, out), one rounding per position, positions in order.
 template <int NG, int C>
 QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, const float* values,
-                                  uint64_t stride, uint64_t n, uint64_t at, float* out) {
+                                  uint64_t stride, uint64_t n, uint64_t at, float* out,
+                                  Spread* spread) {
     __m256 acc[NG][C];
     for (int g = 0; g < NG; ++g)
         for (int c = 0; c < C; ++c) acc[g][c] = _mm256_loadu_ps(out + g * hd + at + 8 * c);
     for (uint64_t j = 0; j < n; ++j) {
+        if (spread) spread->next();
         __m256 v[C];
         for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_ps(values + j * stride + at + 8 * c);
         for (int g = 0; g < NG; ++g) {
@@ -165,13 +190,15 @@ QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, cons
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * hd + at + 8 * c, acc[g][c]);
 }
 
+// spread's lines go with the first pass over the positions.
 template <int NG>
 QF_ATTN_AVX2 void mix_heads(const float* p, uint64_t ld, uint64_t hd, const float* values,
-                            uint64_t stride, uint64_t n, float* out) {
+                            uint64_t stride, uint64_t n, float* out, Spread* spread) {
     uint64_t at = 0;
-    for (; at + 16 <= hd; at += 16) mix_tile<NG, 2>(p, ld, hd, values, stride, n, at, out);
+    for (; at + 16 <= hd; at += 16, spread = nullptr)
+        mix_tile<NG, 2>(p, ld, hd, values, stride, n, at, out, spread);
     if (at + 8 <= hd) {
-        mix_tile<NG, 1>(p, ld, hd, values, stride, n, at, out);
+        mix_tile<NG, 1>(p, ld, hd, values, stride, n, at, out, spread);
         at += 8;
     }
     for (uint64_t g = 0; g < NG; ++g)  // the last hd mod 8 elements: the same fused steps
@@ -183,11 +210,13 @@ QF_ATTN_AVX2 void mix_heads(const float* p, uint64_t ld, uint64_t hd, const floa
 // Heads in fours: 4 heads x 2 chunks is 8 accumulators beside the 2 value vectors, within the
 // 16 ymm registers.
 QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-                                const float* values, uint64_t stride, uint64_t n, float* out) {
+                                const float* values, uint64_t stride, uint64_t n, float* out,
+                                Ahead ahead) {
     static constexpr MixHeads kHeads[] = {mix_heads<1>, mix_heads<2>, mix_heads<3>, mix_heads<4>};
+    Spread spread(ahead, n);
     for (uint64_t g = 0; g < group; g += 4)
         kHeads[std::min<uint64_t>(group - g, 4) - 1](p + g * ld, ld, hd, values, stride, n,
-                                                     out + g * hd);
+                                                     out + g * hd, g == 0 ? &spread : nullptr);
 }
 
 // The avx512 level's mix: mix_tile's operations per output (so avx2's bits) on 16 lanes, one pass
@@ -199,11 +228,13 @@ QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uin
 // NG heads' outputs, C 16-float chunks of each from `at`: mix_tile's steps on 16 lanes.
 template <int NG, int C>
 QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, const float* values,
-                                      uint64_t stride, uint64_t n, uint64_t at, float* out) {
+                                      uint64_t stride, uint64_t n, uint64_t at, float* out,
+                                      Spread* spread) {
     __m512 acc[NG][C];
     for (int g = 0; g < NG; ++g)
         for (int c = 0; c < C; ++c) acc[g][c] = _mm512_loadu_ps(out + g * hd + at + 16 * c);
     for (uint64_t j = 0; j < n; ++j) {
+        if (spread) spread->next();
         __m512 v[C];
         for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(values + j * stride + at + 16 * c);
         for (int g = 0; g < NG; ++g) {
@@ -217,19 +248,22 @@ QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, 
 
 template <int NG>
 QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const float* values,
-                                uint64_t stride, uint64_t n, float* out) {
+                                uint64_t stride, uint64_t n, float* out, Spread* spread) {
     uint64_t at = 0;
-    for (; at + 64 <= hd; at += 64) mix_tile16<NG, 4>(p, ld, hd, values, stride, n, at, out);
+    for (; at + 64 <= hd; at += 64, spread = nullptr)
+        mix_tile16<NG, 4>(p, ld, hd, values, stride, n, at, out, spread);
     if (at + 32 <= hd) {
-        mix_tile16<NG, 2>(p, ld, hd, values, stride, n, at, out);
+        mix_tile16<NG, 2>(p, ld, hd, values, stride, n, at, out, spread);
         at += 32;
+        spread = nullptr;
     }
     if (at + 16 <= hd) {
-        mix_tile16<NG, 1>(p, ld, hd, values, stride, n, at, out);
+        mix_tile16<NG, 1>(p, ld, hd, values, stride, n, at, out, spread);
         at += 16;
+        spread = nullptr;
     }
     if (at + 8 <= hd) {
-        mix_tile<NG, 1>(p, ld, hd, values, stride, n, at, out);
+        mix_tile<NG, 1>(p, ld, hd, values, stride, n, at, out, spread);
         at += 8;
     }
     for (uint64_t g = 0; g < NG; ++g)
@@ -243,18 +277,20 @@ QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const 
 // single heads; from DRAM either streams the keys at one pace.
 QF_ATTN_AVX512 void head_scores_avx512(const float* q, uint64_t group, uint64_t hd,
                                        const float* keys, uint64_t stride, uint64_t n, float scale,
-                                       float* scores, uint64_t ld) {
-    scores_heads<3>(q, group, hd, keys, stride, n, scale, scores, ld);
+                                       float* scores, uint64_t ld, Ahead ahead) {
+    scores_heads<3>(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
 }
 
 // Heads in fours: 4 heads x 4 chunks is 16 accumulators beside the 4 value vectors.
 QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-                                    const float* values, uint64_t stride, uint64_t n, float* out) {
+                                    const float* values, uint64_t stride, uint64_t n, float* out,
+                                    Ahead ahead) {
     static constexpr MixHeads kHeads[] = {mix_heads16<1>, mix_heads16<2>, mix_heads16<3>,
                                           mix_heads16<4>};
+    Spread spread(ahead, n);
     for (uint64_t g = 0; g < group; g += 4)
         kHeads[std::min<uint64_t>(group - g, 4) - 1](p + g * ld, ld, hd, values, stride, n,
-                                                     out + g * hd);
+                                                     out + g * hd, g == 0 ? &spread : nullptr);
 }
 
 #endif
@@ -262,20 +298,23 @@ QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group,
 }  // namespace
 
 void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
-                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld) {
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
+                 [[maybe_unused]] Ahead ahead) {
 #if defined(__x86_64__)
     if (isa >= Isa::avx512)
-        return head_scores_avx512(q, group, hd, keys, stride, n, scale, scores, ld);
-    if (isa >= Isa::avx2) return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld);
+        return head_scores_avx512(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
+    if (isa >= Isa::avx2)
+        return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
 #endif
     head_scores_scalar(q, group, hd, keys, stride, n, scale, scores, ld);
 }
 
 void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-              const float* values, uint64_t stride, uint64_t n, float* out) {
+              const float* values, uint64_t stride, uint64_t n, float* out,
+              [[maybe_unused]] Ahead ahead) {
 #if defined(__x86_64__)
-    if (isa >= Isa::avx512) return head_mix_avx512(p, ld, group, hd, values, stride, n, out);
-    if (isa >= Isa::avx2) return head_mix_avx2(p, ld, group, hd, values, stride, n, out);
+    if (isa >= Isa::avx512) return head_mix_avx512(p, ld, group, hd, values, stride, n, out, ahead);
+    if (isa >= Isa::avx2) return head_mix_avx2(p, ld, group, hd, values, stride, n, out, ahead);
 #endif
     head_mix_scalar(p, ld, group, hd, values, stride, n, out);
 }

@@ -19,12 +19,21 @@
 
 namespace qforge {
 
+// Bytes the caller reads next, which the avx2 and avx512 kernels prefetch into L2 while they run,
+// a line or two per position (or tile of keys): the next run's stream on its way without a burst
+// of prefetches (which the core drops once its miss buffers are full). Results never depend on it.
+struct Ahead {
+    const void* at = nullptr;
+    uint64_t bytes = 0;
+};
+
 // scores[g * ld + j] = scale * (q[g * hd ..] . keys[j * stride ..]) for g < group, j < n.
 void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
-                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld);
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
+                 Ahead ahead = {});
 
 // out[g * hd + i] += sum over j < n, in order, of p[g * ld + j] * values[j * stride + i].
 void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-              const float* values, uint64_t stride, uint64_t n, float* out);
+              const float* values, uint64_t stride, uint64_t n, float* out, Ahead ahead = {});
 
 }  // namespace qforge
