@@ -88,17 +88,8 @@ void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, fl
     const auto [d, groups] = shape;
     const double eps = c_.rms_norm_eps;
     pool_.parallel_for(n * groups, [&](size_t b, size_t e) {
-        for (size_t t = b; t < e; ++t) {
-            const float* xi = x + t * d;
-            double ss = 0.0;
-            for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
-            const auto scale =
-                static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-            if (accumulate)
-                for (uint64_t i = 0; i < d; ++i) out[t * d + i] += weight[i] * (xi[i] * scale);
-            else
-                for (uint64_t i = 0; i < d; ++i) out[t * d + i] = weight[i] * (xi[i] * scale);
-        }
+        for (size_t t = b; t < e; ++t)
+            rms_norm_row(x + t * d, weight.data(), d, eps, out + t * d, accumulate);
     });
 }
 

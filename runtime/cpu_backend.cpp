@@ -462,18 +462,9 @@ void CpuBackend::rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_
     const auto [d, groups] = norm_shape(c_, which);
     const double eps = c_.rms_norm_eps;
     for_tokens(n, [&](uint64_t t) {
-        for (uint64_t g = 0; g < groups; ++g) {
-            const float* xi = in.data + t * in.ld + g * d;
-            float* yi = out.data + t * out.ld + g * d;
-            double ss = 0.0;
-            for (uint64_t i = 0; i < d; ++i) ss += static_cast<double>(xi[i]) * xi[i];
-            const auto scale =
-                static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-            if (accumulate)
-                for (uint64_t i = 0; i < d; ++i) yi[i] += weight[i] * (xi[i] * scale);
-            else
-                for (uint64_t i = 0; i < d; ++i) yi[i] = weight[i] * (xi[i] * scale);
-        }
+        for (uint64_t g = 0; g < groups; ++g)
+            rms_norm_row(in.data + t * in.ld + g * d, weight.data(), d, eps,
+                         out.data + t * out.ld + g * d, accumulate);
     });
 }
 

@@ -181,3 +181,34 @@ TEST_CASE("activation: softmax at every level, its order and against float64",
         }
     }
 }
+
+TEST_CASE("activation: rms_norm_row against float64", "[kernels][activation]") {
+    // scale = fl(1 / sqrt(ss / d + eps)): ss is a sum of exact squares in double (relative error
+    // below d 2^-53), so the float scale is within 1 ulp (u) of the exact value, plus the double
+    // steps' rounding far below it; x * scale and w * that add one rounding each: 3u relative, and
+    // the accumulating form one more rounding of the sum (u of |y|).
+    std::mt19937 rng(77);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (uint64_t d : {1u, 7u, 8u, 9u, 64u, 576u, 2049u})
+        for (double eps : {1e-5, 1e-6})
+            for (bool accumulate : {false, true}) {
+                std::vector<float> x(d), w(d), y(d), start(d);
+                for (auto& v : x) v = dist(rng);
+                for (auto& v : w) v = dist(rng);
+                for (auto& v : start) v = dist(rng);
+                y = start;
+                rms_norm_row(x.data(), w.data(), d, eps, y.data(), accumulate);
+                long double ss = 0;
+                for (float v : x) ss += static_cast<long double>(v) * v;
+                const long double scale = 1.0L / std::sqrt(ss / d + eps);
+                for (uint64_t i = 0; i < d; ++i) {
+                    const long double norm = static_cast<long double>(w[i]) * x[i] * scale;
+                    const long double want = accumulate ? start[i] + norm : norm;
+                    const double bound =
+                        3 * kU * std::fabs(static_cast<double>(norm)) +
+                        (accumulate ? kU * std::fabs(static_cast<double>(want)) : 0.0) + 1e-37;
+                    INFO("d " << d << " eps " << eps << " accumulate " << accumulate << " i " << i);
+                    REQUIRE(std::fabs(static_cast<double>(y[i] - want)) <= bound);
+                }
+            }
+}

@@ -156,4 +156,19 @@ void exp_shifted(Isa isa, float* s, uint64_t n, float shift) {
     exp_shifted_scalar(s, n, shift);
 }
 
+void rms_norm_row(const float* x, const float* w, uint64_t d, double eps, float* y,
+                  bool accumulate) {
+    double p[8] = {};
+    uint64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+        for (int k = 0; k < 8; ++k) p[k] += static_cast<double>(x[i + k]) * x[i + k];
+    for (int k = 0; i < d; ++i, ++k) p[k] += static_cast<double>(x[i]) * x[i];
+    const double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    if (accumulate)
+        for (i = 0; i < d; ++i) y[i] += w[i] * (x[i] * scale);
+    else
+        for (i = 0; i < d; ++i) y[i] = w[i] * (x[i] * scale);
+}
+
 }  // namespace qforge
