@@ -116,6 +116,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
             (cuda ? " on the device" : "");
         serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
         sched_options.whole_prompts = cuda;
+        sched_options.threads = &threads;
         serve::Scheduler scheduler(*backend, caches, sched_options);
 
         serve::ServerOptions so;

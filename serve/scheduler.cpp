@@ -163,22 +163,25 @@ void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
     s.stream->finish(reason, std::move(error));
 }
 
-void Scheduler::deliver(Sequence& s, std::span<float> logits) {
-    if (!all_finite(logits)) {
-        try {
+Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const {
+    try {
+        if (!all_finite(logits))
             throw_non_finite_logits(logits, backend_.model().path(),
                                     "position " + std::to_string(s.cache->size() - 1));
-        } catch (const Error& e) {
-            finish(s, FinishReason::error, e.what());
-        }
-        return;
+        // As generate(): an id without a token is never chosen.
+        const uint64_t sampleable =
+            s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
+        std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
+                  -std::numeric_limits<float>::infinity());
+        return {s.sampler->sample(logits), {}};
+    } catch (const std::exception& e) {
+        return {-1, e.what()};
     }
-    // As generate(): an id without a token is never chosen.
-    const uint64_t sampleable =
-        s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
-    std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
-              -std::numeric_limits<float>::infinity());
-    const int32_t next = s.sampler->sample(logits);
+}
+
+void Scheduler::deliver(Sequence& s, const Choice& choice) {
+    if (!choice.error.empty()) return finish(s, FinishReason::error, choice.error);
+    const int32_t next = choice.token;
     const auto& stops = s.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), next) != stops.end())
         return finish(s, FinishReason::stop);
@@ -189,9 +192,10 @@ void Scheduler::deliver(Sequence& s, std::span<float> logits) {
 }
 
 void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequence>& batch) {
-    uint64_t wanted = 0;
-    for (const auto& b : batch) wanted += b.logits ? 1 : 0;
-    std::vector<float> logits(wanted * vocab_);
+    std::vector<Sequence*> sampled;  // the sequences with a logits row, in the rows' order
+    for (size_t i = 0; i < batch.size(); ++i)
+        if (batch[i].logits) sampled.push_back(seqs[i]);
+    std::vector<float> logits(sampled.size() * vocab_);
     try {
         backend_.forward_batch(batch, logits);
     } catch (const std::exception& e) {  // nothing in a checked batch should fail; if it does,
@@ -199,9 +203,16 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
         for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
         return;
     }
-    uint64_t row = 0;
-    for (size_t i = 0; i < batch.size(); ++i)
-        if (batch[i].logits) deliver(*seqs[i], std::span(logits).subspan(row++ * vocab_, vocab_));
+    std::vector<Choice> choices(sampled.size());
+    auto choose_rows = [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i)
+            choices[i] = choose(*sampled[i], std::span(logits).subspan(i * vocab_, vocab_));
+    };
+    if (options_.threads && sampled.size() > 1)
+        options_.threads->parallel_for(sampled.size(), choose_rows);
+    else
+        choose_rows(0, sampled.size());
+    for (size_t i = 0; i < sampled.size(); ++i) deliver(*sampled[i], choices[i]);
 }
 
 bool Scheduler::step() {

@@ -31,6 +31,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
 #include "runtime/sampling.hpp"
+#include "runtime/thread_pool.hpp"
 #include "serve/cache_source.hpp"
 
 namespace qforge::serve {
@@ -91,6 +92,10 @@ struct SchedulerOptions {
     // request's tokens independent of the other prompts of its step. Only for a backend without
     // a batched step (the CPU's takes at most CpuBackend::kMaxBatch tokens a step).
     bool whole_prompts = false;
+    // Threads to check and sample a step's logits rows on, a share of the sequences each (each
+    // sequence's sampler is its own, so its tokens are a serial loop's); null: the scheduler's
+    // thread alone. The backend's pool, idle between steps.
+    ThreadPool* threads = nullptr;
 };
 
 struct SchedulerStats {
@@ -138,7 +143,14 @@ class Scheduler {
     void finish(Sequence& s, FinishReason reason, std::string error = {});
     // Every running sequence ends with `why` as its error (start()'s thread, after step() threw).
     void fail_running(const std::string& why);
-    void deliver(Sequence& s, std::span<float> logits);
+    // A logits row's token for s (s's sampler and the row only: safe on any thread, never
+    // throws); then, on the scheduler's thread, its delivery.
+    struct Choice {
+        int32_t token = -1;
+        std::string error;  // when there is no token
+    };
+    Choice choose(Sequence& s, std::span<float> logits) const;
+    void deliver(Sequence& s, const Choice& choice);
 
     Backend& backend_;
     std::unique_ptr<KvCacheSource> own_caches_;  // the pool's, for the KvBlockPool constructor

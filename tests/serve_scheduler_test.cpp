@@ -66,9 +66,12 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
         auto backend = make_cpu_backend(model, threads);
         const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
         // A pool for about five sequences at once, eight slots, chunks of 7 prompt tokens: some
-        // requests wait for blocks, most steps mix prefill and decode.
+        // requests wait for blocks, most steps mix prefill and decode. Rows sampled on both
+        // threads, as `serve` does.
         KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
-        Scheduler sched(*backend, pool, {8, ctx, 64, 7});
+        serve::SchedulerOptions so{8, ctx, 64, 7};
+        so.threads = &threads;
+        Scheduler sched(*backend, pool, so);
         CHECK(check_random_arrivals(*backend, sched, 32, rng) < 32 * 12);  // shared steps
         CHECK(pool.free_blocks() == pool.total_blocks());
         ++checked;
