@@ -157,6 +157,7 @@ class Scheduler {
     KvCacheSource& caches_;
     SchedulerOptions options_;
     uint64_t vocab_;
+    std::vector<float> logits_;  // a step's logits rows (the scheduler's thread's)
 
     mutable std::mutex mutex_;  // guards queue_, stop_ and the stats
     std::condition_variable work_;
