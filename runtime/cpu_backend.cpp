@@ -515,7 +515,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         return Task{row, task % c_.num_kv_heads, first, pos + 1 - first, s.cache};
     };
     // One task's products; `next` (if any) is the task its thread runs after it, whose first
-    // keys the last run's mix prefetches (each run's scores prefetch its values).
+    // key run the mix prefetches, each run of the mix its share (each run's scores prefetch its
+    // values).
     auto one = [&](uint64_t task, const Task* next, float* scores, float* kv) {
         const auto [row, kvh, first, len, cache] = task_of(task);
         const float* qh = q.data + row * q.ld + kvh * group * hd;
@@ -531,12 +532,16 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         float* o = out.data + row * out.ld + kvh * group * hd;
         std::fill(o, o + group * hd, 0.0f);
         for (uint64_t g = 0; g < group; ++g) softmax(isa_, scores + g * len, len);
+        const Ahead keys_next =
+            next ? next->cache->stored(layer, 0, next->kvh, next->first,
+                                       std::min(next->len, CpuKvCache::run_from(next->first)))
+                 : Ahead{};
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            Ahead ahead;
-            if (next && j + run == len)
-                ahead = next->cache->stored(layer, 0, next->kvh, next->first,
-                                            std::min(next->len, CpuKvCache::run_from(next->first)));
+            // Bytes [B j / len, B (j + run) / len) of the next keys' B.
+            const uint64_t lo = keys_next.bytes * j / len, hi = keys_next.bytes * (j + run) / len;
+            const Ahead ahead{
+                keys_next.at ? static_cast<const uint8_t*>(keys_next.at) + lo : nullptr, hi - lo};
             head_mix(isa_, scores + j, len, group, hd,
                      cache->values(layer, kvh, first + j, run, kv, isa_), hd, run, o, ahead);
         }

@@ -163,7 +163,7 @@ void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
     s.stream->finish(reason, std::move(error));
 }
 
-Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const {
+Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const noexcept {
     try {
         if (!all_finite(logits))
             throw_non_finite_logits(logits, backend_.model().path(),
@@ -173,14 +173,23 @@ Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const 
             s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
         std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
                   -std::numeric_limits<float>::infinity());
-        return {s.sampler->sample(logits), {}};
-    } catch (const std::exception& e) {
-        return {-1, e.what()};
+        return {s.sampler->sample(logits), nullptr};
+    } catch (...) {  // the message is made on the scheduler's thread (deliver)
+        return {-1, std::current_exception()};
     }
 }
 
 void Scheduler::deliver(Sequence& s, const Choice& choice) {
-    if (!choice.error.empty()) return finish(s, FinishReason::error, choice.error);
+    if (choice.error) {
+        std::string why = "sampling failed";
+        try {
+            std::rethrow_exception(choice.error);
+        } catch (const std::exception& e) {
+            why = e.what();
+        } catch (...) {
+        }
+        return finish(s, FinishReason::error, why);
+    }
     const int32_t next = choice.token;
     const auto& stops = s.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), next) != stops.end())

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,7 +95,7 @@ struct SchedulerOptions {
     bool whole_prompts = false;
     // Threads to check and sample a step's logits rows on, a share of the sequences each (each
     // sequence's sampler is its own, so its tokens are a serial loop's); null: the scheduler's
-    // thread alone. The backend's pool, idle between steps.
+    // thread alone. The backend's pool, which nothing else may use while step() runs.
     ThreadPool* threads = nullptr;
 };
 
@@ -147,9 +148,9 @@ class Scheduler {
     // throws); then, on the scheduler's thread, its delivery.
     struct Choice {
         int32_t token = -1;
-        std::string error;  // when there is no token
+        std::exception_ptr error;  // set when there is no token
     };
-    Choice choose(Sequence& s, std::span<float> logits) const;
+    Choice choose(Sequence& s, std::span<float> logits) const noexcept;
     void deliver(Sequence& s, const Choice& choice);
 
     Backend& backend_;

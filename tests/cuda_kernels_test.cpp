@@ -59,7 +59,8 @@ int sm_count() { return list_gpus().at(0).sm_count; }
 constexpr float kU32 = 1.0f / 16777216.0f;  // 2^-24
 constexpr double kHalfRel = 1.0 / 2048.0;   // 2^-11
 
-// The CPU backend's RMSNorm scale of one row: the sum of squares in double, rounded once.
+// The CPU's RMSNorm scale of one row (rms_norm_row's, up to the order of its sum of squares in
+// double, which moves the float scale only at a rounding tie), rounded once.
 float cpu_rms_scale(const float* x, uint32_t d, double eps) {
     double ss = 0.0;
     for (uint32_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];

@@ -30,6 +30,7 @@ struct Collected {
     std::vector<int32_t> tokens;
     bool finished = false;
     serve::FinishReason reason = serve::FinishReason::length;
+    std::string error;
 };
 inline void drain(serve::SequenceStream& s, Collected& c) {
     auto e = s.wait(std::chrono::milliseconds(0));
@@ -37,6 +38,7 @@ inline void drain(serve::SequenceStream& s, Collected& c) {
     if (e.finished) {
         c.finished = true;
         c.reason = e.reason;
+        c.error = e.error;
     }
 }
 

@@ -80,11 +80,16 @@ class HookedBackend final : public Backend {
             Backend::forward_batch(batch, logits);
         else
             inner_->forward_batch(batch, logits);
+        if (after_step_) after_step_(batch, logits);
     }
+    // Called with each step's logits rows once computed (to alter them).
+    using After = std::function<void(std::span<const BatchSequence>, std::span<float>)>;
+    void set_after_step(After after) { after_step_ = std::move(after); }
 
   private:
     std::unique_ptr<Backend> inner_;
     Hook before_step_;
+    After after_step_;
     bool per_sequence_;
 };
 

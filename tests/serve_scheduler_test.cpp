@@ -1,8 +1,10 @@
 // The continuous-batching scheduler (serve/scheduler.hpp), in-process: requests arriving at
 // random steps give exactly `generate`'s tokens (greedy and seeded sampling); admission waits for
 // blocks, the queue bound refuses, cancelled and finished sequences free their blocks at once.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -217,6 +219,58 @@ TEST_CASE("scheduler thread: a step that throws fails its requests and frees the
     sched.stop();
     CHECK(sched.stats().running == 0);
     CHECK(pool.free_blocks() == pool.total_blocks());
+}
+
+TEST_CASE("scheduler: a non-finite logits row ends its request alone, sampled on two threads",
+          "[scheduler]") {
+    test::ScratchDir dir("serve-nonfinite");
+    QF_REQUIRE_SHARED_DATA(data);
+    Model model(test::convert_stories(data, "hf", dir).string());
+    ThreadPool threads(2);
+    // b's tokens alone, then a and b together with a's third row NaN.
+    const std::vector<int32_t> pa{1, 2, 3}, pb{4, 5, 6, 7};
+    auto run = [&](bool with_a) {
+        const KvCache* a_cache = nullptr;
+        int a_rows = 0;
+        test::HookedBackend backend(
+            make_cpu_backend(model, threads), [&](std::span<const BatchSequence> batch) {
+                for (const BatchSequence& b : batch)
+                    if (std::equal(b.tokens.begin(), b.tokens.end(), pa.begin(), pa.end()))
+                        a_cache = b.cache;
+            });
+        backend.set_after_step([&](std::span<const BatchSequence> batch, std::span<float> rows) {
+            const uint64_t vocab = model.config().vocab_size;
+            uint64_t row = 0;
+            for (const BatchSequence& b : batch) {
+                if (!b.logits) continue;
+                if (b.cache == a_cache && ++a_rows == 3)
+                    std::fill_n(rows.begin() + static_cast<std::ptrdiff_t>(row * vocab), vocab,
+                                std::numeric_limits<float>::quiet_NaN());
+                ++row;
+            }
+        });
+        KvBlockPool pool(model.config(), 16);
+        serve::SchedulerOptions so{4, 64, 8, 16};
+        so.threads = &threads;
+        Scheduler sched(backend, pool, so);
+        auto b = sched.submit(request(pb, 8));
+        auto a = with_a ? sched.submit(request(pa, 8)) : Scheduler::Submitted{};
+        while (sched.step()) {
+        }
+        Collected got_a, got_b;
+        if (a.stream) drain(*a.stream, got_a);
+        drain(*b.stream, got_b);
+        CHECK(pool.free_blocks() == pool.total_blocks());
+        return std::pair{got_a, got_b};
+    };
+    const auto [none, alone] = run(false);
+    const auto [a, b] = run(true);
+    CHECK(a.finished);
+    CHECK(a.reason == FinishReason::error);
+    CHECK(a.error.find("not finite") != std::string::npos);
+    CHECK(a.tokens.size() == 2);
+    CHECK(b.reason == FinishReason::length);
+    CHECK(b.tokens == alone.tokens);
 }
 
 TEST_CASE("scheduler over per-sequence backend caches, whole prompts: generate's tokens (CPU)",

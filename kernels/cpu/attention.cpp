@@ -37,13 +37,16 @@ void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd, c
 // to an avx2 copy spilled scores_tile<3, 8>'s accumulators).
 #define QF_ATTN_INLINE inline __attribute__((always_inline))
 
-// An Ahead's lines issued over `steps` calls of next(): by the i-th call, i * lines / steps
-// of them (in 16.16 fixed point, no division per step).
+// An Ahead's lines (from the line holding its first byte to the one holding its last) issued
+// over `steps` calls of next(): by the i-th call at least i * lines / steps of them, rounded up,
+// and all by the last (16.16 fixed point, no division per step).
 class Spread {
   public:
     Spread(Ahead a, uint64_t steps)
-        : p_(static_cast<const char*>(a.at)),
-          lines_(a.at && steps ? (a.bytes + 63) / 64 : 0),
+        : p_(static_cast<const char*>(a.at) - reinterpret_cast<uintptr_t>(a.at) % 64),
+          lines_(a.at && a.bytes && steps
+                     ? (reinterpret_cast<uintptr_t>(a.at) % 64 + a.bytes + 63) / 64
+                     : 0),
           step_(lines_ ? (lines_ << 16) / steps + 1 : 0) {}
     QF_ATTN_INLINE void next() {
         due_ += step_;

@@ -20,8 +20,9 @@
 namespace qforge {
 
 // Bytes the caller reads next, which the avx2 and avx512 kernels prefetch into L2 while they run,
-// a line or two per position (or tile of keys): the next run's stream on its way without a burst
-// of prefetches (which the core drops once its miss buffers are full). Results never depend on it.
+// spread evenly over their positions (or tiles of 8 keys): the next stream on its way without one
+// burst of prefetches (which the core drops once its miss buffers are full). Results never
+// depend on it.
 struct Ahead {
     const void* at = nullptr;
     uint64_t bytes = 0;

@@ -570,7 +570,7 @@ QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], const Codes& codes,
                            uint64_t nb, const QActivations& a, uint64_t t0, uint64_t n,
                            __m512* sums, const Prefetch (&pf)[kGroups] = {}) {
     // Tile i's prefetch (none past kPrefetchTiles) and its first portion.
-    auto pf_of = [&](uint64_t i) { return i < kPrefetchTiles ? pf : nullptr; };
+    auto pf_of = [&](uint64_t i) { return i < kPrefetchTiles && pf[0].lines ? pf : nullptr; };
     uint64_t t = 0, i = 0;
     for (; t + kMaxTokens <= n; t += kMaxTokens, ++i)
         chunk_tile<T, kMaxTokens, Biased>(pk, codes, b0, nb, a, t0 + t, sums + kGroups * t,
@@ -804,11 +804,13 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
 // one-token product waiting on its loads: TinyLlama-shape q4s_g32 decode 36 tok/s without this,
 // 57-67 with it, where the row layout's kernel ran 48-53 (2 threads, alternating; 2, 8, 12 and
 // 16 KiB and prefetching into L2 measured no better within the host's noise).
-// Each chunk's lines are issued in portions, one before each block (of each of the first
-// kPrefetchTiles token tiles), not all at its start (Prefetch): at 16 tokens a burst of 66
+// Each chunk's lines are issued in portions, one before each block of the first kPrefetchTiles
+// token tiles (ceil(lines / parts) lines each, until the chunk's run out: at 16 tokens 2 per
+// group for q4_g128, 3 for q8), not all at its start (Prefetch): at 16 tokens a burst of 66
 // prefetches stalled on the full miss buffers, 17% of a 16-stream serve profile (Zen 4), and
-// portions of 9 lines, one per token tile, still left the products of 16 tokens from DRAM
-// 20-25% below their speed from L3 (2 lines per block: 2048x5632 m:16 1.13-1.42x, kernels/README).
+// portions of ~9 lines per group (q4_g128), one per token tile, still left the products of 16
+// tokens from DRAM 20-30% below their speed from L3 (per block: 2048x5632 m:16 1.13-1.42x,
+// kernels/README.md "Prefetch per block").
 constexpr uint64_t kPackedAhead = 4096;
 
 // Block i's code vector j of group g straight from the packed codes, split (and biased, as the
