@@ -504,8 +504,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     // A task's row, KV head, cache and its causal keys first .. pos (the last `window` of them
     // in a windowed layer).
     struct Task {
-        uint64_t row, kvh, first, len;
-        const CpuKvCache* cache;
+        uint64_t row = 0, kvh = 0, first = 0, len = 0;
+        const CpuKvCache* cache = nullptr;
     };
     auto task_of = [&](uint64_t task) {
         const uint64_t row = task / c_.num_kv_heads;
@@ -517,8 +517,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     // One task's products; `next` (if any) is the task its thread runs after it, whose first
     // key run the mix prefetches, each run of the mix its share (each run's scores prefetch its
     // values).
-    auto one = [&](uint64_t task, const Task* next, float* scores, float* kv) {
-        const auto [row, kvh, first, len, cache] = task_of(task);
+    auto one = [&](const Task& task, const Task* next, float* scores, float* kv) {
+        const auto [row, kvh, first, len, cache] = task;
         const float* qh = q.data + row * q.ld + kvh * group * hd;
         // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
         // score and output element is computed the same way whatever the runs are).
@@ -552,9 +552,10 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     split(
         n * c_.num_kv_heads, work,
         [&](uint64_t b, uint64_t e, int thread) {
-            for (uint64_t task = b; task < e; ++task) {
-                const Task next = task + 1 < e ? task_of(task + 1) : Task{};
-                one(task, task + 1 < e ? &next : nullptr,
+            // Each task found once: it is the previous one's `next`.
+            for (Task task = task_of(b), next; b < e; ++b, task = next) {
+                if (b + 1 < e) next = task_of(b + 1);
+                one(task, b + 1 < e ? &next : nullptr,
                     score_scratch_[static_cast<size_t>(thread)].data(),
                     kv_scratch_[static_cast<size_t>(thread)].data());
             }
