@@ -3,15 +3,49 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.hpp"
 
 namespace qforge {
 
 int32_t argmax(std::span<const float> logits) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-        if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
+    // The plain scan's answer (the first index whose logit no later one exceeds) in two
+    // vectorized passes: the maximum, then the first index holding it (+0 and -0 compare equal,
+    // as in the scan). A NaN never replaces a lane's maximum, as it never becomes the scan's best;
+    // a NaN at index 0 is the scan's answer whatever follows. Serving greedy rows of 49152
+    // logits: several times faster than the scan's dependent compare per element.
+    const size_t n = logits.size();
+    if (n == 0 || std::isnan(logits[0])) return 0;
+    float best = logits[0];
+    size_t i = 0;
+#if defined(__SSE2__)
+    // maxps(x, m) is exactly x > m ? x : m, lane by lane (GCC does not make the float
+    // conditional one by itself); four vectors of independent lanes.
+    __m128 m[4];
+    for (__m128& v : m) v = _mm_set1_ps(best);
+    for (; i + 16 <= n; i += 16)
+        for (int v = 0; v < 4; ++v) m[v] = _mm_max_ps(_mm_loadu_ps(&logits[i + 4 * v]), m[v]);
+    alignas(16) float lane[16];
+    for (int v = 0; v < 4; ++v) _mm_store_ps(lane + 4 * v, m[v]);
+    for (float x : lane) best = x > best ? x : best;
+#endif
+    for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+    size_t j = 0;
+#if defined(__SSE2__)
+    const __m128 b = _mm_set1_ps(best);
+    for (; j + 16 <= n; j += 16) {
+        int hit = 0;
+        for (int v = 0; v < 4; ++v)
+            hit |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(&logits[j + 4 * v]), b)) << (4 * v);
+        if (hit) return static_cast<int32_t>(j + static_cast<size_t>(__builtin_ctz(hit)));
+    }
+#endif
+    for (; j < n; ++j)
+        if (logits[j] == best) return static_cast<int32_t>(j);
+    return 0;  // not reached: best is one of the logits
 }
 
 Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {

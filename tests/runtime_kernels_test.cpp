@@ -1,8 +1,10 @@
 // The CPU backend's building blocks: the AVX2 dot product against the scalar one on odd lengths,
 // exact widening of f16/bf16 rows, the thread pool's splits, RoPE frequencies and sampling.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -108,6 +110,33 @@ TEST_CASE("RoPE inverse frequencies: plain and llama3-scaled as transformers com
     }
     REQUIRE(scaled[0] == plain[0]);        // short wavelength: kept
     REQUIRE(scaled[31] == plain[31] / 8);  // long wavelength: divided
+}
+
+TEST_CASE("sampling: argmax is the plain scan's index on ties, zeros, infinities and NaN",
+          "[runtime]") {
+    // The reference: the first index whose logit no later one exceeds, one compare at a time.
+    auto scan = [](const std::vector<float>& v) {
+        size_t best = 0;
+        for (size_t i = 1; i < v.size(); ++i)
+            if (v[i] > v[best]) best = i;
+        return static_cast<int32_t>(best);
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN(),
+                inf = std::numeric_limits<float>::infinity();
+    const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1.0f, -1.0f};
+    std::mt19937 rng(7);
+    for (size_t n : {1, 2, 15, 16, 17, 33, 49152 + 5}) {
+        for (int trial = 0; trial < 40; ++trial) {
+            std::vector<float> v(n);
+            // Few distinct values (ties everywhere), then a few specials at random places.
+            for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 5)) - 2.0f;
+            for (int s = 0; s < trial % 6; ++s) v[rng() % n] = specials[rng() % 7];
+            if (trial % 9 == 0) v[0] = nan;
+            if (trial % 13 == 0) std::fill(v.begin(), v.end(), nan);
+            INFO("n " << n << " trial " << trial);
+            REQUIRE(argmax(v) == scan(v));
+        }
+    }
 }
 
 TEST_CASE("sampling: greedy is argmax, a seed fixes the sequence, top-k and top-p cut",
