@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "formats/qtype.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/isa.hpp"
@@ -301,6 +302,56 @@ void bm_prepare(benchmark::State& state, uint64_t m, uint64_t k) {
                                                     benchmark::Counter::kIsRate);
 }
 
+// One decode token's attention for one KV head: `group` query heads (SmolLM2: 3) of head_dim 64
+// against n cached positions, read as the KV cache hands them out (runs of 64 positions, 16 KiB,
+// each from its own block), scores then mix, one thread. `bytes` of keys and values in all: 0
+// for one head's (L2), else enough heads' caches to rotate through that DRAM serves them.
+void bm_attention(benchmark::State& state, uint64_t n, uint64_t bytes) {
+    constexpr uint64_t kHd = 64, kGroup = 3, kRun = 64;
+    const uint64_t runs = (n + kRun - 1) / kRun, one = runs * kRun * kHd;  // floats per head
+    const uint64_t heads = std::max<uint64_t>(1, bytes / (2 * one * sizeof(float)));
+    // [run][head][position][element]: a head's runs lie heads x 16 KiB apart.
+    std::vector<float> keys(heads * one), values(heads * one);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : keys) x = u(rng);
+    for (float& x : values) x = u(rng);
+    std::vector<float> q(kGroup * kHd), scores(kGroup * n), out(kGroup * kHd);
+    for (float& x : q) x = u(rng);
+    const Isa isa = cpu_isa();
+    uint64_t head = 0;
+    for (auto _ : state) {
+        auto at = [&](const std::vector<float>& v, uint64_t r) {
+            return v.data() + ((r * heads + head) * kRun) * kHd;
+        };
+        auto len = [&](uint64_t r) { return std::min(kRun, n - r * kRun); };
+        const uint64_t next_head = (head + 1) % heads;
+        auto run_ahead = [&](const std::vector<float>& v, uint64_t r, uint64_t h) -> Ahead {
+            return {v.data() + ((r * heads + h) * kRun) * kHd, len(r) * kHd * sizeof(float)};
+        };
+        // As CpuBackend::attend prefetches: each run's scores the next run's keys (the last
+        // run's, the first values), each run's mix the next run's values (the last run's, the
+        // next head's first keys).
+        for (uint64_t r = 0; r < runs; ++r)
+            head_scores(isa, q.data(), kGroup, kHd, at(keys, r), kHd, len(r), 0.125f,
+                        scores.data() + r * kRun, n,
+                        r + 1 < runs ? run_ahead(keys, r + 1, head) : run_ahead(values, 0, head));
+        std::fill(out.begin(), out.end(), 0.0f);
+        for (uint64_t r = 0; r < runs; ++r)
+            head_mix(isa, scores.data() + r * kRun, n, kGroup, kHd, at(values, r), kHd, len(r),
+                     out.data(),
+                     r + 1 < runs ? run_ahead(values, r + 1, head) : run_ahead(keys, 0, next_head));
+        benchmark::DoNotOptimize(out.data());
+        head = (head + 1) % heads;
+    }
+    state.counters["GMAC/s"] =
+        benchmark::Counter(static_cast<double>(state.iterations() * 2 * kGroup * n * kHd) * 1e-9,
+                           benchmark::Counter::kIsRate);
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(state.iterations() * 2 * n * kHd * 4) * 1e-9,
+                           benchmark::Counter::kIsRate);
+}
+
 std::string shape_name(Shape s) { return std::to_string(s.out) + "x" + std::to_string(s.in); }
 
 void register_all() {
@@ -419,6 +470,11 @@ void register_all() {
                         bm_quant(st, t, {512, 1024}, m, QActivations::Mode::int8, 1, 0, true);
                     })
                     ->Unit(benchmark::kMicrosecond);
+    for (uint64_t n : {64u, 512u, 2048u})
+        for (uint64_t bytes : {uint64_t{0}, kRotateBytes})
+            reg("attention/group:3/hd:64/n:" + std::to_string(n) + (bytes ? "/dram" : "/l2") +
+                    "/threads:1",
+                [=](benchmark::State& st) { bm_attention(st, n, bytes); });
     for (Shape s : kShapes)
         for (uint64_t m : {1u, 128u})
             reg("prepare/k:" + std::to_string(s.in) + "/m:" + std::to_string(m),

@@ -514,18 +514,27 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
         return Task{row, task % c_.num_kv_heads, first, pos + 1 - first, s.cache};
     };
-    // One task's products; `next` (if any) is the task its thread runs after it, whose first
-    // key run the mix prefetches, each run of the mix its share (each run's scores prefetch its
-    // values).
+    // One task's products; `next` (if any) is the task its thread runs after it. Each call
+    // prefetches what the one after it reads: a run's scores the next run's keys (the last
+    // run's, the first run's values), a run's mix the next run's values (the last run's, the
+    // next task's first keys). The cache's runs lie in separate blocks, where the hardware
+    // prefetcher starts over: from DRAM this reads 1.2-1.4x faster than prefetching each run's
+    // values during its scores (kernels bench attention/*/dram, 512-2048 positions).
     auto one = [&](const Task& task, const Task* next, float* scores, float* kv) {
         const auto [row, kvh, first, len, cache] = task;
         const float* qh = q.data + row * q.ld + kvh * group * hd;
+        // The stored keys (which = 0) or values (1) of the run that starts at position first + j.
+        auto run_at = [&](uint64_t which, uint64_t j) {
+            return cache->stored(layer, which, kvh, first + j,
+                                 std::min(len - j, CpuKvCache::run_from(first + j)));
+        };
         // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
         // score and output element is computed the same way whatever the runs are).
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
             head_scores(isa_, qh, group, hd, cache->keys(layer, kvh, first + j, run, kv, isa_), hd,
-                        run, scale, scores + j, len, cache->stored(layer, 1, kvh, first + j, run));
+                        run, scale, scores + j, len,
+                        j + run < len ? run_at(0, j + run) : run_at(1, 0));
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -538,12 +547,9 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
                  : Ahead{};
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            // Bytes [B j / len, B (j + run) / len) of the next keys' B.
-            const uint64_t lo = keys_next.bytes * j / len, hi = keys_next.bytes * (j + run) / len;
-            const Ahead ahead{
-                keys_next.at ? static_cast<const uint8_t*>(keys_next.at) + lo : nullptr, hi - lo};
             head_mix(isa_, scores + j, len, group, hd,
-                     cache->values(layer, kvh, first + j, run, kv, isa_), hd, run, o, ahead);
+                     cache->values(layer, kvh, first + j, run, kv, isa_), hd, run, o,
+                     j + run < len ? run_at(1, j + run) : keys_next);
         }
     };
     uint64_t work = 0;
