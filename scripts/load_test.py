@@ -3,8 +3,9 @@
 
 N concurrent streams send a fixed number of streaming /v1/completions (or chat) requests in all;
 reported: errors, aggregate generated tokens per second, time to first token (TTFT) and
-inter-token latency (ITL: the gaps between streamed chunks) at p50 / p99, and with --pid the
-server's resident memory before and after the run and its CPU time per generated token.
+inter-token latency (ITL: the gaps between streamed chunks) at p50 / p99, this client's own CPU
+time (on a machine of few cores it competes with the server), and with --pid the server's
+resident memory before and after the run and its CPU time per generated token.
 
   scripts/load_test.py --port 8080 --streams 16 --requests 200 --max-tokens 64 --pid PID
 
@@ -128,6 +129,7 @@ def main():
                 with lock:
                     errors.append(str(e))
 
+    client_before = os.times()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(args.streams)]
     for t in threads:
@@ -135,6 +137,9 @@ def main():
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    client_after = os.times()
+    client_cpu = (client_after.user - client_before.user) + (client_after.system -
+                                                            client_before.system)
     rss_after = rss_kib(args.pid) if args.pid else 0
     cpu_used = cpu_seconds(args.pid) - cpu_before if args.pid else 0.0
 
@@ -146,6 +151,7 @@ def main():
         "ttft_p99_ms": round(1000 * percentile(ttfts, 99), 1),
         "itl_p50_ms": round(1000 * percentile(gaps, 50), 1),
         "itl_p99_ms": round(1000 * percentile(gaps, 99), 1),
+        "client_cpu_s": round(client_cpu, 2),
     }
     if args.pid:
         result["rss_before_mib"] = round(rss_before / 1024, 1)
