@@ -54,8 +54,6 @@ CpuBackend::CpuBackend(const Model& model, ThreadPool& pool, CpuBackendOptions o
     row_scratch_.assign(static_cast<size_t>(pool.size()),
                         std::vector<float>(kFloatTile + kMaxBatch));
     score_scratch_.resize(static_cast<size_t>(pool.size()));
-    kv_scratch_.assign(static_cast<size_t>(pool.size()),
-                       std::vector<float>(CpuKvCache::kBlockPositions * c_.head_dim));
     pack_matrices();
 }
 
@@ -520,7 +518,7 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     // next task's first keys). The cache's runs lie in separate blocks, where the hardware
     // prefetcher starts over: from DRAM this reads 1.2-1.4x faster than prefetching each run's
     // values during its scores (kernels bench attention/*/dram, 512-2048 positions).
-    auto one = [&](const Task& task, const Task* next, float* scores, float* kv) {
+    auto one = [&](const Task& task, const Task* next, float* scores) {
         const auto [row, kvh, first, len, cache] = task;
         const float* qh = q.data + row * q.ld + kvh * group * hd;
         // The stored keys (which = 0) or values (1) of the run that starts at position first + j.
@@ -530,11 +528,18 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
         };
         // Runs of positions that lie together in the cache (kernels/cpu/attention.hpp: each
         // score and output element is computed the same way whatever the runs are).
+        // The cache's own rows, f32 or f16 (widened in the kernels' registers: the same bits).
+        const bool halves = cache->type() == KvType::f16;
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_scores(isa_, qh, group, hd, cache->keys(layer, kvh, first + j, run, kv, isa_), hd,
-                        run, scale, scores + j, len,
-                        j + run < len ? run_at(0, j + run) : run_at(1, 0));
+            const Ahead ahead = j + run < len ? run_at(0, j + run) : run_at(1, 0);
+            const void* keys = cache->stored(layer, 0, kvh, first + j, run).at;
+            if (halves)
+                head_scores(isa_, qh, group, hd, static_cast<const uint16_t*>(keys), hd, run, scale,
+                            scores + j, len, ahead);
+            else
+                head_scores(isa_, qh, group, hd, static_cast<const float*>(keys), hd, run, scale,
+                            scores + j, len, ahead);
         }
         if (cap > 0.0f)
             for (uint64_t j = 0; j < group * len; ++j) scores[j] = std::tanh(scores[j] / cap) * cap;
@@ -547,9 +552,14 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
                  : Ahead{};
         for (uint64_t j = 0, run; j < len; j += run) {
             run = std::min(len - j, CpuKvCache::run_from(first + j));
-            head_mix(isa_, scores + j, len, group, hd,
-                     cache->values(layer, kvh, first + j, run, kv, isa_), hd, run, o,
-                     j + run < len ? run_at(1, j + run) : keys_next);
+            const Ahead ahead = j + run < len ? run_at(1, j + run) : keys_next;
+            const void* values = cache->stored(layer, 1, kvh, first + j, run).at;
+            if (halves)
+                head_mix(isa_, scores + j, len, group, hd, static_cast<const uint16_t*>(values), hd,
+                         run, o, ahead);
+            else
+                head_mix(isa_, scores + j, len, group, hd, static_cast<const float*>(values), hd,
+                         run, o, ahead);
         }
     };
     uint64_t work = 0;
@@ -562,8 +572,7 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
             for (Task task = task_of(b), next; b < e; ++b, task = next) {
                 if (b + 1 < e) next = task_of(b + 1);
                 one(task, b + 1 < e ? &next : nullptr,
-                    score_scratch_[static_cast<size_t>(thread)].data(),
-                    kv_scratch_[static_cast<size_t>(thread)].data());
+                    score_scratch_[static_cast<size_t>(thread)].data());
             }
         },
         1, kAttentionPartsPerThread);

@@ -157,8 +157,7 @@ class CpuBackend final : public Backend, private ForwardOps {
     Bf16Tokens bf16_tokens_;
     // Per thread: weight rows widened to f32, and attention scores.
     std::vector<std::vector<float>> row_scratch_, score_scratch_;
-    std::vector<std::vector<float>> kv_scratch_;  // per thread: a run of f16 cache rows widened
-    std::atomic<uint64_t> fp16_saturations_{0};   // f16 caches' clamped keys and values
+    std::atomic<uint64_t> fp16_saturations_{0};  // f16 caches' clamped keys and values
 };
 
 }  // namespace qforge

@@ -6,7 +6,6 @@
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "kernels/cpu/float_dot.hpp"
 
 namespace qforge {
 
@@ -81,14 +80,6 @@ uint64_t CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, cons
             }
         }
     return clamped;
-}
-
-const float* CpuKvCache::rows(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos,
-                              uint64_t n, float* scratch, Isa isa) const {
-    const uint8_t* at = row(layer, which, head, pos);
-    if (type_ == KvType::f32) return reinterpret_cast<const float*>(at);
-    float_row_to_f32(isa, QType::f16, at, scratch, n * head_dim_);
-    return scratch;
 }
 
 }  // namespace qforge

@@ -10,7 +10,6 @@
 
 #include "formats/model_config.hpp"
 #include "kernels/cpu/attention.hpp"
-#include "kernels/cpu/isa.hpp"
 
 namespace qforge {
 
@@ -72,20 +71,9 @@ class CpuKvCache : public KvCache {
     // rounded to f16 in an f16 cache, where a finite value beyond f16's range is clamped to
     // +-65504 (as the CUDA cache does) rather than made infinite. Returns how many were clamped.
     uint64_t store(uint64_t layer, uint64_t pos, const float* keys, const float* values);
-    // KV head `head`'s key (value) rows at positions pos .. pos + n - 1, n <= run_from(pos), as
-    // floats head_dim apart: the cache's own memory (f32), or `scratch` (n * head_dim floats)
-    // filled from it at the kernels' level `isa` (f16: exact widening, the same floats at every
-    // level).
-    const float* keys(uint64_t layer, uint64_t head, uint64_t pos, uint64_t n, float* scratch,
-                      Isa isa) const {
-        return rows(layer, 0, head, pos, n, scratch, isa);
-    }
-    const float* values(uint64_t layer, uint64_t head, uint64_t pos, uint64_t n, float* scratch,
-                        Isa isa) const {
-        return rows(layer, 1, head, pos, n, scratch, isa);
-    }
-    // Where keys() (which = 0) or values() (1) read those rows from in the cache's own memory
-    // (f32 or f16 elements), for prefetching.
+    // KV head `head`'s key (which = 0) or value (1) rows at positions pos .. pos + n - 1,
+    // n <= run_from(pos), in the cache's own memory, head_dim elements (f32 or f16) apart: what
+    // attention reads (kernels/cpu/attention.hpp widens f16 rows as it reads them) and prefetches.
     Ahead stored(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos, uint64_t n) const {
         return {row(layer, which, head, pos), n * row_bytes_};
     }
@@ -105,8 +93,7 @@ class CpuKvCache : public KvCache {
                 (pos & (kBlockPositions - 1))) *
                    row_bytes_;
     }
-    const float* rows(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos, uint64_t n,
-                      float* scratch, Isa isa) const;
+
     KvType type_;
     uint64_t kv_heads_, head_dim_, row_bytes_;
     std::vector<uint8_t*> blocks_;  // the block table: block b's storage

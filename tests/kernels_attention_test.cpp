@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "core/half.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/isa.hpp"
 
@@ -180,6 +181,42 @@ TEST_CASE("attention: runs of positions give the same bits as one run, and avx51
                 REQUIRE(std::memcmp(whole.data(), avx2_scores.data(), 4 * whole.size()) == 0);
                 REQUIRE(std::memcmp(out_whole.data(), avx2_out.data(), 4 * out_whole.size()) == 0);
             }
+        }
+    }
+}
+
+TEST_CASE("attention: f16 rows give the bits of the same rows widened to float, at every level",
+          "[kernels][attention]") {
+    // An f16 KV cache's keys and values go to the kernels as halves (widened as they are read);
+    // widening is exact, so the products must equal the float kernels' on the widened rows.
+    uint32_t seed = 400;
+    for (const Shape& sh : shapes()) {
+        const uint64_t ld = sh.n;
+        const auto q = random_floats(sh.group * sh.hd, seed++);
+        const auto src = random_floats(sh.n * sh.stride, seed++);
+        const auto start = random_floats(sh.group * sh.hd, seed++);
+        std::vector<uint16_t> halves(src.size());
+        std::vector<float> widened(src.size());
+        for (size_t i = 0; i < src.size(); ++i) {
+            halves[i] = f32_to_f16(src[i]);
+            widened[i] = f16_to_f32(halves[i]);
+        }
+        for (Isa isa : cpu_isa_levels()) {
+            std::vector<float> from_floats(sh.group * ld), from_halves(sh.group * ld, -1.0f);
+            head_scores(isa, q.data(), sh.group, sh.hd, widened.data(), sh.stride, sh.n, 0.5f,
+                        from_floats.data(), ld);
+            head_scores(isa, q.data(), sh.group, sh.hd, halves.data(), sh.stride, sh.n, 0.5f,
+                        from_halves.data(), ld);
+            std::vector<float> out_floats = start, out_halves = start;
+            head_mix(isa, from_floats.data(), ld, sh.group, sh.hd, widened.data(), sh.stride, sh.n,
+                     out_floats.data());
+            head_mix(isa, from_floats.data(), ld, sh.group, sh.hd, halves.data(), sh.stride, sh.n,
+                     out_halves.data());
+            INFO("isa " << isa_name(isa) << " hd " << sh.hd << " group " << sh.group << " n "
+                        << sh.n);
+            REQUIRE(std::memcmp(from_floats.data(), from_halves.data(), 4 * from_floats.size()) ==
+                    0);
+            REQUIRE(std::memcmp(out_floats.data(), out_halves.data(), 4 * out_floats.size()) == 0);
         }
     }
 }

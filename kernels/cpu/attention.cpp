@@ -5,11 +5,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
+#include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+
+// GCC 12's AVX-512 intrinsics (here _mm512_cvtph_ps) build their "undefined" operands by
+// self-initialisation, which -W(maybe-)uninitialized reports inside the system header once
+// inlined: the false positive qdot_avx512.cpp silences the same way.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace qforge {
@@ -32,10 +43,19 @@ void head_mix_scalar(const float* p, uint64_t ld, uint64_t group, uint64_t hd, c
 
 #if defined(__x86_64__)
 
-#define QF_ATTN_AVX2 __attribute__((target("avx2,fma")))
+#define QF_ATTN_AVX2 __attribute__((target("avx2,fma,f16c")))
 // Inlined into each level's caller, so the avx512 level's copy has its 32 registers (a call
 // to an avx2 copy spilled scores_tile<3, 8>'s accumulators).
 #define QF_ATTN_INLINE inline __attribute__((always_inline))
+
+// A cache row's elements as floats: f32 rows as they are, f16 rows widened (exactly) in
+// registers, so an f16 cache's products are those of its rows widened first, bit for bit.
+QF_ATTN_INLINE float widen(float x) { return x; }
+QF_ATTN_INLINE float widen(uint16_t h) { return f16_to_f32(h); }
+QF_ATTN_AVX2 QF_ATTN_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+QF_ATTN_AVX2 QF_ATTN_INLINE __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
 // An Ahead's lines (from the line holding its first byte to the one holding its last) issued
 // over `steps` calls of next(): by the i-th call at least i * lines / steps of them, rounded up,
@@ -60,8 +80,9 @@ class Spread {
 };
 
 // The heads [g, g + NG) of a group's mix (mix_heads, mix_heads16), chosen by NG from a table.
-using MixHeads = void (*)(const float*, uint64_t, uint64_t, const float*, uint64_t, uint64_t,
-                          float*, Spread*);
+template <class T>
+using MixHeads = void (*)(const float*, uint64_t, uint64_t, const T*, uint64_t, uint64_t, float*,
+                          Spread*);
 
 // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)): dot_short's tree over the 8 lanes.
 QF_ATTN_AVX2 QF_ATTN_INLINE float lane_tree(__m256 v) {
@@ -100,8 +121,8 @@ QF_ATTN_AVX2 QF_ATTN_INLINE __m256 lane_trees8(const __m256 (&acc)[8]) {
 // but 2.2x slower from DRAM (3 heads over 64 MiB of 16 KiB runs, one thread: 8.5 GB/s, against
 // 18.8 in memory order), and in serving the keys come from DRAM (SmolLM2, 16 sequences at 256-320
 // positions: decode 1.06x, 5 alternating runs).
-template <int NG, int NJ>
-QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const float* keys,
+template <int NG, int NJ, class T>
+QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const T* keys,
                                              uint64_t stride, float scale, float* scores,
                                              uint64_t ld) {
     __m256 acc[NG][NJ];
@@ -110,7 +131,7 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const 
     const uint64_t whole = hd / 8 * 8;
     for (int j = 0; j < NJ; ++j)
         for (uint64_t i = 0; i < whole; i += 8) {
-            const __m256 kv = _mm256_loadu_ps(keys + j * stride + i);
+            const __m256 kv = load8(keys + j * stride + i);
             for (int g = 0; g < NG; ++g)
                 acc[g][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * hd + i), kv, acc[g][j]);
         }
@@ -126,14 +147,15 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const 
             alignas(32) float sums[8];
             _mm256_store_ps(sums, s);
             for (int j = 0; j < NJ; ++j) {
-                for (uint64_t i = whole; i < hd; ++i) sums[j] += qg[i] * keys[j * stride + i];
+                for (uint64_t i = whole; i < hd; ++i)
+                    sums[j] += qg[i] * widen(keys[j * stride + i]);
                 sg[j] = sums[j] * scale;
             }
             continue;
         }
         for (int j = 0; j < NJ; ++j) {
             float s = lane_tree(acc[g][j]);
-            for (uint64_t i = whole; i < hd; ++i) s += qg[i] * keys[j * stride + i];
+            for (uint64_t i = whole; i < hd; ++i) s += qg[i] * widen(keys[j * stride + i]);
             sg[j] = s * scale;
         }
     }
@@ -141,9 +163,9 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_tile(const float* q, uint64_t hd, const 
 
 // Heads in NG's over each tile of 8 keys in turn, so the tile comes from memory once and from L1
 // for the group's other heads.
-template <int NG>
+template <int NG, class T>
 QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, uint64_t hd,
-                                              const float* keys, uint64_t stride, uint64_t n,
+                                              const T* keys, uint64_t stride, uint64_t n,
                                               float scale, float* scores, uint64_t ld,
                                               Ahead ahead) {
     constexpr uint64_t kKeys = 8;  // chains in flight: 8 FMAs cover the FMA latency twice over
@@ -151,7 +173,7 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, ui
     uint64_t j = 0;
     for (; j + kKeys <= n; j += kKeys) {
         spread.next();
-        const float* kj = keys + j * stride;
+        const T* kj = keys + j * stride;
         uint64_t g = 0;
         for (; g + NG <= group; g += NG)
             scores_tile<NG, kKeys>(q + g * hd, hd, kj, stride, scale, scores + g * ld + j, ld);
@@ -165,7 +187,8 @@ QF_ATTN_AVX2 QF_ATTN_INLINE void scores_heads(const float* q, uint64_t group, ui
                               ld);
 }
 
-QF_ATTN_AVX2 void head_scores_avx2(const float* q, uint64_t group, uint64_t hd, const float* keys,
+template <class T>
+QF_ATTN_AVX2 void head_scores_avx2(const float* q, uint64_t group, uint64_t hd, const T* keys,
                                    uint64_t stride, uint64_t n, float scale, float* scores,
                                    uint64_t ld, Ahead ahead) {
     scores_heads<1>(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
@@ -173,8 +196,8 @@ QF_ATTN_AVX2 void head_scores_avx2(const float* q, uint64_t group, uint64_t hd, 
 
 // NG heads' outputs, C 8-float chunks of each from `at`, kept in registers over the n positions:
 // out = fma(p, v, out), one rounding per position, positions in order.
-template <int NG, int C>
-QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, const float* values,
+template <int NG, int C, class T>
+QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, const T* values,
                                   uint64_t stride, uint64_t n, uint64_t at, float* out,
                                   Spread* spread) {
     __m256 acc[NG][C];
@@ -183,7 +206,7 @@ QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, cons
     for (uint64_t j = 0; j < n; ++j) {
         if (spread) spread->next();
         __m256 v[C];
-        for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_ps(values + j * stride + at + 8 * c);
+        for (int c = 0; c < C; ++c) v[c] = load8(values + j * stride + at + 8 * c);
         for (int g = 0; g < NG; ++g) {
             const __m256 b = _mm256_set1_ps(p[g * ld + j]);
             for (int c = 0; c < C; ++c) acc[g][c] = _mm256_fmadd_ps(b, v[c], acc[g][c]);
@@ -194,8 +217,8 @@ QF_ATTN_AVX2 inline void mix_tile(const float* p, uint64_t ld, uint64_t hd, cons
 }
 
 // spread's lines go with the first pass over the positions.
-template <int NG>
-QF_ATTN_AVX2 void mix_heads(const float* p, uint64_t ld, uint64_t hd, const float* values,
+template <int NG, class T>
+QF_ATTN_AVX2 void mix_heads(const float* p, uint64_t ld, uint64_t hd, const T* values,
                             uint64_t stride, uint64_t n, float* out, Spread* spread) {
     uint64_t at = 0;
     for (; at + 16 <= hd; at += 16, spread = nullptr)
@@ -207,15 +230,18 @@ QF_ATTN_AVX2 void mix_heads(const float* p, uint64_t ld, uint64_t hd, const floa
     for (uint64_t g = 0; g < NG; ++g)  // the last hd mod 8 elements: the same fused steps
         for (uint64_t i = at; i < hd; ++i)
             for (uint64_t j = 0; j < n; ++j)
-                out[g * hd + i] = std::fma(p[g * ld + j], values[j * stride + i], out[g * hd + i]);
+                out[g * hd + i] =
+                    std::fma(p[g * ld + j], widen(values[j * stride + i]), out[g * hd + i]);
 }
 
 // Heads in fours: 4 heads x 2 chunks is 8 accumulators beside the 2 value vectors, within the
 // 16 ymm registers.
+template <class T>
 QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-                                const float* values, uint64_t stride, uint64_t n, float* out,
+                                const T* values, uint64_t stride, uint64_t n, float* out,
                                 Ahead ahead) {
-    static constexpr MixHeads kHeads[] = {mix_heads<1>, mix_heads<2>, mix_heads<3>, mix_heads<4>};
+    static constexpr MixHeads<T> kHeads[] = {mix_heads<1, T>, mix_heads<2, T>, mix_heads<3, T>,
+                                             mix_heads<4, T>};
     Spread spread(ahead, n);
     for (uint64_t g = 0; g < group; g += 4)
         kHeads[std::min<uint64_t>(group - g, 4) - 1](p + g * ld, ld, hd, values, stride, n,
@@ -226,11 +252,16 @@ QF_ATTN_AVX2 void head_mix_avx2(const float* p, uint64_t ld, uint64_t group, uin
 // over the positions for a whole 64-float head (SmolLM2 serving 16 streams: the mix's share of
 // the time 9.1% -> 6.4%). Its scores are avx2's operations, three heads per key tile in its 32
 // registers.
-#define QF_ATTN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512vl")))
+#define QF_ATTN_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
 
 // NG heads' outputs, C 16-float chunks of each from `at`: mix_tile's steps on 16 lanes.
-template <int NG, int C>
-QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, const float* values,
+QF_ATTN_AVX512 QF_ATTN_INLINE __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+QF_ATTN_AVX512 QF_ATTN_INLINE __m512 load16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <int NG, int C, class T>
+QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, const T* values,
                                       uint64_t stride, uint64_t n, uint64_t at, float* out,
                                       Spread* spread) {
     __m512 acc[NG][C];
@@ -239,7 +270,7 @@ QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, 
     for (uint64_t j = 0; j < n; ++j) {
         if (spread) spread->next();
         __m512 v[C];
-        for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(values + j * stride + at + 16 * c);
+        for (int c = 0; c < C; ++c) v[c] = load16(values + j * stride + at + 16 * c);
         for (int g = 0; g < NG; ++g) {
             const __m512 b = _mm512_set1_ps(p[g * ld + j]);
             for (int c = 0; c < C; ++c) acc[g][c] = _mm512_fmadd_ps(b, v[c], acc[g][c]);
@@ -249,8 +280,8 @@ QF_ATTN_AVX512 inline void mix_tile16(const float* p, uint64_t ld, uint64_t hd, 
         for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + g * hd + at + 16 * c, acc[g][c]);
 }
 
-template <int NG>
-QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const float* values,
+template <int NG, class T>
+QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const T* values,
                                 uint64_t stride, uint64_t n, float* out, Spread* spread) {
     uint64_t at = 0;
     for (; at + 64 <= hd; at += 64, spread = nullptr)
@@ -272,24 +303,27 @@ QF_ATTN_AVX512 void mix_heads16(const float* p, uint64_t ld, uint64_t hd, const 
     for (uint64_t g = 0; g < NG; ++g)
         for (uint64_t i = at; i < hd; ++i)
             for (uint64_t j = 0; j < n; ++j)
-                out[g * hd + i] = std::fma(p[g * ld + j], values[j * stride + i], out[g * hd + i]);
+                out[g * hd + i] =
+                    std::fma(p[g * ld + j], widen(values[j * stride + i]), out[g * hd + i]);
 }
 
 // avx2's operations per score (its bits), three heads per key tile: 24 accumulators beside the
 // key vector, within the 32 registers (in an avx2 copy they spilled). From L1 1.35x avx2's
 // single heads; from DRAM either streams the keys at one pace.
-QF_ATTN_AVX512 void head_scores_avx512(const float* q, uint64_t group, uint64_t hd,
-                                       const float* keys, uint64_t stride, uint64_t n, float scale,
-                                       float* scores, uint64_t ld, Ahead ahead) {
+template <class T>
+QF_ATTN_AVX512 void head_scores_avx512(const float* q, uint64_t group, uint64_t hd, const T* keys,
+                                       uint64_t stride, uint64_t n, float scale, float* scores,
+                                       uint64_t ld, Ahead ahead) {
     scores_heads<3>(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
 }
 
 // Heads in fours: 4 heads x 4 chunks is 16 accumulators beside the 4 value vectors.
+template <class T>
 QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-                                    const float* values, uint64_t stride, uint64_t n, float* out,
+                                    const T* values, uint64_t stride, uint64_t n, float* out,
                                     Ahead ahead) {
-    static constexpr MixHeads kHeads[] = {mix_heads16<1>, mix_heads16<2>, mix_heads16<3>,
-                                          mix_heads16<4>};
+    static constexpr MixHeads<T> kHeads[] = {mix_heads16<1, T>, mix_heads16<2, T>,
+                                             mix_heads16<3, T>, mix_heads16<4, T>};
     Spread spread(ahead, n);
     for (uint64_t g = 0; g < group; g += 4)
         kHeads[std::min<uint64_t>(group - g, 4) - 1](p + g * ld, ld, hd, values, stride, n,
@@ -300,26 +334,71 @@ QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group,
 
 }  // namespace
 
-void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
-                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
-                 [[maybe_unused]] Ahead ahead) {
+namespace {
+
+// scalar: an f16 run's rows widened into floats first (the same floats the vector levels widen
+// in registers), then the scalar products.
+std::vector<float> widened(const uint16_t* rows, uint64_t stride, uint64_t n, uint64_t hd) {
+    std::vector<float> w(n * hd);
+    for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t i = 0; i < hd; ++i) w[j * hd + i] = f16_to_f32(rows[j * stride + i]);
+    return w;
+}
+
+template <class T>
+void scores_at(Isa isa, const float* q, uint64_t group, uint64_t hd, const T* keys, uint64_t stride,
+               uint64_t n, float scale, float* scores, uint64_t ld, [[maybe_unused]] Ahead ahead) {
 #if defined(__x86_64__)
     if (isa >= Isa::avx512)
         return head_scores_avx512(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
     if (isa >= Isa::avx2)
         return head_scores_avx2(q, group, hd, keys, stride, n, scale, scores, ld, ahead);
 #endif
-    head_scores_scalar(q, group, hd, keys, stride, n, scale, scores, ld);
+    if constexpr (std::is_same_v<T, float>) {
+        head_scores_scalar(q, group, hd, keys, stride, n, scale, scores, ld);
+    } else {
+        const auto w = widened(keys, stride, n, hd);
+        head_scores_scalar(q, group, hd, w.data(), hd, n, scale, scores, ld);
+    }
 }
 
-void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
-              const float* values, uint64_t stride, uint64_t n, float* out,
-              [[maybe_unused]] Ahead ahead) {
+template <class T>
+void mix_at(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd, const T* values,
+            uint64_t stride, uint64_t n, float* out, [[maybe_unused]] Ahead ahead) {
 #if defined(__x86_64__)
     if (isa >= Isa::avx512) return head_mix_avx512(p, ld, group, hd, values, stride, n, out, ahead);
     if (isa >= Isa::avx2) return head_mix_avx2(p, ld, group, hd, values, stride, n, out, ahead);
 #endif
-    head_mix_scalar(p, ld, group, hd, values, stride, n, out);
+    if constexpr (std::is_same_v<T, float>) {
+        head_mix_scalar(p, ld, group, hd, values, stride, n, out);
+    } else {
+        const auto w = widened(values, stride, n, hd);
+        head_mix_scalar(p, ld, group, hd, w.data(), hd, n, out);
+    }
+}
+
+}  // namespace
+
+void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const float* keys,
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
+                 Ahead ahead) {
+    scores_at(isa, q, group, hd, keys, stride, n, scale, scores, ld, ahead);
+}
+
+void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const uint16_t* keys,
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
+                 Ahead ahead) {
+    scores_at(isa, q, group, hd, keys, stride, n, scale, scores, ld, ahead);
+}
+
+void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
+              const float* values, uint64_t stride, uint64_t n, float* out, Ahead ahead) {
+    mix_at(isa, p, ld, group, hd, values, stride, n, out, ahead);
+}
+
+void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
+              const uint16_t* values, uint64_t stride, uint64_t n, float* out, Ahead ahead) {
+    mix_at(isa, p, ld, group, hd, values, stride, n, out, ahead);
 }
 
 }  // namespace qforge

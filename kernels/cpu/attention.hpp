@@ -37,4 +37,13 @@ void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const flo
 void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
               const float* values, uint64_t stride, uint64_t n, float* out, Ahead ahead = {});
 
+// The same over an f16 KV cache's rows (IEEE halves, `stride` halves apart), widened in
+// registers as they are read (scalar: into floats first): the bits of the float versions on the
+// rows widened first, since widening is exact, with half the bytes read.
+void head_scores(Isa isa, const float* q, uint64_t group, uint64_t hd, const uint16_t* keys,
+                 uint64_t stride, uint64_t n, float scale, float* scores, uint64_t ld,
+                 Ahead ahead = {});
+void head_mix(Isa isa, const float* p, uint64_t ld, uint64_t group, uint64_t hd,
+              const uint16_t* values, uint64_t stride, uint64_t n, float* out, Ahead ahead = {});
+
 }  // namespace qforge
