@@ -96,10 +96,21 @@ HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool, CalibProduc
 
 void HessianAccumulator::add(const float* x, uint64_t n) {
     if (finished_) throw Error("Hessian: rows added after finish()");
-    for (uint64_t r = 0; r < n; ++r) {
-        const float* row = x + r * k_;
-        for (uint64_t c = 0; c < k_; ++c) abs_sum_[c] += std::fabs(static_cast<double>(row[c]));
-    }
+    // Each channel's sum over the rows in order, the channels in a few contiguous parts (each
+    // streams along the rows) that threads claim.
+    const uint64_t parts = pool_ ? std::min<uint64_t>(static_cast<uint64_t>(pool_->size()), k_) : 1;
+    auto part = [&](size_t p) {
+        const uint64_t c0 = k_ * p / parts, c1 = k_ * (p + 1) / parts;
+        double* acc = abs_sum_.data();
+        for (uint64_t r = 0; r < n; ++r) {
+            const float* row = x + r * k_;
+            for (uint64_t c = c0; c < c1; ++c) acc[c] += std::fabs(static_cast<double>(row[c]));
+        }
+    };
+    if (pool_)
+        pool_->run_chunks(parts, [&](size_t p, int) { part(p); });
+    else
+        part(0);
     // Whole chunks are multiplied where the caller holds them, the rest goes through the chunk
     // buffer; the products pack their operands first, so a chunk's product does not depend on
     // where its rows are (the test of split add() calls checks it).
@@ -217,8 +228,8 @@ void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, u
         const uint64_t nc = std::min(run, chunks - c0);
         if (packed_.size() < nc) packed_.resize(nc);
         for (uint64_t c = 0; c < nc; ++c)
-            if (packed_[c].rows() != k_ || packed_[c].k() != rows)
-                packed_[c] = Bf16PackedRows(k_, rows);
+            if (packed_[c].rows() != k_ || packed_[c].k() != rows)  // AMX reads rows in place
+                packed_[c] = Bf16PackedRows(k_, rows, bf16_kernel() == Bf16Kernel::amx);
         each(nc, [&](size_t c) {
             packed_[c].pack_columns(x + (c0 + c) * rows * k_, k_, 0, packed_[c].tiles());
         });

@@ -7,7 +7,8 @@
 // output's f32 chain adds 2 of them per pair (k + 1 adds at most) and sums nothing else, so its
 // rounding error is at most (k + 1) u (1 + 2^-8) M. The factor 1.01 covers second-order terms;
 // k 2^-126 covers flushed denormals. Then: bit equality across row ranges, token tiles, one token
-// at a time (decode) and blocks of k, and NaN activations giving NaN.
+// at a time (decode) and blocks of k, and NaN activations giving NaN. Each for every kernel this
+// process runs (vdpbf16ps, and AMX tiles where the CPU has them).
 #include <array>
 #include <bit>
 #include <catch2/catch.hpp>
@@ -43,6 +44,8 @@ Rows make_rows(uint64_t n, uint64_t k, uint32_t seed) {
     return m;
 }
 
+const char* kernel_name(Bf16Kernel k) { return k == Bf16Kernel::amx ? "amx" : "avx512"; }
+
 Bf16PackedRows pack(const Rows& m) {
     Bf16PackedRows p(m.n, m.k);
     p.pack(reinterpret_cast<const uint8_t*>(m.bits.data()), 2 * m.k, 0, 1);  // two calls, as
@@ -64,35 +67,36 @@ TEST_CASE("bf16_matmul is within the bf16-activation bound of a float64 product"
         return;
     }
     uint32_t seed = 10;
-    for (uint64_t k : {uint64_t{1}, uint64_t{33}, uint64_t{576}, uint64_t{4100}})
-        for (uint64_t tokens : {uint64_t{1}, uint64_t{3}, uint64_t{9}, uint64_t{17}}) {
-            INFO("k " << k << " tokens " << tokens);
-            const Rows m = make_rows(45, k, seed++);
-            const auto x = test::kernel_activations(tokens, k, seed++);
-            Bf16Tokens xt;
-            xt.prepare(x.data(), tokens, k);
-            const Bf16PackedRows p = pack(m);
-            const uint64_t ldo = m.n + 2;
-            std::vector<float> out(tokens * ldo, std::nanf(""));
-            bf16_matmul(p, 0, m.n, xt, 0, tokens, out.data(), ldo);
-            for (uint64_t t = 0; t < tokens; ++t) {
-                REQUIRE(std::isnan(out[t * ldo + m.n]));  // past the rows: untouched
-                REQUIRE(std::isnan(out[t * ldo + m.n + 1]));
-                for (uint64_t r = 0; r < m.n; ++r) {
-                    double exact = 0.0, mag = 0.0;
-                    for (uint64_t j = 0; j < k; ++j) {
-                        const double v = static_cast<double>(m.w(r, j)) * x[t * k + j];
-                        exact += v;
-                        mag += std::fabs(v);
+    for (Bf16Kernel kernel : bf16_kernels())
+        for (uint64_t k : {uint64_t{1}, uint64_t{33}, uint64_t{576}, uint64_t{4100}})
+            for (uint64_t tokens : {uint64_t{1}, uint64_t{3}, uint64_t{17}, uint64_t{33}}) {
+                INFO(kernel_name(kernel) << " k " << k << " tokens " << tokens);
+                const Rows m = make_rows(45, k, seed++);
+                const auto x = test::kernel_activations(tokens, k, seed++);
+                Bf16Tokens xt;
+                xt.prepare(x.data(), tokens, k);
+                const Bf16PackedRows p = pack(m);
+                const uint64_t ldo = m.n + 2;
+                std::vector<float> out(tokens * ldo, std::nanf(""));
+                bf16_matmul(p, 0, m.n, xt, 0, tokens, out.data(), ldo, kernel);
+                for (uint64_t t = 0; t < tokens; ++t) {
+                    REQUIRE(std::isnan(out[t * ldo + m.n]));  // past the rows: untouched
+                    REQUIRE(std::isnan(out[t * ldo + m.n + 1]));
+                    for (uint64_t r = 0; r < m.n; ++r) {
+                        double exact = 0.0, mag = 0.0;
+                        for (uint64_t j = 0; j < k; ++j) {
+                            const double v = static_cast<double>(m.w(r, j)) * x[t * k + j];
+                            exact += v;
+                            mag += std::fabs(v);
+                        }
+                        const double bound =
+                            1.01 * (0x1p-8 + static_cast<double>(k + 1) * 0x1p-24 * (1 + 0x1p-8)) *
+                                mag +
+                            static_cast<double>(k) * 0x1p-126;
+                        REQUIRE(std::fabs(out[t * ldo + r] - exact) <= bound);
                     }
-                    const double bound =
-                        1.01 * (0x1p-8 + static_cast<double>(k + 1) * 0x1p-24 * (1 + 0x1p-8)) *
-                            mag +
-                        static_cast<double>(k) * 0x1p-126;
-                    REQUIRE(std::fabs(out[t * ldo + r] - exact) <= bound);
                 }
             }
-        }
 }
 
 TEST_CASE("bf16_matmul gives the same bits for any row range, token tile and block of k",
@@ -102,33 +106,38 @@ TEST_CASE("bf16_matmul gives the same bits for any row range, token tile and blo
         return;
     }
     uint32_t seed = 50;
-    for (uint64_t k : {uint64_t{33}, uint64_t{4100}}) {  // 4100: three blocks of 1024 pairs
-        const uint64_t rows = 45, tokens = 11;
-        const Rows m = make_rows(rows, k, seed++);
-        auto x = test::kernel_activations(tokens, k, seed++);
-        x[3 * k + k / 2] = std::nanf("");  // token 3: every output NaN
-        Bf16Tokens xt;
-        xt.prepare(x.data(), tokens, k);
-        const Bf16PackedRows p = pack(m);
-        std::vector<float> all(tokens * rows);
-        bf16_matmul(p, 0, rows, xt, 0, tokens, all.data(), rows);
-        for (uint64_t r = 0; r < rows; ++r) REQUIRE(std::isnan(all[3 * rows + r]));
-        // One token at a time (decode), and rows from inside a tile with tokens from the middle.
-        for (uint64_t t = 0; t < tokens; ++t) {
-            std::vector<float> one(rows);
-            bf16_matmul(p, 0, rows, xt, t, t + 1, one.data(), rows);
-            REQUIRE(std::memcmp(one.data(), all.data() + t * rows, 4 * rows) == 0);
+    for (Bf16Kernel kernel : bf16_kernels())
+        for (uint64_t k : {uint64_t{33}, uint64_t{4100}}) {  // 4100: three blocks of 1024 pairs
+            INFO(kernel_name(kernel) << " k " << k);
+            const uint64_t rows = 45, tokens = 37;  // 37: two AMX groups of 32 tokens
+            const Rows m = make_rows(rows, k, seed++);
+            auto x = test::kernel_activations(tokens, k, seed++);
+            x[3 * k + k / 2] = std::nanf("");  // token 3: every output NaN
+            Bf16Tokens xt;
+            xt.prepare(x.data(), tokens, k);
+            const Bf16PackedRows p = pack(m);
+            std::vector<float> all(tokens * rows);
+            bf16_matmul(p, 0, rows, xt, 0, tokens, all.data(), rows, kernel);
+            for (uint64_t r = 0; r < rows; ++r) REQUIRE(std::isnan(all[3 * rows + r]));
+            // One token at a time (decode), and rows from inside a tile with tokens from the
+            // middle.
+            for (uint64_t t = 0; t < tokens; ++t) {
+                std::vector<float> one(rows);
+                bf16_matmul(p, 0, rows, xt, t, t + 1, one.data(), rows, kernel);
+                REQUIRE(std::memcmp(one.data(), all.data() + t * rows, 4 * rows) == 0);
+            }
+            for (auto [r0, r1, t0, t1] : {std::array<uint64_t, 4>{5, 37, 2, 9},
+                                          {16, 45, 0, 11},
+                                          {33, 34, 10, 11},
+                                          {1, 44, 30, 37}}) {
+                INFO("rows " << r0 << ".." << r1 << " tokens " << t0 << ".." << t1);
+                std::vector<float> part((t1 - t0) * (r1 - r0));
+                bf16_matmul(p, r0, r1, xt, t0, t1, part.data(), r1 - r0, kernel);
+                for (uint64_t t = t0; t < t1; ++t)
+                    REQUIRE(std::memcmp(part.data() + (t - t0) * (r1 - r0),
+                                        all.data() + t * rows + r0, 4 * (r1 - r0)) == 0);
+            }
         }
-        for (auto [r0, r1, t0, t1] :
-             {std::array<uint64_t, 4>{5, 37, 2, 9}, {16, 45, 0, 11}, {33, 34, 10, 11}}) {
-            INFO("rows " << r0 << ".." << r1 << " tokens " << t0 << ".." << t1);
-            std::vector<float> part((t1 - t0) * (r1 - r0));
-            bf16_matmul(p, r0, r1, xt, t0, t1, part.data(), r1 - r0);
-            for (uint64_t t = t0; t < t1; ++t)
-                REQUIRE(std::memcmp(part.data() + (t - t0) * (r1 - r0), all.data() + t * rows + r0,
-                                    4 * (r1 - r0)) == 0);
-        }
-    }
 }
 
 TEST_CASE("Bf16Tokens rounds to nearest even and pairs the activations", "[bf16]") {
@@ -184,10 +193,18 @@ TEST_CASE("pack_f32 and pack_columns give pack()'s tiles of the rounded rows", "
             REQUIRE(std::memcmp(ref.tile(0), from_f32.tile(0), bytes) == 0);
             for (Isa isa : cpu_isa_levels()) {
                 INFO(isa_name(isa));
-                Bf16PackedRows cols(rows, k);
+                Bf16PackedRows cols(rows, k, true);
                 cols.pack_columns(x.data(), ld, 0, 1, isa);  // two calls, as threads would
                 cols.pack_columns(x.data(), ld, 1, cols.tiles(), isa);
                 REQUIRE(std::memcmp(ref.tile(0), cols.tile(0), bytes) == 0);
+                // The row-major copy: row r's pairs in order, zero up to the row stride.
+                for (uint64_t r = 0; r < rows; ++r)
+                    for (uint64_t p = 0; p < cols.row_stride(); ++p) {
+                        uint32_t want = 0;
+                        if (p < cols.pairs())
+                            std::memcpy(&want, ref.tile(r / 16) + p * 64 + 4 * (r % 16), 4);
+                        REQUIRE(cols.row_major()[r * cols.row_stride() + p] == want);
+                    }
             }
         }
 }
@@ -201,32 +218,36 @@ TEST_CASE("bf16_gram is bf16_matmul with the rows as the tokens", "[bf16]") {
     // the Gram matrix of its columns is x^T x.
     const uint64_t n = 37, k = 50;
     const auto x = test::kernel_activations(n, k, 77);
-    Bf16PackedRows cols(k, n);
+    Bf16PackedRows cols(k, n), with_rows(k, n, true);  // AMX: rows copied out, or read in place
     cols.pack_columns(x.data(), k, 0, cols.tiles());
+    with_rows.pack_columns(x.data(), k, 0, with_rows.tiles());
     std::vector<float> xt(k * n);
     for (uint64_t i = 0; i < n; ++i)
         for (uint64_t j = 0; j < k; ++j) xt[j * n + i] = x[i * k + j];
     Bf16Tokens tokens;
     tokens.prepare(xt.data(), k, n);
-    std::vector<float> gram(k * k), ref(k * k);
-    bf16_gram(cols, 0, k, 0, k, gram.data(), k);
-    bf16_matmul(cols, 0, k, tokens, 0, k, ref.data(), k);
-    REQUIRE(std::memcmp(gram.data(), ref.data(), 4 * k * k) == 0);
-    // A block from inside: the same bits; and within the bound of the float64 x^T x.
-    std::vector<float> part(7 * 20);
-    bf16_gram(cols, 20, 40, 3, 10, part.data(), 20);
-    for (uint64_t t = 3; t < 10; ++t)
-        for (uint64_t r = 20; r < 40; ++r) {
-            REQUIRE(std::memcmp(&part[(t - 3) * 20 + (r - 20)], &gram[t * k + r], 4) == 0);
-            double exact = 0.0, mag = 0.0;
-            for (uint64_t i = 0; i < n; ++i) {
-                exact += static_cast<double>(x[i * k + r]) * x[i * k + t];
-                mag += std::fabs(static_cast<double>(x[i * k + r]) * x[i * k + t]);
+    for (Bf16Kernel kernel : bf16_kernels()) {
+        INFO(kernel_name(kernel));
+        std::vector<float> gram(k * k), ref(k * k);
+        bf16_gram(cols, 0, k, 0, k, gram.data(), k, kernel);
+        bf16_matmul(cols, 0, k, tokens, 0, k, ref.data(), k, kernel);
+        REQUIRE(std::memcmp(gram.data(), ref.data(), 4 * k * k) == 0);
+        // A block from inside: the same bits; and within the bound of the float64 x^T x.
+        std::vector<float> part(7 * 20);
+        bf16_gram(cols, 20, 40, 3, 10, part.data(), 20, kernel);
+        for (uint64_t t = 3; t < 10; ++t)
+            for (uint64_t r = 20; r < 40; ++r) {
+                REQUIRE(std::memcmp(&part[(t - 3) * 20 + (r - 20)], &gram[t * k + r], 4) == 0);
+                double exact = 0.0, mag = 0.0;
+                for (uint64_t i = 0; i < n; ++i) {
+                    exact += static_cast<double>(x[i * k + r]) * x[i * k + t];
+                    mag += std::fabs(static_cast<double>(x[i * k + r]) * x[i * k + t]);
+                }
+                // Both factors rounded: (1 + 2^-8)^2 - 1 <= 2^-7 + 2^-16; the f32 chain as above.
+                const double bound =
+                    1.01 * (0x1p-7 + 0x1p-16 + static_cast<double>(n + 1) * 0x1p-24 * 1.01) * mag +
+                    static_cast<double>(n) * 0x1p-126;
+                REQUIRE(std::fabs(part[(t - 3) * 20 + (r - 20)] - exact) <= bound);
             }
-            // Both factors rounded: (1 + 2^-8)^2 - 1 <= 2^-7 + 2^-16; the f32 chain as above.
-            const double bound =
-                1.01 * (0x1p-7 + 0x1p-16 + static_cast<double>(n + 1) * 0x1p-24 * 1.01) * mag +
-                static_cast<double>(n) * 0x1p-126;
-            REQUIRE(std::fabs(part[(t - 3) * 20 + (r - 20)] - exact) <= bound);
-        }
+    }
 }

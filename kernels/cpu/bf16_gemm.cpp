@@ -21,6 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "kernels/cpu/bf16_gemm_amx.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #if defined(__x86_64__)
@@ -42,6 +43,14 @@ constexpr int kMaxTokens = 8;           // tokens per register tile
 }  // namespace
 
 bool bf16_dot_available() { return cpu_isa() >= Isa::avx512 && cpu_has_avx512_bf16(); }
+
+Bf16Kernel bf16_kernel() { return cpu_uses_amx() ? Bf16Kernel::amx : Bf16Kernel::avx512; }
+
+std::vector<Bf16Kernel> bf16_kernels() {
+    std::vector<Bf16Kernel> v{Bf16Kernel::avx512};
+    if (cpu_uses_amx()) v.push_back(Bf16Kernel::amx);
+    return v;
+}
 
 #if defined(__x86_64__)
 namespace {
@@ -69,18 +78,59 @@ QF_AVX512 void f32_to_bf16_avx512(const float* x, uint64_t n, uint16_t* out) {
 
 // Tile `tile` of rows `rows` (lanes past it zero) from the columns of x [k][ld]: pair p, lane l
 // holds columns 16 tile + l of x's rows 2p (low half) and 2p + 1 (high half; zero past k).
+// r[c] = column c of the 16 x 16 dwords r (unpacks within 128-bit blocks, then block shuffles).
+QF_AVX512 void transpose16(__m512i (&r)[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // r[4i + e], block b: column 4b + e of rows 4i .. 4i + 3
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; ++j) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+
+// Tile `tile` of rows `rows` (lanes past it zero) from the columns of x [k][ld]: pair p, lane l
+// holds columns 16 tile + l of x's rows 2p (low half) and 2p + 1 (high half; zero past k). With
+// `row_major`, also row c's pairs at row_major + c * row_stride: each 16 pairs transposed, so
+// the copy's last step is written whole (zero pairs past k).
 QF_AVX512 void pack_columns_avx512(const float* x, uint64_t ld, uint64_t rows, uint64_t k,
-                                   uint64_t tile, uint8_t* out) {
-    const uint64_t c0 = tile * kLanes, np = (k + 1) / 2;
-    const auto m = static_cast<__mmask16>(rows - c0 >= kLanes ? 0xffffu : (1u << (rows - c0)) - 1);
-    for (uint64_t p = 0; p < np; ++p) {
-        const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, x + 2 * p * ld + c0));
-        const __m512i hi = 2 * p + 1 < k
-                               ? bf16_lanes(_mm512_maskz_loadu_ps(m, x + (2 * p + 1) * ld + c0))
-                               : _mm512_setzero_si512();
-        const __m512i pair = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
-                                             _mm512_slli_epi32(hi, 16));
-        _mm512_store_si512(reinterpret_cast<__m512i*>(out + p * kPairBytes), pair);
+                                   uint64_t tile, uint8_t* out, uint32_t* row_major,
+                                   uint64_t row_stride) {
+    const uint64_t c0 = tile * kLanes, np = (k + 1) / 2, lanes = std::min(kLanes, rows - c0);
+    const auto m = static_cast<__mmask16>(lanes == kLanes ? 0xffffu : (1u << lanes) - 1);
+    for (uint64_t p0 = 0; p0 < np; p0 += kLanes) {
+        __m512i v[kLanes];
+        for (uint64_t q = 0; q < kLanes; ++q) {
+            const uint64_t p = p0 + q;
+            if (p >= np) {
+                v[q] = _mm512_setzero_si512();
+                continue;
+            }
+            const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(m, x + 2 * p * ld + c0));
+            const __m512i hi = 2 * p + 1 < k
+                                   ? bf16_lanes(_mm512_maskz_loadu_ps(m, x + (2 * p + 1) * ld + c0))
+                                   : _mm512_setzero_si512();
+            v[q] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
+                                   _mm512_slli_epi32(hi, 16));
+            _mm512_store_si512(reinterpret_cast<__m512i*>(out + p * kPairBytes), v[q]);
+        }
+        if (!row_major) continue;
+        transpose16(v);
+        for (uint64_t l = 0; l < lanes; ++l)
+            _mm512_storeu_si512(row_major + (c0 + l) * row_stride + p0, v[l]);
     }
 }
 
@@ -97,11 +147,16 @@ void f32_to_bf16_array(const float* x, uint64_t n, uint16_t* out, Isa isa) {
     for (uint64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
 }
 
-Bf16PackedRows::Bf16PackedRows(uint64_t rows, uint64_t k) : rows_(rows), k_(k) {
+Bf16PackedRows::Bf16PackedRows(uint64_t rows, uint64_t k, bool row_major_copy)
+    : rows_(rows), k_(k) {
     if (rows == 0 || k == 0)
         throw Error("bf16 packed rows: " + std::to_string(rows) + " rows of " + std::to_string(k) +
                     " weights: nothing to pack");
     data_ = stream_buffer(tiles() * tile_bytes(), "bf16 packed rows");
+    if (row_major_copy) {
+        rows_data_ = stream_buffer(rows * row_stride() * 4, "bf16 row-major rows");
+        std::memset(rows_data_.get(), 0, rows * row_stride() * 4);
+    }
 }
 
 void Bf16PackedRows::pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1) {
@@ -137,8 +192,10 @@ void Bf16PackedRows::pack_columns(const float* x, uint64_t ld, uint64_t tile0, u
     for (uint64_t tile = tile0; tile < tile1; ++tile) {
         uint8_t* out = data_.get() + tile * tile_bytes();
 #if defined(__x86_64__)
+        auto* row_major = reinterpret_cast<uint32_t*>(rows_data_.get());
         if (isa >= Isa::avx512) {
-            pack_columns_avx512(x, ld, rows_, k_, tile, out);
+            pack_columns_avx512(x, ld, rows_, k_, tile, out, row_major, row_stride());
+            std::memset(out + pairs() * kPairBytes, 0, tile_bytes() - pairs() * kPairBytes);
             continue;
         }
 #endif
@@ -147,6 +204,11 @@ void Bf16PackedRows::pack_columns(const float* x, uint64_t ld, uint64_t tile0, u
             for (uint64_t i = 0; i < k_; ++i) {
                 const uint16_t b = f32_to_bf16(x[i * ld + tile * kLanes + l]);
                 std::memcpy(out + (i / 2) * kPairBytes + 4 * l + 2 * (i % 2), &b, 2);
+                if (row_major)
+                    std::memcpy(reinterpret_cast<uint8_t*>(
+                                    row_major + (tile * kLanes + l) * row_stride() + i / 2) +
+                                    2 * (i % 2),
+                                &b, 2);
             }
     }
 }
@@ -290,17 +352,20 @@ void product_avx512(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Tok
 
 namespace {
 
-void require_bf16_dot() {
+void require_bf16_dot(Bf16Kernel kernel) {
     if (!bf16_dot_available())
         throw Error("bf16 activations need the avx512 level and AVX-512 BF16; this process runs " +
+                    cpu_isa_description());
+    if (kernel == Bf16Kernel::amx && !cpu_uses_amx())
+        throw Error("bf16 products on AMX asked of a process that does not use AMX: " +
                     cpu_isa_description());
 }
 
 }  // namespace
 
 void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
-                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
-    require_bf16_dot();
+                 uint64_t t0, uint64_t t1, float* out, uint64_t ldo, Bf16Kernel kernel) {
+    require_bf16_dot(kernel);
     if (x.k() != w.k() || r1 > w.rows() || t1 > x.tokens())
         throw Error("bf16_matmul: rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                     ") and tokens up to " + std::to_string(t1) + " of k = " +
@@ -308,19 +373,35 @@ void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16To
                     std::to_string(w.k()) + " and " + std::to_string(x.tokens()) + " tokens");
     if (r0 >= r1 || t0 >= t1) return;
 #if defined(__x86_64__)
+    if (kernel == Bf16Kernel::amx) {
+        detail::bf16_product_amx(w, r0, r1, t0, t1, {x.pairs(0), w.pairs(), {}}, out, ldo);
+        return;
+    }
     product_avx512<1>(w, r0, r1, TokenPairs{&x, nullptr}, t0, t1, out, ldo);
 #endif
 }
 
 void bf16_gram(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0, uint64_t t1,
-               float* out, uint64_t ldo) {
-    require_bf16_dot();
+               float* out, uint64_t ldo, Bf16Kernel kernel) {
+    require_bf16_dot(kernel);
     if (r1 > w.rows() || t1 > w.rows())
         throw Error("bf16_gram: rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                     ") against rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
                     ") asked of " + std::to_string(w.rows()) + " rows");
     if (r0 >= r1 || t0 >= t1) return;
 #if defined(__x86_64__)
+    if (kernel == Bf16Kernel::amx) {
+        const uint64_t np = w.pairs();
+        detail::AmxTokens rows{w.row_major(), w.row_stride(), {}};
+        if (!rows.rows)  // row t: lane t % 16 of its tile, a pair every 64 bytes
+            rows.copy = [&](uint64_t t, uint32_t* dst) {
+                const auto* src =
+                    reinterpret_cast<const uint32_t*>(w.tile(t / kLanes)) + t % kLanes;
+                for (uint64_t p = 0; p < np; ++p) dst[p] = src[p * kLanes];
+            };
+        detail::bf16_product_amx(w, r0, r1, t0, t1, rows, out, ldo);
+        return;
+    }
     product_avx512<static_cast<int>(kLanes)>(w, r0, r1, TokenPairs{nullptr, &w}, t0, t1, out, ldo);
 #endif
 }

@@ -7,6 +7,10 @@
 #include <cpuid.h>
 #define QF_X86 1
 #endif
+#if defined(__linux__) && defined(QF_X86)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace qforge {
 
@@ -18,6 +22,7 @@ struct CpuFeatures {
     bool avx512 = false;  // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
     bool avx512_bf16 = false;
     bool avx_vnni = false;  // VEX-encoded vpdpbusd (the avx2 level's int8 products)
+    bool amx_bf16 = false;  // AMX tiles with tdpbf16ps, the OS saving the tile state (XCR0)
 };
 
 #ifdef QF_X86
@@ -50,6 +55,9 @@ CpuFeatures detect_features() {
     f.avx512 = f.avx2 && os_zmm && avx512f && avx512bw && avx512vl && avx512vnni;
     f.avx512_bf16 = f.avx512 && (a71 & (1u << 5));
     f.avx_vnni = f.avx2 && (a71 & (1u << 4));
+    const bool amx_tile = d7 & (1u << 24), amx_bf16 = d7 & (1u << 22);
+    const bool os_tiles = (xcr0_lo & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
+    f.amx_bf16 = f.avx512 && amx_tile && amx_bf16 && os_tiles;
     return f;
 }
 #else
@@ -115,6 +123,24 @@ bool cpu_uses_avx_vnni() {
     return use;
 }
 
+bool cpu_has_amx_bf16() { return choice().features.amx_bf16; }
+
+bool cpu_uses_amx() {
+    static const bool use = [] {
+        if (!cpu_has_amx_bf16() || cpu_isa() < Isa::avx512 || std::getenv("QFORGE_NO_AMX"))
+            return false;
+#if defined(__linux__) && defined(QF_X86)
+        // Linux hands out the tile data state on request, once per process (all its threads):
+        // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18). A kernel that refuses it
+        // leaves AMX unused.
+        return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+        return false;
+#endif
+    }();
+    return use;
+}
+
 std::string cpu_isa_description() {
     const Choice& c = choice();
     std::string s(isa_name(c.used));
@@ -122,6 +148,7 @@ std::string cpu_isa_description() {
     s += isa_name(c.supported);
     if (c.features.avx512_bf16) s += ", avx512_bf16";
     if (c.features.avx_vnni) s += cpu_uses_avx_vnni() ? ", avx_vnni" : ", avx_vnni off";
+    if (c.features.amx_bf16) s += cpu_uses_amx() ? ", amx_bf16" : ", amx_bf16 off";
     if (c.note && c.used != c.supported) {
         s += "; lowered by ";
         s += c.note;

@@ -43,6 +43,14 @@ bool cpu_has_avx512_bf16();
 bool cpu_has_avx_vnni();
 bool cpu_uses_avx_vnni();
 
+// Whether the CPU has AMX tiles with BF16 (tdpbf16ps) and the OS saves their state, whatever the
+// level; and whether the bf16 products use them (kernels/cpu/bf16_gemm.hpp): the CPU has them,
+// the level in use is avx512, QFORGE_NO_AMX is not set and the kernel granted this process the
+// tile state (Linux asks for it once). Unlike AVX-VNNI this changes bits: the tiles' bf16
+// products are their own chain (bf16_gemm.hpp says which).
+bool cpu_has_amx_bf16();
+bool cpu_uses_amx();
+
 // Whether the CPU is AMD's family 0x1a (Zen 5, and later parts of that family): a tuning fact
 // (float_dot.cpp's prefetch), never a result one.
 bool cpu_is_zen5();
@@ -53,7 +61,8 @@ std::vector<Isa> cpu_isa_levels();
 // One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
 // the level in use, then the CPU's highest level and the extensions it has beyond the levels
 // (avx512_bf16: the opt-in bf16-activation mode; avx_vnni: the avx2 level's int8 products, or
-// "avx_vnni off" when QFORGE_NO_AVX_VNNI turns that off).
+// "avx_vnni off" when QFORGE_NO_AVX_VNNI turns that off; amx_bf16: the bf16 products on AMX
+// tiles, or "amx_bf16 off").
 std::string cpu_isa_description();
 
 }  // namespace qforge
