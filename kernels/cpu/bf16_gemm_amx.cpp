@@ -44,11 +44,13 @@ struct alignas(64) TileConfig {
     uint8_t rows[16] = {};
 };
 
-QF_AMX void configure() {
+// C (0-3) and A (4, 5) tiles of m rows (m < 16: one token group smaller than a tile), B (6, 7)
+// of 16.
+QF_AMX void configure(uint64_t m) {
     TileConfig c;
     for (int i = 0; i < 8; ++i) {
         c.colsb[i] = kStepBytes;
-        c.rows[i] = kTile;
+        c.rows[i] = static_cast<uint8_t>(i < 6 ? m : kTile);
     }
     // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of the 64, which then drops the
     // stores above as dead: a memory clobber keeps them.
@@ -64,8 +66,8 @@ struct Dest {
 
 // One group of 32 tokens (A at `a`, the second half 16 rows further) against row tiles b0 and b1
 // (b1 may repeat b0 when the row tiles are odd): C 2h + u (tokens 16u.., row tile h) to d[2h + u].
-QF_AMX void group_product(const uint8_t* a, uint64_t a_stride, const uint8_t* b0,
-                          const uint8_t* b1, uint64_t steps, const Dest (&d)[4]) {
+QF_AMX void group_product(const uint8_t* a, uint64_t a_stride, const uint8_t* b0, const uint8_t* b1,
+                          uint64_t steps, const Dest (&d)[4]) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -87,12 +89,37 @@ QF_AMX void group_product(const uint8_t* a, uint64_t a_stride, const uint8_t* b0
     _tile_stored(3, d[3].at, d[3].ld);
 }
 
+// Fewer than 16 tokens (decode: one): C0 and C2 of m rows from A0 against both row tiles, the
+// weights (the bytes that matter when one token reads them) prefetched two steps ahead.
+QF_AMX void small_group_product(const uint8_t* a, uint64_t a_stride, const uint8_t* b0,
+                                const uint8_t* b1, uint64_t steps, const Dest (&d)[4]) {
+    _tile_zero(0);
+    _tile_zero(2);
+    constexpr uint64_t kAhead = 2 * kTile * kStepBytes;
+    for (uint64_t s = 0; s < steps; ++s) {
+        const uint8_t* p0 = b0 + s * kTile * kStepBytes;
+        const uint8_t* p1 = b1 + s * kTile * kStepBytes;
+        if (s + 2 < steps)
+            for (uint64_t l = 0; l < kTile * kStepBytes; l += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(p0 + kAhead + l), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(p1 + kAhead + l), _MM_HINT_T0);
+            }
+        _tile_loadd(4, a + s * kStepBytes, a_stride);
+        _tile_loadd(6, p0, kStepBytes);
+        _tile_loadd(7, p1, kStepBytes);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 4, 7);
+    }
+    _tile_stored(0, d[0].at, d[0].ld);
+    _tile_stored(2, d[2].at, d[2].ld);
+}
+
 QF_AMX void release() { _tile_release(); }
 
 }  // namespace
 
-void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0,
-                      uint64_t t1, const AmxTokens& tokens, float* out, uint64_t ldo) {
+void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0, uint64_t t1,
+                      const AmxTokens& tokens, float* out, uint64_t ldo) {
     const uint64_t np = w.pairs(), steps = (np + kTile - 1) / kTile;
     const uint64_t n = t1 - t0, groups = (n + kGroup - 1) / kGroup;
     // Group g's A operand: in place where it can be, else copied into the panel.
@@ -119,13 +146,14 @@ void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_
     }
     auto operand = [&](uint64_t g) -> std::pair<const uint8_t*, uint64_t> {
         if (in_place(g))
-            return {reinterpret_cast<const uint8_t*>(tokens.rows + (t0 + g * kGroup) * tokens.stride),
-                    tokens.stride * 4};
+            return {
+                reinterpret_cast<const uint8_t*>(tokens.rows + (t0 + g * kGroup) * tokens.stride),
+                tokens.stride * 4};
         return {panel.get() + g * kGroup * stride, stride};
     };
 
     alignas(64) float c[4][kTile][kTile];  // the C tiles that do not fit the output whole
-    configure();
+    configure(std::min(n, kTile));
     const uint64_t first = r0 / kTile, last = (r1 - 1) / kTile;
     for (uint64_t j = first; j <= last; j += 2) {
         const bool pair = j + 1 <= last;
@@ -140,13 +168,16 @@ void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_
                 for (uint64_t u = 0; u < 2; ++u) {
                     const uint64_t i = 2 * h + u, t = g * kGroup + u * kTile;
                     const uint64_t row0 = (j + h) * kTile;
-                    whole[i] = (h == 0 || pair) && t + kTile <= n && row0 >= r0 &&
-                               row0 + kTile <= r1;
+                    whole[i] =
+                        (h == 0 || pair) && t + kTile <= n && row0 >= r0 && row0 + kTile <= r1;
                     d[i] = whole[i] ? Dest{out + t * ldo + (row0 - r0), ldo * sizeof(float)}
                                     : Dest{&c[i][0][0], kTile * sizeof(float)};
                 }
             const auto [a, a_stride] = operand(g);
-            group_product(a, a_stride, b0, b1, steps, d);
+            if (n < kTile)
+                small_group_product(a, a_stride, b0, b1, steps, d);
+            else
+                group_product(a, a_stride, b0, b1, steps, d);
             for (uint64_t h = 0; h < (pair ? 2u : 1u); ++h) {
                 const uint64_t row0 = (j + h) * kTile;
                 const uint64_t lo = std::max(row0, r0), hi = std::min(row0 + kTile, r1);
