@@ -1,5 +1,5 @@
 // The bf16-activation mode of kernels/cpu/bf16_gemm.hpp: packing, the activations' rounding and
-// the AVX-512 BF16 kernel.
+// the AVX-512 BF16 kernel (the AMX one: bf16_gemm_amx.cpp).
 //
 // Register tile: G tiles of 16 rows (G <= 3) x NT tokens (NT <= 8), one accumulator per (tile,
 // token): per pair, G vector loads, NT broadcast pairs and G x NT vdpbf16ps. Pairs go in blocks
@@ -76,8 +76,6 @@ QF_AVX512 void f32_to_bf16_avx512(const float* x, uint64_t n, uint16_t* out) {
     }
 }
 
-// Tile `tile` of rows `rows` (lanes past it zero) from the columns of x [k][ld]: pair p, lane l
-// holds columns 16 tile + l of x's rows 2p (low half) and 2p + 1 (high half; zero past k).
 // r[c] = column c of the 16 x 16 dwords r (unpacks within 128-bit blocks, then block shuffles).
 QF_AVX512 void transpose16(__m512i (&r)[16]) {
     __m512i t[16];

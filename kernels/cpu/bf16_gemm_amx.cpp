@@ -125,16 +125,19 @@ void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_
     // Group g's A operand: in place where it can be, else copied into the panel.
     const bool whole_steps = tokens.rows && tokens.stride % kTile == 0;
     auto in_place = [&](uint64_t g) { return whole_steps && (g + 1) * kGroup <= n; };
+    // The panel holds the copied groups: every group, or (whole steps) only a last partial one.
     const uint64_t stride = steps * kStepBytes;  // one token's pairs in the panel
+    auto slot = [&](uint64_t g) { return whole_steps ? 0 : g; };
+    const uint64_t needed = (whole_steps ? 1 : groups) * kGroup * stride;
     thread_local AlignedBytes panel;
     thread_local uint64_t panel_bytes = 0;
-    if (panel_bytes < groups * kGroup * stride) {
-        panel_bytes = groups * kGroup * stride;
+    if (panel_bytes < needed) {
+        panel_bytes = needed;
         panel = stream_buffer(panel_bytes, "AMX token panel");
     }
     for (uint64_t g = 0; g < groups; ++g) {
         if (in_place(g)) continue;
-        uint8_t* a = panel.get() + g * kGroup * stride;
+        uint8_t* a = panel.get() + slot(g) * kGroup * stride;
         std::memset(a, 0, kGroup * stride);
         for (uint64_t t = g * kGroup; t < std::min(n, (g + 1) * kGroup); ++t) {
             auto* dst = reinterpret_cast<uint32_t*>(a + (t - g * kGroup) * stride);
@@ -149,7 +152,7 @@ void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_
             return {
                 reinterpret_cast<const uint8_t*>(tokens.rows + (t0 + g * kGroup) * tokens.stride),
                 tokens.stride * 4};
-        return {panel.get() + g * kGroup * stride, stride};
+        return {panel.get() + slot(g) * kGroup * stride, stride};
     };
 
     alignas(64) float c[4][kTile][kTile];  // the C tiles that do not fit the output whole
