@@ -336,12 +336,14 @@ QF_ATTN_AVX512 void head_mix_avx512(const float* p, uint64_t ld, uint64_t group,
 
 namespace {
 
-// scalar: an f16 run's rows widened into floats first (the same floats the vector levels widen
-// in registers), then the scalar products.
+// scalar: an f16 run's rows widened into floats first (float_row_to_f32: the same floats the
+// vector levels widen in registers), then the scalar products.
 std::vector<float> widened(const uint16_t* rows, uint64_t stride, uint64_t n, uint64_t hd) {
     std::vector<float> w(n * hd);
     for (uint64_t j = 0; j < n; ++j)
-        for (uint64_t i = 0; i < hd; ++i) w[j * hd + i] = f16_to_f32(rows[j * stride + i]);
+        float_row_to_f32(Isa::scalar, QType::f16,
+                         reinterpret_cast<const uint8_t*>(rows + j * stride), w.data() + j * hd,
+                         hd);
     return w;
 }
 
