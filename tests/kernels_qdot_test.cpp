@@ -296,7 +296,7 @@ TEST_CASE(
                     QPackedRows packed(t, m.n, k);
                     packed.pack(m.bytes.data(), m.stride, 0, 1);  // in two calls, as threads would
                     packed.pack(m.bytes.data(), m.stride, 1, packed.tiles());
-                    for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u, 16u, 17u}) {
+                    for (uint64_t tokens : {1u, 2u, 4u, 5u, 7u, 9u, 16u, 17u, 40u}) {
                         const auto x = test::kernel_activations(tokens, k, seed++);
                         QActivations a;
                         a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
@@ -308,13 +308,19 @@ TEST_CASE(
                                           << " k " << k << " tokens " << tokens << " rows " << r0
                                           << ".." << r1 << (damaged ? " damaged zeros" : ""));
                             // Through qmatmul_packed_isa (which may send one token at avx512
-                            // to the avx2 kernel) and, at avx512, the level's own kernel.
-                            for (int direct : {0, 1}) {
+                            // to the avx2 kernel, and several to AMX tiles) and, at avx512, the
+                            // level's own kernels: VNNI, and AMX where this process uses it.
+                            for (int direct : {0, 1, 2}) {
                                 if (direct && isa != Isa::avx512) break;
-                                INFO((direct ? "the avx512 kernel itself" : "qmatmul_packed_isa"));
+                                if (direct == 2 && !cpu_uses_amx_int8()) break;
+                                INFO((direct == 1   ? "the avx512 kernel itself"
+                                      : direct == 2 ? "the AMX kernel itself"
+                                                    : "qmatmul_packed_isa"));
                                 std::vector<float> out(tokens * ldo, std::nanf(""));
                                 if (direct)
-                                    detail::avx512_packed_kernels()[static_cast<size_t>(t)](
+                                    (direct == 1
+                                         ? detail::avx512_packed_kernels()
+                                         : detail::amx_packed_kernels())[static_cast<size_t>(t)](
                                         packed, r0, r1, a, 0, tokens, out.data() + r0, ldo);
                                 else
                                     qmatmul_packed_isa(isa, packed, r0, r1, a, 0, tokens,

@@ -44,11 +44,11 @@ constexpr int kMaxTokens = 8;           // tokens per register tile
 
 bool bf16_dot_available() { return cpu_isa() >= Isa::avx512 && cpu_has_avx512_bf16(); }
 
-Bf16Kernel bf16_kernel() { return cpu_uses_amx() ? Bf16Kernel::amx : Bf16Kernel::avx512; }
+Bf16Kernel bf16_kernel() { return cpu_uses_amx_bf16() ? Bf16Kernel::amx : Bf16Kernel::avx512; }
 
 std::vector<Bf16Kernel> bf16_kernels() {
     std::vector<Bf16Kernel> v{Bf16Kernel::avx512};
-    if (cpu_uses_amx()) v.push_back(Bf16Kernel::amx);
+    if (cpu_uses_amx_bf16()) v.push_back(Bf16Kernel::amx);
     return v;
 }
 
@@ -354,7 +354,7 @@ void require_bf16_dot(Bf16Kernel kernel) {
     if (!bf16_dot_available())
         throw Error("bf16 activations need the avx512 level and AVX-512 BF16; this process runs " +
                     cpu_isa_description());
-    if (kernel == Bf16Kernel::amx && !cpu_uses_amx())
+    if (kernel == Bf16Kernel::amx && !cpu_uses_amx_bf16())
         throw Error("bf16 products on AMX asked of a process that does not use AMX: " +
                     cpu_isa_description());
 }

@@ -17,7 +17,7 @@
 // The weights are repacked once, at load, 16 rows to a tile with each pair of a row in its lane
 // (`Bf16PackedRows`), so neither decode nor prefill transposes anything.
 //
-// On AMX (cpu_uses_amx(): tdpbf16ps on 16 x 16 tiles of f32 sums, Intel since Sapphire Rapids)
+// On AMX (cpu_uses_amx_bf16(): tdpbf16ps on 16 x 16 tiles of f32 sums, Intel since Sapphire Rapids)
 // the chain is the tiles' instead: acc = 0; for each step s of 16 pairs, in order, acc =
 // tdpbf16ps(acc, the token's pairs 16s .. 16s + 15, the row's same pairs), the instruction adding
 // the step's 32 exact products in its own fixed order (flushing denormals likewise). Again an
@@ -42,7 +42,7 @@ namespace qforge {
 bool bf16_dot_available();
 
 // Which instructions multiply: vdpbf16ps on 16 lanes, or AMX tiles (tdpbf16ps). The default,
-// bf16_kernel(), is amx where cpu_uses_amx().
+// bf16_kernel(), is amx where cpu_uses_amx_bf16().
 enum class Bf16Kernel : uint8_t { avx512, amx };
 Bf16Kernel bf16_kernel();
 // The kernels this process can run (what the tests compare): avx512, and amx where it is used.
@@ -108,7 +108,7 @@ class Bf16Tokens {
 
 // out[(t - t0) * ldo + (r - r0)] = row r of w . token t of x in this mode, for rows [r0, r1)
 // (any r0; tiles start at multiples of 16) and tokens [t0, t1). Throws qforge::Error when
-// bf16_dot_available() is false, `kernel` is amx where cpu_uses_amx() is false, or k differs.
+// bf16_dot_available() is false, `kernel` is amx where cpu_uses_amx_bf16() is false, or k differs.
 void bf16_matmul(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, const Bf16Tokens& x,
                  uint64_t t0, uint64_t t1, float* out, uint64_t ldo,
                  Bf16Kernel kernel = bf16_kernel());

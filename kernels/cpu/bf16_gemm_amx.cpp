@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/alloc.hpp"
+#include "kernels/cpu/amx_tiles.hpp"
 #include "kernels/cpu/bf16_gemm_amx.hpp"
 
 #if defined(__x86_64__)
@@ -35,27 +36,15 @@ constexpr uint64_t kTile = 16;       // rows of a C, A or B operand; tokens and 
 constexpr uint64_t kStepBytes = 64;  // one operand row: 16 pairs of bf16
 constexpr uint64_t kGroup = 32;      // tokens per group: two A operands
 
-// The tile configuration (palette 1): every tile 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-    uint8_t palette = 1;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-
 // C (0-3) and A (4, 5) tiles of m rows (m < 16: one token group smaller than a tile), B (6, 7)
-// of 16.
+// of 16; every tile 64 bytes a row.
 QF_AMX void configure(uint64_t m) {
-    TileConfig c;
+    AmxTileConfig c;
     for (int i = 0; i < 8; ++i) {
         c.colsb[i] = kStepBytes;
         c.rows[i] = static_cast<uint8_t>(i < 6 ? m : kTile);
     }
-    // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of the 64, which then drops the
-    // stores above as dead: a memory clobber keeps them.
-    __asm__ __volatile__("" : : "r"(&c) : "memory");
-    _tile_loadconfig(&c);
+    amx_load_config(c);
 }
 
 // Where a C tile goes: straight into the output (`ld` bytes a row) or into a 16 x 16 buffer.

@@ -19,7 +19,7 @@ struct AmxTokens {
 };
 
 // out[(t - t0) * ldo + (r - r0)] = row r of w . token t, for rows [r0, r1) and tokens [t0, t1),
-// both non-empty; the caller has checked the shapes and that cpu_uses_amx().
+// both non-empty; the caller has checked the shapes and that cpu_uses_amx_bf16().
 void bf16_product_amx(const Bf16PackedRows& w, uint64_t r0, uint64_t r1, uint64_t t0, uint64_t t1,
                       const AmxTokens& tokens, float* out, uint64_t ldo);
 

@@ -23,6 +23,7 @@ struct CpuFeatures {
     bool avx512_bf16 = false;
     bool avx_vnni = false;  // VEX-encoded vpdpbusd (the avx2 level's int8 products)
     bool amx_bf16 = false;  // AMX tiles with tdpbf16ps, the OS saving the tile state (XCR0)
+    bool amx_int8 = false;  // the same with tdpbssd / tdpbsud (int8 products)
 };
 
 #ifdef QF_X86
@@ -55,9 +56,10 @@ CpuFeatures detect_features() {
     f.avx512 = f.avx2 && os_zmm && avx512f && avx512bw && avx512vl && avx512vnni;
     f.avx512_bf16 = f.avx512 && (a71 & (1u << 5));
     f.avx_vnni = f.avx2 && (a71 & (1u << 4));
-    const bool amx_tile = d7 & (1u << 24), amx_bf16 = d7 & (1u << 22);
+    const bool amx_tile = d7 & (1u << 24), amx_bf16 = d7 & (1u << 22), amx_int8 = d7 & (1u << 25);
     const bool os_tiles = (xcr0_lo & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
     f.amx_bf16 = f.avx512 && amx_tile && amx_bf16 && os_tiles;
+    f.amx_int8 = f.avx512 && amx_tile && amx_int8 && os_tiles;
     return f;
 }
 #else
@@ -124,10 +126,16 @@ bool cpu_uses_avx_vnni() {
 }
 
 bool cpu_has_amx_bf16() { return choice().features.amx_bf16; }
+bool cpu_has_amx_int8() { return choice().features.amx_int8; }
 
-bool cpu_uses_amx() {
+namespace {
+
+// Whether this process may use AMX tiles at all: the CPU has them (bf16 or int8), the level in
+// use is avx512, QFORGE_NO_AMX is not set and the kernel granted the tile state.
+bool amx_granted() {
     static const bool use = [] {
-        if (!cpu_has_amx_bf16() || cpu_isa() < Isa::avx512 || std::getenv("QFORGE_NO_AMX"))
+        if (!(cpu_has_amx_bf16() || cpu_has_amx_int8()) || cpu_isa() < Isa::avx512 ||
+            std::getenv("QFORGE_NO_AMX"))
             return false;
 #if defined(__linux__) && defined(QF_X86)
         // Linux hands out the tile data state on request, once per process (all its threads):
@@ -141,6 +149,11 @@ bool cpu_uses_amx() {
     return use;
 }
 
+}  // namespace
+
+bool cpu_uses_amx_bf16() { return cpu_has_amx_bf16() && amx_granted(); }
+bool cpu_uses_amx_int8() { return cpu_has_amx_int8() && amx_granted(); }
+
 std::string cpu_isa_description() {
     const Choice& c = choice();
     std::string s(isa_name(c.used));
@@ -148,7 +161,8 @@ std::string cpu_isa_description() {
     s += isa_name(c.supported);
     if (c.features.avx512_bf16) s += ", avx512_bf16";
     if (c.features.avx_vnni) s += cpu_uses_avx_vnni() ? ", avx_vnni" : ", avx_vnni off";
-    if (c.features.amx_bf16) s += cpu_uses_amx() ? ", amx_bf16" : ", amx_bf16 off";
+    if (c.features.amx_bf16) s += cpu_uses_amx_bf16() ? ", amx_bf16" : ", amx_bf16 off";
+    if (c.features.amx_int8) s += cpu_uses_amx_int8() ? ", amx_int8" : ", amx_int8 off";
     if (c.note && c.used != c.supported) {
         s += "; lowered by ";
         s += c.note;

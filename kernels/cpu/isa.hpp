@@ -49,7 +49,12 @@ bool cpu_uses_avx_vnni();
 // tile state (Linux asks for it once). Unlike AVX-VNNI this changes bits: the tiles' bf16
 // products are their own chain (bf16_gemm.hpp says which).
 bool cpu_has_amx_bf16();
-bool cpu_uses_amx();
+bool cpu_uses_amx_bf16();
+// The same for AMX-INT8 (tdpbssd, tdpbsud): whether the int8-activation products of several
+// tokens on packed rows use the tiles (kernels/cpu/qdot_amx.cpp). Their block sums are the same
+// exact integers, so, like AVX-VNNI, this is a speed choice only, never a result one.
+bool cpu_has_amx_int8();
+bool cpu_uses_amx_int8();
 
 // Whether the CPU is AMD's family 0x1a (Zen 5, and later parts of that family): a tuning fact
 // (float_dot.cpp's prefetch), never a result one.
@@ -61,8 +66,8 @@ std::vector<Isa> cpu_isa_levels();
 // One line for --version and bench reports, e.g. "avx512 (CPU: avx512, avx512_bf16, avx_vnni)":
 // the level in use, then the CPU's highest level and the extensions it has beyond the levels
 // (avx512_bf16: the opt-in bf16-activation mode; avx_vnni: the avx2 level's int8 products, or
-// "avx_vnni off" when QFORGE_NO_AVX_VNNI turns that off; amx_bf16: the bf16 products on AMX
-// tiles, or "amx_bf16 off").
+// "avx_vnni off" when QFORGE_NO_AVX_VNNI turns that off; amx_bf16 and amx_int8: the bf16 and
+// int8 products on AMX tiles, or "amx_bf16 off" / "amx_int8 off").
 std::string cpu_isa_description();
 
 }  // namespace qforge

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -287,6 +288,16 @@ detail::QPackedKernel decode_kernel(Isa isa, QType t, uint64_t k) {
     return packed_kernel(isa, t);
 }
 
+// Tokens from which the avx512 level's products on packed rows take AMX tiles (where the CPU has
+// AMX-INT8): a tuning fact, never a result one (the same bits).
+uint64_t amx_min_tokens() {
+    static const uint64_t n = [] {
+        const char* e = std::getenv("QFORGE_AMX_MIN_TOKENS");
+        return e ? std::strtoull(e, nullptr, 10) : uint64_t{8};
+    }();
+    return n;
+}
+
 }  // namespace
 
 bool qmatmul_packed_serves(Isa isa, QType t) { return packed_kernel(isa, t) != nullptr; }
@@ -306,6 +317,10 @@ void qmatmul_packed_isa(Isa isa, const QPackedRows& m, uint64_t r0, uint64_t r1,
     if (r0 >= r1 || t0 >= t1) return;
     if (t1 - t0 <= kAvx2DecodeTokens)
         return decode_kernel(isa, m.type(), m.k())(m, r0, r1, a, t0, t1, out, ldo);
+    if (isa == Isa::avx512 && t1 - t0 >= amx_min_tokens() && cpu_uses_amx_int8())
+        if (const detail::QPackedKernel amx =
+                detail::amx_packed_kernels()[static_cast<size_t>(m.type())])
+            return amx(m, r0, r1, a, t0, t1, out, ldo);
     kernel(m, r0, r1, a, t0, t1, out, ldo);
 }
 
