@@ -351,11 +351,15 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
                 acts_.resize(
                     options_.int8_activations ? QActivations::Mode::int8 : QActivations::Mode::f32,
                     n, m->cols);
-                if (n == 1)
-                    acts_.prepare_tokens(x, 0, 1);
+                // Whole groups of tile tokens where the AMX layout is kept (threads writing
+                // tokens of one group would share its cache lines).
+                const uint64_t unit = acts_.has_tiles() ? QActivations::kTileTokens : 1;
+                if (n <= unit)
+                    acts_.prepare_tokens(x, 0, n);
                 else
-                    split(n, 8 * n * m->cols,
-                          [&](uint64_t b, uint64_t e, int) { acts_.prepare_tokens(x, b, e); });
+                    split((n + unit - 1) / unit, 8 * n * m->cols, [&](uint64_t b, uint64_t e, int) {
+                        acts_.prepare_tokens(x, b * unit, std::min(n, e * unit));
+                    });
             }
             quantized = true;
         } else {

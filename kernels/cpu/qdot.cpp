@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -57,6 +57,7 @@ void QActivations::resize(Mode mode, uint64_t n, uint64_t k) {
     k_ = k;
     blocks_ = (k + kBlock - 1) / kBlock;
     const uint64_t padded = blocks_ * kBlock;
+    tiles_ = mode == Mode::int8 && cpu_uses_amx_int8();
     if (mode == Mode::f32) {
         f_.resize(n * padded);
         return;
@@ -66,6 +67,12 @@ void QActivations::resize(Mode mode, uint64_t n, uint64_t k) {
     s_.resize(n * blocks_);
     pq_.resize(n * padded);
     ds_.resize(n * sums_stride());
+    if (!tiles_) return;
+    const uint64_t groups = (n + kTileTokens - 1) / kTileTokens;
+    tq_.resize(groups * blocks_ * kTileTokens * kBlock);
+    td_.resize(groups * blocks_ * kTileTokens);
+    ts_.resize(td_.size());
+    tds_.resize(td_.size());
 }
 
 void QActivations::prepare_tokens(const float* x, uint64_t t0, uint64_t t1) {
@@ -112,6 +119,20 @@ void QActivations::prepare_tokens(const float* x, uint64_t t0, uint64_t t1) {
         }
         for (uint64_t b = 0; b < blocks_; ++b)
             ds_[t * sums_stride() + b] = scales(t)[b] * static_cast<float>(sums(t)[b]);
+    }
+    if (!tiles_) return;
+    for (uint64_t t = t0; t < t1; ++t) {
+        const int8_t* q = codes(t);
+        const float *d = scales(t), *ds = scaled_sums(t);
+        const int32_t* s = sums(t);
+        const uint64_t first = t / kTileTokens * blocks_ * kTileTokens + t % kTileTokens;
+        for (uint64_t b = 0; b < blocks_; ++b) {
+            const uint64_t at = first + b * kTileTokens;
+            std::memcpy(tq_.data() + at * kBlock, q + b * kBlock, kBlock);
+            td_[at] = d[b];
+            ts_[at] = s[b];
+            tds_[at] = ds[b];
+        }
     }
 }
 
@@ -289,14 +310,11 @@ detail::QPackedKernel decode_kernel(Isa isa, QType t, uint64_t k) {
 }
 
 // Tokens from which the avx512 level's products on packed rows take AMX tiles (where the CPU has
-// AMX-INT8): a tuning fact, never a result one (the same bits).
-uint64_t amx_min_tokens() {
-    static const uint64_t n = [] {
-        const char* e = std::getenv("QFORGE_AMX_MIN_TOKENS");
-        return e ? std::strtoull(e, nullptr, 10) : uint64_t{8};
-    }();
-    return n;
-}
+// AMX-INT8): one whole tile of tokens. A tile multiplies 16 tokens whatever it holds, so fewer
+// pay for 16: 8 sequences decoding together measured 0.91-0.94x the VNNI kernel with q4_g128
+// (SmolLM2, TinyLlama shape), 16 measured 1.06-1.33x and 128-token prefill 1.5-1.7x (Intel Xeon,
+// 2 threads, kernels/README.md "AMX-INT8"). A speed choice only: the bits are the same.
+constexpr uint64_t kAmxMinTokens = QActivations::kTileTokens;
 
 }  // namespace
 
@@ -317,7 +335,8 @@ void qmatmul_packed_isa(Isa isa, const QPackedRows& m, uint64_t r0, uint64_t r1,
     if (r0 >= r1 || t0 >= t1) return;
     if (t1 - t0 <= kAvx2DecodeTokens)
         return decode_kernel(isa, m.type(), m.k())(m, r0, r1, a, t0, t1, out, ldo);
-    if (isa == Isa::avx512 && t1 - t0 >= amx_min_tokens() && cpu_uses_amx_int8())
+    if (isa == Isa::avx512 && t1 - t0 >= kAmxMinTokens && a.has_tiles() &&
+        t0 % QActivations::kTileTokens == 0)
         if (const detail::QPackedKernel amx =
                 detail::amx_packed_kernels()[static_cast<size_t>(m.type())])
             return amx(m, r0, r1, a, t0, t1, out, ldo);

@@ -64,6 +64,26 @@ class QActivations {
     const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
     const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }
 
+    // int8 mode where cpu_uses_amx_int8(), the AMX kernel's operands: tokens in groups of
+    // kTileTokens (16), group g's block b a contiguous [16 tokens][32 codes] (tile_codes), and the
+    // same tokens' scales, code sums and scaled sums of that block as runs of 16 (the rows of a
+    // last partial group past the last token hold anything: products of them are never read).
+    // has_tiles() says whether they were prepared.
+    static constexpr uint64_t kTileTokens = 16;
+    bool has_tiles() const { return tiles_; }
+    const int8_t* tile_codes(uint64_t g, uint64_t b) const {
+        return tq_.data() + (g * blocks_ + b) * kTileTokens * 32;
+    }
+    const float* tile_scales(uint64_t g, uint64_t b) const {
+        return td_.data() + (g * blocks_ + b) * kTileTokens;
+    }
+    const int32_t* tile_sums(uint64_t g, uint64_t b) const {
+        return ts_.data() + (g * blocks_ + b) * kTileTokens;
+    }
+    const float* tile_scaled_sums(uint64_t g, uint64_t b) const {
+        return tds_.data() + (g * blocks_ + b) * kTileTokens;
+    }
+
   private:
     uint64_t sums_stride() const { return (blocks_ + 7) / 8 * 8; }
 
@@ -75,6 +95,10 @@ class QActivations {
     std::vector<float> f_;
     std::vector<int8_t> pq_;
     std::vector<float> ds_;
+    bool tiles_ = false;
+    std::vector<int8_t> tq_;
+    std::vector<float> td_, tds_;
+    std::vector<int32_t> ts_;
 };
 
 // Rows per call that the fastest level computes together (avx512: two groups of 16 lanes); calls

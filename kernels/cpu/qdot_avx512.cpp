@@ -949,12 +949,12 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
 // what bounds this kernel: without them its tile work ran 2.1-2.6x faster (2048x5632, 128
 // tokens). Tokens are copied once per call into the A operands' layout (each group's block a
 // contiguous 512 bytes, zero past the last token) with their scales beside them.
-#define QF_AMX_INT8                                                                          \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-" \
-                          "int8")))
+#define QF_AMX_INT8                                                               \
+    __attribute__((                                                               \
+        target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-" \
+               "int8")))
 
-constexpr uint64_t kAmxTokens = 16;  // tokens per token group: rows of an A or C tile
-constexpr uint64_t kAmxOperand = kAmxTokens * kBlock;  // bytes of one A operand
+constexpr uint64_t kAmxTokens = QActivations::kTileTokens;  // rows of an A or C tile
 constexpr uint64_t kAmxAhead = 2048;  // bytes of a packed tile prefetched ahead of its products
 
 // C 2u + g (step slot u, row group g), A 4 + u, B 6 + g.
@@ -977,61 +977,17 @@ QF_AMX_INT8 inline void amx_int8_configure() {
             _tile_dpbssd(C, A, B);        \
     } while (0)
 
-// A token group's block: its 16 tokens' activation scales d, code sums and d * sums (zero past
-// the last token).
-struct TokenBlockMeta {
-    float d[kAmxTokens];
-    int32_t qs[kAmxTokens];
-    float ds[kAmxTokens];
-};
-
-// The tokens of a call as A operands, per thread: group g's block b at operand(g, b).
-struct AmxTokens {
-    std::vector<int8_t> codes;
-    std::vector<TokenBlockMeta> meta;
-    uint64_t blocks = 0;
-
-    void fill(const QActivations& a, uint64_t t0, uint64_t n) {
-        blocks = a.blocks();
-        const uint64_t groups = (n + kAmxTokens - 1) / kAmxTokens;
-        codes.resize(groups * blocks * kAmxOperand);
-        meta.resize(groups * blocks);
-        for (uint64_t g = 0; g < groups; ++g)
-            for (uint64_t u = 0; u < kAmxTokens; ++u) {
-                const uint64_t t = g * kAmxTokens + u;
-                for (uint64_t b = 0; b < blocks; ++b) {
-                    int8_t* dst = codes.data() + (g * blocks + b) * kAmxOperand + u * kBlock;
-                    TokenBlockMeta& tm = meta[g * blocks + b];
-                    if (t < n) {
-                        std::memcpy(dst, a.codes(t0 + t) + b * kBlock, kBlock);
-                        tm.d[u] = a.scales(t0 + t)[b];
-                        tm.qs[u] = a.sums(t0 + t)[b];
-                        tm.ds[u] = a.scaled_sums(t0 + t)[b];
-                    } else {
-                        std::memset(dst, 0, kBlock);
-                        tm.d[u] = tm.ds[u] = 0.0f;
-                        tm.qs[u] = 0;
-                    }
-                }
-            }
-    }
-    const int8_t* operand(uint64_t g, uint64_t b) const {
-        return codes.data() + (g * blocks + b) * kAmxOperand;
-    }
-    const TokenBlockMeta& block_meta(uint64_t g, uint64_t b) const { return meta[g * blocks + b]; }
-};
-
 // Block sums of c (row u of c[g]: token u of the group, row group g) added into sums, the first m
 // tokens. RawZero: c holds raw codes' sums (block_step subtracts zero * sum q).
 template <QType T, bool RawZero>
 __attribute__((always_inline)) QF_AMX_INT8 inline void amx_block_sums(
-    const int32_t (*c)[kAmxTokens][kLanes], const PackedBlock (&p)[kGroups],
-    const TokenBlockMeta& tm, uint64_t m, __m512* __restrict sums) {
+    const int32_t (*c)[kAmxTokens][kLanes], const PackedBlock (&p)[kGroups], const float* dt,
+    const int32_t* qt, const float* dst, uint64_t m, __m512* __restrict sums) {
     const PackedBlock p0 = p[0], p1 = p[1];
     auto token = [&](uint64_t u) QF_AMX_INT8 {
-        const __m512 d = _mm512_set1_ps(tm.d[u]);
-        const __m512 qsum = _mm512_set1_ps(static_cast<float>(tm.qs[u]));
-        const __m512 ds = _mm512_set1_ps(tm.ds[u]);
+        const __m512 d = _mm512_set1_ps(dt[u]);
+        const __m512 qsum = _mm512_set1_ps(static_cast<float>(qt[u]));
+        const __m512 ds = _mm512_set1_ps(dst[u]);
         const __m512i isum0 = _mm512_load_si512(c[0][u]), isum1 = _mm512_load_si512(c[1][u]);
         sums[kGroups * u] = block_step<T, RawZero>(sums[kGroups * u], isum0, p0, d, qsum, ds);
         sums[kGroups * u + 1] =
@@ -1050,8 +1006,9 @@ __attribute__((always_inline)) QF_AMX_INT8 inline void amx_block_sums(
 template <QType T, bool Raw>
 QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* const (&codes)[kGroups],
                            const __m512i (&bias)[kGroups][kChunkBlocks], uint64_t block_bytes,
-                           __m128i table, uint64_t b0, uint64_t nb, const AmxTokens& tokens,
-                           uint64_t n, const uint8_t* (&ahead)[kGroups], __m512* sums) {
+                           __m128i table, uint64_t b0, uint64_t nb, const QActivations& a,
+                           uint64_t g0, uint64_t n, const uint8_t* (&ahead)[kGroups],
+                           __m512* sums) {
     constexpr bool kUnsigned = Kind<T>::super || Raw;
     constexpr bool kBiased = Kind<T>::q4 && !Kind<T>::levels && !kUnsigned;
     alignas(64) uint8_t b_operand[kGroups][8][64];
@@ -1069,7 +1026,8 @@ QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* cons
     };
     auto sum = [&](uint64_t s) QF_AMX_INT8 {
         const uint64_t b = sb[s % 2], g = stg[s % 2];
-        amx_block_sums<T, Raw>(c + 2 * (s % 2), pk[b - b0], tokens.block_meta(g, b),
+        amx_block_sums<T, Raw>(c + 2 * (s % 2), pk[b - b0], a.tile_scales(g0 + g, b),
+                               a.tile_sums(g0 + g, b), a.tile_scaled_sums(g0 + g, b),
                                std::min(kAmxTokens, n - g * kAmxTokens),
                                sums + kGroups * kAmxTokens * g);
     };
@@ -1098,17 +1056,17 @@ QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* cons
         _tile_loadd(6, operand[0], 64);
         _tile_loadd(7, operand[1], 64);
         for (uint64_t g = 0; g < groups; ++g, ++step) {
-            const int8_t* a = tokens.operand(g, b);
+            const int8_t* x = a.tile_codes(g0 + g, b);
             if (step % 2 == 0) {
                 _tile_zero(0);
                 _tile_zero(1);
-                _tile_loadd(4, a, kBlock);
+                _tile_loadd(4, x, kBlock);
                 QF_AMX_PRODUCT(kUnsigned, 0, 4, 6);
                 QF_AMX_PRODUCT(kUnsigned, 1, 4, 7);
             } else {
                 _tile_zero(2);
                 _tile_zero(3);
-                _tile_loadd(5, a, kBlock);
+                _tile_loadd(5, x, kBlock);
                 QF_AMX_PRODUCT(kUnsigned, 2, 5, 6);
                 QF_AMX_PRODUCT(kUnsigned, 3, 5, 7);
             }
@@ -1129,8 +1087,7 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
                                  uint64_t ldo) {
     const QPackLayout& pl = m.layout();
     const uint64_t n = t1 - t0;
-    thread_local AmxTokens tokens;
-    tokens.fill(a, t0, n);
+    const uint64_t g0 = t0 / kAmxTokens;  // t0 is a multiple of 16 (qmatmul_packed_isa)
     __m512* sums = token_sums(n);
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     __m128i table = _mm_setzero_si128();
@@ -1165,10 +1122,10 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
                 codes[g] = chunk + pl.meta_bytes(nb);
             }
             if (zeros_biasable<T>(pk, nb, kGroups))
-                amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, tokens, n,
-                                    ahead, sums);
+                amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, ahead,
+                                    sums);
             else
-                amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, tokens, n, ahead,
+                amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, ahead,
                                    sums);
         }
         store_lanes(sums, kGroups, rg, r0, r1, n, out, ldo);
