@@ -977,6 +977,29 @@ QF_AMX_INT8 inline void amx_int8_configure() {
             _tile_dpbssd(C, A, B);        \
     } while (0)
 
+// The prefetches of one row group's tiles: the current tile's bytes and then, once past its end,
+// the next row pair's tile in the same slot (so a pair's first lines are on their way before its
+// products start), kAmxAhead ahead of the block being multiplied.
+struct AmxPrefetch {
+    const uint8_t* tile = nullptr;
+    const uint8_t* next = nullptr;
+    uint64_t tile_bytes = 0;
+    uint64_t done = 0;  // bytes of [tile, next) asked for
+
+    QF_AMX_INT8 void upto(uint64_t offset) {
+        for (; done < offset; done += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(
+                             done < tile_bytes ? tile + done : next + (done - tile_bytes)),
+                         _MM_HINT_T0);
+    }
+    // Moves on to the next pair: what was asked of `next` counts as its own.
+    void advance(const uint8_t* t, const uint8_t* n) {
+        done = done > tile_bytes ? done - tile_bytes : 0;
+        tile = t;
+        next = n;
+    }
+};
+
 // Block sums of c (row u of c[g]: token u of the group, row group g) added into sums, the first m
 // tokens. RawZero: c holds raw codes' sums (block_step subtracts zero * sum q).
 template <QType T, bool RawZero>
@@ -1007,8 +1030,7 @@ template <QType T, bool Raw>
 QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* const (&codes)[kGroups],
                            const __m512i (&bias)[kGroups][kChunkBlocks], uint64_t block_bytes,
                            __m128i table, uint64_t b0, uint64_t nb, const QActivations& a,
-                           uint64_t g0, uint64_t n, const uint8_t* (&ahead)[kGroups],
-                           __m512* sums) {
+                           uint64_t g0, uint64_t n, AmxPrefetch (&pf)[kGroups], __m512* sums) {
     constexpr bool kUnsigned = Kind<T>::super || Raw;
     constexpr bool kBiased = Kind<T>::q4 && !Kind<T>::levels && !kUnsigned;
     alignas(64) uint8_t b_operand[kGroups][8][64];
@@ -1037,8 +1059,7 @@ QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* cons
         const uint8_t* operand[kGroups];
         for (uint64_t g = 0; g < kGroups; ++g) {
             const uint8_t* at = codes[g] + i * block_bytes;
-            for (const uint8_t* end = at + block_bytes + kAmxAhead; ahead[g] < end; ahead[g] += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(ahead[g]), _MM_HINT_T0);
+            pf[g].upto(static_cast<uint64_t>(at - pf[g].tile) + block_bytes + kAmxAhead);
             if constexpr (Kind<T>::q8 && !Kind<T>::levels) {
                 operand[g] = at;  // signed codes, as they lie
             } else {
@@ -1093,6 +1114,8 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
     __m128i table = _mm_setzero_si128();
     if constexpr (Kind<T>::levels)
         table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+    AmxPrefetch pf[kGroups];
+    for (auto& p : pf) p.tile_bytes = pl.tile_bytes;
     amx_int8_configure();
     for (uint64_t rg = r0 - r0 % kLanes; rg < r1; rg += kGroups * kLanes) {
         // As packed_rows: one past the matrix's end computes tile rg's rows again, not stored.
@@ -1109,9 +1132,10 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
                               _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
         }
         for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
-        // Each tile prefetched kAmxAhead ahead of the block multiplied (ahead[g]: the next line
-        // not yet asked for).
-        const uint8_t* ahead[kGroups] = {tile[0] + kAmxAhead, tile[1] + kAmxAhead};
+        for (uint64_t g = 0; g < kGroups; ++g) {
+            const uint64_t i = rg / kLanes + kGroups + g;  // the next pair's tile g
+            pf[g].advance(tile[g], m.tile(std::min(i, m.tiles() - 1)));
+        }
         for (uint64_t ch = 0; ch < pl.chunks; ++ch) {
             const uint64_t nb = pl.chunk_blocks(ch), b0 = ch * kChunkBlocks;
             const uint8_t* codes[kGroups];
@@ -1122,10 +1146,10 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
                 codes[g] = chunk + pl.meta_bytes(nb);
             }
             if (zeros_biasable<T>(pk, nb, kGroups))
-                amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, ahead,
+                amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
                                     sums);
             else
-                amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, ahead,
+                amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
                                    sums);
         }
         store_lanes(sums, kGroups, rg, r0, r1, n, out, ldo);
