@@ -17,6 +17,7 @@ namespace qforge {
 namespace {
 
 struct CpuFeatures {
+    bool amd = false;     // AuthenticAMD
     bool zen5 = false;    // AMD, family 0x1a
     bool avx2 = false;    // AVX2 + FMA + F16C, with the OS saving the ymm state
     bool avx512 = false;  // AVX-512 F/BW/VL + VNNI, with the OS saving the zmm and mask state
@@ -38,7 +39,8 @@ CpuFeatures detect_features() {
     const unsigned family = base_family == 0xf ? base_family + ((eax >> 20) & 0xff) : base_family;
     unsigned vendor[4] = {};
     __get_cpuid(0, &vendor[3], &vendor[0], &vendor[2], &vendor[1]);  // ebx, edx, ecx: the name
-    f.zen5 = std::memcmp(vendor, "AuthenticAMD", 12) == 0 && family == 0x1a;
+    f.amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+    f.zen5 = f.amd && family == 0x1a;
     const bool fma = ecx & bit_FMA, f16c = ecx & bit_F16C, osxsave = ecx & bit_OSXSAVE;
     if (!osxsave) return f;
     unsigned xcr0_lo = 0, xcr0_hi = 0;
@@ -119,6 +121,7 @@ Isa cpu_isa() { return choice().used; }
 bool cpu_has_avx512_bf16() { return choice().features.avx512_bf16; }
 bool cpu_has_avx_vnni() { return choice().features.avx_vnni; }
 bool cpu_is_zen5() { return choice().features.zen5; }
+bool cpu_is_amd() { return choice().features.amd; }
 bool cpu_uses_avx_vnni() {
     static const bool use =
         cpu_has_avx_vnni() && cpu_isa() >= Isa::avx2 && !std::getenv("QFORGE_NO_AVX_VNNI");

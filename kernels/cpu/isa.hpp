@@ -59,6 +59,9 @@ bool cpu_uses_amx_int8();
 // Whether the CPU is AMD's family 0x1a (Zen 5, and later parts of that family): a tuning fact
 // (float_dot.cpp's prefetch), never a result one.
 bool cpu_is_zen5();
+// Whether the CPU is AMD's (decode's choice of kernel and prefetch distance, qdot.cpp and
+// qdot_avx512.cpp: measured on a Zen 4 and on an Intel Xeon): a tuning fact, never a result one.
+bool cpu_is_amd();
 
 // Every level up to cpu_isa(), lowest first (what the kernel tests run).
 std::vector<Isa> cpu_isa_levels();

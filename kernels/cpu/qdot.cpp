@@ -291,18 +291,21 @@ detail::QPackedKernel packed_kernel(Isa isa, QType t) {
     return nullptr;
 }
 
-// One or two tokens at the avx512 level: the avx2 kernel (8 rows a ymm, the same scalar bits)
-// where it measured faster on this project's Zen 4 (kernels/README.md, "avx2: packed rows"):
+// One or two tokens at the avx512 level on AMD: the avx2 kernel (8 rows a ymm, the same scalar
+// bits) where it measured faster on this project's Zen 4 (kernels/README.md, "avx2: packed rows"):
 // q4_g* and q4s_g* at every shape (SmolLM2 q4_g128 decode 1.26x; two sequences 1.51x), q8* rows
 // of k <= 1536 (SmolLM2's; at k = 2048 and 5632 the avx512 kernel stays, 1.07x); super-block
 // types stay on avx512, and types the avx2 kernel does not serve (q4nl) find none there. Three or
-// more tokens measured even or slower there.
+// more tokens measured even or slower there. On an Intel Xeon the avx512 kernel's one-token path
+// reading two streams of tiles measured faster for every type (kernels/README.md, "Decode: two
+// streams": TinyLlama-shape q4s_g32 42-43 tok/s against the avx2 kernel's 34), so other CPUs keep
+// it.
 constexpr uint64_t kAvx2DecodeTokens = 2;
 constexpr uint64_t kAvx2DecodeMaxK8 = 1536;
 
 detail::QPackedKernel decode_kernel(Isa isa, QType t, uint64_t k) {
     const QTypeTraits& tr = qtype_traits(t);
-    const bool avx2 = isa == Isa::avx512 && !tr.super_block &&
+    const bool avx2 = isa == Isa::avx512 && cpu_is_amd() && !tr.super_block &&
                       (tr.bits == 4 || (tr.bits == 8 && k <= kAvx2DecodeMaxK8));
     if (avx2)
         if (const detail::QPackedKernel k2 = packed_kernel(Isa::avx2, t)) return k2;

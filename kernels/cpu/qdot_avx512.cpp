@@ -813,14 +813,19 @@ QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& 
 // tokens from DRAM 20-30% below their speed from L3 (per block: 2048x5632 m:16 1.13-1.42x,
 // kernels/README.md "Prefetch per block").
 constexpr uint64_t kPackedAhead = 4096;
+// One token on CPUs other than AMD's: 1 KiB ahead (Intel Xeon, TinyLlama-shape q4s_g32 decode,
+// two streams: 42.8-43.2 tok/s at 1 KiB, 40.9-41.7 at 2 KiB; one stream 25-26 at 4 KiB against
+// 34-35 at 1-2 KiB).
+constexpr uint64_t kTokenAhead = 1024;
 // Several tokens on rows whose pair of tiles is at most kPairAheadMax bytes (k up to ~850 at 4
 // bits: SmolLM2's q, k, v, o, gate and up) prefetch each chunk of the next pair, 2 tiles on: 4 KiB
 // on lands in the pair's other tile, already on its way, and the next pair's second tile went
 // unfetched until its loads. 16 tokens from DRAM, 2 threads, alternating: q4_g128 1536x576
 // 1.05x, 576x576 1.08x (from L3 0.97-1.01x); engine 16 sequences 1.045x (6 rounds).
 constexpr uint64_t kPairAheadMax = 16384;
-constexpr uint64_t packed_ahead(const QPackLayout& pl, bool one_token) {
-    return !one_token && 2 * pl.tile_bytes <= kPairAheadMax ? 2 * pl.tile_bytes : kPackedAhead;
+inline uint64_t packed_ahead(const QPackLayout& pl, bool one_token) {
+    if (one_token) return cpu_is_amd() ? kPackedAhead : kTokenAhead;
+    return 2 * pl.tile_bytes <= kPairAheadMax ? 2 * pl.tile_bytes : kPackedAhead;
 }
 
 // Block i's code vector j of group g straight from the packed codes, split (and biased, as the
@@ -844,7 +849,61 @@ struct RegisterCodes {
     }
 };
 
-// One token takes one tile at a time (two at once, through the chunk buffer: 0.7x).
+// One token (decode): the call's tiles as two runs, its first and second half, one tile of each
+// multiplied side by side, so the bytes arrive in two streams: the memory system's prefetchers
+// keep more lines in flight for two streams than for one (Intel Xeon, 2 threads: a float sum
+// over 1 GiB read 21-25 GB/s as one stream a thread, 28-29 as four; TinyLlama-shape q4s_g32
+// decode 34 -> 42-43 tok/s, kernels/README.md "Decode: two streams"). Each tile takes the
+// one-token path (fused_chunk_token) on its own, so the bits are unchanged.
+template <QType T>
+QF_AVX512 void packed_token(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
+                            uint64_t tok, float* out, uint64_t ldo) {
+    const QPackLayout& pl = m.layout();
+    __m128i table = _mm_setzero_si128();
+    if constexpr (Kind<T>::levels)
+        table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
+    alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
+    const uint64_t first = r0 / kLanes, last = (r1 - 1) / kLanes;
+    const uint64_t half = (last - first + 2) / 2;  // tiles of the first run; the second: the rest
+    for (uint64_t j = 0; j < half; ++j) {
+        const uint64_t index[kGroups] = {first + j, first + half + j};
+        const uint64_t ng = index[1] <= last ? 2 : 1;
+        const uint8_t* tile[kGroups];
+        GroupMeta row[kGroups];
+        for (uint64_t g = 0; g < ng; ++g) {
+            tile[g] = m.tile(index[g]);
+            if constexpr (Kind<T>::group_blocks == 0 && !Kind<T>::super)
+                row[g] = packed_group_meta<T, true>(tile[g]);  // the per-row scales' header
+            else
+                row[g] =
+                    GroupMeta{_mm512_setzero_ps(), _mm512_setzero_ps(),
+                              _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
+        }
+        alignas(64) __m512 sums[kGroups] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (uint64_t c = 0; c < pl.chunks; ++c) {
+            const uint64_t nb = pl.chunk_blocks(c);
+            const uint8_t* codes[kGroups];
+            __m512i chunk_bias[kGroups][kChunkBlocks];
+            Prefetch pf[kGroups];
+            for (uint64_t g = 0; g < ng; ++g) {
+                const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
+                pf[g] = {chunk + packed_ahead(pl, true), pl.chunk_bytes / 64 + 1, nb};
+                packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
+                                            chunk_bias[g]);
+                codes[g] = chunk + pl.meta_bytes(nb);
+            }
+            fused_chunk_token<T>(
+                [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
+                    packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
+                },
+                pk, c * kChunkBlocks, nb, a, tok, sums, ng, pf);
+        }
+        for (uint64_t g = 0; g < ng; ++g)
+            store_lanes(sums + g, 1, index[g] * kLanes, r0, r1, 1, out, ldo);
+    }
+}
+
+// Several tokens take two tiles (32 rows) at a time.
 template <QType T>
 QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
                            uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
@@ -853,8 +912,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
     __m512* sums = token_sums(n);
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     const bool biased = n > kRawZeroTokens;
-    const bool direct = n == 1;  // fused_chunk_token, no chunk buffer
-    const uint64_t ng = direct ? 1 : kGroups, span = ng * kLanes;
+    constexpr uint64_t ng = kGroups, span = ng * kLanes;
     __m128i table = _mm_setzero_si128();
     if constexpr (Kind<T>::levels)
         table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
@@ -881,23 +939,11 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             Prefetch pf[kGroups];
             for (uint64_t g = 0; g < ng; ++g) {
                 const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
-                pf[g] = {chunk + packed_ahead(pl, direct), pl.chunk_bytes / 64 + 1,
-                         direct ? nb : prefetch_parts(n, nb)};
-                if (direct)
-                    packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
-                                                chunk_bias[g]);
-                else
-                    packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
-                                               chunk_bias[g]);
+                pf[g] = {chunk + packed_ahead(pl, false), pl.chunk_bytes / 64 + 1,
+                         prefetch_parts(n, nb)};
+                packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
+                                           chunk_bias[g]);
                 codes[g] = chunk + pl.meta_bytes(nb);
-            }
-            if (direct) {
-                fused_chunk_token<T>(
-                    [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
-                        packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
-                    },
-                    pk, b0, nb, a, t0, sums, ng, pf);
-                continue;
             }
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
             if (!Kind<T>::levels || n <= kLevelRegisterTokens) {
@@ -1173,6 +1219,7 @@ constexpr QPackedKernelRow amx_row(std::index_sequence<I...>) {
 template <QType T>
 void qmatmul_packed_t(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
                       uint64_t t0, uint64_t t1, float* out, uint64_t ldo) {
+    if (t1 - t0 == 1) return packed_token<T>(m, r0, r1, a, t0, out, ldo);
     packed_rows<T>(m, r0, r1, a, t0, t1, out, ldo);
 }
 
