@@ -293,8 +293,6 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
                                    uint64_t n, float* y, uint64_t ldy, const float* bias,
                                    bool accumulate, float* scratch) {
     const uint64_t cols = w.cols;
-    // Float rows have a scalar and an AVX2 kernel (every level above AVX2 uses the latter).
-    auto* const dot = isa_ == Isa::scalar ? dot_row_scalar : dot_row;
     auto store = [&](float* dst, uint64_t r, float v) {
         if (bias) v += bias[r];
         if (accumulate)
@@ -303,10 +301,12 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
             *dst = v;
     };
     const Bf16PackedRows* bf16 = bf16_packed(w);
-    if (n == 1 && !qtype_is_quantized(w.qtype) && !bf16) {  // decode: each row once, in place
-        const uint8_t* rows = rows_of(w);
-        for (uint64_t r = r0; r < r1; ++r)
-            store(y + r, r, dot(w.qtype, rows + r * w.row_bytes(), x, cols));
+    if (n == 1 && !qtype_is_quantized(w.qtype) && !bf16) {  // decode: each row once
+        for (uint64_t rb = r0; rb < r1; rb += kFloatTile) {
+            const uint64_t re = std::min(r1, rb + kFloatTile);
+            dot_rows(isa_, w.qtype, rows_of(w), w.row_bytes(), rb, re, x, cols, scratch);
+            for (uint64_t r = rb; r < re; ++r) store(y + r, r, scratch[r - rb]);
+        }
         return;
     }
     // Blocks of rows x tokens through the fused kernel (float rows: the float GEMM, whose outputs

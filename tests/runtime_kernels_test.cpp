@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <random>
@@ -51,6 +52,39 @@ TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths, widening is exact", "[
                             n) == fast);
         }
     }
+}
+
+TEST_CASE("dot_rows: each row's bits are dot_row's at every level, halves read side by side",
+          "[runtime]") {
+    // Row counts even, odd and 1 (the two runs' sizes differ by one, or there is no second run),
+    // lengths with and without a 32-step tail, ranges from inside the matrix; each output against
+    // dot_row (avx2 and above) or dot_row_scalar (scalar) on the same row.
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (Isa isa : cpu_isa_levels())
+        for (QType t : {QType::f32, QType::f16, QType::bf16})
+            for (size_t n : {7u, 32u, 100u, 2048u}) {
+                const uint64_t rows = 9;
+                std::vector<float> w(rows * n), x(n);
+                for (auto& v : w) v = dist(rng);
+                for (auto& v : x) v = dist(rng);
+                const auto bytes = test::float_bytes(t, w);
+                const uint64_t stride = bytes.size() / rows;
+                for (auto [r0, r1] :
+                     {std::pair<uint64_t, uint64_t>{0, 9}, {1, 9}, {2, 3}, {3, 7}}) {
+                    std::vector<float> y(r1 - r0 + 1, std::nanf(""));
+                    dot_rows(isa, t, bytes.data(), stride, r0, r1, x.data(), n, y.data());
+                    INFO("level " << isa_name(isa) << " qtype " << qtype_traits(t).name << " n "
+                                  << n << " rows " << r0 << ".." << r1);
+                    for (uint64_t r = r0; r < r1; ++r) {
+                        const uint8_t* row = bytes.data() + r * stride;
+                        const float e = isa == Isa::scalar ? dot_row_scalar(t, row, x.data(), n)
+                                                           : dot_row(t, row, x.data(), n);
+                        REQUIRE(std::memcmp(&y[r - r0], &e, 4) == 0);
+                    }
+                    REQUIRE(std::isnan(y[r1 - r0]));  // nothing past the range written
+                }
+            }
 }
 
 TEST_CASE("thread pool: split_range covers every index once, run reaches every thread",

@@ -130,11 +130,83 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const 
     return sum;
 }
 
+// Rows w0 and w1 against the same x, side by side: each row's sum in dot_avx2's own order (its
+// own four accumulators, the same reduction), so each equals dot_avx2's bits.
+template <QType T, bool Prefetch>
+__attribute__((target("avx2,fma,f16c"))) void dot2_avx2(const uint8_t* w0, const uint8_t* w1,
+                                                        const float* x, size_t n, float* out0,
+                                                        float* out1) {
+    __m256 a[2][4];
+    for (auto& r : a)
+        for (auto& v : r) v = _mm256_setzero_ps();
+    const uint8_t* w[2] = {w0, w1};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int r = 0; r < 2; ++r) {
+            if constexpr (Prefetch) prefetch_step<T>(w[r], i);
+            for (int j = 0; j < 4; ++j)
+                a[r][j] =
+                    _mm256_fmadd_ps(load8<T>(w[r], i + 8 * static_cast<size_t>(j)),
+                                    _mm256_loadu_ps(x + i + 8 * static_cast<size_t>(j)), a[r][j]);
+        }
+    for (; i + 8 <= n; i += 8)
+        for (int r = 0; r < 2; ++r)
+            a[r][0] = _mm256_fmadd_ps(load8<T>(w[r], i), _mm256_loadu_ps(x + i), a[r][0]);
+    float* out[2] = {out0, out1};
+    for (int r = 0; r < 2; ++r) {
+        const __m256 s =
+            _mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3]));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        float sum = _mm_cvtss_f32(h);
+        for (size_t k = i; k < n; ++k) sum += load1<T>(w[r], k) * x[k];
+        *out[r] = sum;
+    }
+}
+
+template <QType T, bool Prefetch>
+void dot_rows_avx2(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1, const float* x,
+                   size_t n, float* y) {
+    const uint64_t half = (r1 - r0 + 1) / 2;  // rows of the first run; the second: the rest
+    for (uint64_t j = 0; j < half; ++j) {
+        const uint64_t a = r0 + j, b = r0 + half + j;
+        if (b < r1)
+            dot2_avx2<T, Prefetch>(w + a * stride, w + b * stride, x, n, y + (a - r0),
+                                   y + (b - r0));
+        else
+            y[a - r0] = dot_avx2<T, Prefetch>(w + a * stride, x, n);
+    }
+}
+
 #endif
 
 }  // namespace
 
 bool cpu_has_avx2() { return cpu_isa() >= Isa::avx2; }
+
+void dot_rows(Isa isa, QType qtype, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+              const float* x, size_t n, float* y) {
+#ifdef QF_X86
+    if (isa >= Isa::avx2 && cpu_has_avx2()) {
+        const bool pf = float_row_prefetch();
+        switch (qtype) {
+            case QType::f32:
+                return pf ? dot_rows_avx2<QType::f32, true>(w, stride, r0, r1, x, n, y)
+                          : dot_rows_avx2<QType::f32, false>(w, stride, r0, r1, x, n, y);
+            case QType::f16:
+                return pf ? dot_rows_avx2<QType::f16, true>(w, stride, r0, r1, x, n, y)
+                          : dot_rows_avx2<QType::f16, false>(w, stride, r0, r1, x, n, y);
+            case QType::bf16:
+                return pf ? dot_rows_avx2<QType::bf16, true>(w, stride, r0, r1, x, n, y)
+                          : dot_rows_avx2<QType::bf16, false>(w, stride, r0, r1, x, n, y);
+            default:
+                break;
+        }
+    }
+#endif
+    for (uint64_t r = r0; r < r1; ++r) y[r - r0] = dot_row_scalar(qtype, w + r * stride, x, n);
+}
 
 namespace detail {
 float dot_row_avx2(QType qtype, const uint8_t* w, const float* x, size_t n, bool prefetch) {

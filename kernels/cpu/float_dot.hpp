@@ -23,6 +23,13 @@ bool cpu_has_avx2();
 float dot_row(QType qtype, const uint8_t* w, const float* x, size_t n);
 float dot_row_scalar(QType qtype, const uint8_t* w, const float* x, size_t n);
 
+// y[r - r0] = the dot product of row r (of a matrix whose rows are `stride` bytes apart) with x,
+// for rows [r0, r1): at the avx2 level and above dot_row's bits, with the range's two halves read
+// side by side (two streams of bytes keep more lines in flight than one: kernels/README.md,
+// "Decode: two streams"); below it, dot_row_scalar's.
+void dot_rows(Isa isa, QType qtype, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
+              const float* x, size_t n, float* y);
+
 // out[i] = w[i] as float32 (exact for every qtype: quantized rows dequantize exactly).
 void row_to_f32(QType qtype, const uint8_t* w, float* out, size_t n);
 // The same for a float row type (f32, f16, bf16) at level `isa`: exact, so every level gives the
