@@ -29,26 +29,28 @@ std::vector<int32_t> random_tokens(uint64_t n, uint64_t vocab, std::mt19937_64& 
     return ids;
 }
 
-// Four independent 8-float accumulators: enough loads in flight for DRAM, not the adder, to be
-// the limit (the same kernel as bench/bandwidth.cpp).
+// The slice's quarters read side by side, 32 floats of each per step, into one 8-float
+// accumulator each: four streams, as bench/bandwidth.cpp reads them (a thread reading one stream
+// gets less of the memory on some CPUs than the products, which read several: kernels/README.md,
+// "Decode: two streams").
 using v8f = float __attribute__((vector_size(32)));
 
 float sum_floats(const float* p, size_t n) {
-    v8f a0{}, a1{}, a2{}, a3{};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        v8f x[4];
-        std::memcpy(x, p + i, sizeof x);
-        a0 += x[0];
-        a1 += x[1];
-        a2 += x[2];
-        a3 += x[3];
-    }
-    const v8f a = (a0 + a1) + (a2 + a3);
-    float s = 0.0f;
-    for (int k = 0; k < 8; ++k) s += a[k];
-    for (; i < n; ++i) s += p[i];
-    return s;
+    constexpr size_t kStreams = 4, kStep = 32;
+    const size_t q = n / kStreams / kStep * kStep;  // floats per stream, whole steps
+    v8f a[kStreams] = {};
+    for (size_t i = 0; i < q; i += kStep)
+        for (size_t s = 0; s < kStreams; ++s)
+            for (size_t u = 0; u < kStep; u += 8) {
+                v8f x;
+                std::memcpy(&x, p + s * q + i + u, sizeof x);
+                a[s] += x;
+            }
+    const v8f t = (a[0] + a[1]) + (a[2] + a[3]);
+    float sum = 0.0f;
+    for (int k = 0; k < 8; ++k) sum += t[k];
+    for (size_t i = kStreams * q; i < n; ++i) sum += p[i];
+    return sum;
 }
 
 }  // namespace
