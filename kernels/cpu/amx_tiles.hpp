@@ -1,4 +1,4 @@
-// The AMX tile configuration (palette 1) of the tile kernels (bf16_gemm_amx.cpp, qdot_avx512.cpp):
+// The AMX tile configuration (palette 1) of the tile kernels (bf16_gemm_amx.cpp, qdot_amx.cpp):
 // loading one sets every tile's shape and zeroes their data; _tile_release() ends the use.
 #pragma once
 

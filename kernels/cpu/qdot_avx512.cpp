@@ -35,7 +35,6 @@
 // The bits also rest on -ffp-contract=off (kernels/CMakeLists.txt): GCC's vector multiply and
 // add intrinsics are plain operators it would otherwise fuse. f32 mode and dequantize_rows stay
 // AVX2's kernels.
-#include "kernels/cpu/amx_tiles.hpp"
 #include "kernels/cpu/qdot_avx2.hpp"
 #include "kernels/cpu/qpack.hpp"
 
@@ -43,15 +42,7 @@
 #include <utility>
 #include <vector>
 
-// GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialisation, which
-// -W(maybe-)uninitialized reports inside the system header once inlined (a known false positive:
-// every lane those operands hold is masked off or overwritten).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-#include "kernels/cpu/qdot_x86.hpp"
+#include "kernels/cpu/qdot_avx512_blocks.hpp"
 
 namespace qforge::detail {
 
@@ -59,12 +50,7 @@ namespace qforge::detail {
 
 namespace {
 
-#define QF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-
-constexpr uint64_t kLanes = 16;       // rows per group: one per 32-bit lane
-constexpr uint64_t kGroups = 2;       // groups computed together
-constexpr uint64_t kChunkBlocks = 8;  // blocks repacked at a time
-constexpr int kMaxTokens = 4;         // tokens per tile
+constexpr int kMaxTokens = 4;  // tokens per tile
 
 // The transpose below leaves input row i in lane kFeed[i] (and kFeed is its own inverse), so
 // feeding lane l's row as input kFeed[l] puts every row in its own lane.
@@ -166,25 +152,11 @@ constexpr bool adds_bias(bool biased) {
     return !kRawCodes<T> && (biased || !Kind<T>::zero_stored);
 }
 
-// One repacked block of 16 rows: u bytes (8 vectors, header comment), scales and mins per lane.
-struct PackedBlock {
-    __m512i u[8];
-    __m512 scale;
-    __m512 min;   // super-block types
-    __m512 zero;  // types with stored zeros, as floats
-};
-
 // Types with stored zeros: the products of a few tokens take the codes as they are and subtract
 // zero * sum q from each converted sum (both are integers below 2^24, so the float result is the
 // same exact integer); more tokens take biased codes (an add per code vector, paid once for all
 // tokens, against a multiply-add per token and block).
 constexpr uint64_t kRawZeroTokens = 4;
-
-// Bytes 128 - zero in every byte of each lane, from the zeros as int32 lanes.
-QF_AVX512 inline __m512i zero_bias(__m512i z) {
-    return _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_set1_epi32(128), z),
-                              _mm512_set1_epi32(0x01010101));
-}
 
 // v[j] lane l = dword j of the 16 bytes at rows[l] + at: a 4 x 4 dword transpose in each 128-bit
 // lane (rows 4L .. 4L + 3 in lane L), rows in lane order.
@@ -206,30 +178,6 @@ QF_AVX512 inline void transpose_dwords(const uint8_t* const (&rows)[kLanes], uin
     v[1] = _mm512_unpackhi_epi64(a0, a2);
     v[2] = _mm512_unpacklo_epi64(a1, a3);
     v[3] = _mm512_unpackhi_epi64(a1, a3);
-}
-
-// The fp16 in the low (high = false) or high half of each lane, as floats.
-QF_AVX512 inline __m512 half_lanes(__m512i v, bool high) {
-    if (high) v = _mm512_srli_epi32(v, 16);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-}
-
-// The scales and mins of the first nb blocks of a superblock from the 16 rows' records
-// (QSuperRecord, 16 bytes) transposed: v[0] holds d and dmin, v[1..3] the 6-bit scales and mins,
-// block i's 12 bits from bit 12 i of v[1..3].
-QF_AVX512 inline void super_meta(const __m512i (&v)[4], uint64_t nb, PackedBlock* p,
-                                 uint64_t p_stride) {
-    const __m512 d = half_lanes(v[0], false), dmin = half_lanes(v[0], true);
-    const __m512i m6 = _mm512_set1_epi32(63);
-    for (uint64_t b = 0; b < nb; ++b) {
-        const unsigned bit = static_cast<unsigned>(12 * b), j = 1 + bit / 32, sh = bit % 32;
-        __m512i x = _mm512_srli_epi32(v[j], sh);
-        if (sh + 12 > 32) x = _mm512_or_si512(x, _mm512_slli_epi32(v[j + 1], 32 - sh));
-        // d * sc and dmin * mn: exact, as super_value's
-        p[b * p_stride].scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(x, m6)));
-        p[b * p_stride].min =
-            _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, 6), m6)));
-    }
 }
 
 // A whole chunk's (8 blocks, one superblock) scales, mins and zero biases of group g, one 16-lane
@@ -370,20 +318,6 @@ QF_AVX512 inline void gather_meta(const Group<T>& g, const QRowLayout& l, uint64
         p.scale = scale;
         p.zero = zero;
     }
-}
-
-// One block's step of the reference's sum, lane by lane: acc + fl(fl(scale * d) * float(isum))
-// (RawZero: isum first less zero * sum q, exact), then for super-block types minus
-// fl(min * ds). Every path below ends each block with this, so they all give the same bits.
-template <QType T, bool RawZero>
-QF_AVX512 inline __m512 block_step(__m512 acc, __m512i isum, const PackedBlock& p, __m512 d,
-                                   [[maybe_unused]] __m512 qsum, [[maybe_unused]] __m512 ds) {
-    __m512 sum = _mm512_cvtepi32_ps(isum);
-    if constexpr (Kind<T>::zero_stored && RawZero)  // exact: integers below 2^24
-        sum = _mm512_fnmadd_ps(p.zero, qsum, sum);
-    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(p.scale, d), sum));
-    if constexpr (Kind<T>::super) acc = _mm512_sub_ps(acc, _mm512_mul_ps(p.min, ds));
-    return acc;
 }
 
 // Blocks [b0, b0 + nb) of the packed chunk against NT tokens from tok: acc[t][g] holds the
@@ -587,49 +521,6 @@ QF_AVX512 void token_tiles(const PackedBlock (*pk)[kGroups], const Codes& codes,
                                  i * nb);
 }
 
-// A stored zero above 128 (outside every type's code range: only a damaged file has one) cannot
-// be biased into a byte: a chunk with one takes the raw path, exact as well.
-template <QType T>
-QF_AVX512 inline bool zeros_biasable(const PackedBlock (*pk)[kGroups], uint64_t nb, uint64_t ng) {
-    if constexpr (Kind<T>::zero_stored)
-        for (uint64_t g = 0; g < ng; ++g)
-            for (uint64_t i = 0; i < nb; ++i)
-                if (_mm512_cmp_ps_mask(pk[i][g].zero, _mm512_set1_ps(128.0f), _CMP_GT_OQ))
-                    return false;
-    return true;
-}
-
-// Lane l of group g holds row rg + 16 g + l of every token (sums[ng * t + g]): the rows of
-// [r0, r1) among them, stored at out[t * ldo + row - r0].
-QF_AVX512 inline void store_lanes(const __m512* sums, uint64_t ng, uint64_t rg, uint64_t r0,
-                                  uint64_t r1, uint64_t n, float* out, uint64_t ldo) {
-    for (uint64_t g = 0; g < ng; ++g) {
-        const uint64_t first = rg + g * kLanes;
-        if (first >= r1) break;
-        const uint64_t lo = std::max(first, r0) - first, hi = std::min(r1 - first, kLanes);
-        const auto mask = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-        for (uint64_t t = 0; t < n; ++t) {
-            if (lo == 0) {
-                _mm512_mask_storeu_ps(out + t * ldo + (first - r0), mask, sums[ng * t + g]);
-                continue;
-            }
-            alignas(64) float lanes[kLanes];  // a tile that starts before r0 (packed rows)
-            _mm512_store_ps(lanes, sums[ng * t + g]);
-            std::copy(lanes + lo, lanes + hi, out + t * ldo);
-        }
-    }
-}
-
-// Running sums of n tokens' groups (two per token), per thread.
-QF_AVX512 inline __m512* token_sums(uint64_t n) {
-    struct alignas(64) Lanes {
-        float v[kLanes];
-    };
-    thread_local std::vector<Lanes> buffer;
-    if (buffer.size() < n * kGroups) buffer.resize(n * kGroups);
-    return reinterpret_cast<__m512*>(buffer.data());
-}
-
 template <QType T>
 QF_AVX512 void int8_rows(const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t r1,
                          const QActivations& a, uint64_t t0, uint64_t t1, float* out,
@@ -733,73 +624,6 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
 // tiles, the one-token path, block_step) is the row layout's, so the bits are qmatmul_scalar's
 // too.
 
-// Block vector j (before the bias) from a packed block's codes: 4-bit, the low nibbles of
-// vector j (j < 4) or the high ones of vector j - 4, through the level table for level types.
-template <QType T>
-QF_AVX512 inline __m512i packed_vector(const uint8_t* codes, __m128i table, int j) {
-    const auto* v = reinterpret_cast<const __m512i*>(codes);
-    if constexpr (Kind<T>::q4) {
-        const __m512i x = _mm512_load_si512(v + (j & 3));
-        const __m512i u =
-            _mm512_and_si512(j < 4 ? x : _mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
-        if constexpr (Kind<T>::levels) return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), u);
-        return u;
-    } else {
-        return _mm512_load_si512(v + j);
-    }
-}
-
-template <QType T>
-QF_AVX512 inline void packed_vectors(const uint8_t* codes, __m128i table, __m512i (&u)[8]) {
-    for (int j = 0; j < 8; ++j) u[j] = packed_vector<T>(codes, table, j);
-}
-
-// One weight group's 16 scales (and zeros, with their byte bias) from the packed meta at `at`.
-struct GroupMeta {
-    __m512 scale, zero;
-    __m512i bias;
-};
-// Biased: also the zeros' byte bias (a vpmulld, which one token, subtracting its zeros as
-// floats, does without).
-template <QType T, bool Biased>
-QF_AVX512 inline GroupMeta packed_group_meta(const uint8_t* at) {
-    GroupMeta m;
-    m.scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
-    m.zero = _mm512_setzero_ps();
-    m.bias = _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero));
-    if constexpr (Kind<T>::zero_stored) {
-        const __m512i z = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 2 * kLanes)));
-        m.zero = _mm512_cvtepi32_ps(z);
-        if constexpr (Biased) m.bias = zero_bias(z);
-    }
-    return m;
-}
-
-// The chunk's nb blocks' scales (mins, zeros) into p[i * p_stride] and their biases; per-row
-// types take the tile's `row` meta.
-template <QType T, bool Biased>
-QF_AVX512 inline void packed_chunk_meta(const uint8_t* meta, const QPackLayout& pl, uint64_t nb,
-                                        const GroupMeta& row, PackedBlock* p, uint64_t p_stride,
-                                        __m512i (&bias)[kChunkBlocks]) {
-    if constexpr (Kind<T>::super) {
-        const auto* v = reinterpret_cast<const __m512i*>(meta);
-        const __m512i records[4] = {_mm512_load_si512(v), _mm512_load_si512(v + 1),
-                                    _mm512_load_si512(v + 2), _mm512_load_si512(v + 3)};
-        super_meta(records, nb, p, p_stride);
-        for (uint64_t i = 0; i < nb; ++i) bias[i] = row.bias;
-        return;
-    }
-    GroupMeta m = row;
-    for (uint64_t i = 0; i < nb; ++i) {
-        if (pl.group_blocks != 0 && i % pl.group_blocks == 0)
-            m = packed_group_meta<T, Biased>(meta + i / pl.group_blocks * pl.group_meta);
-        p[i * p_stride].scale = m.scale;
-        p[i * p_stride].zero = m.zero;
-        bias[i] = m.bias;
-    }
-}
-
 // How far ahead of each chunk the packed kernel prefetches, into L1. A tile is one stream of
 // bytes (and a thread's tiles follow each other), but the hardware prefetcher alone left the
 // one-token product waiting on its loads: TinyLlama-shape q4s_g32 decode 36 tok/s without this,
@@ -872,12 +696,7 @@ QF_AVX512 void packed_token(const QPackedRows& m, uint64_t r0, uint64_t r1, cons
         GroupMeta row[kGroups];
         for (uint64_t g = 0; g < ng; ++g) {
             tile[g] = m.tile(index[g]);
-            if constexpr (Kind<T>::group_blocks == 0 && !Kind<T>::super)
-                row[g] = packed_group_meta<T, true>(tile[g]);  // the per-row scales' header
-            else
-                row[g] =
-                    GroupMeta{_mm512_setzero_ps(), _mm512_setzero_ps(),
-                              _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
+            row[g] = packed_row_meta<T>(tile[g]);
         }
         alignas(64) __m512 sums[kGroups] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
         for (uint64_t c = 0; c < pl.chunks; ++c) {
@@ -924,12 +743,7 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
         for (uint64_t g = 0; g < ng; ++g) {
             const uint64_t i = rg / kLanes + g;
             tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
-            if constexpr (Kind<T>::group_blocks == 0 && !Kind<T>::super)
-                row[g] = packed_group_meta<T, true>(tile[g]);  // the per-row scales' header
-            else
-                row[g] =
-                    GroupMeta{_mm512_setzero_ps(), _mm512_setzero_ps(),
-                              _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
+            row[g] = packed_row_meta<T>(tile[g]);
         }
         for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
         for (uint64_t c = 0; c < pl.chunks; ++c) {
@@ -974,253 +788,6 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
         }
         store_lanes(sums, ng, rg, r0, r1, n, out, ldo);
     }
-}
-
-// ---- AMX-INT8 on packed rows ----
-// The same block sums from tile products. Per block, a C tile (16 tokens x 16 rows of int32) is A
-// (16 tokens' 32 activation bytes) times B (the block's 8 code vectors of a packed tile: 8 rows of
-// 64 bytes, vector j = weights 4j .. 4j + 3 of each row in its lane), so each C element is an
-// exact integer and block_step takes it on as every path above does: the bits stay
-// qmatmul_scalar's. B holds signed bytes (tdpbssd) wherever they can carry code - zero: 8-bit
-// codes and levels as they are, 4-bit codes less their implicit or stored zero (the chunk biases,
-// then the byte's top bit flipped), so C is the reference's integer itself. Super-block types
-// (no zero) and a chunk with a damaged stored zero above 128 (zeros_biasable) take the raw codes
-// unsigned (tdpbsud) and subtract zero * sum q after conversion, exactly, as the raw paths above.
-//
-// Steps. A row pair's chunk runs one step per (block, token group of 16): B operands 6 and 7 (the
-// pair's two row tiles) once per block, then per token group A 4 + s % 2 and C tiles 2 (s % 2),
-// 2 (s % 2) + 1. A step's C tiles are stored at the next step and summed at the one after, so the
-// tiles multiply while the vector units sum, and no load waits on the tile store just issued. The
-// sums (4 float operations per output: the per-block scaling that int8 activations need) are
-// what bounds this kernel: without them its tile work ran 2.1-2.6x faster (2048x5632, 128
-// tokens). Tokens are copied once per call into the A operands' layout (each group's block a
-// contiguous 512 bytes, zero past the last token) with their scales beside them.
-#define QF_AMX_INT8                                                               \
-    __attribute__((                                                               \
-        target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-" \
-               "int8")))
-
-constexpr uint64_t kAmxTokens = QActivations::kTileTokens;  // rows of an A or C tile
-constexpr uint64_t kAmxAhead = 2048;  // bytes of a packed tile prefetched ahead of its products
-
-// C 2u + g (step slot u, row group g), A 4 + u, B 6 + g.
-QF_AMX_INT8 inline void amx_int8_configure() {
-    AmxTileConfig c;
-    for (int i = 0; i < 8; ++i) {
-        c.colsb[i] = (i == 4 || i == 5) ? kBlock : 64;
-        c.rows[i] = i >= 6 ? 8 : kAmxTokens;
-    }
-    amx_load_config(c);
-}
-
-// C += A . B (tile numbers: the intrinsics paste them into the instruction): signed activations
-// against signed (tdpbssd) or unsigned (tdpbsud) codes.
-#define QF_AMX_PRODUCT(Unsigned, C, A, B) \
-    do {                                  \
-        if constexpr (Unsigned)           \
-            _tile_dpbsud(C, A, B);        \
-        else                              \
-            _tile_dpbssd(C, A, B);        \
-    } while (0)
-
-// The prefetches of one row group's tiles: the current tile's bytes and then, once past its end,
-// the next row pair's tile in the same slot (so a pair's first lines are on their way before its
-// products start), kAmxAhead ahead of the block being multiplied.
-struct AmxPrefetch {
-    const uint8_t* tile = nullptr;
-    const uint8_t* next = nullptr;
-    uint64_t tile_bytes = 0;
-    uint64_t done = 0;  // bytes of [tile, next) asked for
-
-    QF_AMX_INT8 void upto(uint64_t offset) {
-        for (; done < offset; done += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(
-                             done < tile_bytes ? tile + done : next + (done - tile_bytes)),
-                         _MM_HINT_T0);
-    }
-    // Moves on to the next pair: what was asked of `next` counts as its own.
-    void advance(const uint8_t* t, const uint8_t* n) {
-        done = done > tile_bytes ? done - tile_bytes : 0;
-        tile = t;
-        next = n;
-    }
-};
-
-// Block sums of c (row u of c[g]: token u of the group, row group g) added into sums, the first m
-// tokens. RawZero: c holds raw codes' sums (block_step subtracts zero * sum q).
-template <QType T, bool RawZero>
-__attribute__((always_inline)) QF_AMX_INT8 inline void amx_block_sums(
-    const int32_t (*c)[kAmxTokens][kLanes], const PackedBlock (&p)[kGroups], const float* dt,
-    const int32_t* qt, const float* dst, uint64_t m, __m512* __restrict sums) {
-    const PackedBlock p0 = p[0], p1 = p[1];
-    auto token = [&](uint64_t u) QF_AMX_INT8 {
-        const __m512 d = _mm512_set1_ps(dt[u]);
-        const __m512 qsum = _mm512_set1_ps(static_cast<float>(qt[u]));
-        const __m512 ds = _mm512_set1_ps(dst[u]);
-        const __m512i isum0 = _mm512_load_si512(c[0][u]), isum1 = _mm512_load_si512(c[1][u]);
-        sums[kGroups * u] = block_step<T, RawZero>(sums[kGroups * u], isum0, p0, d, qsum, ds);
-        sums[kGroups * u + 1] =
-            block_step<T, RawZero>(sums[kGroups * u + 1], isum1, p1, d, qsum, ds);
-    };
-    if (m == kAmxTokens) {
-#pragma GCC unroll 16
-        for (uint64_t u = 0; u < kAmxTokens; ++u) token(u);
-    } else {
-        for (uint64_t u = 0; u < m; ++u) token(u);
-    }
-}
-
-// One chunk of a row pair (meta in pk, codes of row group g at codes[g], nb blocks from b0)
-// against every token, its sums added into sums. Raw: a stored-zero chunk that cannot be biased.
-template <QType T, bool Raw>
-QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* const (&codes)[kGroups],
-                           const __m512i (&bias)[kGroups][kChunkBlocks], uint64_t block_bytes,
-                           __m128i table, uint64_t b0, uint64_t nb, const QActivations& a,
-                           uint64_t g0, uint64_t n, AmxPrefetch (&pf)[kGroups], __m512* sums) {
-    constexpr bool kUnsigned = Kind<T>::super || Raw;
-    constexpr bool kBiased = Kind<T>::q4 && !Kind<T>::levels && !kUnsigned;
-    alignas(64) uint8_t b_operand[2][kGroups][8][64];
-    alignas(64) int32_t c[4][kAmxTokens][kLanes];
-    uint64_t step = 0;
-    uint64_t sb[2] = {}, stg[2] = {};           // the block and token group of step s, at [s % 2]
-    auto store = [&](uint64_t s) QF_AMX_INT8 {  // step s's C tiles into c[2 (s % 2) ..]
-        if (s % 2 == 0) {
-            _tile_stored(0, c[0], 64);
-            _tile_stored(1, c[1], 64);
-        } else {
-            _tile_stored(2, c[2], 64);
-            _tile_stored(3, c[3], 64);
-        }
-    };
-    auto sum = [&](uint64_t s) QF_AMX_INT8 {
-        const uint64_t b = sb[s % 2], g = stg[s % 2];
-        amx_block_sums<T, Raw>(c + 2 * (s % 2), pk[b - b0], a.tile_scales(g0 + g, b),
-                               a.tile_sums(g0 + g, b), a.tile_scaled_sums(g0 + g, b),
-                               std::min(kAmxTokens, n - g * kAmxTokens),
-                               sums + kGroups * kAmxTokens * g);
-    };
-    // Block i's B operands: 8-bit codes as they lie; others built into b_operand[i % 2] one block
-    // ahead, so a tile load never waits on the vector stores just issued (loaded right after
-    // them, they stalled 15% of a 16-sequence decode step).
-    auto build = [&](uint64_t i) QF_AMX_INT8 {
-        for (uint64_t g = 0; g < kGroups; ++g) {
-            const uint8_t* at = codes[g] + i * block_bytes;
-            pf[g].upto(static_cast<uint64_t>(at - pf[g].tile) + block_bytes + kAmxAhead);
-            if constexpr (!(Kind<T>::q8 && !Kind<T>::levels)) {
-                __m512i u[8];
-                packed_vectors<T>(at, table, u);
-                for (int j = 0; j < 8; ++j) {
-                    if constexpr (kBiased)  // (code - zero + 128) with its top bit flipped
-                        u[j] = _mm512_xor_si512(_mm512_add_epi8(u[j], bias[g][i]),
-                                                _mm512_set1_epi8(static_cast<char>(0x80)));
-                    _mm512_store_si512(b_operand[i % 2][g][j], u[j]);
-                }
-            }
-        }
-    };
-    const uint64_t groups = (n + kAmxTokens - 1) / kAmxTokens;
-    build(0);
-    for (uint64_t i = 0; i < nb; ++i) {
-        const uint64_t b = b0 + i;
-        if (i + 1 < nb) build(i + 1);
-        const uint8_t* operand[kGroups];
-        for (uint64_t g = 0; g < kGroups; ++g)
-            operand[g] = Kind<T>::q8 && !Kind<T>::levels ? codes[g] + i * block_bytes
-                                                         : &b_operand[i % 2][g][0][0];
-        _tile_loadd(6, operand[0], 64);
-        _tile_loadd(7, operand[1], 64);
-        for (uint64_t g = 0; g < groups; ++g, ++step) {
-            const int8_t* x = a.tile_codes(g0 + g, b);
-            if (step % 2 == 0) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_loadd(4, x, kBlock);
-                QF_AMX_PRODUCT(kUnsigned, 0, 4, 6);
-                QF_AMX_PRODUCT(kUnsigned, 1, 4, 7);
-            } else {
-                _tile_zero(2);
-                _tile_zero(3);
-                _tile_loadd(5, x, kBlock);
-                QF_AMX_PRODUCT(kUnsigned, 2, 5, 6);
-                QF_AMX_PRODUCT(kUnsigned, 3, 5, 7);
-            }
-            if (step >= 1) store(step - 1);
-            if (step >= 2) sum(step - 2);
-            sb[step % 2] = b;
-            stg[step % 2] = g;
-        }
-    }
-    if (step >= 2) sum(step - 2);
-    store(step - 1);
-    sum(step - 1);
-}
-
-template <QType T>
-QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
-                                 const QActivations& a, uint64_t t0, uint64_t t1, float* out,
-                                 uint64_t ldo) {
-    const QPackLayout& pl = m.layout();
-    const uint64_t n = t1 - t0;
-    const uint64_t g0 = t0 / kAmxTokens;  // t0 is a multiple of 16 (qmatmul_packed_isa)
-    __m512* sums = token_sums(n);
-    alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
-    __m128i table = _mm_setzero_si128();
-    if constexpr (Kind<T>::levels)
-        table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
-    AmxPrefetch pf[kGroups];
-    for (auto& p : pf) p.tile_bytes = pl.tile_bytes;
-    amx_int8_configure();
-    for (uint64_t rg = r0 - r0 % kLanes; rg < r1; rg += kGroups * kLanes) {
-        // As packed_rows: one past the matrix's end computes tile rg's rows again, not stored.
-        const uint8_t* tile[kGroups];
-        GroupMeta row[kGroups];
-        for (uint64_t g = 0; g < kGroups; ++g) {
-            const uint64_t i = rg / kLanes + g;
-            tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
-            if constexpr (Kind<T>::group_blocks == 0 && !Kind<T>::super)
-                row[g] = packed_group_meta<T, true>(tile[g]);
-            else
-                row[g] =
-                    GroupMeta{_mm512_setzero_ps(), _mm512_setzero_ps(),
-                              _mm512_set1_epi8(static_cast<char>(128 - Kind<T>::implicit_zero))};
-        }
-        for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
-        for (uint64_t g = 0; g < kGroups; ++g) {
-            const uint64_t i = rg / kLanes + kGroups + g;  // the next pair's tile g
-            pf[g].advance(tile[g], m.tile(std::min(i, m.tiles() - 1)));
-        }
-        for (uint64_t ch = 0; ch < pl.chunks; ++ch) {
-            const uint64_t nb = pl.chunk_blocks(ch), b0 = ch * kChunkBlocks;
-            const uint8_t* codes[kGroups];
-            __m512i bias[kGroups][kChunkBlocks];
-            for (uint64_t g = 0; g < kGroups; ++g) {
-                const uint8_t* chunk = tile[g] + pl.header + ch * pl.chunk_bytes;
-                packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups, bias[g]);
-                codes[g] = chunk + pl.meta_bytes(nb);
-            }
-            if (zeros_biasable<T>(pk, nb, kGroups))
-                amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
-                                    sums);
-            else
-                amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
-                                   sums);
-        }
-        store_lanes(sums, kGroups, rg, r0, r1, n, out, ldo);
-    }
-    _tile_release();
-}
-
-template <QType T>
-constexpr QPackedKernel amx_entry() {
-    if constexpr (qtype_is_quantized(T) && (Kind<T>::q4 || Kind<T>::q8) && !Kind<T>::row_levels)
-        return amx_packed_rows<T>;
-    else
-        return nullptr;
-}
-
-template <size_t... I>
-constexpr QPackedKernelRow amx_row(std::index_sequence<I...>) {
-    return {{amx_entry<kQTypes[I].type>()...}};
 }
 
 template <QType T>
@@ -1270,11 +837,6 @@ const QPackedKernelRow& avx512_packed_kernels() {
     return row;
 }
 
-const QPackedKernelRow& amx_packed_kernels() {
-    static constexpr QPackedKernelRow row = amx_row(std::make_index_sequence<kQTypeCount>{});
-    return row;
-}
-
 #else  // no x86: the table never selects this level
 
 const QKernelRow& avx512_kernels() {
@@ -1283,11 +845,6 @@ const QKernelRow& avx512_kernels() {
 }
 
 const QPackedKernelRow& avx512_packed_kernels() {
-    static constexpr QPackedKernelRow row{};
-    return row;
-}
-
-const QPackedKernelRow& amx_packed_kernels() {
     static constexpr QPackedKernelRow row{};
     return row;
 }
