@@ -308,11 +308,12 @@ TEST_CASE(
                                           << " k " << k << " tokens " << tokens << " rows " << r0
                                           << ".." << r1 << (damaged ? " damaged zeros" : ""));
                             // Through qmatmul_packed_isa (which may send one token at avx512
-                            // to the avx2 kernel, and several to AMX tiles) and, at avx512, the
-                            // level's own kernels: VNNI, and AMX where this process uses it.
+                            // to the avx2 kernel, and 16 or more to AMX tiles) and, at avx512,
+                            // the level's own kernels: VNNI, and AMX where this process uses it
+                            // (for 16 tokens and more, whose tile operands the activations hold).
                             for (int direct : {0, 1, 2}) {
                                 if (direct && isa != Isa::avx512) break;
-                                if (direct == 2 && !cpu_uses_amx_int8()) break;
+                                if (direct == 2 && !a.has_tiles()) break;  // AMX: 16+
                                 INFO((direct == 1   ? "the avx512 kernel itself"
                                       : direct == 2 ? "the AMX kernel itself"
                                                     : "qmatmul_packed_isa"));

@@ -57,7 +57,8 @@ void QActivations::resize(Mode mode, uint64_t n, uint64_t k) {
     k_ = k;
     blocks_ = (k + kBlock - 1) / kBlock;
     const uint64_t padded = blocks_ * kBlock;
-    tiles_ = mode == Mode::int8 && cpu_uses_amx_int8();
+    // The AMX kernel takes whole tiles of tokens only (qmatmul_packed_isa): fewer never need them.
+    tiles_ = mode == Mode::int8 && n >= kTileTokens && cpu_uses_amx_int8();
     if (mode == Mode::f32) {
         f_.resize(n * padded);
         return;

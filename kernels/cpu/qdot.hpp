@@ -64,11 +64,11 @@ class QActivations {
     const int8_t* pair_codes(uint64_t t) const { return pq_.data() + t * blocks_ * 32; }
     const float* scaled_sums(uint64_t t) const { return ds_.data() + t * sums_stride(); }
 
-    // int8 mode where cpu_uses_amx_int8(), the AMX kernel's operands: tokens in groups of
-    // kTileTokens (16), group g's block b a contiguous [16 tokens][32 codes] (tile_codes), and the
-    // same tokens' scales, code sums and scaled sums of that block as runs of 16 (the rows of a
-    // last partial group past the last token hold anything: products of them are never read).
-    // has_tiles() says whether they were prepared.
+    // int8 mode, 16 or more tokens, where cpu_uses_amx_int8(): the AMX kernel's operands: tokens in
+    // groups of kTileTokens (16), group g's block b a contiguous [16 tokens][32 codes]
+    // (tile_codes), and the same tokens' scales, code sums and scaled sums of that block as runs of
+    // 16 (the rows of a last partial group past the last token hold anything: products of them are
+    // never read). has_tiles() says whether they were prepared.
     static constexpr uint64_t kTileTokens = 16;
     bool has_tiles() const { return tiles_; }
     const int8_t* tile_codes(uint64_t g, uint64_t b) const {

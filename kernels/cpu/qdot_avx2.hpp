@@ -40,8 +40,9 @@ using QPackedKernel = void (*)(const QPackedRows& m, uint64_t r0, uint64_t r1,
                                uint64_t ldo);
 using QPackedKernelRow = std::array<QPackedKernel, kQTypeCount>;
 const QPackedKernelRow& avx512_packed_kernels();  // every type with a packed layout
-// The same types' products of several tokens on AMX tiles (qdot_amx.cpp), the same bits; call
-// only where cpu_uses_amx_int8().
+// The same types' products of 16 or more tokens on AMX tiles (qdot_amx.cpp), the same bits; call
+// only with activations that hold their tile operands (QActivations::has_tiles()) and t0 a
+// multiple of 16.
 const QPackedKernelRow& amx_packed_kernels();
 // AVX2 (qpack_avx2.cpp): q8*, q4_g*, q4s_g*, q4k_g32, with one row per lane, qmatmul_scalar's bits.
 const QPackedKernelRow& avx2_packed_kernels();
