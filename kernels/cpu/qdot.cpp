@@ -297,10 +297,12 @@ detail::QPackedKernel packed_kernel(Isa isa, QType t) {
 // q4_g* and q4s_g* at every shape (SmolLM2 q4_g128 decode 1.26x; two sequences 1.51x), q8* rows
 // of k <= 1536 (SmolLM2's; at k = 2048 and 5632 the avx512 kernel stays, 1.07x); super-block
 // types stay on avx512, and types the avx2 kernel does not serve (q4nl) find none there. Three or
-// more tokens measured even or slower there. On an Intel Xeon the avx512 kernel's one-token path
-// reading two streams of tiles measured faster for every type (kernels/README.md, "Decode: two
-// streams": TinyLlama-shape q4s_g32 42-43 tok/s against the avx2 kernel's 34), so other CPUs keep
-// it.
+// more tokens measured even or slower there. On an Intel Xeon the avx512 kernel measured faster
+// for every type, so other CPUs keep it: one token, reading two streams of tiles
+// (kernels/README.md, "Decode: two streams"), TinyLlama-shape q4s_g32 42-43 tok/s against the avx2
+// kernel's 34; two sequences (`qforge bench -b 2`, two rounds alternating) SmolLM2 q4_g128 554 /
+// 695 against 512 / 596, q8_g32 290 / 324 against 224 / 314, TinyLlama-shape q4s_g32 85 / 88
+// against 72 / 74, q8_g32 even (50-51).
 constexpr uint64_t kAvx2DecodeTokens = 2;
 constexpr uint64_t kAvx2DecodeMaxK8 = 1536;
 
