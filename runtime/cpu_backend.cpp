@@ -316,9 +316,11 @@ void CpuBackend::rows_times_tokens(const Matrix& w, uint64_t r0, uint64_t r1, co
     if (rows_per_block > kQmatmulRowGrain) rows_per_block -= rows_per_block % kQmatmulRowGrain;
     const QPackedRows* p = packed(w);
     if (p && !bias && !accumulate) {  // straight into y: no pass through scratch
-        for (uint64_t rb = r0; rb < r1; rb += rows_per_block)
-            qmatmul_packed_isa(isa_, *p, rb, std::min(r1, rb + rows_per_block), acts_, 0, n, y + rb,
-                               ldy);
+        // Whole 32-row pairs: the packed kernels compute 32 rows at a time, so a block of fewer
+        // (over 128 tokens, kQuantTile / n < 32) computed its pair again for each block.
+        const uint64_t rows = std::max(rows_per_block, kQmatmulRowGrain);
+        for (uint64_t rb = r0; rb < r1; rb += rows)
+            qmatmul_packed_isa(isa_, *p, rb, std::min(r1, rb + rows), acts_, 0, n, y + rb, ldy);
         return;
     }
     for (uint64_t rb = r0; rb < r1; rb += rows_per_block) {
@@ -363,7 +365,7 @@ void CpuBackend::prepare_activations(std::span<const Matrix* const> matrices, co
             }
             quantized = true;
         } else {
-            if (!floats && n > 1)  // decode reads x in place (dot_row)
+            if (!floats && n > 1)  // decode reads x in place (dot_rows)
                 float_tokens_.prepare(isa_, x, m->cols, m->cols, n);
             floats = true;
         }

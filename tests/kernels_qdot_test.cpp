@@ -500,6 +500,55 @@ TEST_CASE("qmatmul: a non-finite activation makes its products NaN, never a fini
     }
 }
 
+TEST_CASE("qmatmul_packed: a non-finite activation among 16+ tokens is NaN in its token only",
+          "[qdot]") {
+    // 17 and 33 tokens: the AMX kernel where this process uses it (a whole tile and a partial
+    // one), the VNNI kernel otherwise; token 16 (the partial tile's first) has an infinity in
+    // block 2, token 3 a NaN in its last, partial block. Every other output stays finite and
+    // equals the scalar reference's bits.
+    for (QType t : quantized_types()) {
+        if (!qmatmul_packed_serves(cpu_isa(), t)) continue;
+        const uint64_t k = 300, n = 40;
+        const Matrix m = make_matrix(t, n, k, 950);
+        QPackedRows packed(t, n, k);
+        packed.pack(m.bytes.data(), m.stride, 0, packed.tiles());
+        for (uint64_t tokens : {uint64_t{17}, uint64_t{33}}) {
+            auto x = test::kernel_activations(tokens, k, 951);
+            x[16 * k + 70] = std::numeric_limits<float>::infinity();
+            x[3 * k + k - 1] = std::nanf("");
+            QActivations a;
+            a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+            const auto exact = run(Isa::scalar, m, a);
+            std::vector<float> out(tokens * (n + 2), 0.0f);
+            qmatmul_packed(packed, 0, n, a, 0, tokens, out.data(), n + 2);
+            for (uint64_t tok = 0; tok < tokens; ++tok)
+                for (uint64_t r = 0; r < n; ++r) {
+                    INFO("qtype " << qtype_traits(t).name << " tokens " << tokens << " token "
+                                  << tok << " row " << r << (a.has_tiles() ? " (AMX)" : ""));
+                    const float v = out[tok * (n + 2) + r];
+                    if (tok == 16 || tok == 3) {
+                        REQUIRE_FALSE(std::isfinite(v));
+                        continue;
+                    }
+                    REQUIRE(std::isfinite(v));
+                    const float e = exact[tok * (n + 2) + r];
+                    REQUIRE(std::memcmp(&v, &e, 4) == 0);
+                }
+            // Tokens from 16 on (the second tile group: the AMX kernel's operands from group 1),
+            // rows from inside a tile.
+            std::vector<float> late((tokens - 16) * n, 0.0f);
+            qmatmul_packed(packed, 5, n, a, 16, tokens, late.data(), n);
+            for (uint64_t tok = 17; tok < tokens; ++tok)
+                for (uint64_t r = 5; r < n; ++r) {
+                    INFO("tokens 16.." << tokens << " token " << tok << " row " << r);
+                    const float v = late[(tok - 16) * n + (r - 5)];
+                    const float e = exact[tok * (n + 2) + r];
+                    REQUIRE(std::memcmp(&v, &e, 4) == 0);
+                }
+        }
+    }
+}
+
 TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layout", "[qdot]") {
     for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{100}, uint64_t{300}, uint64_t{520}}) {
         const uint64_t tokens = 2;
@@ -543,6 +592,27 @@ TEST_CASE("QActivations int8: codes, scales, sums and the AVX2 layout", "[qdot]"
                 REQUIRE(a.sums(t)[b] == sum);
                 REQUIRE(a.scaled_sums(t)[b] == a.scales(t)[b] * static_cast<float>(sum));
             }
+    }
+    // The AMX tile layout (16 or more tokens where cpu_uses_amx_int8()): the same values, token u
+    // of group g as row u of each block's operand, scales and sums as runs of 16.
+    for (uint64_t k : {uint64_t{40}, uint64_t{300}}) {
+        const uint64_t tokens = 21;
+        const auto x = test::kernel_activations(tokens, k, 78);
+        QActivations a;
+        a.prepare(QActivations::Mode::int8, x.data(), tokens, k);
+        REQUIRE(a.has_tiles() == cpu_uses_amx_int8());
+        if (!a.has_tiles()) continue;
+        for (uint64_t t = 0; t < tokens; ++t)
+            for (uint64_t b = 0; b < a.blocks(); ++b) {
+                const uint64_t g = t / 16, u = t % 16;
+                REQUIRE(std::memcmp(a.tile_codes(g, b) + 32 * u, a.codes(t) + 32 * b, 32) == 0);
+                REQUIRE(a.tile_scales(g, b)[u] == a.scales(t)[b]);
+                REQUIRE(a.tile_sums(g, b)[u] == a.sums(t)[b]);
+                REQUIRE(a.tile_scaled_sums(g, b)[u] == a.scaled_sums(t)[b]);
+            }
+        QActivations few;
+        few.prepare(QActivations::Mode::int8, x.data(), 15, k);
+        REQUIRE_FALSE(few.has_tiles());  // below a whole tile the AMX kernel is never asked
     }
 }
 

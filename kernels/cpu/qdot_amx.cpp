@@ -21,6 +21,8 @@
 // what bounds this kernel: without them its tile work ran 2.1-2.6x faster (2048x5632, 128
 // tokens). The tokens come as A operands from QActivations (tile_codes: each 16-token group's
 // block a contiguous 512 bytes) with their scales, code sums and d * sums beside them.
+#include <algorithm>
+
 #include "kernels/cpu/amx_tiles.hpp"
 #include "kernels/cpu/qdot_avx2.hpp"
 
@@ -62,15 +64,17 @@ QF_AMX_INT8 inline void amx_int8_configure() {
 
 // The prefetches of one row group's tiles: the current tile's bytes and then, once past its end,
 // the next row pair's tile in the same slot (so a pair's first lines are on their way before its
-// products start), kAmxAhead ahead of the block being multiplied.
+// products start), kAmxAhead past the end of the block whose B operand is being built (one block
+// ahead of the block multiplied). Never past the next tile's end: with tiles smaller than the
+// distance the count would otherwise claim bytes of tiles further on.
 struct AmxPrefetch {
     const uint8_t* tile = nullptr;
     const uint8_t* next = nullptr;
     uint64_t tile_bytes = 0;
-    uint64_t done = 0;  // bytes of [tile, next) asked for
+    uint64_t done = 0;  // bytes of [tile, next) asked for, at most 2 tile_bytes
 
     QF_AMX_INT8 void upto(uint64_t offset) {
-        for (; done < offset; done += 64)
+        for (offset = std::min(offset, 2 * tile_bytes); done < offset; done += 64)
             _mm_prefetch(reinterpret_cast<const char*>(
                              done < tile_bytes ? tile + done : next + (done - tile_bytes)),
                          _MM_HINT_T0);
@@ -164,6 +168,9 @@ QF_AMX_INT8 void amx_chunk(const PackedBlock (*pk)[kGroups], const uint8_t* cons
         for (uint64_t g = 0; g < kGroups; ++g)
             operand[g] = Kind<T>::q8 && !Kind<T>::levels ? codes[g] + i * block_bytes
                                                          : &b_operand[i % 2][g][0][0];
+        // GCC's tile-load intrinsic tells the compiler it reads no memory, so the vector stores
+        // that built the operand could be dropped as dead: a memory clobber keeps them.
+        __asm__ __volatile__("" : : : "memory");
         _tile_loadd(6, operand[0], 64);
         _tile_loadd(7, operand[1], 64);
         for (uint64_t g = 0; g < groups; ++g, ++step) {
@@ -230,10 +237,10 @@ QF_AMX_INT8 void amx_packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1,
                 packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups, bias[g]);
                 codes[g] = chunk + pl.meta_bytes(nb);
             }
-            if (zeros_biasable<T>(pk, nb, kGroups))
+            if (!Kind<T>::zero_stored || zeros_biasable<T>(pk, nb, kGroups))
                 amx_chunk<T, false>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
                                     sums);
-            else
+            else if constexpr (Kind<T>::zero_stored)  // raw codes: only stored zeros
                 amx_chunk<T, true>(pk, codes, bias, pl.block_bytes, table, b0, nb, a, g0, n, pf,
                                    sums);
         }

@@ -27,9 +27,10 @@
 // block 16 vpdpbusd share two weight vectors, and each weight vector serves every token of the
 // tile. Blocks go in chunks of 8: a chunk of 32 rows is repacked once (into 11 KiB that stay in
 // L1) and then every token tile passes over it, its accumulators kept between chunks in a small
-// buffer. One token (decode) takes one group at a time and no chunk buffer: 4-bit, 3-bit and
-// level types send each block's vectors straight into vpdpbusd (fused_chunk_token), 8-bit types
-// multiply each row in its own layout and reduce the lanes (q8_block_sums). Since each lane is one
+// buffer. One token (decode) takes no chunk buffer: 4-bit, 3-bit and level types send each
+// block's vectors straight into vpdpbusd (fused_chunk_token), 8-bit types multiply each row in its
+// own layout and reduce the lanes (q8_block_sums); on packed rows it reads two tiles side by side,
+// one from each half of the call's range (packed_token). Since each lane is one
 // row's own sequence of operations on the same exact integers, neither the tiles, the chunks, the
 // path, the split of rows over threads nor prefill versus decode can change a bit.
 // The bits also rest on -ffp-contract=off (kernels/CMakeLists.txt): GCC's vector multiply and
@@ -621,8 +622,8 @@ void qmatmul_t(QType t, const uint8_t* w, uint64_t stride, uint64_t r0, uint64_t
 // into nibbles) instead of gathered from 16 rows and transposed, and the scales and zeros come
 // as 16-lane vectors; several tokens' tiles split the codes themselves (RegisterCodes, below; the
 // level types above 16 tokens read them from the chunk buffer). Everything after (the token
-// tiles, the one-token path, block_step) is the row layout's, so the bits are qmatmul_scalar's
-// too.
+// tiles, fused_chunk_token for one token, block_step) is the row layout's, so the bits are
+// qmatmul_scalar's too.
 
 // How far ahead of each chunk the packed kernel prefetches, into L1. A tile is one stream of
 // bytes (and a thread's tiles follow each other), but the hardware prefetcher alone left the
