@@ -214,11 +214,17 @@ void BlockForward::products(uint64_t, Rows in, std::span<const Product> parts, u
         float* y = ys[i];
         const size_t bi = static_cast<size_t>(p.weight);
         const std::vector<float>* bias = bi < 3 ? view.qkv_bias[bi] : nullptr;
-        if (p.bias && bias && !bias->empty())
-            for (uint64_t t = 0; t < n; ++t)
-                for (uint64_t r = 0; r < rows; ++r) y[t * rows + r] += (*bias)[r];
-        if (p.accumulate)
-            for (uint64_t j = 0; j < n * rows; ++j) p.out.data[j] += sum_[j];
+        const float* b = p.bias && bias && !bias->empty() ? bias->data() : nullptr;
+        if (!b && !p.accumulate) continue;
+        pool_.parallel_for(n, [&](size_t t0, size_t t1) {
+            for (uint64_t t = t0; t < t1; ++t) {
+                float* yt = y + t * rows;
+                if (b)
+                    for (uint64_t r = 0; r < rows; ++r) yt[r] += b[r];
+                if (p.accumulate)  // y is sum_
+                    for (uint64_t r = 0; r < rows; ++r) p.out.data[t * rows + r] += yt[r];
+            }
+        });
     }
 }
 

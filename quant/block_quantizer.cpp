@@ -152,8 +152,8 @@ void BlockQuantizer::set_view() {
     f_.view = std::move(v);
 }
 
-HessianStats BlockQuantizer::hessian(Rows in, uint64_t k, uint64_t n) const {
-    HessianAccumulator acc(k, &ctx_.pool, ctx_.options.products);
+HessianStats BlockQuantizer::hessian(Rows in, uint64_t k, uint64_t n, bool mean_abs) const {
+    HessianAccumulator acc(k, &ctx_.pool, ctx_.options.products, mean_abs);
     acc.add(in.data, n);
     return acc.finish();
 }
@@ -366,7 +366,7 @@ void BlockQuantizer::before_products(Weight first, Rows in, uint64_t n) {
 void BlockQuantizer::search_attention(Rows x, uint64_t n) {
     const uint64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim();
     f_.norm(layer_, Norm::attn, x, a_.h, n);
-    HessianStats hs = hessian(a_.h, d, n);
+    HessianStats hs = hessian(a_.h, d, n, true);
     auto target = [&](Weight w) { return ctx_.qtypes[at(w)]; };
     if (all_float({Weight::q, Weight::k, Weight::v}))
         scales_.qkv = search(
@@ -395,7 +395,7 @@ void BlockQuantizer::search_attention(Rows x, uint64_t n) {
         t.v = {v.data(), kvd};
         t.att = {att.data(), qd};
         block_attend(f_, f_.desc(), layer_, a_.h, t, n);
-        const HessianStats ha = hessian(t.att, qd, n);
+        const HessianStats ha = hessian(t.att, qd, n, true);
         scales_.vo = search("vo", ha.mean_abs, {{b_.o.data(), d, target(Weight::o)}}, qd,
                             [&, hf = as_float(ha.h)](const std::vector<std::vector<float>>& cand) {
                                 return awq_hessian_error_f32(b_.o.data(), cand[0].data(), d, qd, hf,
@@ -417,7 +417,7 @@ void BlockQuantizer::search_attention(Rows x, uint64_t n) {
 void BlockQuantizer::search_mlp(Rows x, uint64_t n) {
     const uint64_t d = c_.hidden_size, inter = c_.intermediate_size;
     f_.norm(layer_, Norm::mlp, x, a_.h, n);
-    HessianStats hs = hessian(a_.h, d, n);
+    HessianStats hs = hessian(a_.h, d, n, true);
     AwqBlockScales mlp;
     if (!all_float({Weight::gate, Weight::up, Weight::down})) {
         groups_["gate_up"] = {{"skipped", "a source matrix is already quantized"}};
@@ -452,7 +452,7 @@ void BlockQuantizer::search_mlp(Rows x, uint64_t n) {
                 return e;
             });
         f_.gated_products(layer_, a_.h, f_.desc().activation, a_.mlp, n);
-        const HessianStats hm = hessian(a_.mlp, inter, n);
+        const HessianStats hm = hessian(a_.mlp, inter, n, true);
         mlp.down = search("down", hm.mean_abs, {{b_.down.data(), d, target(Weight::down)}}, inter,
                           [&, hf = as_float(hm.h)](const std::vector<std::vector<float>>& cand) {
                               return awq_hessian_error_f32(b_.down.data(), cand[0].data(), d, inter,

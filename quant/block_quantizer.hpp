@@ -63,7 +63,8 @@ class BlockQuantizer final : public ProductHook {
     std::vector<float> load_vector(const std::string& suffix) const;
     void load_block();
     void set_view();
-    HessianStats hessian(Rows in, uint64_t k, uint64_t n) const;
+    // H of n rows of k inputs; their mean |x| too where mean_abs (the AWQ searches read it).
+    HessianStats hessian(Rows in, uint64_t k, uint64_t n, bool mean_abs = false) const;
     void store_float(const std::string& suffix, const std::vector<float>& v);
     void quantize(Weight w, const std::vector<double>& h, const std::vector<float>& s_in,
                   bool clip);

@@ -77,8 +77,15 @@ BlasSingleThread::BlasSingleThread() : saved_(openblas_get_num_threads()) {
 }
 BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(saved_); }
 
-HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool, CalibProducts products)
-    : k_(k), pool_(pool), products_(products) {
+HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool, CalibProducts products,
+                                       bool mean_abs)
+    : k_(k),
+      chunk_rows_(products == CalibProducts::bf16 && bf16_dot_available() &&
+                          bf16_kernel() == Bf16Kernel::amx
+                      ? kHessianChunkAmx
+                      : kHessianChunk),
+      pool_(pool),
+      products_(products) {
     if (products == CalibProducts::bf16 && !bf16_dot_available())
         throw Error(
             "Hessian: bf16 products need the avx512 level and AVX-512 BF16; this process "
@@ -86,19 +93,21 @@ HessianAccumulator::HessianAccumulator(uint64_t k, ThreadPool* pool, CalibProduc
             cpu_isa_description());
     if (k == 0) throw Error("Hessian: a layer with no inputs");
     const auto kk = checked_mul(k, k);
-    const auto chunk = checked_mul(kHessianChunk, k);
+    const auto chunk = checked_mul(chunk_rows_, k);
     if (!kk || !chunk || k > static_cast<uint64_t>(std::numeric_limits<int>::max()))
         throw Error("Hessian: " + std::to_string(k) + " inputs are too many for BLAS");
     chunk_.assign(*chunk, 0.0f);
     sum_.assign(*kk, 0.0);
-    abs_sum_.assign(k, 0.0);
+    if (mean_abs) abs_sum_.assign(k, 0.0);
 }
 
 void HessianAccumulator::add(const float* x, uint64_t n) {
     if (finished_) throw Error("Hessian: rows added after finish()");
     // Each channel's sum over the rows in order, the channels in a few contiguous parts (each
     // streams along the rows) that threads claim.
-    const uint64_t parts = pool_ ? std::min<uint64_t>(static_cast<uint64_t>(pool_->size()), k_) : 1;
+    const uint64_t parts = abs_sum_.empty() ? 0
+                           : pool_ ? std::min<uint64_t>(static_cast<uint64_t>(pool_->size()), k_)
+                                   : 1;
     auto part = [&](size_t p) {
         const uint64_t c0 = k_ * p / parts, c1 = k_ * (p + 1) / parts;
         double* acc = abs_sum_.data();
@@ -109,27 +118,27 @@ void HessianAccumulator::add(const float* x, uint64_t n) {
     };
     if (pool_)
         pool_->run_chunks(parts, [&](size_t p, int) { part(p); });
-    else
+    else if (parts)
         part(0);
     // Whole chunks are multiplied where the caller holds them, the rest goes through the chunk
     // buffer; the products pack their operands first, so a chunk's product does not depend on
     // where its rows are (the test of split add() calls checks it).
     while (n > 0) {
-        if (buffered_ == 0 && n >= kHessianChunk) {
-            const uint64_t chunks = n / kHessianChunk;
-            multiply_chunks(x, chunks, kHessianChunk);
-            count_ += chunks * kHessianChunk;
-            x += chunks * kHessianChunk * k_;
-            n -= chunks * kHessianChunk;
+        if (buffered_ == 0 && n >= chunk_rows_) {
+            const uint64_t chunks = n / chunk_rows_;
+            multiply_chunks(x, chunks, chunk_rows_);
+            count_ += chunks * chunk_rows_;
+            x += chunks * chunk_rows_ * k_;
+            n -= chunks * chunk_rows_;
             continue;
         }
-        const uint64_t take = std::min(n, kHessianChunk - buffered_);
+        const uint64_t take = std::min(n, chunk_rows_ - buffered_);
         std::memcpy(chunk_.data() + buffered_ * k_, x, take * k_ * sizeof(float));
         buffered_ += take;
         count_ += take;
         x += take * k_;
         n -= take;
-        if (buffered_ == kHessianChunk) flush_chunk();
+        if (buffered_ == chunk_rows_) flush_chunk();
     }
 }
 
@@ -226,12 +235,16 @@ void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, u
     };
     for (uint64_t c0 = 0; c0 < chunks; c0 += run) {
         const uint64_t nc = std::min(run, chunks - c0);
-        if (packed_.size() < nc) packed_.resize(nc);
+        // The chunks' buffers outlive the accumulator, one set a thread (the next layer's H
+        // reuses them: fresh ones faulted in 70 MB of pages each time).
+        thread_local std::vector<Bf16PackedRows> buffers;
+        std::vector<Bf16PackedRows>& packed = buffers;  // this thread's, in the tasks too
+        if (packed.size() < nc) packed.resize(nc);
         for (uint64_t c = 0; c < nc; ++c)
-            if (packed_[c].rows() != k_ || packed_[c].k() != rows)  // AMX reads rows in place
-                packed_[c] = Bf16PackedRows(k_, rows, bf16_kernel() == Bf16Kernel::amx);
+            if (packed[c].rows() != k_ || packed[c].k() != rows)  // AMX reads rows in place
+                packed[c].reshape(k_, rows, bf16_kernel() == Bf16Kernel::amx);
         each(nc, [&](size_t c) {
-            packed_[c].pack_columns(x + (c0 + c) * rows * k_, k_, 0, packed_[c].tiles());
+            packed[c].pack_columns(x + (c0 + c) * rows * k_, k_, 0, packed[c].tiles());
         });
         each(pairs, [&](size_t p) {
             const auto [bi, bj] = upper_tile(p, tiles);
@@ -239,7 +252,7 @@ void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, u
                 sum_, k_, kHessianTileBf16, bi, bj, nc,
                 [&](uint64_t c, uint64_t i0, uint64_t ni, uint64_t j0, uint64_t nj, float* tile) {
                     // tile[i][j] = column j0 + j . column i0 + i
-                    bf16_gram(packed_[c], j0, j0 + nj, i0, i0 + ni, tile, nj);
+                    bf16_gram(packed[c], j0, j0 + nj, i0, i0 + ni, tile, nj);
                 });
         });
     }
@@ -255,21 +268,44 @@ HessianStats HessianAccumulator::finish() {
     st.count = count_;
     const double scale = 2.0 / static_cast<double>(count_);
     st.h = std::move(sum_);
-    for (uint64_t i = 0; i < k_; ++i) {
-        for (uint64_t j = i; j < k_; ++j) {
-            const double v = st.h[i * k_ + j] * scale;
-            if (!std::isfinite(v))
-                throw Error("Hessian: calibration inputs " + std::to_string(i) + " and " +
-                            std::to_string(j) + " give a non-finite product");
-            st.h[i * k_ + j] = v;
-            st.h[j * k_ + i] = v;
-        }
-    }
-    st.mean_abs.resize(k_);
-    for (uint64_t c = 0; c < k_; ++c) st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
+    // The upper triangle scaled row by row, each row's first non-finite entry noted; then the
+    // lower triangle mirrored from it in square blocks (a column-wise copy of a 1536-wide H
+    // missed the cache on every write: 1 s of GPTQ's main thread on SmolLM2-135M).
+    double* h = st.h.data();
+    const uint64_t k = k_;
+    std::vector<uint64_t> bad(k, UINT64_MAX);
+    auto scale_rows = [&](size_t i0, size_t i1) {
+        for (uint64_t i = i0; i < i1; ++i)
+            for (uint64_t j = i; j < k; ++j) {
+                h[i * k + j] *= scale;
+                if (!std::isfinite(h[i * k + j]) && bad[i] == UINT64_MAX) bad[i] = j;
+            }
+    };
+    constexpr uint64_t kMirror = 64;
+    const uint64_t blocks = (k + kMirror - 1) / kMirror;
+    auto mirror = [&](size_t b0, size_t b1) {  // block rows of the lower triangle
+        for (uint64_t bi = b0; bi < b1; ++bi)
+            for (uint64_t bj = 0; bj <= bi; ++bj)
+                for (uint64_t i = bi * kMirror; i < std::min(k, (bi + 1) * kMirror); ++i)
+                    for (uint64_t j = bj * kMirror; j < std::min(i, (bj + 1) * kMirror); ++j)
+                        h[i * k + j] = h[j * k + i];
+    };
+    auto each_block = [&](auto&& fn) {  // the triangle's rows of blocks, claimed as they free
+        if (pool_)
+            pool_->run_chunks(blocks, [&](size_t b, int) { fn(b); });
+        else
+            for (uint64_t b = 0; b < blocks; ++b) fn(b);
+    };
+    each_block([&](uint64_t b) { scale_rows(b * kMirror, std::min(k, (b + 1) * kMirror)); });
+    for (uint64_t i = 0; i < k; ++i)
+        if (bad[i] != UINT64_MAX)
+            throw Error("Hessian: calibration inputs " + std::to_string(i) + " and " +
+                        std::to_string(bad[i]) + " give a non-finite product");
+    each_block([&](uint64_t b) { mirror(b, b + 1); });
+    st.mean_abs.resize(abs_sum_.size());
+    for (uint64_t c = 0; c < abs_sum_.size(); ++c)
+        st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
     chunk_ = {};
-    packed_.clear();
-    packed_.shrink_to_fit();
     return st;
 }
 

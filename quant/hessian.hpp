@@ -73,7 +73,7 @@ struct HessianStats {
     uint64_t k = 0;                // inputs (columns of x)
     uint64_t count = 0;            // N: rows added
     std::vector<double> h;         // k * k, row-major and symmetric: 2/N * sum x x^T
-    std::vector<double> mean_abs;  // k: 1/N * sum |x[c]| per input channel (AWQ)
+    std::vector<double> mean_abs;  // k: 1/N * sum |x[c]| per input channel (AWQ); or empty
 };
 
 // With CalibProducts::bf16 each chunk's product is bf16_gram of its rows rounded to bf16
@@ -84,16 +84,25 @@ struct HessianStats {
 // damping. (Chunks of 1024 rows ran slower: a register tile's 512 pairs of weights, 96 KiB, no
 // longer stay in L1.)
 inline constexpr uint64_t kHessianTileBf16 = 96;  // 6 tiles of 16 rows: 2 register tiles
+// On AMX tiles (bf16_kernel() == amx) a chunk is 1024 rows, its chain 512 pairs: with 256 rows the
+// float64 sums of the tiles and each product's tile set-up cost about a third of the products'
+// time (GPTQ on SmolLM2-135M: its Gram products 9.2 s of 71, with 1024 rows 6.7 s); the chain's
+// bound grows to 513 * 2^-24, still far below 2^-7.
+inline constexpr uint64_t kHessianChunkAmx = 1024;
 
 class HessianAccumulator {
   public:
     // Tiles are spread over `pool`'s threads (the caller's thread alone when null); the pool
-    // must outlive the accumulator. bf16 needs bf16_dot_available().
+    // must outlive the accumulator. bf16 needs bf16_dot_available(). Without mean_abs the
+    // statistics' mean_abs stays empty (GPTQ reads H alone: the sums were a pass over the rows,
+    // 2 of SmolLM2-135M's 70 s of GPTQ).
     explicit HessianAccumulator(uint64_t k, ThreadPool* pool = nullptr,
-                                CalibProducts products = CalibProducts::f32);
+                                CalibProducts products = CalibProducts::f32, bool mean_abs = true);
 
     uint64_t k() const { return k_; }
     uint64_t count() const { return count_; }
+    // Rows per chunk: kHessianChunk, or kHessianChunkAmx for bf16 products on AMX tiles.
+    uint64_t chunk_rows() const { return chunk_rows_; }
 
     // Adds n rows of k float32 inputs (x: [n][k], row-major). Throws qforge::Error after finish().
     void add(const float* x, uint64_t n);
@@ -109,15 +118,15 @@ class HessianAccumulator {
     void multiply_chunks_bf16(const float* x, uint64_t chunks, uint64_t rows);
 
     uint64_t k_;
+    uint64_t chunk_rows_;
     ThreadPool* pool_;
     CalibProducts products_;
-    std::vector<Bf16PackedRows> packed_;  // bf16: a run of chunks' columns
     uint64_t count_ = 0;
     uint64_t buffered_ = 0;  // rows in chunk_ not yet multiplied
     bool finished_ = false;
-    std::vector<float> chunk_;     // [kHessianChunk][k] buffered rows
+    std::vector<float> chunk_;     // [chunk_rows_][k] buffered rows
     std::vector<double> sum_;      // [k][k] float64 sum of chunk products (upper triangle)
-    std::vector<double> abs_sum_;  // [k] sum of |x| per channel, in row order
+    std::vector<double> abs_sum_;  // [k] sum of |x| per channel, in row order (empty: not kept)
 };
 
 // For `forms` matrices E_f of `rows` rows of k, filled row by row by fill(r, s) (s: `forms` rows

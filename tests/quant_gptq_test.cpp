@@ -167,18 +167,21 @@ TEST_CASE("Hessian: identical bits for any pool and OpenBLAS thread count", "[gp
 // kHessianTileBf16 tiles (k = 200: a partial tile), summed in float64 as above: identical bits
 // however the rows are split (a partial chunk, an odd one) and for any thread count; against
 // float64 sums, each product of two inputs rounded to bf16 moves by at most 2^-7 + 2^-16 of
-// itself and a chunk's f32 chain of its 128 pairs errs by at most 129 * 2^-24 of the sum of its
-// |products| (bf16_gram's bound), so |H_ij - ref| <= (2^-7 + 2^-16 + 129 * 2^-24) * 1.01 * 2/N *
-// sum |x_i x_j|; truncating instead of rounding, or a dropped pair, breaks it.
+// itself and a chunk's f32 chain of its c/2 pairs (c = chunk_rows(): 256, or 1024 on AMX) errs by
+// at most (c/2 + 1) * 2^-24 of the sum of its |products| (bf16_gram's bound), so |H_ij - ref| <=
+// (2^-7 + 2^-16 + (c/2 + 1) * 2^-24) * 1.01 * 2/N * sum |x_i x_j|; truncating instead of
+// rounding, or a dropped pair, breaks it. N spans two whole chunks and a partial one.
 TEST_CASE("Hessian, bf16 products: identical bits however split, within bf16's bound",
           "[gptq][hessian]") {
-    const uint64_t k = 200, n = 1001;
-    const auto x = correlated_inputs(n, k, 16, 3);
+    const uint64_t k = 200;
     if (!bf16_dot_available()) {
         WARN("no AVX-512 BF16 at this process's level: bf16 products are refused, not run");
         REQUIRE_THROWS_AS(HessianAccumulator(k, nullptr, CalibProducts::bf16), Error);
         return;
     }
+    const uint64_t chunk = HessianAccumulator(k, nullptr, CalibProducts::bf16).chunk_rows();
+    const uint64_t n = 2 * chunk + 489;
+    const auto x = correlated_inputs(n, k, 16, 3);
     auto run = [&](ThreadPool* pool, std::initializer_list<uint64_t> parts) {
         HessianAccumulator acc(k, pool, CalibProducts::bf16);
         uint64_t at = 0;
@@ -191,12 +194,12 @@ TEST_CASE("Hessian, bf16 products: identical bits however split, within bf16's b
     };
     ThreadPool two(2), three(3);
     const HessianStats a = run(nullptr, {n});
-    const HessianStats b = run(&two, {7, 300, 694});
-    const HessianStats c = run(&three, {513, 488});
+    const HessianStats b = run(&two, {7, 300, n - 307});
+    const HessianStats c = run(&three, {513, n - 513});
     REQUIRE(std::memcmp(a.h.data(), b.h.data(), k * k * sizeof(double)) == 0);
     REQUIRE(std::memcmp(a.h.data(), c.h.data(), k * k * sizeof(double)) == 0);
     REQUIRE(a.mean_abs == b.mean_abs);
-    const double rel = (0x1p-7 + 0x1p-16 + 129 * 0x1p-24) * 1.01;
+    const double rel = (0x1p-7 + 0x1p-16 + static_cast<double>(chunk / 2 + 1) * 0x1p-24) * 1.01;
     for (uint64_t i = 0; i < k; ++i)
         for (uint64_t j = 0; j < k; ++j) {
             double ref = 0.0, mag = 0.0;
@@ -206,7 +209,8 @@ TEST_CASE("Hessian, bf16 products: identical bits however split, within bf16's b
                 mag += std::fabs(v);
             }
             INFO("H[" << i << "][" << j << "]");
-            REQUIRE(std::fabs(a.h[i * k + j] - ref * 2.0 / n) <= rel * mag * 2.0 / n);
+            REQUIRE(std::fabs(a.h[i * k + j] - ref * 2.0 / static_cast<double>(n)) <=
+                    rel * mag * 2.0 / static_cast<double>(n));
             REQUIRE(a.h[i * k + j] == a.h[j * k + i]);
         }
 }

@@ -62,6 +62,10 @@ class Bf16PackedRows {
     // row_major_copy: also keep each row's pairs contiguous, zero up to whole 16-pair steps
     // (pack_columns fills it; bf16_gram on AMX reads its tokens there in place).
     Bf16PackedRows(uint64_t rows, uint64_t k, bool row_major_copy = false);
+    // The same shape change in place: the buffers are kept where they are big enough (a buffer
+    // packed again and again, as the Hessian's chunks are, then faults in no fresh pages), and
+    // zeroed as the constructor leaves them.
+    void reshape(uint64_t rows, uint64_t k, bool row_major_copy = false);
     // Packs tiles [tile0, tile1) (callers may split them over threads).
     void pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1);
     // The same from f32 rows [rows][k], `ld` floats apart, each weight rounded to bf16.
@@ -85,6 +89,7 @@ class Bf16PackedRows {
 
   private:
     uint64_t rows_ = 0, k_ = 0;
+    uint64_t data_bytes_ = 0, rows_data_bytes_ = 0;  // the buffers' sizes
     AlignedBytes data_, rows_data_;
 };
 
