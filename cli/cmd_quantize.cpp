@@ -254,9 +254,10 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
             method_defaults_help([](const MethodDefaults& d) { return on_off(d.importance); }) +
             ")");
     app.add_option("--calib-products", a->calib_products,
-                   "calibrated methods: the precision of the calibration forward's products and "
-                   "of the Hessians: bf16 (inputs rounded to bf16, exact products summed in f32 "
-                   "by AVX-512 BF16, twice as fast; as GPU tools calibrate in bf16/fp16), f32 "
+                   "calibrated methods: the precision of the calibration forward's products "
+                   "(linears and attention) and of the Hessians: bf16 (inputs rounded to bf16, "
+                   "exact products summed in f32 by AVX-512 BF16 or AMX, twice as fast and more; "
+                   "as GPU tools calibrate in bf16/fp16), f32 "
                    "(exact float32), or auto: bf16 where the CPU has AVX-512 BF16, else f32")
         ->capture_default_str()
         ->check(parsed_by([](const std::string& s) { parse_calib_products(s); }));

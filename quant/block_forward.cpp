@@ -254,6 +254,10 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
                 rope_rotate(k + t * kvd + h * hd, cs, sn, half);
         }
     });
+    if (products_ == CalibProducts::bf16) {
+        attention_bf16(layer, q, k, v, out);
+        return;
+    }
     const uint64_t window = c_.attention_window(layer);
     // One task per (sequence, query head), its queries in blocks of kAttentionBlock positions:
     // S = Q K^T over the keys any query of the block sees (one single-threaded sgemm; the keys
@@ -297,6 +301,63 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
                             static_cast<int>(hd), static_cast<int>(len), 1.0f, p.data(),
                             static_cast<int>(len), vh + k0 * kvd, static_cast<int>(kvd), 0.0f,
                             out + (t0 + p0) * qd + h * hd, static_cast<int>(qd));
+            }
+        }
+    });
+}
+
+// bf16 products: one task per (sequence, KV head). Its keys are packed once as bf16 rows; per
+// block of kAttentionBlock query positions, the values the block sees as bf16 columns (the
+// packed rows of V^T over keys [k0, p1)); then for each query head of the group, S = Q K^T is
+// bf16_matmul with the block's queries as the tokens, each row's softmax in f32 as above, and
+// O = P V bf16_matmul with P's rows (rounded to bf16) as the tokens. Every output's chain
+// depends on the shapes alone, never on the threads. Rounding: q, k, v and P to bf16 (8
+// significant bits); the error bound is derived in tests/quant_block_forward_test.cpp.
+void BlockForward::attention_bf16(uint64_t layer, const float* q, const float* k, const float* v,
+                                  float* out) {
+    const uint64_t hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim();
+    const uint64_t group = c_.num_heads / c_.num_kv_heads;
+    const uint64_t window = c_.attention_window(layer);
+    const uint64_t blocks = (seq_len_ + kAttentionBlock - 1) / kAttentionBlock;
+    const float scale = desc_.query_scale, cap = desc_.attn_softcap;
+    const Isa isa = cpu_isa();
+    pool_.run_chunks(sequences_ * c_.num_kv_heads, [&](size_t task, int) {
+        thread_local Bf16PackedRows keys, values;
+        thread_local Bf16Tokens queries, probs;
+        thread_local std::vector<float> qb, p;
+        const uint64_t seq = task / c_.num_kv_heads, kvh = task % c_.num_kv_heads;
+        const uint64_t t0 = seq * seq_len_;
+        const float* vh = v + t0 * kvd + kvh * hd;
+        keys.reshape(seq_len_, hd);
+        keys.pack_f32(k + t0 * kvd + kvh * hd, kvd, 0, keys.tiles());
+        for (uint64_t blk = 0; blk < blocks; ++blk) {
+            const uint64_t p0 = blk * kAttentionBlock,
+                           p1 = std::min(seq_len_, p0 + kAttentionBlock);
+            const uint64_t k0 = window && p0 + 1 > window ? p0 + 1 - window : 0;
+            const uint64_t rows = p1 - p0, len = p1 - k0;
+            values.reshape(hd, len);
+            values.pack_columns(vh + k0 * kvd, kvd, 0, values.tiles());
+            for (uint64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+                qb.resize(rows * hd);
+                for (uint64_t r = 0; r < rows; ++r)
+                    std::copy_n(q + (t0 + p0 + r) * qd + h * hd, hd, qb.data() + r * hd);
+                queries.prepare(qb.data(), rows, hd);
+                p.resize(rows * len);
+                bf16_matmul(keys, k0, p1, queries, 0, rows, p.data(), len);
+                for (uint64_t r = 0; r < rows; ++r) {
+                    const uint64_t pos = p0 + r;
+                    const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+                    float* pr = p.data() + r * len;
+                    const uint64_t lo = first - k0, hi = pos - k0 + 1;
+                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= scale;
+                    if (cap > 0.0f)
+                        for (uint64_t j = lo; j < hi; ++j) pr[j] = std::tanh(pr[j] / cap) * cap;
+                    softmax(isa, pr + lo, hi - lo);
+                    std::fill(pr, pr + lo, 0.0f);
+                    std::fill(pr + hi, pr + len, 0.0f);
+                }
+                probs.prepare(p.data(), rows, len);
+                bf16_matmul(values, 0, hd, probs, 0, rows, out + (t0 + p0) * qd + h * hd, qd);
             }
         }
     });

@@ -8,7 +8,8 @@
 // position 0 (causal attention within its sequence only). Float32 compute; the products are
 // OpenBLAS sgemm on weights dequantized to float32 once per call (f32 views are used in place),
 // which is what a calibration pass over tens of thousands of tokens needs; attention is two
-// sgemms per block of queries and head. Products run in fixed
+// sgemms per block of queries and head (with bf16 products, two bf16_matmuls). Products run in
+// fixed
 // panels, so results do not depend on the thread count. Activations are dense: every Rows given
 // to an operation has ld equal to its width. Tested against the CPU backend's logits
 // (tests/quant_block_forward_test.cpp).
@@ -105,6 +106,9 @@ class BlockForward final : public BlockOps {
         Bf16PackedRows bf16;
     };
     Prepared prepare(const Matrix& w) const;
+    // attention()'s products with bf16 products (q, k, v, out: the batch's dense rows, RoPE
+    // applied; out may be q).
+    void attention_bf16(uint64_t layer, const float* q, const float* k, const float* v, float* out);
     // ys[i][t][r] = x[t] . row r of ws[i] for n tokens; every matrix has x's width.
     void apply(std::span<const Prepared> ws, const float* x, uint64_t n,
                std::span<float* const> ys) const;

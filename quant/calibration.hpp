@@ -15,14 +15,15 @@
 
 namespace qforge {
 
-// The precision of the calibration pass's products: the block forward's linears and the
-// Hessians' x^T x (quant/block_forward.hpp, quant/hessian.hpp).
+// The precision of the calibration pass's products: the block forward's linears, its attention's
+// Q K^T and P V, and the Hessians' x^T x (quant/block_forward.hpp, quant/hessian.hpp).
 //   f32   float32 inputs, OpenBLAS sgemm / ssyrk (the exact mode).
 //   bf16  inputs rounded to bf16 (8 significant bits), each product exact in f32, summed in f32
-//         by AVX-512 BF16's vdpbf16ps (kernels/cpu/bf16_gemm.hpp): twice the f32 rate. The
-//         models GPTQ and AWQ tools quantize on GPUs run their calibration forward in bf16 or
-//         fp16 the same way; quant/README.md gives the measured cost.
-// Attention, norms, activations and all of GPTQ's and AWQ's own algebra stay f32 / f64 in both.
+//         by AVX-512 BF16's vdpbf16ps or AMX tiles (kernels/cpu/bf16_gemm.hpp): twice the f32
+//         rate and more. The GPU tools that quantize with GPTQ and AWQ run their calibration
+//         forward in bf16 or fp16 the same way (attention included); README.md gives the
+//         measured cost.
+// Softmax, norms, activations and all of GPTQ's and AWQ's own algebra stay f32 / f64 in both.
 enum class CalibProducts : uint8_t { f32, bf16 };
 std::string_view calib_products_name(CalibProducts p);
 // bf16 where this process can run it (kernels/cpu/bf16_gemm.hpp's bf16_dot_available()), else f32.

@@ -143,3 +143,112 @@ TEST_CASE("block forward with bf16 products: bf16_matmul's bits, near the CPU ba
     auto cpu = make_cpu_backend(model, pool, {.bf16_activations = true});
     require_near_backend(*cpu, c, tokens, sequences, seq_len, first, 3e-2);
 }
+
+// Attention with bf16 products (BlockForward::attention_bf16) against a float64 reference on
+// the same rotated q and k (read back from an f32-products run, which rotates them in place):
+// GQA (3 query heads a KV head), head_dim 40 (pairs not a whole AMX step), 150 positions (a
+// partial last block), causal and within a sliding window of 50 (blocks whose keys start past 0).
+// The bound, per output (query, head, channel c), with u = 2^-8 (bf16 keeps 8 significant bits):
+// each logit s_j = scale q . k_j moves by at most d_j = scale ((2u + u^2) + (hd/2 + 2) 2^-24)
+// sum_i |q_i k_ji| (q and k rounded; the f32 chain), so each softmax weight by a factor within
+// exp(+-2D), D = max_j d_j, and sum_j |p'_j - p_j| <= expm1(2D); P's and v's roundings add
+// u each of sum_j p_j |v_jc|, the f32 chain of P V (len/2 + 2) 2^-24 of it; so |O - ref| <=
+// M (expm1(2D) (1 + u) + 2u + u^2 + (len/2 + 2) 2^-24) + 1e-6 M (f32 softmax), M = max_j |v_jc|
+// over the keys the query sees. Inputs are scaled so D stays small (logits near 0.1): a key
+// outside the mask, a wrong head or a dropped pair moves an output by far more. Bits identical
+// for 1 and 3 threads.
+TEST_CASE("block forward attention with bf16 products: within bf16's bound of float64",
+          "[quant][calib]") {
+    if (!bf16_dot_available()) {
+        WARN("no AVX-512 BF16 at this process's level: bf16 products are refused, not run");
+        return;
+    }
+    ModelConfig c;
+    c.vocab_size = 16;
+    c.hidden_size = 240;
+    c.intermediate_size = 64;
+    c.num_layers = 1;
+    c.num_heads = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 40;
+    c.max_position_embeddings = 256;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    const uint64_t sequences = 2, seq_len = 150, n = sequences * seq_len;
+    const uint64_t hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), group = 3;
+    for (const uint64_t window : {uint64_t{0}, uint64_t{50}}) {
+        if (window) c.sliding_window = window;
+        std::vector<float> q0 = test::kernel_activations(n, qd, 11);
+        std::vector<float> k0 = test::kernel_activations(n, kvd, 12);
+        const std::vector<float> v = test::kernel_activations(n, kvd, 13);
+        for (float& x : q0) x *= 0.25f;
+        for (float& x : k0) x *= 0.25f;
+        // The rotated q and k: an f32-products run rotates them in place.
+        std::vector<float> q = q0, k = k0;
+        {
+            ThreadPool pool(1);
+            BlockForward f(c, sequences, seq_len, pool, CalibProducts::f32);
+            std::vector<float> vv = v, o(n * qd);
+            f.attention(0, {q.data(), qd}, {k.data(), kvd}, {vv.data(), kvd}, {o.data(), qd}, n);
+        }
+        std::vector<float> first;
+        for (int threads : {1, 3}) {
+            ThreadPool pool(threads);
+            BlockForward f(c, sequences, seq_len, pool, CalibProducts::bf16);
+            std::vector<float> qq = q0, kk = k0, vv = v, o(n * qd);
+            f.attention(0, {qq.data(), qd}, {kk.data(), kvd}, {vv.data(), kvd}, {o.data(), qd}, n);
+            REQUIRE(std::memcmp(qq.data(), q.data(), 4 * q.size()) == 0);  // the same rotation
+            REQUIRE(std::memcmp(kk.data(), k.data(), 4 * k.size()) == 0);
+            if (first.empty()) {
+                first = o;
+            } else {
+                INFO("threads " << threads);
+                REQUIRE(std::memcmp(first.data(), o.data(), 4 * o.size()) == 0);
+            }
+        }
+        const double u = 0x1p-8, scale = 1.0 / std::sqrt(static_cast<double>(hd));
+        double worst = 0.0;
+        for (uint64_t s = 0; s < sequences; ++s)
+            for (uint64_t pos = 0; pos < seq_len; ++pos)
+                for (uint64_t h = 0; h < c.num_heads; ++h) {
+                    const uint64_t t = s * seq_len + pos, kvh = h / group;
+                    const uint64_t lo = window && pos + 1 > window ? pos + 1 - window : 0;
+                    std::vector<double> p(pos + 1 - lo);
+                    double top = -1e300, d = 0.0;
+                    for (uint64_t j = lo; j <= pos; ++j) {
+                        double dot = 0.0, mag = 0.0;
+                        for (uint64_t i = 0; i < hd; ++i) {
+                            const double a = q[t * qd + h * hd + i],
+                                         b = k[(s * seq_len + j) * kvd + kvh * hd + i];
+                            dot += a * b;
+                            mag += std::fabs(a * b);
+                        }
+                        p[j - lo] = scale * dot;
+                        top = std::max(top, p[j - lo]);
+                        d = std::max(
+                            d, scale * (2 * u + u * u + static_cast<double>(hd / 2 + 2) * 0x1p-24) *
+                                   mag);
+                    }
+                    double sum = 0.0;
+                    for (double& x : p) sum += x = std::exp(x - top);
+                    const double len = static_cast<double>(pos + 1 - lo);
+                    for (uint64_t ch = 0; ch < hd; ++ch) {
+                        double ref = 0.0, m = 0.0;
+                        for (uint64_t j = lo; j <= pos; ++j) {
+                            const double vj = v[(s * seq_len + j) * kvd + kvh * hd + ch];
+                            ref += p[j - lo] / sum * vj;
+                            m = std::max(m, std::fabs(vj));
+                        }
+                        const double bound = m * (std::expm1(2 * d) * (1 + u) + 2 * u + u * u +
+                                                  (len / 2 + 2) * 0x1p-24 + 1e-6);
+                        const double err = std::fabs(first[t * qd + h * hd + ch] - ref);
+                        worst = std::max(worst, err / bound);
+                        INFO("window " << window << " sequence " << s << " position " << pos
+                                       << " head " << h << " channel " << ch);
+                        REQUIRE(err <= bound);
+                    }
+                }
+        INFO("window " << window << ": largest error / bound " << worst);
+        REQUIRE(worst > 0.0);  // bf16 rounding is there: the bf16 path ran
+    }
+}
