@@ -34,6 +34,7 @@ std::vector<float> to_f32(const Matrix& w) {
 
 GptqOptions gptq_options(const CalibratedOptions& c, QType target) {
     GptqOptions o;
+    o.measure_f32 = true;  // the report's RTN comparison (LinearReport: four digits)
     o.qtype = target;
     o.damp = c.damp;
     o.act_order = c.act_order;

@@ -17,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
@@ -373,7 +374,8 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     res.rtn_output_error = res.weight_output_norm = std::numeric_limits<double>::quiet_NaN();
     if (o.measure) {
         std::vector<uint8_t> rtn_failed(rows, 0);
-        const auto forms = quadratic_forms(h.data(), k, rows, 2, pool, [&](uint64_t r, double* s) {
+        auto fill = [&](uint64_t r, auto* s) {  // row r of W, then of W - RTN
+            using T = std::remove_pointer_t<decltype(s)>;
             std::vector<uint8_t> rtn_row(row_bytes);
             std::vector<float> rtn(k);
             const float* wr = w + r * k;
@@ -382,9 +384,16 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
             dequantize_row_ref(o.qtype, rtn_row.data(), k, rtn.data());
             for (uint64_t c = 0; c < k; ++c) {
                 s[c] = wr[c];
-                s[k + c] = static_cast<double>(wr[c]) - rtn[c];
+                s[k + c] = static_cast<T>(static_cast<T>(wr[c]) - static_cast<T>(rtn[c]));
             }
-        });
+        };
+        std::vector<double> forms;
+        if (o.measure_f32) {
+            const std::vector<float> hf(h.begin(), h.end());  // its lower triangle is H's
+            forms = quadratic_forms_f32(hf.data(), k, rows, 2, pool, fill);
+        } else {
+            forms = quadratic_forms(h.data(), k, rows, 2, pool, fill);
+        }
         for (uint64_t r = 0; r < rows; ++r)
             if (rtn_failed[r]) throw Error("GPTQ: RTN cannot quantize row " + std::to_string(r));
         res.weight_output_norm = forms[0];

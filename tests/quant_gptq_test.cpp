@@ -404,6 +404,48 @@ TEST_CASE("GPTQ: lower output error than RTN on correlated inputs, every quantiz
     }
 }
 
+// measure_f32: the two report forms in float32 against the float64 ones. Each row's e (W's, or
+// W - RTN rounded to float32: 2^-24 |e|) times H rounded to float32 (2^-24 |H|) by a float32
+// chain of k products (k 2^-24), summed in float64: |f32 - f64| <= (k + 4) 2^-24 sum_r |e_r|^T
+// |H| |e_r|. Everything else (codes, grids, GPTQ's own error) is unchanged.
+TEST_CASE("GPTQ: measure_f32 is within float32's bound of the float64 measure", "[gptq]") {
+    const uint64_t rows = 48, k = 256, n = 2048;
+    const auto x = correlated_inputs(n, k, 64, 3);
+    const auto h = hessian_of(x, k);
+    const auto w = random_weights(rows, k, 4);
+    for (QType t : {QType::q4_g128, QType::q8_g32}) {
+        GptqOptions o = options(t, false);
+        const GptqResult exact = gptq_quantize(w.data(), rows, k, h, o);
+        o.measure_f32 = true;
+        const GptqResult fast = gptq_quantize(w.data(), rows, k, h, o);
+        REQUIRE(fast.packed == exact.packed);
+        REQUIRE(fast.output_error == exact.output_error);
+        const auto rtn = rtn_rows(t, w, rows, k);
+        const uint64_t row_bytes = *qtype_row_bytes(t, k);
+        double bound_norm = 0.0, bound_rtn = 0.0;
+        std::vector<float> deq(k);
+        for (uint64_t r = 0; r < rows; ++r) {
+            dequantize_row_ref(t, rtn.data() + r * row_bytes, k, deq.data());
+            for (uint64_t i = 0; i < k; ++i) {
+                const double wi = std::fabs(w[r * k + i]),
+                             ei = std::fabs(double(w[r * k + i]) - deq[i]);
+                double hw = 0.0, he = 0.0;
+                for (uint64_t j = 0; j < k; ++j) {
+                    hw += std::fabs(h[i * k + j]) * std::fabs(w[r * k + j]);
+                    he += std::fabs(h[i * k + j]) * std::fabs(double(w[r * k + j]) - deq[j]);
+                }
+                bound_norm += wi * hw;
+                bound_rtn += ei * he;
+            }
+        }
+        const double f = static_cast<double>(k + 4) * 0x1p-24;
+        INFO(qtype_traits(t).name);
+        REQUIRE(std::fabs(fast.weight_output_norm - exact.weight_output_norm) <= f * bound_norm);
+        REQUIRE(std::fabs(fast.rtn_output_error - exact.rtn_output_error) <= f * bound_rtn);
+        REQUIRE(fast.rtn_output_error != exact.rtn_output_error);  // float32 did run
+    }
+}
+
 // With a diagonal H, U is diagonal: no error reaches another column, every group's grid is
 // computed on the original weights, and GPTQ is RTN byte for byte (act-order too: static grids
 // come from the original weights, and the visiting order then changes nothing).
