@@ -9,6 +9,7 @@
 #include "quant/grid_refit.hpp"
 #include "quant/rtn.hpp"
 #include "quant/rtn_importance.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace qforge {
 
@@ -25,10 +26,12 @@ std::vector<float>& float_weights(AwqBlock& b, Weight w) {
     return *m[static_cast<size_t>(w)];
 }
 
-std::vector<float> to_f32(const Matrix& w) {
+std::vector<float> to_f32(const Matrix& w, ThreadPool& pool) {
     std::vector<float> out(w.rows * w.cols);
-    for (uint64_t r = 0; r < w.rows; ++r)
-        row_to_f32(w.qtype, w.row(r), out.data() + r * w.cols, w.cols);
+    pool.parallel_for(w.rows, [&](size_t b, size_t e) {
+        for (uint64_t r = b; r < e; ++r)
+            row_to_f32(w.qtype, w.row(r), out.data() + r * w.cols, w.cols);
+    });
     return out;
 }
 
@@ -134,7 +137,7 @@ void BlockQuantizer::load_block() {
         const auto bytes = ctx_.src.bytes(t, scratch);
         const SourceTensor& s = ctx_.src.tensors()[t];
         float_weights(b_, Weight(i)) =
-            to_f32(Matrix{s.name, s.qtype, bytes.data(), s.shape.at(0), s.shape.at(1)});
+            to_f32(Matrix{s.name, s.qtype, bytes.data(), s.shape.at(0), s.shape.at(1)}, ctx_.pool);
     }
 }
 
@@ -202,7 +205,8 @@ void BlockQuantizer::quantize(Weight w, const std::vector<double>& h,
     ctx_.linears.push_back({t.name, std::string(qtype_traits(target).name),
                             std::sqrt(r.output_error / norm), std::sqrt(r.rtn_output_error / norm),
                             r.damp_used, r.damp_raises});
-    quantized_[static_cast<size_t>(w)] = to_f32(Matrix{t.name, target, r.packed.data(), rows, k});
+    quantized_[static_cast<size_t>(w)] =
+        to_f32(Matrix{t.name, target, r.packed.data(), rows, k}, ctx_.pool);
     ctx_.ready[i] = std::move(r.packed);
 }
 
@@ -225,12 +229,13 @@ void BlockQuantizer::quantize_rtn(Weight w, const std::vector<float>& wf,
     const double norm =
         std::max(awq_hessian_error(wf.data(), zero.data(), rows, k, h, &ctx_.pool), 1e-300);
     auto relative = [&](const std::vector<uint8_t>& p) {
-        const std::vector<float> q = to_f32(Matrix{t.name, target, p.data(), rows, k});
+        const std::vector<float> q = to_f32(Matrix{t.name, target, p.data(), rows, k}, ctx_.pool);
         return std::sqrt(awq_hessian_error(wf.data(), q.data(), rows, k, h, &ctx_.pool) / norm);
     };
     ctx_.linears.push_back({t.name, std::string(qtype_traits(target).name), relative(packed),
                             relative(plain), 0.0, 0});
-    quantized_[static_cast<size_t>(w)] = to_f32(Matrix{t.name, target, packed.data(), rows, k});
+    quantized_[static_cast<size_t>(w)] =
+        to_f32(Matrix{t.name, target, packed.data(), rows, k}, ctx_.pool);
     ctx_.ready[i] = std::move(packed);
 }
 
@@ -263,7 +268,7 @@ void BlockQuantizer::quantize_awq(Weight w, const std::vector<float>& wf,
                          a.empty() ? nullptr : a.data()))
             throw Error(ctx_.src.path(), t.name, "a scaled AWQ group overflows fp16");
     }
-    std::vector<float> qf = to_f32(Matrix{t.name, target, packed.data(), rows, k});
+    std::vector<float> qf = to_f32(Matrix{t.name, target, packed.data(), rows, k}, ctx_.pool);
     // Errors against the folded float weights on the inputs they see; RTN's on the same inputs
     // without this linear's own input scales and clipping (the output rows of v and up stay
     // divided by the v -> o and down scales: the same output coordinates).

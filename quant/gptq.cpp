@@ -39,6 +39,18 @@ void check_blas_size(uint64_t v, const char* what) {
                     " is outside 1 .. 2^31 - 1");
 }
 
+// fn(r) for every r in [0, n), over the pool's threads (the caller's alone when null).
+template <class F>
+void for_rows(ThreadPool* pool, uint64_t n, F&& fn) {
+    if (!pool) {
+        for (uint64_t r = 0; r < n; ++r) fn(r);
+        return;
+    }
+    pool->parallel_for(n, [&](size_t b, size_t e) {
+        for (size_t r = b; r < e; ++r) fn(r);
+    });
+}
+
 std::string where(uint64_t r, uint64_t c) {
     return "[" + std::to_string(r) + "][" + std::to_string(c) + "]";
 }
@@ -146,14 +158,23 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
     if (super && o.mse > 0.0)
         throw Error("GPTQ: mse's range search has no super-block form; " + std::string(tr.name) +
                     " takes the importance-weighted search or the min-max grid");
+    // The inputs' checks over the threads, each row's first non-finite element noted, then the
+    // first in order reported.
+    std::vector<uint64_t> bad(std::max(rows, k), UINT64_MAX);
+    for_rows(pool, rows, [&](uint64_t r) {
+        for (uint64_t c = 0; c < k && bad[r] == UINT64_MAX; ++c)
+            if (!std::isfinite(w[r * k + c])) bad[r] = c;
+    });
     for (uint64_t r = 0; r < rows; ++r)
-        for (uint64_t c = 0; c < k; ++c)
-            if (!std::isfinite(w[r * k + c]))
-                throw Error("GPTQ: weight " + where(r, c) + " is not finite");
+        if (bad[r] != UINT64_MAX)
+            throw Error("GPTQ: weight " + where(r, bad[r]) + " is not finite");
+    for_rows(pool, k, [&](uint64_t i) {
+        for (uint64_t j = 0; j <= i && bad[i] == UINT64_MAX; ++j)
+            if (!std::isfinite(h[i * k + j])) bad[i] = j;
+    });
     for (uint64_t i = 0; i < k; ++i) {
-        for (uint64_t j = 0; j <= i; ++j)
-            if (!std::isfinite(h[i * k + j]))
-                throw Error("GPTQ: Hessian element " + where(i, j) + " is not finite");
+        if (bad[i] != UINT64_MAX)
+            throw Error("GPTQ: Hessian element " + where(i, bad[i]) + " is not finite");
         if (h[i * k + i] < 0.0)
             throw Error("GPTQ: Hessian diagonal element " + std::to_string(i) + " is negative (" +
                         std::to_string(h[i * k + i]) + ")");
@@ -213,8 +234,9 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
 
     // W in visiting order, float64.
     std::vector<double> wk(*rk);
-    for (uint64_t r = 0; r < rows; ++r)
+    for_rows(pool, rows, [&](uint64_t r) {
         for (uint64_t i = 0; i < k; ++i) wk[r * k + i] = weight(r, perm[i]);
+    });
 
     // Steps 3 and 4 on H in visiting order (lower triangle filled for act-order's copy).
     std::vector<double> permuted;
@@ -367,9 +389,10 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
 
     const uint64_t row_bytes = layout.row_bytes;
     res.packed.resize(rows * row_bytes);
-    for (uint64_t r = 0; r < rows; ++r)
+    for_rows(pool, rows, [&](uint64_t r) {
         pack_row(o.qtype, codes.data() + r * k, params.data() + r * groups, k,
                  res.packed.data() + r * row_bytes);
+    });
 
     res.rtn_output_error = res.weight_output_norm = std::numeric_limits<double>::quiet_NaN();
     if (o.measure) {
