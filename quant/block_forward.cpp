@@ -27,6 +27,25 @@ void require_dense(Rows r, uint64_t width, const char* what) {
                     std::to_string(width));
 }
 
+// A block's scores (rows x len: queries at positions p0.., keys k0..) into attention weights:
+// each row's seen keys [first, pos] (at [first - k0, pos - k0]) scaled, soft-capped where cap > 0,
+// and through the runtime's softmax (activation.hpp); the keys it may not see 0.
+void attention_weights(float* p, uint64_t p0, uint64_t rows, uint64_t k0, uint64_t len,
+                       uint64_t window, float scale, float cap, Isa isa) {
+    for (uint64_t r = 0; r < rows; ++r) {
+        const uint64_t pos = p0 + r;
+        const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+        float* pr = p + r * len;
+        const uint64_t lo = first - k0, hi = pos - k0 + 1;
+        for (uint64_t j = lo; j < hi; ++j) pr[j] *= scale;
+        if (cap > 0.0f)
+            for (uint64_t j = lo; j < hi; ++j) pr[j] = std::tanh(pr[j] / cap) * cap;
+        softmax(isa, pr + lo, hi - lo);
+        std::fill(pr, pr + lo, 0.0f);
+        std::fill(pr + hi, pr + len, 0.0f);
+    }
+}
+
 }  // namespace
 
 BlockView layer_view(const Model& model, uint64_t layer) {
@@ -284,19 +303,7 @@ void BlockForward::attention(uint64_t layer, Rows q_rows, Rows k_rows, Rows v_ro
                             static_cast<int>(len), static_cast<int>(hd), 1.0f,
                             q + (t0 + p0) * qd + h * hd, static_cast<int>(qd), kh + k0 * kvd,
                             static_cast<int>(kvd), 0.0f, p.data(), static_cast<int>(len));
-                for (uint64_t r = 0; r < rows; ++r) {
-                    const uint64_t pos = p0 + r;
-                    const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-                    float* pr = p.data() + r * len;
-                    // Seen keys: [first, pos], at [first - k0, pos - k0] in the row.
-                    const uint64_t lo = first - k0, hi = pos - k0 + 1;
-                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= scale;
-                    if (cap > 0.0f)
-                        for (uint64_t j = lo; j < hi; ++j) pr[j] = std::tanh(pr[j] / cap) * cap;
-                    softmax(isa, pr + lo, hi - lo);  // the runtime's (activation.hpp)
-                    std::fill(pr, pr + lo, 0.0f);
-                    std::fill(pr + hi, pr + len, 0.0f);
-                }
+                attention_weights(p.data(), p0, rows, k0, len, window, scale, cap, isa);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                             static_cast<int>(hd), static_cast<int>(len), 1.0f, p.data(),
                             static_cast<int>(len), vh + k0 * kvd, static_cast<int>(kvd), 0.0f,
@@ -344,18 +351,7 @@ void BlockForward::attention_bf16(uint64_t layer, const float* q, const float* k
                 queries.prepare(qb.data(), rows, hd);
                 p.resize(rows * len);
                 bf16_matmul(keys, k0, p1, queries, 0, rows, p.data(), len);
-                for (uint64_t r = 0; r < rows; ++r) {
-                    const uint64_t pos = p0 + r;
-                    const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-                    float* pr = p.data() + r * len;
-                    const uint64_t lo = first - k0, hi = pos - k0 + 1;
-                    for (uint64_t j = lo; j < hi; ++j) pr[j] *= scale;
-                    if (cap > 0.0f)
-                        for (uint64_t j = lo; j < hi; ++j) pr[j] = std::tanh(pr[j] / cap) * cap;
-                    softmax(isa, pr + lo, hi - lo);
-                    std::fill(pr, pr + lo, 0.0f);
-                    std::fill(pr + hi, pr + len, 0.0f);
-                }
+                attention_weights(p.data(), p0, rows, k0, len, window, scale, cap, isa);
                 probs.prepare(p.data(), rows, len);
                 bf16_matmul(values, 0, hd, probs, 0, rows, out + (t0 + p0) * qd + h * hd, qd);
             }
