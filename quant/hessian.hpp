@@ -87,7 +87,7 @@ inline constexpr uint64_t kHessianTileBf16 = 96;  // 6 tiles of 16 rows: 2 regis
 // On AMX tiles (bf16_kernel() == amx) a chunk is 1024 rows, its chain 512 pairs: with 256 rows the
 // float64 sums of the tiles and each product's tile set-up cost about a third of the products'
 // time (GPTQ on SmolLM2-135M: its Gram products 9.2 s of 71, with 1024 rows 6.7 s); the chain's
-// bound grows to 513 * 2^-24, still far below 2^-7.
+// bound grows to (1024 + 5) 2^-24 (about 2^-14; a product's rounding each), still far below 2^-7.
 inline constexpr uint64_t kHessianChunkAmx = 1024;
 
 class HessianAccumulator {

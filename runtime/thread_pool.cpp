@@ -40,7 +40,11 @@ void ThreadPool::dispatch(void* fn, Trampoline call) {
     call_ = call;
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     publish(false);  // publishes job_ and call_
-    call(fn, 0);
+    try {
+        call(fn, 0);
+    } catch (...) {
+        record_failure();
+    }
     // Spin briefly (the workers usually finish within microseconds of the caller), then sleep on
     // the counter: on a machine with more runnable threads than cores, spinning would take the
     // core from the very worker being waited for.
@@ -51,6 +55,19 @@ void ThreadPool::dispatch(void* fn, Trampoline call) {
         else
             pending_.wait(left, std::memory_order_acquire);
     }
+    rethrow_failure();
+}
+
+void ThreadPool::record_failure() {
+    if (!failed_.exchange(true, std::memory_order_acq_rel)) failure_ = std::current_exception();
+}
+
+void ThreadPool::rethrow_failure() {
+    if (!failed_.load(std::memory_order_acquire)) return;
+    std::exception_ptr e = std::move(failure_);
+    failure_ = nullptr;
+    failed_.store(false, std::memory_order_relaxed);
+    std::rethrow_exception(e);
 }
 
 namespace {
@@ -81,6 +98,7 @@ void ThreadPool::dispatch_chunks(size_t chunks, void* fn, ChunkTrampoline call) 
         else
             done_.wait(now, std::memory_order_acquire);
     }
+    rethrow_failure();
 }
 
 void ThreadPool::run_claimed(int thread) {
@@ -91,8 +109,15 @@ void ThreadPool::run_claimed(int thread) {
         if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
                                           std::memory_order_acquire))
             continue;  // word now holds the current value
-        // Claimed: the region cannot end before this chunk is done, so job_ is its job.
-        chunk_call_(job_, next, thread);
+        // Claimed: the region cannot end before this chunk is done, so job_ is its job. Once a
+        // chunk has thrown, the rest are claimed and counted but not run.
+        if (!failed_.load(std::memory_order_relaxed)) {
+            try {
+                chunk_call_(job_, next, thread);
+            } catch (...) {
+                record_failure();
+            }
+        }
         if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
         word = claim_.load(std::memory_order_acquire);
     }
@@ -119,7 +144,11 @@ void ThreadPool::worker_loop(int index) {
             run_claimed(index);  // claims only what is left; none may be
             continue;
         }
-        call_(job_, index);
+        try {
+            call_(job_, index);
+        } catch (...) {
+            record_failure();
+        }
         if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
     }
 }

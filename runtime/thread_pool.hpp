@@ -6,12 +6,17 @@
 // Determinism: the pool only says which thread runs which contiguous part of an index range
 // (split_range). Callers give each output element to exactly one thread and never split a
 // reduction, so results do not depend on the number of threads.
+//
+// Exceptions: a region's function may throw on any thread. The region still ends on every thread
+// (a chunked region runs no further chunks once one has thrown), then the first exception is
+// rethrown on the caller and the others are dropped; what the region wrote is then partial.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -40,7 +45,8 @@ class ThreadPool {
     uint64_t regions() const { return regions_; }
 
     // Calls fn(thread_index) once on every thread (the caller is thread 0) and returns when all
-    // calls have returned. `fn` must not throw and must not call run() itself.
+    // calls have returned (rethrowing the first exception one threw). `fn` must not call the pool
+    // itself.
     template <class F>
     void run(F&& fn) {
         if (workers_.empty()) {
@@ -69,7 +75,8 @@ class ThreadPool {
     // set aside leaves its chunks to the threads that run, instead of holding every region up by
     // a time slice (static halves made 2 threads slower than 1 there: kernels/README.md). At most
     // More than kMaxChunks chunks (the claim word's field) run as successive regions of at most
-    // that many. `fn` must not throw and must not call the pool itself.
+    // that many. A chunk that throws ends the call as run() does. `fn` must not call the pool
+    // itself.
     static constexpr size_t kMaxChunks = (size_t{1} << 20) - 1;
     template <class F>
     void run_chunks(size_t chunks, F&& fn) {
@@ -94,6 +101,10 @@ class ThreadPool {
     // Claims and runs chunks of the current chunked region until none is left.
     void run_claimed(int thread);
     void worker_loop(int index);
+    // Keeps the first exception of the current region (called in a catch block).
+    void record_failure();
+    // After a region has ended on every thread: rethrows its first exception, if any.
+    void rethrow_failure();
 
     std::vector<std::thread> workers_;
     void* job_ = nullptr;
@@ -112,6 +123,10 @@ class ThreadPool {
     uint64_t serial_ = 0;
     uint64_t regions_ = 0;  // the caller's: dispatch() and dispatch_chunks() calls
     std::atomic<bool> stop_{false};
+    // The current region's first exception: written by the thread that sets failed_, read by
+    // the caller after the region's end (pending_ / done_ order the two).
+    std::atomic<bool> failed_{false};
+    std::exception_ptr failure_;
 };
 
 }  // namespace qforge

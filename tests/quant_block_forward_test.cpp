@@ -1,6 +1,7 @@
 // The calibration pass's layer-by-layer forward (quant/block_forward.hpp) against the CPU
 // backend's full forward pass on stories260K (GQA, tied head): the same logits for several
 // independent sequences, each starting at position 0.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -148,14 +149,21 @@ TEST_CASE("block forward with bf16 products: bf16_matmul's bits, near the CPU ba
 // the same rotated q and k (read back from an f32-products run, which rotates them in place):
 // GQA (3 query heads a KV head), head_dim 40 (pairs not a whole AMX step), 150 positions (a
 // partial last block), causal and within a sliding window of 50 (blocks whose keys start past 0).
-// The bound, per output (query, head, channel c), with u = 2^-8 (bf16 keeps 8 significant bits):
-// each logit s_j = scale q . k_j moves by at most d_j = scale ((2u + u^2) + (hd/2 + 2) 2^-24)
-// sum_i |q_i k_ji| (q and k rounded; the f32 chain), so each softmax weight by a factor within
-// exp(+-2D), D = max_j d_j, and sum_j |p'_j - p_j| <= expm1(2D); P's and v's roundings add
-// u each of sum_j p_j |v_jc|, the f32 chain of P V (len/2 + 2) 2^-24 of it; so |O - ref| <=
-// M (expm1(2D) (1 + u) + 2u + u^2 + (len/2 + 2) 2^-24) + 1e-6 M (f32 softmax), M = max_j |v_jc|
-// over the keys the query sees. Inputs are scaled so D stays small (logits near 0.1): a key
-// outside the mask, a wrong head or a dropped pair moves an output by far more. Bits identical
+// The bound, per output (query, head, channel c), with u = 2^-8 (bf16 keeps 8 significant bits)
+// and f32 chains of n products within (n + 5) 2^-24 of their absolute sum (kernels/cpu/
+// bf16_gemm.hpp: vdpbf16ps and tdpbf16ps round after each product). Each logit s_j = fl(scale
+// q . k_j) moves by at most d_j = scale (2u + u^2 + (hd + 9) 2^-24) sum_i |q_i k_ji|: q and k
+// rounded, the chain (hd + 5), the scale's multiply and its float value (2), the cross term
+// 2u (hd + 5) 2^-24 (2 more). So each softmax weight moves by a factor within exp(+-2D), D =
+// max_j d_j, and sum_j |p'_j - p_j| <= expm1(2D). The f32 softmax then computes each weight
+// within a relative sigma = 2 theta + (ceil(len / 8) + 5) 2^-24 of the softmax of its logits
+// (kernels/cpu/activation.hpp): theta = 2^-22 (exp within 2 ulp) + 2^-24 L (the rounding of
+// s_j - max, L the logits' spread), on the numerator and in the sum; the sum's eight chains
+// and three-level tree; the reciprocal and the multiply. P and v rounded to bf16 (u each), the
+// P V chain (len + 5) 2^-24 of sum_j |p_j v_jc|. With M = max_j |v_jc| over the keys the query
+// sees: |O - ref| <= M ((((1 + sigma)(1 + u) e^(2D) - 1)(1 + u) + u) + (len + 5) 2^-24 (1 + u)^2
+// (1 + sigma)). Inputs are scaled so D stays small (logits near 0.1): a key outside the mask, a
+// wrong head or a dropped pair moves an output by far more. Bits identical
 // for 1 and 3 threads.
 TEST_CASE("block forward attention with bf16 products: within bf16's bound of float64",
           "[quant][calib]") {
@@ -226,12 +234,15 @@ TEST_CASE("block forward attention with bf16 products: within bf16's bound of fl
                         p[j - lo] = scale * dot;
                         top = std::max(top, p[j - lo]);
                         d = std::max(
-                            d, scale * (2 * u + u * u + static_cast<double>(hd / 2 + 2) * 0x1p-24) *
-                                   mag);
+                            d,
+                            scale * (2 * u + u * u + static_cast<double>(hd + 9) * 0x1p-24) * mag);
                     }
+                    const double spread = top - *std::min_element(p.begin(), p.end()) + 2 * d;
                     double sum = 0.0;
                     for (double& x : p) sum += x = std::exp(x - top);
                     const double len = static_cast<double>(pos + 1 - lo);
+                    const double theta = 0x1p-22 + 0x1p-24 * spread + 0x1p-40;
+                    const double sigma = 2 * theta + (std::ceil(len / 8) + 5) * 0x1p-24;
                     for (uint64_t ch = 0; ch < hd; ++ch) {
                         double ref = 0.0, m = 0.0;
                         for (uint64_t j = lo; j <= pos; ++j) {
@@ -239,8 +250,9 @@ TEST_CASE("block forward attention with bf16 products: within bf16's bound of fl
                             ref += p[j - lo] / sum * vj;
                             m = std::max(m, std::fabs(vj));
                         }
-                        const double bound = m * (std::expm1(2 * d) * (1 + u) + 2 * u + u * u +
-                                                  (len / 2 + 2) * 0x1p-24 + 1e-6);
+                        const double bound =
+                            m * (((1 + sigma) * (1 + u) * std::exp(2 * d) - 1) * (1 + u) + u +
+                                 (len + 5) * 0x1p-24 * (1 + u) * (1 + u) * (1 + sigma));
                         const double err = std::fabs(first[t * qd + h * hd + ch] - ref);
                         worst = std::max(worst, err / bound);
                         INFO("window " << window << " sequence " << s << " position " << pos

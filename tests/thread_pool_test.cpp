@@ -2,9 +2,12 @@
 // once per chunk, on threads whose indices are in range, and returns only when every chunk has
 // returned, also when the two kinds of region alternate quickly (a worker late for a chunked
 // region must neither run a chunk twice nor miss the run() region after it) and when the pool
-// has more threads than the machine has cores (workers the OS sets aside).
+// has more threads than the machine has cores (workers the OS sets aside); an exception thrown on
+// any thread reaches the caller after the region has ended everywhere.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "runtime/thread_pool.hpp"
@@ -62,4 +65,43 @@ TEST_CASE("thread pool: more chunks than one region holds run as successive regi
     });
     REQUIRE(count.load() == chunks);
     REQUIRE(sum.load() == static_cast<uint64_t>(chunks) * (chunks - 1) / 2);
+}
+
+TEST_CASE("thread pool: an exception on any thread ends the region and reaches the caller",
+          "[runtime][thread_pool]") {
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int thrower = 0; thrower < threads; ++thrower) {
+            // run(): one thread throws, every thread's call still returns before the rethrow.
+            std::atomic<int> calls{0};
+            REQUIRE_THROWS_WITH(pool.run([&](int t) {
+                calls.fetch_add(1);
+                if (t == thrower) throw std::runtime_error("thread " + std::to_string(t));
+            }),
+                                "thread " + std::to_string(thrower));
+            REQUIRE(calls.load() == threads);
+        }
+        // run_chunks(): the chunk that throws is reported; no chunk runs twice, and every chunk
+        // claimed before the failure has returned when the call does.
+        for (size_t bad : {size_t{0}, size_t{7}, size_t{35}}) {
+            std::vector<std::atomic<int>> hits(36);
+            std::atomic<int> running{0};
+            REQUIRE_THROWS_WITH(pool.run_chunks(hits.size(),
+                                                [&](size_t c, int) {
+                                                    running.fetch_add(1);
+                                                    hits[c].fetch_add(1);
+                                                    if (c == bad) {
+                                                        running.fetch_sub(1);
+                                                        throw std::runtime_error("chunk");
+                                                    }
+                                                    running.fetch_sub(1);
+                                                }),
+                                "chunk");
+            REQUIRE(running.load() == 0);
+            REQUIRE(hits[bad].load() == 1);
+            for (auto& h : hits) REQUIRE(h.load() <= 1);
+        }
+        // The pool works on afterwards, with no failure left over.
+        alternate(pool, 40);
+    }
 }

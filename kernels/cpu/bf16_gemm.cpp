@@ -154,23 +154,34 @@ void Bf16PackedRows::reshape(uint64_t rows, uint64_t k, bool row_major_copy) {
     if (rows == 0 || k == 0)
         throw Error("bf16 packed rows: " + std::to_string(rows) + " rows of " + std::to_string(k) +
                     " weights: nothing to pack");
+    // The new shape's sizes, then any larger buffers, before anything is changed: a failed
+    // allocation leaves the object as it was (its shape still describing its buffers).
+    const uint64_t old_rows = rows_, old_k = k_;
     rows_ = rows;
     k_ = k;
-    if (data_bytes_ < tiles() * tile_bytes()) {
-        data_bytes_ = tiles() * tile_bytes();
-        data_ = stream_buffer(data_bytes_, "bf16 packed rows");
+    const uint64_t data_bytes = tiles() * tile_bytes();
+    const uint64_t rows_bytes = row_major_copy ? rows * row_stride() * 4 : 0;
+    rows_ = old_rows;
+    k_ = old_k;
+    AlignedBytes data, rows_data;
+    if (data_bytes_ < data_bytes) data = stream_buffer(data_bytes, "bf16 packed rows");
+    if (rows_data_bytes_ < rows_bytes) rows_data = stream_buffer(rows_bytes, "bf16 row-major rows");
+    if (data) {
+        data_ = std::move(data);
+        data_bytes_ = data_bytes;
     }
+    rows_ = rows;
+    k_ = k;
     if (!row_major_copy) {
         rows_data_.reset();
         rows_data_bytes_ = 0;
         return;
     }
-    const uint64_t bytes = rows * row_stride() * 4;
-    if (rows_data_bytes_ < bytes) {
-        rows_data_bytes_ = bytes;
-        rows_data_ = stream_buffer(bytes, "bf16 row-major rows");
+    if (rows_data) {
+        rows_data_ = std::move(rows_data);
+        rows_data_bytes_ = rows_bytes;
     }
-    std::memset(rows_data_.get(), 0, bytes);
+    std::memset(rows_data_.get(), 0, rows_bytes);
 }
 
 void Bf16PackedRows::pack(const uint8_t* w, uint64_t stride, uint64_t tile0, uint64_t tile1) {
