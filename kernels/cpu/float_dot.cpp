@@ -107,6 +107,22 @@ __attribute__((target("avx2,fma,f16c"))) void widen_avx2(const uint8_t* w, float
     for (; i < n; ++i) out[i] = load1<T>(w, i);
 }
 
+// The end of a row's dot product from its four accumulators: their sum, its lanes (0+4, 1+5, 2+6,
+// 3+7), then (0+2, 1+3), then 0+1 (the scalar version's order), then the tail from element i on.
+template <QType T>
+__attribute__((target("avx2,fma,f16c"))) inline float finish_dot(__m256 a0, __m256 a1, __m256 a2,
+                                                                 __m256 a3, const uint8_t* w,
+                                                                 const float* x, size_t i,
+                                                                 size_t n) {
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float sum = _mm_cvtss_f32(h);
+    for (; i < n; ++i) sum += load1<T>(w, i) * x[i];
+    return sum;
+}
+
 template <QType T, bool Prefetch>
 __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const float* x,
                                                         size_t n) {
@@ -120,14 +136,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_avx2(const uint8_t* w, const 
         a3 = _mm256_fmadd_ps(load8<T>(w, i + 24), _mm256_loadu_ps(x + i + 24), a3);
     }
     for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load8<T>(w, i), _mm256_loadu_ps(x + i), a0);
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    // lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1: the scalar version's order.
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    float sum = _mm_cvtss_f32(h);
-    for (; i < n; ++i) sum += load1<T>(w, i) * x[i];
-    return sum;
+    return finish_dot<T>(a0, a1, a2, a3, w, x, i, n);
 }
 
 // Rows w0 and w1 against the same x, side by side: each row's sum in dot_avx2's own order (its
@@ -152,17 +161,8 @@ __attribute__((target("avx2,fma,f16c"))) void dot2_avx2(const uint8_t* w0, const
     for (; i + 8 <= n; i += 8)
         for (int r = 0; r < 2; ++r)
             a[r][0] = _mm256_fmadd_ps(load8<T>(w[r], i), _mm256_loadu_ps(x + i), a[r][0]);
-    float* out[2] = {out0, out1};
-    for (int r = 0; r < 2; ++r) {
-        const __m256 s =
-            _mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3]));
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-        float sum = _mm_cvtss_f32(h);
-        for (size_t k = i; k < n; ++k) sum += load1<T>(w[r], k) * x[k];
-        *out[r] = sum;
-    }
+    *out0 = finish_dot<T>(a[0][0], a[0][1], a[0][2], a[0][3], w0, x, i, n);
+    *out1 = finish_dot<T>(a[1][0], a[1][1], a[1][2], a[1][3], w1, x, i, n);
 }
 
 template <QType T, bool Prefetch>

@@ -653,6 +653,21 @@ inline uint64_t packed_ahead(const QPackLayout& pl, bool one_token) {
     return 2 * pl.tile_bytes <= kPairAheadMax ? 2 * pl.tile_bytes : kPackedAhead;
 }
 
+// Chunk c of a packed tile opened for one of the kGroups tiles a loop multiplies side by side:
+// its blocks' meta unpacked into the chunk buffer's column p (biases into `bias`), its lines'
+// prefetch set up in `parts` portions; returns where its codes start. One token (OneToken) takes
+// the unbiased meta and its own prefetch distance.
+template <QType T, bool OneToken>
+QF_AVX512 inline const uint8_t* open_chunk(const uint8_t* tile, const QPackLayout& pl, uint64_t c,
+                                           uint64_t nb, const GroupMeta& row, PackedBlock* p,
+                                           __m512i (&bias)[kChunkBlocks], Prefetch& pf,
+                                           uint64_t parts) {
+    const uint8_t* chunk = tile + pl.header + c * pl.chunk_bytes;
+    pf = {chunk + packed_ahead(pl, OneToken), pl.chunk_bytes / 64 + 1, parts};
+    packed_chunk_meta<T, !OneToken>(chunk, pl, nb, row, p, kGroups, bias);
+    return chunk + pl.meta_bytes(nb);
+}
+
 // Block i's code vector j of group g straight from the packed codes, split (and biased, as the
 // chunk buffer's are) in registers by every token tile, instead of once per chunk into the chunk
 // buffer: the buffer's stores and reloads cost more than the repeated splitting. 2048x5632
@@ -705,13 +720,9 @@ QF_AVX512 void packed_token(const QPackedRows& m, uint64_t r0, uint64_t r1, cons
             const uint8_t* codes[kGroups];
             __m512i chunk_bias[kGroups][kChunkBlocks];
             Prefetch pf[kGroups];
-            for (uint64_t g = 0; g < ng; ++g) {
-                const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
-                pf[g] = {chunk + packed_ahead(pl, true), pl.chunk_bytes / 64 + 1, nb};
-                packed_chunk_meta<T, false>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
-                                            chunk_bias[g]);
-                codes[g] = chunk + pl.meta_bytes(nb);
-            }
+            for (uint64_t g = 0; g < ng; ++g)
+                codes[g] = open_chunk<T, true>(tile[g], pl, c, nb, row[g], &pk[0][g], chunk_bias[g],
+                                               pf[g], nb);
             fused_chunk_token<T>(
                 [&](uint64_t g, uint64_t i, __m512i(&u)[8]) {
                     packed_vectors<T>(codes[g] + i * pl.block_bytes, table, u);
@@ -752,14 +763,9 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             const uint8_t* codes[kGroups];
             __m512i chunk_bias[kGroups][kChunkBlocks];
             Prefetch pf[kGroups];
-            for (uint64_t g = 0; g < ng; ++g) {
-                const uint8_t* chunk = tile[g] + pl.header + c * pl.chunk_bytes;
-                pf[g] = {chunk + packed_ahead(pl, false), pl.chunk_bytes / 64 + 1,
-                         prefetch_parts(n, nb)};
-                packed_chunk_meta<T, true>(chunk, pl, nb, row[g], &pk[0][g], kGroups,
-                                           chunk_bias[g]);
-                codes[g] = chunk + pl.meta_bytes(nb);
-            }
+            for (uint64_t g = 0; g < ng; ++g)
+                codes[g] = open_chunk<T, false>(tile[g], pl, c, nb, row[g], &pk[0][g],
+                                                chunk_bias[g], pf[g], prefetch_parts(n, nb));
             const bool chunk_biased = biased && zeros_biasable<T>(pk, nb, ng);
             if (!Kind<T>::levels || n <= kLevelRegisterTokens) {
                 if (chunk_biased)
