@@ -295,7 +295,8 @@ detail::QPackedKernel packed_kernel(Isa isa, QType t) {
 // One or two tokens at the avx512 level on AMD: the avx2 kernel (8 rows a ymm, the same scalar
 // bits) where it measured faster on this project's Zen 4 (kernels/README.md, "avx2: packed rows"):
 // q4_g* and q4s_g* at every shape (SmolLM2 q4_g128 decode 1.26x; two sequences 1.51x), q8* rows
-// of k <= 1536 (SmolLM2's; at k = 2048 and 5632 the avx512 kernel stays, 1.07x); super-block
+// of k <= 1536 (SmolLM2's; at k = 2048 and 5632 the avx512 kernel stays, 1.07x, one stream of
+// tiles on AMD: qdot_avx512.cpp's packed_token); super-block
 // types stay on avx512, and types the avx2 kernel does not serve (q4nl) find none there. Three or
 // more tokens measured even or slower there. On an Intel Xeon the avx512 kernel measured faster
 // for every type, so other CPUs keep it: one token, reading two streams of tiles

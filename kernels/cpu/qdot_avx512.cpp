@@ -693,8 +693,8 @@ struct RegisterCodes {
 // multiplied side by side, so the bytes arrive in two streams: the memory system's prefetchers
 // keep more lines in flight for two streams than for one (Intel Xeon, 2 threads: a float sum
 // over 1 GiB read 21-25 GB/s as one stream a thread, 28-29 as four; TinyLlama-shape q4s_g32
-// decode 34 -> 42-43 tok/s, kernels/README.md "Decode: two streams"). Each tile takes the
-// one-token path (fused_chunk_token) on its own, so the bits are unchanged.
+// decode 34 -> 42-43 tok/s, kernels/README.md "Decode: two streams"); on AMD CPUs one run.
+// Each tile takes the one-token path (fused_chunk_token) on its own, so the bits are unchanged.
 template <QType T>
 QF_AVX512 void packed_token(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a,
                             uint64_t tok, float* out, uint64_t ldo) {
@@ -704,7 +704,10 @@ QF_AVX512 void packed_token(const QPackedRows& m, uint64_t r0, uint64_t r1, cons
         table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qtype_traits(T).levels));
     alignas(64) PackedBlock pk[kChunkBlocks][kGroups];
     const uint64_t first = r0 / kLanes, last = (r1 - 1) / kLanes;
-    const uint64_t half = (last - first + 2) / 2;  // tiles of the first run; the second: the rest
+    // Tiles of the first run; the second: the rest. On AMD one run: on the Zen 4 two streams
+    // measured slower (TinyLlama-shape q8_g32 decode, whose k > 1536 rows take this kernel there,
+    // 25.9 -> 27.8 tok/s with one run, medians of 6 alternating rounds, one run faster in each).
+    const uint64_t half = cpu_is_amd() ? last - first + 1 : (last - first + 2) / 2;
     for (uint64_t j = 0; j < half; ++j) {
         const uint64_t index[kGroups] = {first + j, first + half + j};
         const uint64_t ng = index[1] <= last ? 2 : 1;
