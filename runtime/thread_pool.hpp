@@ -8,8 +8,9 @@
 // reduction, so results do not depend on the number of threads.
 //
 // Exceptions: a region's function may throw on any thread. The region still ends on every thread
-// (a chunked region runs no further chunks once one has thrown), then the first exception is
-// rethrown on the caller and the others are dropped; what the region wrote is then partial.
+// (in a chunked region a thread starts no further chunk once it has seen the failure), then the
+// first exception is rethrown on the caller and the others are dropped; what the region wrote is
+// then partial.
 #pragma once
 
 #include <algorithm>
@@ -73,10 +74,11 @@ class ThreadPool {
     // returned. The caller starts claiming at once and never waits for a worker that has not
     // started: on a machine with more runnable threads than cores, a worker the scheduler has
     // set aside leaves its chunks to the threads that run, instead of holding every region up by
-    // a time slice (static halves made 2 threads slower than 1 there: kernels/README.md). At most
-    // More than kMaxChunks chunks (the claim word's field) run as successive regions of at most
-    // that many. A chunk that throws ends the call as run() does. `fn` must not call the pool
-    // itself.
+    // a time slice (static halves made 2 threads slower than 1 there: kernels/README.md). More
+    // than kMaxChunks chunks (the claim word's field) run as successive regions of at most that
+    // many. A chunk that throws ends the call as run() does: chunks already running finish, no
+    // thread starts another once it has seen the failure, and no later region starts. `fn` must
+    // not call the pool itself.
     static constexpr size_t kMaxChunks = (size_t{1} << 20) - 1;
     template <class F>
     void run_chunks(size_t chunks, F&& fn) {

@@ -6,8 +6,10 @@
 // any thread reaches the caller after the region has ended everywhere.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/thread_pool.hpp"
@@ -67,40 +69,74 @@ TEST_CASE("thread pool: more chunks than one region holds run as successive regi
     REQUIRE(sum.load() == static_cast<uint64_t>(chunks) * (chunks - 1) / 2);
 }
 
+// Waits (up to a second) until `flag` is set, then a few milliseconds more: a call that is still
+// running well after the thrower threw.
+static void wait_then_linger(const std::atomic<bool>& flag) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!flag.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
 TEST_CASE("thread pool: an exception on any thread ends the region and reaches the caller",
           "[runtime][thread_pool]") {
     for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
         for (int thrower = 0; thrower < threads; ++thrower) {
-            // run(): one thread throws, every thread's call still returns before the rethrow.
-            std::atomic<int> calls{0};
+            // run(): one thread throws while the others are still running; the exception
+            // arrives only after every other call has returned.
+            std::atomic<bool> thrown{false};
+            std::atomic<int> returned{0};
             REQUIRE_THROWS_WITH(pool.run([&](int t) {
-                calls.fetch_add(1);
-                if (t == thrower) throw std::runtime_error("thread " + std::to_string(t));
+                if (t == thrower) {
+                    thrown.store(true);
+                    throw std::runtime_error("thread " + std::to_string(t));
+                }
+                wait_then_linger(thrown);
+                returned.fetch_add(1);
             }),
                                 "thread " + std::to_string(thrower));
-            REQUIRE(calls.load() == threads);
+            REQUIRE(returned.load() == threads - 1);
         }
-        // run_chunks(): the chunk that throws is reported; no chunk runs twice, and every chunk
-        // claimed before the failure has returned when the call does.
-        for (size_t bad : {size_t{0}, size_t{7}, size_t{35}}) {
+        // Every thread throws at once: one exception arrives, the others are dropped.
+        REQUIRE_THROWS_WITH(pool.run([](int) { throw std::runtime_error("all"); }), "all");
+
+        // run_chunks(): the chunk that throws is reported; no chunk runs twice; a chunk that was
+        // running when another threw has returned when the call does; run serially, no chunk
+        // after the one that threw runs.
+        for (size_t bad : {size_t{1}, size_t{7}, size_t{35}}) {
             std::vector<std::atomic<int>> hits(36);
-            std::atomic<int> running{0};
+            std::atomic<bool> thrown{false};
+            std::atomic<int> slow_returned{0};
             REQUIRE_THROWS_WITH(pool.run_chunks(hits.size(),
                                                 [&](size_t c, int) {
-                                                    running.fetch_add(1);
                                                     hits[c].fetch_add(1);
                                                     if (c == bad) {
-                                                        running.fetch_sub(1);
+                                                        thrown.store(true);
                                                         throw std::runtime_error("chunk");
                                                     }
-                                                    running.fetch_sub(1);
+                                                    if (c == 0) {  // claimed first
+                                                        if (threads > 1) wait_then_linger(thrown);
+                                                        slow_returned.fetch_add(1);
+                                                    }
                                                 }),
                                 "chunk");
-            REQUIRE(running.load() == 0);
+            REQUIRE(slow_returned.load() == 1);
             REQUIRE(hits[bad].load() == 1);
-            for (auto& h : hits) REQUIRE(h.load() <= 1);
+            for (size_t c = 0; c < hits.size(); ++c) {
+                INFO("threads " << threads << ", chunk " << c << ", the failing one " << bad);
+                REQUIRE(hits[c].load() <= 1);
+                if (threads == 1 && c > bad) REQUIRE(hits[c].load() == 0);
+            }
         }
+        // More chunks than one region holds: a failure in the first region starts no later one.
+        std::atomic<uint64_t> late{0};
+        REQUIRE_THROWS_WITH(pool.run_chunks(ThreadPool::kMaxChunks + 5,
+                                            [&](size_t c, int) {
+                                                if (c == 0) throw std::runtime_error("first");
+                                                if (c >= ThreadPool::kMaxChunks) late.fetch_add(1);
+                                            }),
+                            "first");
+        REQUIRE(late.load() == 0);
         // The pool works on afterwards, with no failure left over.
         alternate(pool, 40);
     }

@@ -255,9 +255,9 @@ void Bf16PackedRows::pack_columns(const float* x, uint64_t ld, uint64_t tile0, u
 }
 
 void Bf16Tokens::resize(uint64_t n, uint64_t k) {
+    p_.resize(n * ((k + 1) / 2));  // first: a failed allocation leaves the shape as it was
     n_ = n;
     k_ = k;
-    p_.resize(n * ((k + 1) / 2));
 }
 
 void Bf16Tokens::fill(const float* x, uint64_t t0, uint64_t t1) {
