@@ -21,15 +21,6 @@ uint64_t group_size(QType t, uint64_t k) {
     return g == 0 ? k : std::min<uint64_t>(g, k);
 }
 
-// Rows [0, rows) split over the pool's threads, or run on the caller.
-template <class F>
-void for_rows(ThreadPool* pool, uint64_t rows, F&& fn) {
-    if (pool)
-        pool->parallel_for(rows, [&](size_t b, size_t e) { fn(b, e); });
-    else
-        fn(0, rows);
-}
-
 void require_size(const std::vector<float>& v, uint64_t n, const char* what) {
     if (!v.empty() && v.size() != n)
         throw Error(std::string("awq: ") + what + " has " + std::to_string(v.size()) +
@@ -57,7 +48,7 @@ void awq_fake_quantize(QType t, const float* w, uint64_t rows, uint64_t k, const
                        float* out, ThreadPool* pool) {
     const uint64_t gs = group_size(t, k);
     std::string failure;  // the first error, raised on the caller's thread
-    for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
+    parallel_for(pool, rows, [&](uint64_t r0, uint64_t r1) {
         std::vector<float> row(k);
         std::vector<int32_t> codes(k);
         int8_t levels[16] = {};  // learned-table types: the scaled row's levels
@@ -163,7 +154,7 @@ AwqClipStats awq_clip(QType t, float* w, uint64_t rows, uint64_t k, const std::v
     const uint64_t gs = group_size(t, k), groups = (k + gs - 1) / gs;
     std::vector<uint64_t> clipped(rows, 0);
     std::string failure;
-    for_rows(pool, rows, [&](uint64_t r0, uint64_t r1) {
+    parallel_for(pool, rows, [&](uint64_t r0, uint64_t r1) {
         // Candidate i's clamped weights, and its error d_i = Q(c_i) - w: rows of d, and d H_gg.
         std::vector<float> c(kAwqClipSteps * gs);
         std::vector<double> d(kAwqClipSteps * gs), dh(d.size());

@@ -39,14 +39,11 @@ void check_blas_size(uint64_t v, const char* what) {
                     " is outside 1 .. 2^31 - 1");
 }
 
-// fn(r) for every r in [0, n), over the pool's threads (the caller's alone when null).
+// fn(r) for every r in [0, n), in contiguous parts over the pool's threads (the caller's alone
+// when null).
 template <class F>
 void for_rows(ThreadPool* pool, uint64_t n, F&& fn) {
-    if (!pool) {
-        for (uint64_t r = 0; r < n; ++r) fn(r);
-        return;
-    }
-    pool->parallel_for(n, [&](size_t b, size_t e) {
+    parallel_for(pool, n, [&](size_t b, size_t e) {
         for (size_t r = b; r < e; ++r) fn(r);
     });
 }
@@ -218,10 +215,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
                 fit_row_levels(vals.data(), importance_at(0), k, group, levels_of(r));
             }
         };
-        if (pool)
-            pool->parallel_for(rows, fit);
-        else
-            fit(0, rows);
+        parallel_for(pool, rows, fit);
     }
 
     // Grids fixed before the loop: one per row (group 0 types), or static groups (act-order).
@@ -356,10 +350,7 @@ GptqResult gptq_quantize(const float* w, uint64_t rows, uint64_t k, std::vector<
             }
         }
     };
-    if (pool)
-        pool->parallel_for(panels, run_panels);
-    else
-        run_panels(0, panels);
+    parallel_for(pool, panels, run_panels);
     for (uint64_t r = 0; r < rows; ++r)
         if (failed_group[r] != UINT64_MAX)
             throw Error("GPTQ: the scale of group " + where(r, failed_group[r]) +

@@ -249,10 +249,7 @@ double refit_grids(QType t, const float* w, uint64_t rows, uint64_t k, double* h
             }
         }
     };
-    if (pool)
-        pool->parallel_for(panels, run);
-    else
-        run(0, panels);
+    parallel_for(pool, panels, run);
     double total = 0.0;
     for (uint64_t r = 0; r < rows; ++r) total += row_error[r];
     return total;

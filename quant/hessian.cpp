@@ -116,10 +116,7 @@ void HessianAccumulator::add(const float* x, uint64_t n) {
             for (uint64_t c = c0; c < c1; ++c) acc[c] += std::fabs(static_cast<double>(row[c]));
         }
     };
-    if (pool_)
-        pool_->run_chunks(parts, [&](size_t p, int) { part(p); });
-    else if (parts)
-        part(0);
+    run_chunks(pool_, parts, part);
     // Whole chunks are multiplied where the caller holds them, the rest goes through the chunk
     // buffer; the products pack their operands first, so a chunk's product does not depend on
     // where its rows are (the test of split add() calls checks it).
@@ -213,10 +210,7 @@ void HessianAccumulator::multiply_chunks(const float* x, uint64_t chunks, uint64
         }
     };
     BlasSingleThread single;
-    if (pool_)
-        pool_->parallel_for(pairs, run);
-    else
-        run(0, pairs);
+    parallel_for(pool_, pairs, run);
 }
 
 // bf16: runs of chunks (their packed columns within about 32 MB): each chunk's columns packed
@@ -227,12 +221,6 @@ void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, u
     const uint64_t tiles = (k_ + kHessianTileBf16 - 1) / kHessianTileBf16;
     const uint64_t pairs = tiles * (tiles + 1) / 2;
     const uint64_t run = std::clamp<uint64_t>((uint64_t{32} << 20) / (k_ * rows * 2), 1, 64);
-    auto each = [&](size_t n, auto&& fn) {
-        if (pool_)
-            pool_->run_chunks(n, [&](size_t i, int) { fn(i); });
-        else
-            for (size_t i = 0; i < n; ++i) fn(i);
-    };
     for (uint64_t c0 = 0; c0 < chunks; c0 += run) {
         const uint64_t nc = std::min(run, chunks - c0);
         // The chunks' buffers outlive the accumulator, one set a thread (the next layer's H
@@ -243,10 +231,10 @@ void HessianAccumulator::multiply_chunks_bf16(const float* x, uint64_t chunks, u
         for (uint64_t c = 0; c < nc; ++c)
             if (packed[c].rows() != k_ || packed[c].k() != rows)  // AMX reads rows in place
                 packed[c].reshape(k_, rows, bf16_kernel() == Bf16Kernel::amx);
-        each(nc, [&](size_t c) {
+        run_chunks(pool_, nc, [&](size_t c) {
             packed[c].pack_columns(x + (c0 + c) * rows * k_, k_, 0, packed[c].tiles());
         });
-        each(pairs, [&](size_t p) {
+        run_chunks(pool_, pairs, [&](size_t p) {
             const auto [bi, bj] = upper_tile(p, tiles);
             add_tile_products(
                 sum_, k_, kHessianTileBf16, bi, bj, nc,
@@ -274,34 +262,28 @@ HessianStats HessianAccumulator::finish() {
     double* h = st.h.data();
     const uint64_t k = k_;
     std::vector<uint64_t> bad(k, UINT64_MAX);
-    auto scale_rows = [&](size_t i0, size_t i1) {
-        for (uint64_t i = i0; i < i1; ++i)
+    constexpr uint64_t kMirror = 64;
+    const uint64_t blocks = (k + kMirror - 1) / kMirror;
+    auto scale_rows = [&](size_t b) {  // the upper triangle's rows of block row b
+        for (uint64_t i = b * kMirror; i < std::min(k, (b + 1) * kMirror); ++i)
             for (uint64_t j = i; j < k; ++j) {
                 h[i * k + j] *= scale;
                 if (!std::isfinite(h[i * k + j]) && bad[i] == UINT64_MAX) bad[i] = j;
             }
     };
-    constexpr uint64_t kMirror = 64;
-    const uint64_t blocks = (k + kMirror - 1) / kMirror;
-    auto mirror = [&](size_t b0, size_t b1) {  // block rows of the lower triangle
-        for (uint64_t bi = b0; bi < b1; ++bi)
-            for (uint64_t bj = 0; bj <= bi; ++bj)
-                for (uint64_t i = bi * kMirror; i < std::min(k, (bi + 1) * kMirror); ++i)
-                    for (uint64_t j = bj * kMirror; j < std::min(i, (bj + 1) * kMirror); ++j)
-                        h[i * k + j] = h[j * k + i];
+    auto mirror = [&](size_t bi) {  // block row bi of the lower triangle
+        for (uint64_t bj = 0; bj <= bi; ++bj)
+            for (uint64_t i = bi * kMirror; i < std::min(k, (bi + 1) * kMirror); ++i)
+                for (uint64_t j = bj * kMirror; j < std::min(i, (bj + 1) * kMirror); ++j)
+                    h[i * k + j] = h[j * k + i];
     };
-    auto each_block = [&](auto&& fn) {  // the triangle's rows of blocks, claimed as they free
-        if (pool_)
-            pool_->run_chunks(blocks, [&](size_t b, int) { fn(b); });
-        else
-            for (uint64_t b = 0; b < blocks; ++b) fn(b);
-    };
-    each_block([&](uint64_t b) { scale_rows(b * kMirror, std::min(k, (b + 1) * kMirror)); });
+    // Block rows claimed as threads come free (the triangle's rows differ in length).
+    run_chunks(pool_, blocks, scale_rows);
     for (uint64_t i = 0; i < k; ++i)
         if (bad[i] != UINT64_MAX)
             throw Error("Hessian: calibration inputs " + std::to_string(i) + " and " +
                         std::to_string(bad[i]) + " give a non-finite product");
-    each_block([&](uint64_t b) { mirror(b, b + 1); });
+    run_chunks(pool_, blocks, mirror);
     st.mean_abs.resize(abs_sum_.size());
     for (uint64_t c = 0; c < abs_sum_.size(); ++c)
         st.mean_abs[c] = abs_sum_[c] / static_cast<double>(count_);
@@ -340,10 +322,7 @@ std::vector<double> quadratic_forms_of(const T* h, uint64_t k, uint64_t rows, ui
             }
         }
     };
-    if (pool)
-        pool->parallel_for(batches, run);
-    else
-        run(0, batches);
+    parallel_for(pool, batches, run);
     std::vector<double> total(forms, 0.0);
     for (uint64_t r = 0; r < rows; ++r)
         for (uint64_t f = 0; f < forms; ++f) total[f] += per_row[r * forms + f];

@@ -131,4 +131,23 @@ class ThreadPool {
     std::exception_ptr failure_;
 };
 
+// The two kinds of region where the pool is optional (null: the caller's thread alone).
+// fn(begin, end) over ThreadPool::parallel_for's parts of [0, n); without a pool fn(0, n).
+template <class F>
+void parallel_for(ThreadPool* pool, size_t n, F&& fn) {
+    if (pool)
+        pool->parallel_for(n, fn);
+    else
+        fn(size_t{0}, n);
+}
+
+// fn(i) for every chunk i in [0, n), claimed by the pool's threads; without a pool in order.
+template <class F>
+void run_chunks(ThreadPool* pool, size_t n, F&& fn) {
+    if (pool)
+        pool->run_chunks(n, [&](size_t i, int) { fn(i); });
+    else
+        for (size_t i = 0; i < n; ++i) fn(i);
+}
+
 }  // namespace qforge
