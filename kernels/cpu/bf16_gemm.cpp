@@ -156,13 +156,9 @@ void Bf16PackedRows::reshape(uint64_t rows, uint64_t k, bool row_major_copy) {
                     " weights: nothing to pack");
     // The new shape's sizes, then any larger buffers, before anything is changed: a failed
     // allocation leaves the object as it was (its shape still describing its buffers).
-    const uint64_t old_rows = rows_, old_k = k_;
-    rows_ = rows;
-    k_ = k;
-    const uint64_t data_bytes = tiles() * tile_bytes();
-    const uint64_t rows_bytes = row_major_copy ? rows * row_stride() * 4 : 0;
-    rows_ = old_rows;
-    k_ = old_k;
+    const uint64_t tile_bytes = tile_bytes_of(k);
+    const uint64_t data_bytes = (rows + 15) / 16 * tile_bytes;
+    const uint64_t rows_bytes = row_major_copy ? rows * (tile_bytes / 64) * 4 : 0;
     AlignedBytes data, rows_data;
     if (data_bytes_ < data_bytes) data = stream_buffer(data_bytes, "bf16 packed rows");
     if (rows_data_bytes_ < rows_bytes) rows_data = stream_buffer(rows_bytes, "bf16 row-major rows");

@@ -79,7 +79,7 @@ class Bf16PackedRows {
     uint64_t k() const { return k_; }
     uint64_t pairs() const { return (k_ + 1) / 2; }
     uint64_t tiles() const { return (rows_ + 15) / 16; }
-    uint64_t tile_bytes() const { return (pairs() + 15) / 16 * 16 * 64; }
+    uint64_t tile_bytes() const { return tile_bytes_of(k_); }
     const uint8_t* tile(uint64_t i) const { return data_.get() + i * tile_bytes(); }
     // The row-major copy (null without one): row r's pairs at row_major() + r * row_stride().
     const uint32_t* row_major() const {
@@ -88,6 +88,9 @@ class Bf16PackedRows {
     uint64_t row_stride() const { return tile_bytes() / 64; }
 
   private:
+    // A tile of rows of k weights: its pairs in whole 16-pair steps of 64 bytes.
+    static uint64_t tile_bytes_of(uint64_t k) { return ((k + 1) / 2 + 15) / 16 * 16 * 64; }
+
     uint64_t rows_ = 0, k_ = 0;
     uint64_t data_bytes_ = 0, rows_data_bytes_ = 0;  // the buffers' sizes
     AlignedBytes data_, rows_data_;

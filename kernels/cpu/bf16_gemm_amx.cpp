@@ -56,8 +56,6 @@ struct Dest {
     uint64_t ld;
 };
 
-// One group of 32 tokens (A at `a`, the second half 16 rows further) against row tiles b0 and b1
-// (b1 may repeat b0 when the row tiles are odd): C 2h + u (tokens 16u.., row tile h) to d[2h + u].
 // One 16-token half (A at `a`) against row tiles b0 and b1: C0 and C2 only, the A and B operands
 // of odd steps in a second set of tiles (4, 6, 7 and 5, 1, 3), so that one step's loads need not
 // wait for the tile products still reading the step before's (the tiles are not renamed).
@@ -89,6 +87,8 @@ QF_AMX void half_product(const uint8_t* a, uint64_t a_stride, const uint8_t* b0,
     _tile_stored(2, c2.at, c2.ld);
 }
 
+// One group of 32 tokens (A at `a`, the second half 16 rows further) against row tiles b0 and b1
+// (b1 may repeat b0 when the row tiles are odd): C 2h + u (tokens 16u.., row tile h) to d[2h + u].
 // Up to kHalfSteps steps (k <= 768) each half of the group takes its own pass with two sets of
 // operand tiles (half_product), re-reading the row pair's B operands (2 x steps KiB, within L1).
 // Longer, the four C tiles of the group take one pass, each operand loaded just before its first
