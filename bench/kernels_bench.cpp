@@ -424,11 +424,13 @@ void register_all() {
     // DRAM-bound figures above would be if every line arrived in time.
     for (QType t : quant)
         if (qmatmul_packed_serves(cpu_isa(), t))
-            reg("l3/" + std::string(qtype_traits(t).name) + "/2048x5632/m:16/packed/threads:2",
-                [=](benchmark::State& st) {
-                    bm_quant(st, t, kShapes[1], 16, QActivations::Mode::int8, 2, uint64_t{8} << 20,
-                             true);
-                });
+            for (Shape s : {kShapes[0], kShapes[1]})
+                reg("l3/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                        "/m:16/packed/threads:2",
+                    [=](benchmark::State& st) {
+                        bm_quant(st, t, s, 16, QActivations::Mode::int8, 2, uint64_t{8} << 20,
+                                 true);
+                    });
     // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
     for (QType t : {QType::f16, QType::bf16, QType::f32})
@@ -459,17 +461,20 @@ void register_all() {
                                              })
                     ->Unit(benchmark::kMicrosecond);
             }
+    // Packed: also SmolLM2's gate/up (1536 x 576, 0.5 MiB at 4 bits: k = 576 is two whole chunks
+    // of 8 blocks and one of 2), the rows of a 16-stream serving step.
     for (QType t : quant)
         if (qmatmul_packed_serves(cpu_isa(), t))
-            for (uint64_t m : {1u, 16u})
-                benchmark::RegisterBenchmark(
-                    ("l2/" + std::string(qtype_traits(t).name) +
-                     "/512x1024/m:" + std::to_string(m) + "/packed")
-                        .c_str(),
-                    [=](benchmark::State& st) {
-                        bm_quant(st, t, {512, 1024}, m, QActivations::Mode::int8, 1, 0, true);
-                    })
-                    ->Unit(benchmark::kMicrosecond);
+            for (Shape s : {Shape{512, 1024}, Shape{1536, 576}})
+                for (uint64_t m : {1u, 16u})
+                    benchmark::RegisterBenchmark(
+                        ("l2/" + std::string(qtype_traits(t).name) + "/" + shape_name(s) +
+                         "/m:" + std::to_string(m) + "/packed")
+                            .c_str(),
+                        [=](benchmark::State& st) {
+                            bm_quant(st, t, s, m, QActivations::Mode::int8, 1, 0, true);
+                        })
+                        ->Unit(benchmark::kMicrosecond);
     for (uint64_t n : {64u, 512u, 2048u})
         for (uint64_t bytes : {uint64_t{0}, kRotateBytes})
             reg("attention/group:3/hd:64/n:" + std::to_string(n) + (bytes ? "/dram" : "/l2") +
