@@ -40,6 +40,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         std::string model, host = "127.0.0.1", api_key;
         int port = 8080;
         uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
+        uint64_t prefix_caches = 16;
         int read_timeout = 10;
         uint64_t max_body = 1 << 20;
     };
@@ -59,6 +60,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                    "requests waiting for a slot at most; past it, 429 with Retry-After");
     add_int_option(app, "--prefill-chunk", a->prefill_chunk, 1, 256,
                    "prompt tokens per step, so running sequences keep decoding during a prefill");
+    add_int_option(app, "--prefix-caches", a->prefix_caches, 0, 256,
+                   "finished requests' KV caches kept so that a request starting with the same "
+                   "tokens runs only the rest of its prompt (0: none; the CPU backend only)");
     add_int_option(app, "--read-timeout", a->read_timeout, 1, 3600,
                    "seconds a client may stall while sending its request");
     add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
@@ -116,6 +120,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
             (cuda ? " on the device" : "");
         serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
         sched_options.whole_prompts = cuda;
+        sched_options.kept_caches = a->prefix_caches;
         sched_options.threads = &threads;
         serve::Scheduler scheduler(*backend, caches, sched_options);
 

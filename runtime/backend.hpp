@@ -60,6 +60,9 @@ class KvPool {
   public:
     virtual ~KvPool() = default;
     virtual std::unique_ptr<KvCache> take(uint64_t positions) = 0;
+    // Makes a cache this pool gave hold at least `positions` positions (its blocks kept, more
+    // taken), or returns false with nothing changed: too few free blocks, or a pool that cannot.
+    virtual bool extend(KvCache& /*cache*/, uint64_t /*positions*/) { return false; }
     virtual uint64_t free_blocks() const = 0;
     virtual uint64_t total_blocks() const = 0;
 };

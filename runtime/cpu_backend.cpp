@@ -132,6 +132,10 @@ class CpuKvPool final : public KvPool {
         if (!cache->reserve(positions)) return nullptr;
         return cache;
     }
+    bool extend(KvCache& cache, uint64_t positions) override {
+        auto* paged = dynamic_cast<PagedKvCache*>(&cache);
+        return paged && positions <= max_positions_ && paged->extend(positions);
+    }
     uint64_t free_blocks() const override { return pool_.free_blocks(); }
     uint64_t total_blocks() const override { return pool_.total_blocks(); }
 

@@ -66,6 +66,18 @@ PagedKvCache::PagedKvCache(KvBlockPool& pool, uint64_t limit)
 // the pool's unchecked path; release() checks them.
 PagedKvCache::~PagedKvCache() { pool_.give_back(ids_); }
 
+bool PagedKvCache::extend(uint64_t positions) {
+    if (positions <= limit_) return reserve(positions);
+    const uint64_t before = limit_;
+    limit_ = positions;
+    if (!reserve(positions)) {
+        limit_ = before;
+        return false;
+    }
+    capacity_ = std::min(limit_, ids_.size() * kBlockPositions);  // the blocks held may cover it
+    return true;
+}
+
 bool PagedKvCache::reserve(uint64_t positions) {
     if (positions > limit_)
         throw Error("KV cache: " + std::to_string(positions) +

@@ -93,6 +93,10 @@ class PagedKvCache final : public CpuKvCache {
     // Makes capacity() at least `positions` (<= limit()): takes the blocks missing, all or none.
     // False when the pool has too few free blocks (then nothing changes).
     bool reserve(uint64_t positions);
+    // Raises the limit to `positions` and takes the blocks missing for it, all or none; false
+    // (nothing changed) when the pool has too few free blocks. A kept cache reused by a longer
+    // sequence (serve's prefix reuse).
+    bool extend(uint64_t positions);
     // Returns every block to the pool; the cache is then empty, of capacity 0.
     void release();
     uint64_t blocks_held() const { return ids_.size(); }

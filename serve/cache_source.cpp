@@ -13,6 +13,11 @@ std::unique_ptr<KvCache> PagedCacheSource::take(uint64_t positions) {
     return cache;
 }
 
+bool PagedCacheSource::extend(KvCache& cache, uint64_t positions) {
+    auto* paged = dynamic_cast<PagedKvCache*>(&cache);
+    return paged && paged->extend(positions);
+}
+
 PoolCacheSource::PoolCacheSource(std::unique_ptr<KvPool> pool) : pool_(std::move(pool)) {
     if (!pool_) throw Error("serve: no KV block pool");
 }

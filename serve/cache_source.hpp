@@ -28,6 +28,9 @@ class KvCacheSource {
     virtual std::unique_ptr<KvCache> take(uint64_t positions) = 0;
     // Returns a cache take() gave; it is destroyed.
     virtual void give_back(std::unique_ptr<KvCache> cache) = 0;
+    // Makes a cache take() gave hold at least `positions` positions, or false with nothing
+    // changed (too few free blocks; a source that cannot).
+    virtual bool extend(KvCache& /*cache*/, uint64_t /*positions*/) { return false; }
     virtual uint64_t free_blocks() const = 0;
     virtual uint64_t total_blocks() const = 0;
 };
@@ -37,6 +40,7 @@ class PagedCacheSource final : public KvCacheSource {
     explicit PagedCacheSource(KvBlockPool& pool) : pool_(pool) {}
     std::unique_ptr<KvCache> take(uint64_t positions) override;
     void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
+    bool extend(KvCache& cache, uint64_t positions) override;
     uint64_t free_blocks() const override { return pool_.free_blocks(); }
     uint64_t total_blocks() const override { return pool_.total_blocks(); }
 
@@ -49,6 +53,9 @@ class PoolCacheSource final : public KvCacheSource {
     explicit PoolCacheSource(std::unique_ptr<KvPool> pool);
     std::unique_ptr<KvCache> take(uint64_t positions) override { return pool_->take(positions); }
     void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
+    bool extend(KvCache& cache, uint64_t positions) override {
+        return pool_->extend(cache, positions);
+    }
     uint64_t free_blocks() const override { return pool_->free_blocks(); }
     uint64_t total_blocks() const override { return pool_->total_blocks(); }
 

@@ -419,7 +419,9 @@ void HttpServer::Impl::routes() {
                               {"running", s.running},
                               {"queued", s.queued},
                               {"free_kv_blocks", s.free_blocks},
-                              {"total_kv_blocks", s.total_blocks}}),
+                              {"total_kv_blocks", s.total_blocks},
+                              {"kept_caches", s.kept},
+                              {"reused_prompt_tokens", s.reused_positions}}),
                         "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

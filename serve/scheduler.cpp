@@ -46,7 +46,8 @@ struct Scheduler::Sequence {
     std::optional<Sampler> sampler;
     uint64_t fed = 0;  // prompt tokens run
     uint64_t generated = 0;
-    int32_t last = 0;  // the token to decode next
+    std::vector<int32_t> chosen;  // the tokens delivered, in order (kept_caches only)
+    int32_t last = 0;             // the token to decode next
     bool done = false;
 };
 
@@ -72,6 +73,7 @@ Scheduler::Scheduler(Backend& backend, KvCacheSource* caches,
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(backend.model().config().max_position_embeddings) + ")");
     if (options.prefill_chunk == 0) throw Error("scheduler: prefill_chunk must be at least 1");
+    if (options.whole_prompts) options_.kept_caches = 0;  // rows depend on the cut (header)
     free_blocks_ = caches_.free_blocks();
 }
 
@@ -79,6 +81,12 @@ Scheduler::~Scheduler() {
     stop();
     for (auto& s : running_) finish(*s, FinishReason::cancelled);
     for (auto& s : queue_) s->stream->finish(FinishReason::cancelled);
+    give_back_kept();
+}
+
+void Scheduler::give_back_kept() {
+    for (Kept& k : kept_) caches_.give_back(std::move(k.cache));
+    kept_.clear();
 }
 
 Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
@@ -142,7 +150,7 @@ void Scheduler::admit() {
         Sequence& s = *queue_.front();
         std::unique_ptr<KvCache> cache;
         try {
-            cache = caches_.take(s.limit);
+            cache = take_cache(s);
         } catch (const std::exception& e) {
             // The source failed (device memory, say): this request fails; the queue goes on.
             s.stream->finish(FinishReason::error, e.what());
@@ -157,9 +165,61 @@ void Scheduler::admit() {
     }
 }
 
+std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
+    const std::vector<int32_t>& prompt = s.request.prompt;
+    // The kept cache sharing the longest start with all of the prompt but its last token (whose
+    // logits the first step needs), the most recent among equals; extended for s if too small.
+    size_t best = 0;
+    uint64_t shared = 0;
+    for (size_t i = kept_.size(); i-- > 0;) {
+        const Kept& k = kept_[i];
+        const uint64_t most = std::min<uint64_t>(k.tokens.size(), prompt.size() - 1);
+        uint64_t n = 0;
+        while (n < most && k.tokens[n] == prompt[n]) ++n;
+        if (n > shared) {
+            best = i;
+            shared = n;
+        }
+    }
+    if (shared > 0 &&
+        (kept_[best].cache->capacity() >= s.limit || caches_.extend(*kept_[best].cache, s.limit))) {
+        std::unique_ptr<KvCache> cache = std::move(kept_[best].cache);
+        kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(best));
+        cache->truncate(shared);
+        s.fed = shared;
+        reused_ += shared;
+        return cache;
+    }
+    for (;;) {
+        if (auto cache = caches_.take(s.limit)) return cache;
+        if (kept_.empty()) return nullptr;
+        caches_.give_back(std::move(kept_.front().cache));  // the oldest kept cache's blocks
+        kept_.pop_front();
+    }
+}
+
+void Scheduler::keep(Sequence& s) {
+    // The cache holds the prompt's positions and then those of the delivered tokens fed since
+    // (the last one delivered never is): its first size() tokens.
+    const uint64_t n = s.cache->size();
+    std::vector<int32_t> tokens = s.request.prompt;
+    tokens.insert(tokens.end(), s.chosen.begin(), s.chosen.end());
+    if (n == 0 || n > tokens.size()) return caches_.give_back(std::move(s.cache));
+    tokens.resize(n);
+    kept_.push_back({std::move(tokens), std::move(s.cache)});
+    while (kept_.size() > options_.kept_caches) {
+        caches_.give_back(std::move(kept_.front().cache));
+        kept_.pop_front();
+    }
+}
+
 void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
     s.done = true;
-    if (s.cache) caches_.give_back(std::move(s.cache));
+    // A failed step may have left its cache partly written: never kept.
+    if (s.cache && options_.kept_caches > 0 && reason != FinishReason::error)
+        keep(s);
+    else if (s.cache)
+        caches_.give_back(std::move(s.cache));
     s.stream->finish(reason, std::move(error));
 }
 
@@ -195,6 +255,7 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
     if (std::find(stops.begin(), stops.end(), next) != stops.end())
         return finish(s, FinishReason::stop);
     s.stream->push(next);
+    if (options_.kept_caches > 0) s.chosen.push_back(next);
     s.last = next;
     if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)
         finish(s, FinishReason::length);
@@ -259,6 +320,7 @@ bool Scheduler::step() {
         std::lock_guard lock(mutex_);
         running_count_ = running_.size();
         free_blocks_ = caches_.free_blocks();
+        kept_count_ = kept_.size();
         steps_ += batch.empty() ? 0 : 1;
     }
     return !batch.empty();
@@ -271,6 +333,7 @@ void Scheduler::fail_running(const std::string& why) {
     std::lock_guard lock(mutex_);
     running_count_ = 0;
     free_blocks_ = caches_.free_blocks();
+    kept_count_ = kept_.size();
 }
 
 void Scheduler::start() {
@@ -309,7 +372,8 @@ void Scheduler::stop() {
 
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mutex_);
-    return {running_count_, queue_.size(), free_blocks_, caches_.total_blocks(), steps_};
+    return {running_count_, queue_.size(), free_blocks_, caches_.total_blocks(),
+            steps_,         kept_count_,   reused_};
 }
 
 }  // namespace qforge::serve

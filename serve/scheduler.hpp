@@ -14,6 +14,15 @@
 // Each sequence samples with its own Sampler seeded by its request, in the order generate()
 // does, and its logits do not depend on the rest of the batch (runtime/batch_forward.cpp), so a
 // request's tokens equal `qforge generate`'s for the same prompt and options whatever else runs.
+//
+// Prefix reuse (SchedulerOptions::kept_caches): a finished sequence's cache may be kept with the
+// tokens whose keys and values it holds; a request whose prompt starts with some of them takes
+// the cache over, truncated to the shared start, and runs only the rest of its prompt (a shared
+// system prompt, a conversation's next turn, a client's repeated instructions). Exact where a
+// row's keys and values depend only on the tokens up to it, not on how its prompt was cut or
+// batched (the CPU backend: runtime/batch_forward.cpp), so a request's tokens still equal
+// generate()'s; not with whole_prompts. A kept cache goes back to the pool as soon as an
+// admission lacks blocks, oldest first, so keeping never makes a request wait.
 #pragma once
 
 #include <atomic>
@@ -93,6 +102,9 @@ struct SchedulerOptions {
     // request's tokens independent of the other prompts of its step. Only for a backend without
     // a batched step (the CPU's takes at most CpuBackend::kMaxBatch tokens a step).
     bool whole_prompts = false;
+    // Finished sequences whose caches are kept for prefix reuse (header comment), the most recent
+    // ones; 0: none, every cache goes back to the pool when its sequence ends.
+    uint64_t kept_caches = 0;
     // Threads to check and sample a step's logits rows on, a share of the sequences each (each
     // sequence's sampler is its own, so its tokens are a serial loop's); null: the scheduler's
     // thread alone. The backend's pool, which nothing else may use while step() runs.
@@ -101,6 +113,8 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
     uint64_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, steps = 0;
+    uint64_t kept = 0;              // caches kept for prefix reuse (their blocks are not free)
+    uint64_t reused_positions = 0;  // prompt positions taken from kept caches, in all
 };
 
 class Scheduler {
@@ -152,6 +166,14 @@ class Scheduler {
     };
     Choice choose(Sequence& s, std::span<float> logits) const noexcept;
     void deliver(Sequence& s, const Choice& choice);
+    // Admission's cache for s: a kept one that shares the most of s's prompt (s.fed set to the
+    // shared positions), else one from the source, giving kept caches back while it is short;
+    // null when nothing fits yet.
+    std::unique_ptr<KvCache> take_cache(Sequence& s);
+    // s's cache into kept_ with its tokens (the oldest kept one back to the source past
+    // kept_caches).
+    void keep(Sequence& s);
+    void give_back_kept();
 
     Backend& backend_;
     std::unique_ptr<KvCacheSource> own_caches_;  // the pool's, for the KvBlockPool constructor
@@ -164,7 +186,12 @@ class Scheduler {
     std::condition_variable work_;
     std::deque<std::unique_ptr<Sequence>> queue_;
     std::vector<std::unique_ptr<Sequence>> running_;  // the scheduler thread's alone
-    uint64_t running_count_ = 0, free_blocks_ = 0, steps_ = 0;
+    struct Kept {
+        std::vector<int32_t> tokens;  // the positions the cache holds, in order
+        std::unique_ptr<KvCache> cache;
+    };
+    std::deque<Kept> kept_;  // the scheduler thread's alone; oldest first
+    uint64_t running_count_ = 0, free_blocks_ = 0, steps_ = 0, kept_count_ = 0, reused_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };

@@ -163,6 +163,22 @@ TEST_CASE("paged KV cache: reserve all or none, blocks back on release and destr
         CHECK(one.capacity() == 0);
         CHECK(pool.free_blocks() == 2);
         CHECK(one.reserve(P));
+        // extend: a higher limit, within the blocks held (capacity follows), then past the free
+        // ones (nothing changes), then with blocks taken.
+        PagedKvCache grown(pool, P / 2);
+        REQUIRE(grown.reserve(P / 2));
+        CHECK(grown.capacity() == P / 2);
+        CHECK(grown.extend(P));
+        CHECK(grown.capacity() == P);
+        CHECK(grown.blocks_held() == 1);
+        CHECK(pool.free_blocks() == 0);
+        CHECK_FALSE(grown.extend(P + 1));
+        CHECK(grown.limit() == P);
+        CHECK(grown.capacity() == P);
+        two.release();
+        CHECK(grown.extend(3 * P));
+        CHECK(grown.capacity() == 3 * P);
+        CHECK(grown.blocks_held() == 3);
     }
     CHECK(pool.free_blocks() == 4);  // no leak: the destructors returned the rest
     {

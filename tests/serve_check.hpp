@@ -52,11 +52,13 @@ inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_
 }
 
 // `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
-// random prompts of 1-max_prompt tokens, max_tokens 1-10, a random stop id, greedy (even) or
-// sampled with the request's own seed (odd). Each must give generate()'s tokens on `backend` (run
-// first, alone). Returns the steps taken.
+// random prompts of 1-max_prompt tokens (each after one of `starts`, picked at random, when there
+// are any), max_tokens 1-10, a random stop id, greedy (even) or sampled with the request's own
+// seed (odd). Each must give generate()'s tokens on `backend` (run first, alone). Returns the
+// steps taken.
 inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched, size_t n,
-                                      std::mt19937_64& rng, uint64_t max_prompt = 24) {
+                                      std::mt19937_64& rng, uint64_t max_prompt = 24,
+                                      const std::vector<std::vector<int32_t>>& starts = {}) {
     const ModelConfig& c = backend.model().config();
     struct Case {
         serve::SequenceRequest req;
@@ -68,8 +70,11 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
     for (size_t i = 0; i < cases.size(); ++i) {
         const SamplingParams sp =
             i % 2 ? SamplingParams{0.9f, 20, 0.9f, 100 + i} : SamplingParams{0.0f, 0, 1.0f, 1};
-        cases[i].req =
-            request(random_ids(rng, 1 + rng() % max_prompt, c.vocab_size), 1 + rng() % 10, sp);
+        std::vector<int32_t> prompt;
+        if (!starts.empty()) prompt = starts[rng() % starts.size()];
+        const auto tail = random_ids(rng, 1 + rng() % max_prompt, c.vocab_size);
+        prompt.insert(prompt.end(), tail.begin(), tail.end());
+        cases[i].req = request(std::move(prompt), 1 + rng() % 10, sp);
         cases[i].req.stop_ids = {static_cast<int32_t>(rng() % c.vocab_size)};
         GenerateOptions o;
         o.sampling = sp;
@@ -91,7 +96,7 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
             if (k.stream && !k.got.finished) drain(*k.stream, k.got);
     }
     for (size_t i = 0; i < cases.size(); ++i) {
-        INFO("request " << i);
+        INFO("request " << i << ": " << cases[i].got.error);
         CHECK(cases[i].got.tokens == cases[i].want);
     }
     return sched.stats().steps - steps_before;
