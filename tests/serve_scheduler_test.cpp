@@ -52,114 +52,115 @@ void check_per_sequence_serving(std::unique_ptr<Backend> inner, uint64_t seed) {
     CHECK(caches.free_blocks() == caches.total_blocks());
 }
 
-}  // namespace
-
-TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, greedy and sampled",
-          "[scheduler]") {
-    test::ScratchDir dir("serve-scheduler");
+// fn(backend, config, threads) on stories260K (f32 and q4_g128) and one GQA checkpoint (the rest
+// is batch_forward_test's), each under its name, on a pool of two threads; at least one runs.
+template <class F>
+void on_serve_models(const char* scratch, F&& fn) {
+    test::ScratchDir dir(scratch);
     ThreadPool threads(2);
-    std::mt19937_64 rng(5);
     int checked = 0;
-    // stories260K (f32 and q4_g128) and one GQA checkpoint: the rest is batch_forward_test's.
     for (const auto& m : test::serve_models(dir, {"llama_gqa_untied"})) {
         INFO(m.name);
         Model model(m.path);
-        const ModelConfig& c = model.config();
         auto backend = make_cpu_backend(model, threads);
-        const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
-        // A pool for about five sequences at once, eight slots, chunks of 7 prompt tokens: some
-        // requests wait for blocks, most steps mix prefill and decode. Rows sampled on both
-        // threads, as `serve` does.
-        KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
-        serve::SchedulerOptions so{8, ctx, 64, 7};
-        so.threads = &threads;
-        Scheduler sched(*backend, pool, so);
-        CHECK(check_random_arrivals(*backend, sched, 32, rng) < 32 * 12);  // shared steps
-        CHECK(pool.free_blocks() == pool.total_blocks());
+        fn(*backend, model.config(), threads);
         ++checked;
     }
     CHECK(checked >= 1);
 }
 
-TEST_CASE("scheduler: prefix reuse gives generate's tokens, at random arrival and across turns",
+}  // namespace
+
+TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, greedy and sampled",
           "[scheduler]") {
-    test::ScratchDir dir("serve-prefix");
-    ThreadPool threads(2);
-    std::mt19937_64 rng(11);
-    int checked = 0;
-    for (const auto& m : test::serve_models(dir, {"llama_gqa_untied"})) {
-        INFO(m.name);
-        Model model(m.path);
-        const ModelConfig& c = model.config();
-        auto backend = make_cpu_backend(model, threads);
-        const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
-        {
-            // 32 requests, each prompt one of three starts and a random tail: most take over a
-            // kept cache (up to 4), through prompt chunks of 7 in mixed steps, in a pool for
-            // about five sequences, so kept caches go back whenever admission needs blocks.
-            std::vector<std::vector<int32_t>> starts;
-            for (int i = 0; i < 3; ++i) starts.push_back(test::random_ids(rng, 9, c.vocab_size));
+    std::mt19937_64 rng(5);
+    on_serve_models(
+        "serve-scheduler", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
+            const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
+            // A pool for about five sequences at once, eight slots, chunks of 7 prompt tokens: some
+            // requests wait for blocks, most steps mix prefill and decode. Rows sampled on both
+            // threads, as `serve` does.
             KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
             serve::SchedulerOptions so{8, ctx, 64, 7};
             so.threads = &threads;
-            so.kept_caches = 4;
+            Scheduler sched(backend, pool, so);
+            CHECK(check_random_arrivals(backend, sched, 32, rng) < 32 * 12);  // shared steps
+            CHECK(pool.free_blocks() == pool.total_blocks());
+        });
+}
+
+TEST_CASE("scheduler: prefix reuse gives generate's tokens, at random arrival and across turns",
+          "[scheduler]") {
+    std::mt19937_64 rng(11);
+    on_serve_models(
+        "serve-prefix", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
+            const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
             {
-                Scheduler sched(*backend, pool, so);
-                check_random_arrivals(*backend, sched, 32, rng, 12, starts);
-                const auto st = sched.stats();
-                CHECK(st.reused_positions > 0);
-                CHECK(st.kept >= 1);
-                CHECK(st.kept <= 4);
-                CHECK(pool.free_blocks() < pool.total_blocks());  // the kept caches' blocks
+                // 32 requests, each prompt one of three starts and a random tail: most take over a
+                // kept cache (up to 4), through prompt chunks of 7 in mixed steps, in a pool for
+                // about five sequences, so kept caches go back whenever admission needs blocks.
+                std::vector<std::vector<int32_t>> starts;
+                for (int i = 0; i < 3; ++i)
+                    starts.push_back(test::random_ids(rng, 9, c.vocab_size));
+                KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
+                serve::SchedulerOptions so{8, ctx, 64, 7};
+                so.threads = &threads;
+                so.kept_caches = 4;
+                {
+                    Scheduler sched(backend, pool, so);
+                    check_random_arrivals(backend, sched, 32, rng, 12, starts);
+                    const auto st = sched.stats();
+                    CHECK(st.reused_positions > 0);
+                    CHECK(st.kept >= 1);
+                    CHECK(st.kept <= 4);
+                    CHECK(pool.free_blocks() < pool.total_blocks());  // the kept caches' blocks
+                }
+                CHECK(pool.free_blocks() == pool.total_blocks());  // given back with the scheduler
             }
-            CHECK(pool.free_blocks() == pool.total_blocks());  // given back with the scheduler
-        }
-        {
-            // A conversation's next turn: the first answer's prompt and tokens, then more. The
-            // kept cache holds the first prompt and every answer token but the last (never fed),
-            // and is extended for the longer sequence.
-            const uint64_t ctx2 =
-                std::min<uint64_t>(2 * CpuKvCache::kBlockPositions, c.max_position_embeddings);
-            KvBlockPool pool(c, CpuKvCache::blocks_for(ctx2));  // one whole context: 2 blocks
-            serve::SchedulerOptions so{2, ctx2, 8, 16};
-            so.kept_caches = 2;
-            Scheduler sched(*backend, pool, so);
-            auto run = [&](std::vector<int32_t> prompt, uint64_t max_tokens) {
-                GenerateOptions o;
-                o.sampling = {0.0f, 0, 1.0f, 1};  // request()'s: greedy
-                o.max_new_tokens = max_tokens;
-                const auto want = generate(*backend, prompt, o).tokens;
-                auto sub = sched.submit(request(std::move(prompt), max_tokens));
-                REQUIRE(sub.stream);
-                Collected got;
-                while (sched.step()) drain(*sub.stream, got);
-                drain(*sub.stream, got);
-                CHECK(got.finished);
-                CHECK(got.tokens == want);
-                return got.tokens;
-            };
-            const auto first = test::random_ids(rng, 5, c.vocab_size);
-            const auto answer = run(first, 6);
-            REQUIRE(answer.size() == 6);
-            CHECK(sched.stats().kept == 1);
-            std::vector<int32_t> second = first;
-            second.insert(second.end(), answer.begin(), answer.end());
-            second.push_back(7);
-            run(second, 4);
-            CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
-            // A prompt sharing nothing takes a fresh cache; one that needs the whole pool is
-            // admitted at once, the kept caches given back for it.
-            run(test::random_ids(rng, 3, c.vocab_size), 2);
-            if (pool.total_blocks() == 2) {
-                CHECK(sched.stats().kept == 2);
-                CHECK(pool.free_blocks() == 0);
+            {
+                // A conversation's next turn: the first answer's prompt and tokens, then more. The
+                // kept cache holds the first prompt and every answer token but the last (never
+                // fed), and is extended for the longer sequence.
+                const uint64_t ctx2 =
+                    std::min<uint64_t>(2 * CpuKvCache::kBlockPositions, c.max_position_embeddings);
+                KvBlockPool pool(c, CpuKvCache::blocks_for(ctx2));  // one whole context: 2 blocks
+                serve::SchedulerOptions so{2, ctx2, 8, 16};
+                so.kept_caches = 2;
+                Scheduler sched(backend, pool, so);
+                auto run = [&](std::vector<int32_t> prompt, uint64_t max_tokens) {
+                    GenerateOptions o;
+                    o.sampling = {0.0f, 0, 1.0f, 1};  // request()'s: greedy
+                    o.max_new_tokens = max_tokens;
+                    const auto want = generate(backend, prompt, o).tokens;
+                    auto sub = sched.submit(request(std::move(prompt), max_tokens));
+                    REQUIRE(sub.stream);
+                    Collected got;
+                    while (sched.step()) drain(*sub.stream, got);
+                    drain(*sub.stream, got);
+                    CHECK(got.finished);
+                    CHECK(got.tokens == want);
+                    return got.tokens;
+                };
+                const auto first = test::random_ids(rng, 5, c.vocab_size);
+                const auto answer = run(first, 6);
+                REQUIRE(answer.size() == 6);
+                CHECK(sched.stats().kept == 1);
+                std::vector<int32_t> second = first;
+                second.insert(second.end(), answer.begin(), answer.end());
+                second.push_back(7);
+                run(second, 4);
+                CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
+                // A prompt sharing nothing takes a fresh cache; one that needs the whole pool is
+                // admitted at once, the kept caches given back for it.
+                run(test::random_ids(rng, 3, c.vocab_size), 2);
+                if (pool.total_blocks() == 2) {
+                    CHECK(sched.stats().kept == 2);
+                    CHECK(pool.free_blocks() == 0);
+                }
+                run(test::random_ids(rng, 4, c.vocab_size), ctx2 - 4);
+                CHECK(sched.stats().kept == 1);  // the last request's own
             }
-            run(test::random_ids(rng, 4, c.vocab_size), ctx2 - 4);
-            CHECK(sched.stats().kept == 1);  // the last request's own
-        }
-        ++checked;
-    }
-    CHECK(checked >= 1);
+        });
 }
 
 TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cancel frees at once",

@@ -484,14 +484,16 @@ struct BufferedCodes {
     }
 };
 
-// A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g].
+// A tile of NT tokens over one chunk: the running sums from (and back to) sums[t][g], from zero
+// at a row's first chunk (b0 = 0).
 template <QType T, int NT, bool Biased, class Codes>
 QF_AVX512 void chunk_tile(const PackedBlock (*pk)[kGroups], const Codes& codes, uint64_t b0,
                           uint64_t nb, const QActivations& a, uint64_t tok, __m512* sums,
                           const Prefetch* pf, uint64_t part) {
     __m512 acc[NT][kGroups];
     for (int t = 0; t < NT; ++t)
-        for (uint64_t g = 0; g < kGroups; ++g) acc[t][g] = _mm512_load_ps(&sums[kGroups * t + g]);
+        for (uint64_t g = 0; g < kGroups; ++g)
+            acc[t][g] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(&sums[kGroups * t + g]);
     chunk_tokens<T, NT, Biased>(pk, codes, b0, nb, a, tok, acc, pf, part);
     for (int t = 0; t < NT; ++t)
         for (uint64_t g = 0; g < kGroups; ++g) _mm512_store_ps(&sums[kGroups * t + g], acc[t][g]);
@@ -776,7 +778,6 @@ QF_AVX512 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const
             tile[g] = m.tile(i < m.tiles() ? i : rg / kLanes);
             row[g] = packed_row_meta<T>(tile[g]);
         }
-        for (uint64_t i = 0; i < n * kGroups; ++i) sums[i] = _mm512_setzero_ps();
         for (uint64_t c = 0; c < pl.chunks; ++c) {
             const uint64_t nb = pl.chunk_blocks(c), b0 = c * kChunkBlocks;
             const uint8_t* codes[kGroups];
