@@ -133,7 +133,7 @@ class CpuKvPool final : public KvPool {
         return cache;
     }
     bool extend(KvCache& cache, uint64_t positions) override {
-        auto* paged = dynamic_cast<PagedKvCache*>(&cache);
+        auto* paged = dynamic_cast<PagedKvCache*>(&cache);  // take()'s bound on positions too
         return paged && positions <= max_positions_ && paged->extend(positions);
     }
     uint64_t free_blocks() const override { return pool_.free_blocks(); }

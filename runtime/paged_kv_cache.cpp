@@ -70,7 +70,14 @@ bool PagedKvCache::extend(uint64_t positions) {
     if (positions <= limit_) return reserve(positions);
     const uint64_t before = limit_;
     limit_ = positions;
-    if (!reserve(positions)) {
+    bool ok = false;
+    try {
+        ok = reserve(positions);
+    } catch (...) {  // out of memory in the block table: as it was
+        limit_ = before;
+        throw;
+    }
+    if (!ok) {
         limit_ = before;
         return false;
     }

@@ -169,10 +169,14 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     const std::vector<int32_t>& prompt = s.request.prompt;
     // The kept cache sharing the longest start with all of the prompt but its last token (whose
     // logits the first step needs), the most recent among equals; extended for s if too small.
+    // One holding more blocks than s needs is passed over: taken, it would pin them for s's
+    // whole run (a long answer's cache for a short request).
+    const uint64_t blocks = CpuKvCache::blocks_for(s.limit);
     size_t best = 0;
     uint64_t shared = 0;
     for (size_t i = kept_.size(); i-- > 0;) {
         const Kept& k = kept_[i];
+        if (CpuKvCache::blocks_for(k.cache->capacity()) > blocks) continue;
         const uint64_t most = std::min<uint64_t>(k.tokens.size(), prompt.size() - 1);
         uint64_t n = 0;
         while (n < most && k.tokens[n] == prompt[n]) ++n;
@@ -206,7 +210,9 @@ void Scheduler::keep(Sequence& s) {
     tokens.insert(tokens.end(), s.chosen.begin(), s.chosen.end());
     if (n == 0 || n > tokens.size()) return caches_.give_back(std::move(s.cache));
     tokens.resize(n);
-    kept_.push_back({std::move(tokens), std::move(s.cache)});
+    kept_.emplace_back();  // may throw: then s.cache is still s's
+    kept_.back().tokens = std::move(tokens);
+    kept_.back().cache = std::move(s.cache);
     while (kept_.size() > options_.kept_caches) {
         caches_.give_back(std::move(kept_.front().cache));
         kept_.pop_front();
@@ -215,11 +221,15 @@ void Scheduler::keep(Sequence& s) {
 
 void Scheduler::finish(Sequence& s, FinishReason reason, std::string error) {
     s.done = true;
-    // A failed step may have left its cache partly written: never kept.
-    if (s.cache && options_.kept_caches > 0 && reason != FinishReason::error)
-        keep(s);
-    else if (s.cache)
-        caches_.give_back(std::move(s.cache));
+    // A failed step may have left its cache partly written: never kept. Keeping allocates; if
+    // it fails the cache goes back instead, so finishing never throws.
+    if (s.cache && options_.kept_caches > 0 && reason != FinishReason::error) {
+        try {
+            keep(s);
+        } catch (...) {  // out of memory: given back below
+        }
+    }
+    if (s.cache) caches_.give_back(std::move(s.cache));
     s.stream->finish(reason, std::move(error));
 }
 
