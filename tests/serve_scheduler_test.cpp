@@ -72,6 +72,30 @@ void on_serve_models(const char* scratch, F&& fn) {
     CHECK(checked >= 1);
 }
 
+// 32 requests at random arrival (check_random_arrivals, prompts after `starts` when given) on a
+// pool for about five sequences, eight slots, chunks of 7 prompt tokens: some requests wait for
+// blocks, most steps mix prefill and decode; rows sampled on both threads, as `serve` does. The
+// scheduler's stats at the end (kept caches still held); the pool is whole once it is gone.
+serve::SchedulerStats random_arrivals_on_pool(Backend& backend, const ModelConfig& c,
+                                              ThreadPool& threads, std::mt19937_64& rng,
+                                              uint64_t kept_caches,
+                                              const std::vector<std::vector<int32_t>>& starts = {},
+                                              uint64_t max_prompt = 24) {
+    KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
+    serve::SchedulerOptions so{8, std::min<uint64_t>(64, c.max_position_embeddings), 64, 7};
+    so.threads = &threads;
+    so.kept_caches = kept_caches;
+    serve::SchedulerStats st;
+    {
+        Scheduler sched(backend, pool, so);
+        const uint64_t steps = check_random_arrivals(backend, sched, 32, rng, max_prompt, starts);
+        CHECK(steps < 32 * 12);  // requests shared steps
+        st = sched.stats();
+    }
+    CHECK(pool.free_blocks() == pool.total_blocks());
+    return st;
+}
+
 }  // namespace
 
 TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, greedy and sampled",
@@ -79,16 +103,8 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
     std::mt19937_64 rng(5);
     on_serve_models(
         "serve-scheduler", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
-            const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
-            // A pool for about five sequences at once, eight slots, chunks of 7 prompt tokens: some
-            // requests wait for blocks, most steps mix prefill and decode. Rows sampled on both
-            // threads, as `serve` does.
-            KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
-            serve::SchedulerOptions so{8, ctx, 64, 7};
-            so.threads = &threads;
-            Scheduler sched(backend, pool, so);
-            CHECK(check_random_arrivals(backend, sched, 32, rng) < 32 * 12);  // shared steps
-            CHECK(pool.free_blocks() == pool.total_blocks());
+            const auto st = random_arrivals_on_pool(backend, c, threads, rng, 0);
+            CHECK(st.free_blocks == st.total_blocks);  // every cache back as its sequence ended
         });
 }
 
@@ -97,28 +113,18 @@ TEST_CASE("scheduler: prefix reuse gives generate's tokens, at random arrival an
     std::mt19937_64 rng(11);
     on_serve_models(
         "serve-prefix", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
-            const uint64_t ctx = std::min<uint64_t>(64, c.max_position_embeddings);
             {
-                // 32 requests, each prompt one of three starts and a random tail: most take over a
-                // kept cache (up to 4), through prompt chunks of 7 in mixed steps, in a pool for
-                // about five sequences, so kept caches go back whenever admission needs blocks.
+                // Each prompt one of three starts and a random tail: most take over a kept cache
+                // (up to 4); the small pool makes kept caches go back whenever admission needs
+                // blocks.
                 std::vector<std::vector<int32_t>> starts;
                 for (int i = 0; i < 3; ++i)
                     starts.push_back(test::random_ids(rng, 9, c.vocab_size));
-                KvBlockPool pool(c, 5 * CpuKvCache::blocks_for(34));
-                serve::SchedulerOptions so{8, ctx, 64, 7};
-                so.threads = &threads;
-                so.kept_caches = 4;
-                {
-                    Scheduler sched(backend, pool, so);
-                    check_random_arrivals(backend, sched, 32, rng, 12, starts);
-                    const auto st = sched.stats();
-                    CHECK(st.reused_positions > 0);
-                    CHECK(st.kept >= 1);
-                    CHECK(st.kept <= 4);
-                    CHECK(pool.free_blocks() < pool.total_blocks());  // the kept caches' blocks
-                }
-                CHECK(pool.free_blocks() == pool.total_blocks());  // given back with the scheduler
+                const auto st = random_arrivals_on_pool(backend, c, threads, rng, 4, starts, 12);
+                CHECK(st.reused_positions > 0);
+                CHECK(st.kept >= 1);
+                CHECK(st.kept <= 4);
+                CHECK(st.free_blocks < st.total_blocks);  // the kept caches' blocks
             }
             {
                 // A conversation's next turn on the backend's own pool (as `serve` runs): the first
