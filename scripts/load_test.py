@@ -44,6 +44,19 @@ def percentile(values, p):
     return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
 
 
+def health(args):
+    """The server's /health object, or {} (another server, or none there)."""
+    try:
+        conn = http.client.HTTPConnection(args.host, args.port, timeout=10)
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return json.loads(body) if resp.status == 200 else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def one_request(args, index):
     """One streamed request: (ttft seconds, [inter-chunk gaps], completion tokens)."""
     body = {"max_tokens": args.max_tokens, "stream": True, "temperature": args.temperature,
@@ -106,6 +119,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args()
 
+    health_before = health(args)
     rss_before = rss_kib(args.pid) if args.pid else 0
     cpu_before = cpu_seconds(args.pid) if args.pid else 0.0
     lock = threading.Lock()
@@ -160,6 +174,17 @@ def main():
         # where wall-clock throughput depends on what else runs.
         result["server_cpu_s"] = round(cpu_used, 2)
         result["cpu_ms_per_token"] = round(1000 * cpu_used / max(tokens[0], 1), 2)
+    # qforge serve's step counters: how full its batches ran (rows per step: decode tokens and
+    # prompt chunks; sampled tokens per step: the sequences decoding together).
+    health_after = health(args)
+    if all(k in health_before and k in health_after for k in ("steps", "step_rows", "step_tokens")):
+        steps = health_after["steps"] - health_before["steps"]
+        result["server_steps"] = steps
+        if steps > 0:
+            result["rows_per_step"] = round(
+                (health_after["step_rows"] - health_before["step_rows"]) / steps, 2)
+            result["tokens_per_step"] = round(
+                (health_after["step_tokens"] - health_before["step_tokens"]) / steps, 2)
     if args.json:
         print(json.dumps(result))
     else:

@@ -421,7 +421,10 @@ void HttpServer::Impl::routes() {
                               {"free_kv_blocks", s.free_blocks},
                               {"total_kv_blocks", s.total_blocks},
                               {"kept_caches", s.kept},
-                              {"reused_prompt_tokens", s.reused_positions}}),
+                              {"reused_prompt_tokens", s.reused_positions},
+                              {"steps", s.steps},
+                              {"step_rows", s.step_rows},
+                              {"step_tokens", s.step_tokens}}),
                         "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

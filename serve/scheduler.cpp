@@ -324,6 +324,11 @@ bool Scheduler::step() {
         s->fed += chunk;
         budget -= std::min(chunk, budget);
     }
+    uint64_t rows = 0, sampled = 0;
+    for (const BatchSequence& b : batch) {
+        rows += b.tokens.size();
+        sampled += b.logits ? 1 : 0;
+    }
     if (!batch.empty()) run_batch(seqs, batch);
     std::erase_if(running_, [](const auto& s) { return s->done; });
     {
@@ -332,6 +337,8 @@ bool Scheduler::step() {
         free_blocks_ = caches_.free_blocks();
         kept_count_ = kept_.size();
         steps_ += batch.empty() ? 0 : 1;
+        step_rows_ += rows;
+        step_tokens_ += sampled;
     }
     return !batch.empty();
 }
@@ -383,7 +390,8 @@ void Scheduler::stop() {
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mutex_);
     return {running_count_, queue_.size(), free_blocks_, caches_.total_blocks(),
-            steps_,         kept_count_,   reused_};
+            steps_,         kept_count_,   reused_,      step_rows_,
+            step_tokens_};
 }
 
 }  // namespace qforge::serve

@@ -115,6 +115,8 @@ struct SchedulerStats {
     uint64_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, steps = 0;
     uint64_t kept = 0;              // caches kept for prefix reuse (their blocks are not free)
     uint64_t reused_positions = 0;  // prompt positions taken from kept caches, in all
+    uint64_t step_rows = 0;         // rows run in all steps (decode tokens and prompt chunks)
+    uint64_t step_tokens = 0;       // tokens sampled in all steps (a logits row each)
 };
 
 class Scheduler {
@@ -192,6 +194,7 @@ class Scheduler {
     };
     std::deque<Kept> kept_;  // the scheduler thread's alone; oldest first
     uint64_t running_count_ = 0, free_blocks_ = 0, steps_ = 0, kept_count_ = 0, reused_ = 0;
+    uint64_t step_rows_ = 0, step_tokens_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };

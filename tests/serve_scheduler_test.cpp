@@ -34,12 +34,16 @@ namespace {
 // whole prompt, later steps one token; the budget is whole at the end.
 void check_per_sequence_serving(std::unique_ptr<Backend> inner, uint64_t seed) {
     const ModelConfig& c = inner->model().config();
-    uint64_t cut_prompts = 0;
+    uint64_t cut_prompts = 0, steps = 0, rows = 0, sampled = 0;
     test::HookedBackend backend(
         std::move(inner),
         [&](std::span<const BatchSequence> batch) {
-            for (const BatchSequence& b : batch)
+            ++steps;
+            for (const BatchSequence& b : batch) {
                 if (b.cache->size() > 0 ? b.tokens.size() != 1 : !b.logits) ++cut_prompts;
+                rows += b.tokens.size();
+                sampled += b.logits ? 1 : 0;
+            }
         },
         true);
     std::mt19937_64 rng(seed);
@@ -50,6 +54,10 @@ void check_per_sequence_serving(std::unique_ptr<Backend> inner, uint64_t seed) {
     Scheduler sched(backend, caches, so);
     CHECK(check_random_arrivals(backend, sched, 16, rng) < 16 * 11);  // requests shared steps
     CHECK(cut_prompts == 0);
+    // The step counters /health reports are the batches the backend was given.
+    CHECK(sched.stats().steps == steps);
+    CHECK(sched.stats().step_rows == rows);
+    CHECK(sched.stats().step_tokens == sampled);
     CHECK(sched.stats().kept == 0);
     CHECK(sched.stats().reused_positions == 0);
     CHECK(caches.free_blocks() == caches.total_blocks());
