@@ -1,7 +1,8 @@
 // End-to-end: `qforge serve` on stories260K answering the official PyPI `openai` client
 // (tests/e2e/openai_client_test.py: completions streamed and not against `qforge generate`,
-// seeded sampling, models, refusals, the API key). Runs with the first Python that imports
-// openai: $QFORGE_PYTHON, then python3; skips with the reason otherwise.
+// seeded sampling, models, refusals, the API key; runs with the first Python that imports openai:
+// $QFORGE_PYTHON, then python3, and skips with the reason otherwise), and measured by
+// scripts/load_test.py (tests/e2e/load_test_check.py, standard library only).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
@@ -27,19 +28,28 @@ TEST_CASE("serve answers the official openai client (streaming and not)", "[serv
         QF_SKIP("no Python with the openai package (pip install openai; or set QFORGE_PYTHON)");
     test::ScratchDir dir("serve-openai");
     const auto model = test::convert_stories(data, "hf", dir);
-    const std::string cmd = "'" + python + "' '" + std::string(QFORGE_SOURCE_DIR) +
-                            "/tests/e2e/openai_client_test.py' '" + QFORGE_BINARY + "' '" +
-                            model.string() + "' 2>&1";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    REQUIRE(pipe);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    const int status = ::pclose(pipe);
-    INFO(out);
-    CHECK(status == 0);
-    CHECK_THAT(out, Catch::Contains("openai e2e: ok"));
+    const auto r = test::run_shell("'" + python + "' '" + std::string(QFORGE_SOURCE_DIR) +
+                                   "/tests/e2e/openai_client_test.py' '" + QFORGE_BINARY + "' '" +
+                                   model.string() + "'");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("openai e2e: ok"));
+}
+
+// scripts/load_test.py (standard library only) against the server: its counts, latencies,
+// resident memory and /health step counters, batching at four streams, and every request an
+// error where no server listens (tests/e2e/load_test_check.py).
+TEST_CASE("scripts/load_test.py measures qforge serve and counts failed requests", "[serve][e2e]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) QF_SKIP("no python3");
+    test::ScratchDir dir("serve-load-test");
+    const auto model = test::convert_stories(data, "hf", dir);
+    const auto r = test::run_shell("python3 '" + std::string(QFORGE_SOURCE_DIR) +
+                                   "/tests/e2e/load_test_check.py' '" + QFORGE_BINARY + "' '" +
+                                   model.string() + "'");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("load test e2e: ok"));
 }
 
 TEST_CASE("serve --backend cuda without a device: one error line naming CUDA", "[serve][cli]") {

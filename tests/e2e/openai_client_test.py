@@ -10,46 +10,17 @@ completion streamed (the chunks must add up to the same text), a seeded sampled 
 as BadRequestError), bad requests the client raises as errors, and an API key the client must
 send. Exits 0 when every check passes, 1 with the failures listed otherwise.
 """
-import os
-import socket
 import subprocess
 import sys
-import time
 
 import openai
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(qforge, model, *extra):
-    port = free_port()
-    proc = subprocess.Popen(
-        [qforge, "serve", model, "--port", str(port), "--threads", "2", "--ctx", "256", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("qforge serve exited: " + proc.stdout.read())
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("qforge serve did not start listening")
+from e2e_support import Checks, start
 
 
 def main():
     qforge, model = sys.argv[1], sys.argv[2]
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
+    check = Checks()
 
     prompt = "Once upon a time"
     gen = subprocess.run([qforge, "generate", model, "--raw", "--greedy", "-n", "24", "-q",
@@ -116,11 +87,7 @@ def main():
         proc.terminate()
         proc.communicate(timeout=30)
 
-    for f in failures:
-        print("FAIL:", f)
-    print("openai e2e:", "ok" if not failures else f"{len(failures)} failures",
-          f"(openai {openai.__version__})")
-    return 1 if failures else 0
+    return check.report("openai e2e", f"(openai {openai.__version__})")
 
 
 if __name__ == "__main__":
