@@ -8,8 +8,9 @@ Starts the server on a free loopback port and runs the load test twice, one stre
 counted (at most requests x max_tokens, at least one each), latencies and the server's resident
 memory reported, and the server's step counters read from /health (tokens per step between 1
 and the number of streams; above 1 at four streams: the requests were batched). Then against a
-port nobody listens on: every request an error, exit status 1. Exits 0 when every check passes,
-1 with the failures listed otherwise.
+port nobody listens on, and without the key a server wants: every request an error, exit
+status 1 (with the key, none). Exits 0 when every check passes, 1 with the failures listed
+otherwise.
 """
 import json
 import os
@@ -66,6 +67,18 @@ def main():
     code, out, _ = load_test(free_port(), "--streams", "2", "--requests", "3")
     check(code == 1, f"no server: exit {code}")
     check(json.loads(out)["errors"] == 3 if out.strip() else False, f"no server: {out!r}")
+
+    # HTTP errors: a server that wants a key refuses every request without it (401), none with.
+    proc, port = start(qforge, model, "--api-key", "k3y")
+    try:
+        code, out, _ = load_test(port, "--streams", "2", "--requests", "3", "--max-tokens", "4")
+        check(code == 1 and json.loads(out)["errors"] == 3, f"no key: exit {code}, {out!r}")
+        code, out, _ = load_test(port, "--streams", "2", "--requests", "3", "--max-tokens", "4",
+                                 "--api-key", "k3y")
+        check(code == 0 and json.loads(out)["errors"] == 0, f"the key: exit {code}, {out!r}")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
     return check.report("load test e2e")
 
