@@ -99,6 +99,23 @@ bool socket_end(int fd, bool peer, std::string& ip, int& port) {
     return true;
 }
 
+// fn(fd) for each of the process's descriptors (/proc/self/fd) until it returns true; whether
+// one did (false without /proc).
+template <class F>
+bool find_descriptor(F&& fn) {
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (!dir) return false;
+    bool found = false;
+    while (const dirent* e = ::readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+        if ((found = fn(static_cast<int>(fd)))) break;
+    }
+    ::closedir(dir);
+    return found;
+}
+
 // The connection a request came on, watched for the client leaving. httplib 0.11 gives a handler
 // neither its socket nor a disconnect signal, and a non-streaming handler writes nothing until
 // the answer is complete, so it could not notice a client gone (a streaming one notices when a
@@ -111,24 +128,16 @@ bool socket_end(int fd, bool peer, std::string& ip, int& port) {
 class ClientSocket {
   public:
     explicit ClientSocket(const httplib::Request& req) {
-        DIR* dir = ::opendir("/proc/self/fd");
-        if (!dir) return;
-        while (const dirent* e = ::readdir(dir)) {
-            char* end = nullptr;
-            const long fd = std::strtol(e->d_name, &end, 10);
-            if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+        find_descriptor([&](int fd) {
             std::string ip;
             int port = -1;
-            if (!socket_end(static_cast<int>(fd), true, ip, port) || port != req.remote_port ||
-                ip != req.remote_addr)
-                continue;
-            if (!socket_end(static_cast<int>(fd), false, ip, port) || port != req.local_port ||
-                ip != req.local_addr)
-                continue;
-            fd_ = static_cast<int>(fd);
-            break;
-        }
-        ::closedir(dir);
+            if (!socket_end(fd, true, ip, port) || port != req.remote_port || ip != req.remote_addr)
+                return false;
+            if (!socket_end(fd, false, ip, port) || port != req.local_port || ip != req.local_addr)
+                return false;
+            fd_ = fd;
+            return true;
+        });
     }
     bool found() const { return fd_ >= 0; }
     bool gone() const {
@@ -142,6 +151,17 @@ class ClientSocket {
 };
 
 }  // namespace
+
+bool widen_listen_backlog(int port) {
+    return find_descriptor([&](int fd) {
+        int listening = 0;
+        socklen_t len = sizeof listening;
+        std::string ip;
+        int bound = -1;
+        return ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening &&
+               socket_end(fd, false, ip, bound) && bound == port && ::listen(fd, SOMAXCONN) == 0;
+    });
+}
 
 bool token_matches(std::string_view given, std::string_view key) {
     // Every byte of the key is compared, against the given token's byte or 0 past its end, and
@@ -469,6 +489,7 @@ void HttpServer::bind() {
     if (port_ == 0)
         throw Error("serve: cannot listen on " + o.host + ":" + std::to_string(o.port) +
                     " (in use, or not an address of this machine)");
+    widen_listen_backlog(port_);
 }
 
 void HttpServer::listen() { impl_->svr.listen_after_bind(); }

@@ -41,11 +41,22 @@ struct ServerOptions {
 // where a wrong token first differs.
 bool token_matches(std::string_view given, std::string_view key);
 
+// Raises the backlog of the process's socket listening on `port` to the system's maximum
+// (SOMAXCONN): httplib 0.11, which Debian builds as a shared library, listens with a backlog of 5
+// connections (CPPHTTPLIB_LISTEN_BACKLOG, compiled in). A burst of more connects than that while
+// its accept thread waits for a core (a step's threads hold both of a 2-core machine) overflowed
+// the queue: the kernel dropped the SYNs and the clients retried 1 s later, then 3 s (load test,
+// 16 streams: TTFT p99 2057 ms where the server's own first-token times stayed under 0.16 s;
+// /proc/net/netstat's ListenOverflows counted them). Linux takes a second listen() on a listening
+// socket as its new backlog. Whether the socket was found (no /proc/self/fd: not Linux).
+bool widen_listen_backlog(int port);
+
 class HttpServer {
   public:
     HttpServer(Scheduler& scheduler, const Tokenizer& tokenizer, ServerOptions options);
     ~HttpServer();
-    // Binds the socket (throws Error when it cannot); then port() is the bound port.
+    // Binds the socket (throws Error when it cannot; its backlog widened, widen_listen_backlog);
+    // then port() is the bound port.
     void bind();
     int port() const { return port_; }
     // Serves until stop() (from another thread or a signal's watcher).

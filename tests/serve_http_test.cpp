@@ -5,12 +5,16 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "runtime/generate.hpp"
 #include "runtime/thread_pool.hpp"
@@ -455,4 +459,62 @@ TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequenc
     auto r = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
     REQUIRE(r);
     CHECK(r->status == 200);
+}
+
+namespace {
+// A loopback socket listening with a backlog of 1 on a free port (its port in `port`).
+int small_listener(int& port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+    return fd;
+}
+
+// How many of `n` non-blocking connects to `port` complete within `ms` while nobody accepts:
+// the listener's accept queue holds its backlog (+1) of them; the kernel drops the SYNs of the
+// rest, whose clients retry only a second later.
+int connects_completed(int port, int n, int ms) {
+    std::vector<pollfd> fds;
+    for (int i = 0; i < n; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const int r = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+        REQUIRE((r == 0 || errno == EINPROGRESS));
+        fds.push_back({fd, POLLOUT, 0});
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    int done = 0;
+    while (done < n && std::chrono::steady_clock::now() < deadline) {
+        ::poll(fds.data(), fds.size(), 10);
+        done = 0;
+        for (const pollfd& p : fds) done += (p.revents & POLLOUT) ? 1 : 0;
+    }
+    for (const pollfd& p : fds) ::close(p.fd);
+    return done;
+}
+}  // namespace
+
+TEST_CASE("serve HTTP: the listening socket's backlog takes a burst of connects", "[serve]") {
+    // The backlog of 1 a socket is given (httplib's is 5) holds 2 of 64 simultaneous connects;
+    // widened, all 64 complete at once.
+    int port = 0;
+    const int narrow = small_listener(port);
+    CHECK(connects_completed(port, 64, 300) < 64);
+    ::close(narrow);
+    const int wide = small_listener(port);
+    REQUIRE(serve::widen_listen_backlog(port));
+    CHECK(connects_completed(port, 64, 1000) == 64);
+    ::close(wide);
+    CHECK_FALSE(serve::widen_listen_backlog(port));  // nothing listens there now
 }
