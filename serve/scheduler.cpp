@@ -185,8 +185,17 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
             shared = n;
         }
     }
-    if (shared > 0 &&
-        (kept_[best].cache->capacity() >= s.limit || caches_.extend(*kept_[best].cache, s.limit))) {
+    // Extending it may need blocks the other kept caches hold: they go back first, oldest first,
+    // before the best one would (the loop below gives back the oldest, which may be it).
+    bool fits = shared > 0 && kept_[best].cache->capacity() >= s.limit;
+    while (shared > 0 && !fits && !(fits = caches_.extend(*kept_[best].cache, s.limit))) {
+        const size_t oldest = best == 0 ? 1 : 0;
+        if (oldest >= kept_.size()) break;
+        caches_.give_back(std::move(kept_[oldest].cache));
+        kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(oldest));
+        if (oldest < best) --best;
+    }
+    if (fits) {
         std::unique_ptr<KvCache> cache = std::move(kept_[best].cache);
         kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(best));
         cache->truncate(shared);

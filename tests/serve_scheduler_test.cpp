@@ -80,6 +80,24 @@ void on_serve_models(const char* scratch, F&& fn) {
     CHECK(checked >= 1);
 }
 
+// One greedy request (request()'s sampling) alone on `sched` until it finishes: its tokens,
+// checked against generate()'s on `backend`.
+std::vector<int32_t> run_alone(Backend& backend, Scheduler& sched, std::vector<int32_t> prompt,
+                               uint64_t max_tokens) {
+    GenerateOptions o;
+    o.sampling = {0.0f, 0, 1.0f, 1};
+    o.max_new_tokens = max_tokens;
+    const auto want = generate(backend, prompt, o).tokens;
+    auto sub = sched.submit(request(std::move(prompt), max_tokens));
+    REQUIRE(sub.stream);
+    Collected got;
+    while (sched.step()) drain(*sub.stream, got);
+    drain(*sub.stream, got);
+    CHECK(got.finished);
+    CHECK(got.tokens == want);
+    return got.tokens;
+}
+
 // 32 requests at random arrival (check_random_arrivals, prompts after `starts` when given) on a
 // pool for about five sequences, eight slots, chunks of 7 prompt tokens: some requests wait for
 // blocks, most steps mix prefill and decode; rows sampled on both threads, as `serve` does. The
@@ -119,67 +137,76 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
 TEST_CASE("scheduler: prefix reuse gives generate's tokens, at random arrival and across turns",
           "[scheduler]") {
     std::mt19937_64 rng(11);
-    on_serve_models(
-        "serve-prefix", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
-            {
-                // Each prompt one of three starts and a random tail: most take over a kept cache
-                // (up to 4); the small pool makes kept caches go back whenever admission needs
-                // blocks.
-                std::vector<std::vector<int32_t>> starts;
-                for (int i = 0; i < 3; ++i)
-                    starts.push_back(test::random_ids(rng, 9, c.vocab_size));
-                const auto st = random_arrivals_on_pool(backend, c, threads, rng, 4, starts, 12);
-                CHECK(st.reused_positions > 0);
-                CHECK(st.kept >= 1);
-                CHECK(st.kept <= 4);
-                CHECK(st.free_blocks < st.total_blocks);  // the kept caches' blocks
-            }
-            {
-                // A conversation's next turn on the backend's own pool (as `serve` runs): the first
-                // answer's prompt and tokens, then more. The kept cache holds the first prompt and
-                // every answer token but the last (never fed), and takes a second block for the
-                // longer sequence.
-                constexpr uint64_t P = CpuKvCache::kBlockPositions;
-                const uint64_t ctx2 = std::min<uint64_t>(2 * P, c.max_position_embeddings);
-                serve::PoolCacheSource caches(backend.new_kv_pool(CpuKvCache::blocks_for(ctx2)));
-                serve::SchedulerOptions so{2, ctx2, 8, 16};
-                so.kept_caches = 2;
-                Scheduler sched(backend, caches, so);
-                auto run = [&](std::vector<int32_t> prompt, uint64_t max_tokens) {
-                    GenerateOptions o;
-                    o.sampling = {0.0f, 0, 1.0f, 1};  // request()'s: greedy
-                    o.max_new_tokens = max_tokens;
-                    const auto want = generate(backend, prompt, o).tokens;
-                    auto sub = sched.submit(request(std::move(prompt), max_tokens));
-                    REQUIRE(sub.stream);
-                    Collected got;
-                    while (sched.step()) drain(*sub.stream, got);
-                    drain(*sub.stream, got);
-                    CHECK(got.finished);
-                    CHECK(got.tokens == want);
-                    return got.tokens;
-                };
-                const auto first = test::random_ids(rng, 5, c.vocab_size);
-                const auto answer = run(first, 6);
-                REQUIRE(answer.size() == 6);
-                CHECK(sched.stats().kept == 1);
-                std::vector<int32_t> second = first;
-                second.insert(second.end(), answer.begin(), answer.end());
-                second.push_back(7);
-                const bool two_blocks = caches.total_blocks() == 2;
-                run(second, two_blocks ? P : 4);  // 12 + P positions: two blocks
-                CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
-                CHECK(sched.stats().kept == 1);
-                if (two_blocks) CHECK(caches.free_blocks() == 0);  // the kept cache holds both
-                // A prompt that starts otherwise (one block, where the kept cache holds two) takes
-                // a fresh cache, the kept one given back for its block.
-                std::vector<int32_t> third = {
-                    static_cast<int32_t>(second[0] % (c.vocab_size - 1) + 1), 3, 4};
-                run(third, 2);
-                CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
-                CHECK(sched.stats().kept == 1);
-            }
-        });
+    on_serve_models("serve-prefix", [&](Backend& backend, const ModelConfig& c,
+                                        ThreadPool& threads) {
+        {
+            // Each prompt one of three starts and a random tail: most take over a kept cache
+            // (up to 4); the small pool makes kept caches go back whenever admission needs
+            // blocks.
+            std::vector<std::vector<int32_t>> starts;
+            for (int i = 0; i < 3; ++i) starts.push_back(test::random_ids(rng, 9, c.vocab_size));
+            const auto st = random_arrivals_on_pool(backend, c, threads, rng, 4, starts, 12);
+            CHECK(st.reused_positions > 0);
+            CHECK(st.kept >= 1);
+            CHECK(st.kept <= 4);
+            CHECK(st.free_blocks < st.total_blocks);  // the kept caches' blocks
+        }
+        {
+            // A conversation's next turn on the backend's own pool (as `serve` runs): the first
+            // answer's prompt and tokens, then more. The kept cache holds the first prompt and
+            // every answer token but the last (never fed), and takes a second block for the
+            // longer sequence.
+            constexpr uint64_t P = CpuKvCache::kBlockPositions;
+            const uint64_t ctx2 = std::min<uint64_t>(2 * P, c.max_position_embeddings);
+            serve::PoolCacheSource caches(backend.new_kv_pool(CpuKvCache::blocks_for(ctx2)));
+            serve::SchedulerOptions so{2, ctx2, 8, 16};
+            so.kept_caches = 2;
+            Scheduler sched(backend, caches, so);
+            const auto first = test::random_ids(rng, 5, c.vocab_size);
+            const auto answer = run_alone(backend, sched, first, 6);
+            REQUIRE(answer.size() == 6);
+            CHECK(sched.stats().kept == 1);
+            std::vector<int32_t> second = first;
+            second.insert(second.end(), answer.begin(), answer.end());
+            second.push_back(7);
+            const bool two_blocks = caches.total_blocks() == 2;
+            run_alone(backend, sched, second, two_blocks ? P : 4);  // 12 + P positions: two blocks
+            CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
+            CHECK(sched.stats().kept == 1);
+            if (two_blocks) CHECK(caches.free_blocks() == 0);  // the kept cache holds both
+            // A prompt that starts otherwise (one block, where the kept cache holds two) takes
+            // a fresh cache, the kept one given back for its block.
+            std::vector<int32_t> third = {static_cast<int32_t>(second[0] % (c.vocab_size - 1) + 1),
+                                          3, 4};
+            run_alone(backend, sched, third, 2);
+            CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
+            CHECK(sched.stats().kept == 1);
+        }
+        {
+            // The next turn's kept cache must grow by a block another kept cache holds: that
+            // one goes back, not the one the turn reuses.
+            constexpr uint64_t P = CpuKvCache::kBlockPositions;
+            if (c.max_position_embeddings < 2 * P) return;
+            serve::PoolCacheSource caches(backend.new_kv_pool(2));
+            serve::SchedulerOptions so{2, 2 * P, 8, 16};
+            so.kept_caches = 2;
+            Scheduler sched(backend, caches, so);
+            const auto first = test::random_ids(rng, 5, c.vocab_size);
+            const auto answer = run_alone(backend, sched, first, 6);
+            std::vector<int32_t> other = {static_cast<int32_t>(first[0] % (c.vocab_size - 1) + 1),
+                                          5};
+            run_alone(backend, sched, other, 2);
+            REQUIRE(sched.stats().kept == 2);
+            REQUIRE(caches.free_blocks() == 0);  // one block each
+            std::vector<int32_t> second = first;
+            second.insert(second.end(), answer.begin(), answer.end());
+            second.push_back(7);
+            run_alone(backend, sched, second, P);  // 12 + P positions: two blocks
+            CHECK(sched.stats().reused_positions == first.size() + answer.size() - 1);
+            CHECK(sched.stats().kept == 1);
+            CHECK(caches.free_blocks() == 0);  // the grown turn's cache, kept
+        }
+    });
 }
 
 TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cancel frees at once",
