@@ -39,17 +39,18 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def percentile(values, p):
+def percentile_ms(values, p):
+    """The p-th percentile of `values` (seconds) in milliseconds; None (JSON null) for none."""
     if not values:
-        return float("nan")
+        return None
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
+    return round(1000 * s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))], 1)
 
 
 def health(args):
     """The server's /health object, or {} (another server, or none there)."""
     try:
-        conn = http.client.HTTPConnection(args.host, args.port, timeout=10)
+        conn = http.client.HTTPConnection(args.host, args.port, timeout=min(10.0, args.timeout))
         conn.request("GET", "/health")
         resp = conn.getresponse()
         body = resp.read()
@@ -88,19 +89,25 @@ class Request:
         self.done = False
         self.t0 = time.perf_counter()
         self.ttft, self.last, self.gaps, self.tokens = None, None, [], 0
-        self.sock = socket.create_connection((args.host, args.port), timeout=300)
+        self.sock = socket.create_connection((args.host, args.port), timeout=args.timeout)
         self.sock.setblocking(False)
 
     def writable(self):
         """Sends what it can of the request; True once all is sent."""
-        sent = self.sock.send(self.out)
+        try:
+            sent = self.sock.send(self.out)
+        except BlockingIOError:  # the send buffer is full: later
+            return False
         self.out = self.out[sent:]
         return not self.out
 
     def readable(self):
         """Takes what arrived; True once the response is complete (the [DONE] event, or the
         server closed the connection). Raises on an HTTP error or an error event."""
-        data = self.sock.recv(65536)
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:  # nothing after all
+            return False
         if not data:
             if self.status is None or (self.status == 200 and not self.done):
                 raise RuntimeError("connection closed before the response ended")
@@ -191,7 +198,15 @@ def run(args):
 
     start_next()
     while sel.get_map():
-        for key, mask in sel.select():
+        ready = sel.select(timeout=args.timeout)
+        if not ready:  # every stream silent that long: each open request fails
+            for key in list(sel.get_map().values()):
+                errors.append(f"nothing received for {args.timeout:g} s")
+                sel.unregister(key.fileobj)
+                key.data.close()
+            start_next()
+            continue
+        for key, mask in ready:
             r = key.data
             try:
                 if mask & selectors.EVENT_WRITE:
@@ -224,6 +239,8 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--pid", type=int, default=0, help="the server's pid: RSS before and after")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds without a byte on any stream before the open requests fail")
     args = ap.parse_args()
 
     health_before = health(args)
@@ -243,10 +260,10 @@ def main():
         "streams": args.streams, "requests": args.requests, "errors": len(errors),
         "seconds": round(wall, 3), "completion_tokens": tokens,
         "tokens_per_s": round(tokens / wall, 2) if wall > 0 else 0.0,
-        "ttft_p50_ms": round(1000 * percentile(ttfts, 50), 1),
-        "ttft_p99_ms": round(1000 * percentile(ttfts, 99), 1),
-        "itl_p50_ms": round(1000 * percentile(gaps, 50), 1),
-        "itl_p99_ms": round(1000 * percentile(gaps, 99), 1),
+        "ttft_p50_ms": percentile_ms(ttfts, 50),
+        "ttft_p99_ms": percentile_ms(ttfts, 99),
+        "itl_p50_ms": percentile_ms(gaps, 50),
+        "itl_p99_ms": percentile_ms(gaps, 99),
         "client_cpu_s": round(client_cpu, 2),
     }
     if args.pid:

@@ -8,19 +8,28 @@ Starts the server on a free loopback port and runs the load test twice, one stre
 counted (at most requests x max_tokens, at least one each), latencies and the server's resident
 memory reported, and the server's step counters read from /health (tokens per step between 1
 and the number of streams; above 1 at four streams: the requests were batched). Then against a
-port nobody listens on, and without the key a server wants: every request an error, exit
-status 1 (with the key, none). Exits 0 when every check passes, 1 with the failures listed
-otherwise.
+port nobody listens on, one that never answers (--timeout), and without the key a server wants:
+every request an error, exit status 1 (with the key, none). Exits 0 when every check passes, 1
+with the failures listed otherwise.
 """
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 from e2e_support import Checks, free_port, start
 
 LOAD_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
                          "load_test.py")
+
+
+def strict_json(text):
+    """One JSON object, refusing NaN and Infinity (not JSON: other parsers reject them)."""
+    def refuse(name):
+        raise ValueError(f"{name} in the output")
+    return json.loads(text, parse_constant=refuse)
 
 
 def load_test(port, *args):
@@ -42,7 +51,7 @@ def main():
                                        str(proc.pid))
             check(code == 0, f"{streams} streams: exit {code}: {err[-500:]}")
             try:
-                r = json.loads(out)
+                r = strict_json(out)
             except ValueError:
                 check(False, f"{streams} streams: not one JSON object: {out[-500:]!r}")
                 continue
@@ -66,16 +75,28 @@ def main():
 
     code, out, _ = load_test(free_port(), "--streams", "2", "--requests", "3")
     check(code == 1, f"no server: exit {code}")
-    check(json.loads(out)["errors"] == 3 if out.strip() else False, f"no server: {out!r}")
+    check(strict_json(out)["errors"] == 3 if out.strip() else False, f"no server: {out!r}")
+
+    # A server that takes connections and never answers: each request fails once --timeout has
+    # passed with nothing received.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        t0 = time.perf_counter()
+        code, out, _ = load_test(silent.getsockname()[1], "--streams", "2", "--requests", "2",
+                                 "--timeout", "0.5")
+        took = time.perf_counter() - t0
+    check(code == 1 and strict_json(out)["errors"] == 2, f"silent server: exit {code}, {out!r}")
+    check(took < 10, f"silent server: {took:.1f} s")
 
     # HTTP errors: a server that wants a key refuses every request without it (401), none with.
     proc, port = start(qforge, model, "--api-key", "k3y")
     try:
         code, out, _ = load_test(port, "--streams", "2", "--requests", "3", "--max-tokens", "4")
-        check(code == 1 and json.loads(out)["errors"] == 3, f"no key: exit {code}, {out!r}")
+        check(code == 1 and strict_json(out)["errors"] == 3, f"no key: exit {code}, {out!r}")
         code, out, _ = load_test(port, "--streams", "2", "--requests", "3", "--max-tokens", "4",
                                  "--api-key", "k3y")
-        check(code == 0 and json.loads(out)["errors"] == 0, f"the key: exit {code}, {out!r}")
+        check(code == 0 and strict_json(out)["errors"] == 0, f"the key: exit {code}, {out!r}")
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
