@@ -137,13 +137,19 @@ std::string sse_text(const std::string& body, bool chat, std::string* finish = n
     return text;
 }
 
-// Sends raw bytes on a fresh loopback connection; returns the socket.
-int raw_connect(int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// 127.0.0.1:port (0: any free port, for bind).
+sockaddr_in loopback(int port) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return addr;
+}
+
+// Sends raw bytes on a fresh loopback connection; returns the socket.
+int raw_connect(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = loopback(port);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     return fd;
 }
@@ -466,9 +472,7 @@ namespace {
 int small_listener(int& port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = loopback(0);
     REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     REQUIRE(::listen(fd, 1) == 0);
     socklen_t len = sizeof addr;
@@ -485,10 +489,7 @@ int connects_completed(int port, int n, int ms) {
     for (int i = 0; i < n; ++i) {
         const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         REQUIRE(fd >= 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(static_cast<uint16_t>(port));
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sockaddr_in addr = loopback(port);
         const int r = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
         REQUIRE((r == 0 || errno == EINPROGRESS));
         fds.push_back({fd, POLLOUT, 0});

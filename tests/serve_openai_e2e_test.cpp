@@ -5,11 +5,29 @@
 // scripts/load_test.py (tests/e2e/load_test_check.py, standard library only).
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "cli_support.hpp"
 #include "kernels/device_info.hpp"
 
 using namespace qforge;
+
+namespace {
+// tests/e2e/SCRIPT run by `python` against the qforge binary and stories260K converted to a .qf:
+// exit status 0 and its `verdict` line.
+void run_script(const std::filesystem::path& data, const std::string& python, const char* script,
+                const char* verdict) {
+    test::ScratchDir dir(std::string("serve-e2e-") + script);
+    const auto model = test::convert_stories(data, "hf", dir);
+    const auto r =
+        test::run_shell("'" + python + "' '" + std::string(QFORGE_SOURCE_DIR) + "/tests/e2e/" +
+                        script + "' '" + QFORGE_BINARY + "' '" + model.string() + "'");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains(verdict));
+}
+}  // namespace
 
 TEST_CASE("serve answers the official openai client (streaming and not)", "[serve][e2e]") {
     QF_REQUIRE_SHARED_DATA(data);
@@ -26,14 +44,7 @@ TEST_CASE("serve answers the official openai client (streaming and not)", "[serv
     }
     if (python.empty())
         QF_SKIP("no Python with the openai package (pip install openai; or set QFORGE_PYTHON)");
-    test::ScratchDir dir("serve-openai");
-    const auto model = test::convert_stories(data, "hf", dir);
-    const auto r = test::run_shell("'" + python + "' '" + std::string(QFORGE_SOURCE_DIR) +
-                                   "/tests/e2e/openai_client_test.py' '" + QFORGE_BINARY + "' '" +
-                                   model.string() + "'");
-    INFO(r.output);
-    CHECK(r.exit_code == 0);
-    CHECK_THAT(r.output, Catch::Contains("openai e2e: ok"));
+    run_script(data, python, "openai_client_test.py", "openai e2e: ok");
 }
 
 // scripts/load_test.py (standard library only) against the server: its counts, latencies,
@@ -42,14 +53,7 @@ TEST_CASE("serve answers the official openai client (streaming and not)", "[serv
 TEST_CASE("scripts/load_test.py measures qforge serve and counts failed requests", "[serve][e2e]") {
     QF_REQUIRE_SHARED_DATA(data);
     if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) QF_SKIP("no python3");
-    test::ScratchDir dir("serve-load-test");
-    const auto model = test::convert_stories(data, "hf", dir);
-    const auto r = test::run_shell("python3 '" + std::string(QFORGE_SOURCE_DIR) +
-                                   "/tests/e2e/load_test_check.py' '" + QFORGE_BINARY + "' '" +
-                                   model.string() + "'");
-    INFO(r.output);
-    CHECK(r.exit_code == 0);
-    CHECK_THAT(r.output, Catch::Contains("load test e2e: ok"));
+    run_script(data, "python3", "load_test_check.py", "load test e2e: ok");
 }
 
 TEST_CASE("serve --backend cuda without a device: one error line naming CUDA", "[serve][cli]") {
