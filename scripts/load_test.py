@@ -56,8 +56,12 @@ def health(args):
         body = resp.read()
         conn.close()
         return json.loads(body) if resp.status == 200 else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return {}
+
+
+MAX_HEAD = 1 << 16  # bytes of response headers, and of one event line, before the request fails
+MAX_LINE = 1 << 20
 
 
 class Request:
@@ -118,6 +122,8 @@ class Request:
         if self.status is None:
             end = self.raw.find(b"\r\n\r\n")
             if end < 0:
+                if len(self.raw) > MAX_HEAD:
+                    raise RuntimeError(f"no end of the response headers in {MAX_HEAD} bytes")
                 return False
             lines = self.raw[:end].decode("latin-1").split("\r\n")
             self.status = int(lines[0].split()[1])
@@ -147,6 +153,8 @@ class Request:
         while not self.done:
             eol = self.events.find(b"\n")
             if eol < 0:
+                if len(self.events) > MAX_LINE:
+                    raise RuntimeError(f"an event line over {MAX_LINE} bytes")
                 return False
             line = self.events[:eol].strip()
             self.events = self.events[eol + 1:]
@@ -218,8 +226,8 @@ def run(args):
                 ttfts.append(r.ttft if r.ttft is not None else time.perf_counter() - r.t0)
                 gaps.extend(r.gaps)
                 tokens += r.tokens
-            except (OSError, RuntimeError, ValueError) as e:
-                errors.append(str(e))
+            except Exception as e:  # noqa: BLE001 -- whatever the server sent, that request failed
+                errors.append(f"{type(e).__name__}: {e}")
             sel.unregister(r.sock)
             r.close()
         start_next()

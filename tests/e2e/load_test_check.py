@@ -8,15 +8,16 @@ Starts the server on a free loopback port and runs the load test twice, one stre
 counted (at most requests x max_tokens, at least one each), latencies and the server's resident
 memory reported, and the server's step counters read from /health (tokens per step between 1
 and the number of streams; above 1 at four streams: the requests were batched). Then against a
-port nobody listens on, one that never answers (--timeout), and without the key a server wants:
-every request an error, exit status 1 (with the key, none). Exits 0 when every check passes, 1
-with the failures listed otherwise.
+port nobody listens on, one that never answers (--timeout), one that answers nonsense, and
+without the key a server wants: every request an error, exit status 1 (with the key, none).
+Exits 0 when every check passes, 1 with the failures listed otherwise.
 """
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from e2e_support import Checks, free_port, start
@@ -88,6 +89,28 @@ def main():
         took = time.perf_counter() - t0
     check(code == 1 and strict_json(out)["errors"] == 2, f"silent server: exit {code}, {out!r}")
     check(took < 10, f"silent server: {took:.1f} s")
+
+    # A server that answers nonsense (no status line, then a line with no end): each request
+    # an error, not a crash of the client.
+    for reply in (b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\ndata: " + b"a" * (2 << 20)):
+        with socket.socket() as bad:
+            bad.bind(("127.0.0.1", 0))
+            bad.listen(8)
+
+            def answer():
+                for _ in range(4):  # /health twice, then the two requests
+                    conn, _ = bad.accept()
+                    with conn:
+                        conn.recv(65536)
+                        try:
+                            conn.sendall(reply)
+                        except OSError:
+                            pass
+
+            threading.Thread(target=answer, daemon=True).start()
+            code, out, _ = load_test(bad.getsockname()[1], "--streams", "2", "--requests", "2",
+                                     "--timeout", "5")
+        check(code == 1 and strict_json(out)["errors"] == 2, f"nonsense: exit {code}, {out!r}")
 
     # HTTP errors: a server that wants a key refuses every request without it (401), none with.
     proc, port = start(qforge, model, "--api-key", "k3y")
