@@ -431,6 +431,16 @@ void register_all() {
                         bm_quant(st, t, s, 16, QActivations::Mode::int8, 2, uint64_t{8} << 20,
                                  true);
                     });
+    // A 16-stream step's output head: SmolLM2's tied 49152 x 576 embedding as q8_g32 (30 MiB,
+    // from DRAM), and a 4096-row slice of it that stays in L3 (the same rows and tokens: what the
+    // whole head would take if its stream arrived in time).
+    for (uint64_t rows : {uint64_t{49152}, uint64_t{4096}})
+        reg("head/q8_g32/" + std::to_string(rows) + "x576/m:16/packed/" +
+                (rows == 49152 ? "dram" : "l3") + "/threads:2",
+            [=](benchmark::State& st) {
+                bm_quant(st, QType::q8_g32, {rows, 576}, 16, QActivations::Mode::int8, 2,
+                         rows == 49152 ? kRotateBytes : 0, true);
+            });
     // One thread at 2048 x 2048, m = 128: prefill's compute-bound loop on one core, the figure the
     // instruction-set levels are compared on (one run per QFORGE_ISA; kernels/README.md).
     for (QType t : {QType::f16, QType::bf16, QType::f32})
