@@ -17,7 +17,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     struct Args {
         std::string model, prompt, system, chat_template;
         uint64_t n = 128;
-        float temp = 0.8f, top_p = 0.95f;
+        float temp = 0.8f, top_p = 0.95f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
         uint32_t top_k = 40;
         bool greedy = false;
         bool raw = false;
@@ -41,6 +41,12 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "sample from the k most likely tokens (0: all)");
     add_real_option(app, "--top-p", a->top_p, {0.0, false}, {1.0, true},
                     "sample from the smallest set of tokens holding this probability (1: all)");
+    add_real_option(app, "--presence-penalty", a->presence_penalty, {-2.0, true}, {2.0, true},
+                    "subtracted from the logit of every token already generated (the OpenAI "
+                    "API's presence_penalty)");
+    add_real_option(app, "--frequency-penalty", a->frequency_penalty, {-2.0, true}, {2.0, true},
+                    "subtracted from a token's logit per time it was generated (the OpenAI "
+                    "API's frequency_penalty)");
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     add_seed_option(app, common);
     add_threads_option(app, common);
@@ -90,7 +96,9 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                 static_cast<unsigned long long>(max_pos));
 
         GenerateOptions o;
-        o.sampling = {a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed};
+        o.sampling = {
+            a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed, a->presence_penalty,
+            a->frequency_penalty};
         o.max_new_tokens = a->n;
         o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled

@@ -52,11 +52,37 @@ Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {
     if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
         throw Error("temperature must be a finite number >= 0");
     if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
+    if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f))
+        throw Error("the presence penalty must be in [-2, 2]");
+    if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f))
+        throw Error("the frequency penalty must be in [-2, 2]");
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
+std::span<const float> Sampler::penalized(std::span<const float> logits) {
+    if (chosen_.empty()) return logits;
+    penalized_.assign(logits.begin(), logits.end());
+    for (int32_t id : chosen_) {
+        if (static_cast<size_t>(id) >= penalized_.size()) continue;
+        float& v = penalized_[static_cast<size_t>(id)];
+        v -= static_cast<float>(counts_[static_cast<size_t>(id)]) * params_.frequency_penalty;
+        v -= params_.presence_penalty;
+    }
+    return penalized_;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
+    if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f)
+        return choose(logits);
+    const int32_t id = choose(penalized(logits));
+    const auto i = static_cast<size_t>(id);
+    if (i >= counts_.size()) counts_.resize(i + 1, 0);
+    if (counts_[i]++ == 0) chosen_.push_back(id);
+    return id;
+}
+
+int32_t Sampler::choose(std::span<const float> logits) {
     if (params_.temperature == 0.0f || logits.size() == 1) return argmax(logits);
     candidates_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i)

@@ -281,7 +281,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             std::lock_guard lock(entropy_mutex);
             seed = (uint64_t{entropy()} << 32) ^ entropy();
         }
-        sr.sampling = {r.temperature, r.top_k, r.top_p, seed};
+        sr.sampling = {r.temperature,      r.top_k, r.top_p, seed, r.presence_penalty,
+                       r.frequency_penalty};
         sr.max_tokens = std::min(
             opts.ctx,
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));

@@ -138,9 +138,6 @@ void refuse_unsupported(const json& body, bool chat) {
         if (chat ? boolean(*l, "logprobs") : integer(*l, "logprobs", 0, 20) != 0)
             bad("logprobs", "is not supported");
     }
-    for (const char* name : {"presence_penalty", "frequency_penalty"})
-        if (const json* v = field(body, name); v && number(*v, name) != 0.0)
-            bad(name, "is not supported (must be 0)");
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         bad("tools", "are not supported");
 }
@@ -184,6 +181,13 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         r.top_p = static_cast<float>(v);
         if (!(r.top_p > 0.0f)) r.top_p = std::numeric_limits<float>::min();  // float underflow
     }
+    for (auto [name, to] : {std::pair{"presence_penalty", &r.presence_penalty},
+                            std::pair{"frequency_penalty", &r.frequency_penalty}})
+        if (const json* v = field(body, name)) {
+            const double x = number(*v, name);
+            if (!(x >= -2.0 && x <= 2.0)) bad(name, "must be in [-2, 2]");
+            *to = static_cast<float>(x);
+        }
     if (const json* k = field(body, "top_k"))
         r.top_k =
             static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));

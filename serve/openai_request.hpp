@@ -48,7 +48,9 @@ struct CompletionRequest {
     std::optional<uint64_t> max_tokens;  // unset: the endpoint's default
     float temperature = 1.0f;            // the API's defaults
     float top_p = 1.0f;
-    uint32_t top_k = 0;  // an extension (llama.cpp's): 0, all tokens
+    uint32_t top_k = 0;             // an extension (llama.cpp's): 0, all tokens
+    float presence_penalty = 0.0f;  // runtime/sampling.hpp: on the completion's own tokens
+    float frequency_penalty = 0.0f;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;  // at most 4, none empty
     bool stream = false;

@@ -8,8 +8,10 @@
 #include <limits>
 #include <numbers>
 #include <random>
+#include <set>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/float_dot.hpp"
 #include "runtime/rope.hpp"
@@ -206,5 +208,57 @@ TEST_CASE("sampling: greedy is argmax, a seed fixes the sequence, top-k and top-
         // 24-bit resolution shift p by far less than 1e-6; the 1e-3 floor covers it and keeps a
         // token of p near 0 from demanding an exact count.
         REQUIRE(std::fabs(counts[i] / double(n) - p) < 5 * std::sqrt(p * (1 - p) / n) + 1e-3);
+    }
+}
+
+TEST_CASE("sampling: presence and frequency penalties follow the API's formula on chosen tokens",
+          "[runtime]") {
+    // Logits and penalties in quarters: every penalized logit is exact in float and double, so
+    // the reference below (double, written from the API's formula) decides every choice.
+    const std::vector<float> logits = {0.5f, 3.0f, 2.75f, -1.0f, 3.0f, 1.5f, 2.0f};
+    auto penalized = [&](const std::vector<int>& counts, double presence, double frequency) {
+        std::vector<float> out(logits.size());
+        for (size_t j = 0; j < logits.size(); ++j)
+            out[j] = static_cast<float>(logits[j] - counts[j] * frequency -
+                                        (counts[j] > 0 ? presence : 0.0));
+        return out;
+    };
+    for (auto [presence, frequency] :
+         {std::pair{0.5f, 0.25f}, std::pair{0.0f, 0.75f}, std::pair{1.25f, 0.0f},
+          std::pair{2.0f, 2.0f}, std::pair{-0.5f, 0.25f}, std::pair{0.0f, -0.25f}}) {
+        INFO("presence " << presence << " frequency " << frequency);
+        for (float temperature : {0.0f, 1.0f}) {
+            INFO("temperature " << temperature);
+            // With penalties, and without them on logits the reference penalized: the same
+            // generator (seed), so the same tokens.
+            Sampler with({temperature, 0, 1.0f, 9, presence, frequency});
+            Sampler plain({temperature, 0, 1.0f, 9});
+            std::vector<int> counts(logits.size(), 0);
+            std::vector<int32_t> got, want;
+            for (int step = 0; step < 60; ++step) {
+                const std::vector<float> ref = penalized(counts, presence, frequency);
+                const int32_t w =
+                    temperature == 0.0f
+                        ? static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) -
+                                               ref.begin())  // first maximum
+                        : plain.sample(ref);
+                want.push_back(w);
+                got.push_back(with.sample(logits));
+                ++counts[static_cast<size_t>(w)];
+            }
+            REQUIRE(got == want);
+            // Greedy: the tokens spread out under positive penalties; a negative frequency
+            // penalty without presence repeats the first choice forever.
+            if (temperature == 0.0f) {
+                std::set<int32_t> distinct(got.begin(), got.end());
+                if (presence >= 0.0f && frequency > 0.0f) CHECK(distinct.size() >= 5);
+                if (frequency < 0.0f) CHECK(distinct.size() == 1);
+            }
+        }
+    }
+    // The API's range, [-2, 2]; NaN refused.
+    for (float bad : {2.25f, -2.25f, std::numeric_limits<float>::quiet_NaN()}) {
+        REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, bad, 0.0f}), Error);
+        REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, 0.0f, bad}), Error);
     }
 }

@@ -75,11 +75,12 @@ struct TestServer {
         c.set_read_timeout(20, 0);
         return c;
     }
-    // Greedy generate() of the prompt's text, as the server's text (on a backend of its own: the
-    // scheduler thread runs `backend`).
-    std::string generate_text(const std::vector<int32_t>& prompt, uint64_t n) {
+    // generate() of the prompt's text (greedy unless told), as the server's text (on a backend
+    // of its own: the scheduler thread runs `backend`).
+    std::string generate_text(const std::vector<int32_t>& prompt, uint64_t n,
+                              SamplingParams sampling = {0.0f, 0, 1.0f, 1}) {
         GenerateOptions g;
-        g.sampling = {0.0f, 0, 1.0f, 1};
+        g.sampling = sampling;
         g.max_new_tokens = n;
         g.stop_ids = tok.stop_ids();
         g.token_count = tok.vocab_size();
@@ -262,6 +263,29 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     CHECK(json::parse(r1->body)["choices"][0]["text"] ==
           json::parse(r2->body)["choices"][0]["text"]);
 
+    // The API's presence and frequency penalties: generate's text with the same penalties,
+    // greedy and seeded, streamed and not; greedy, they change this prompt's text (within 64
+    // tokens: the model is sure of its first 24 whatever the penalties).
+    const auto prompt_ids = s.tok.encode(prompt, true);
+    const std::string greedy64 = s.generate_text(prompt_ids, 64);
+    for (const auto& [temperature, seed] : {std::pair{0.0f, 1}, std::pair{0.9f, 77}}) {
+        INFO("temperature " << temperature);
+        json penalized = {{"prompt", prompt},           {"max_tokens", 64},
+                          {"temperature", temperature}, {"seed", seed},
+                          {"presence_penalty", 1.5},    {"frequency_penalty", -0.5}};
+        const std::string pen_want = s.generate_text(
+            prompt_ids, 64, {temperature, 0, 1.0f, static_cast<uint64_t>(seed), 1.5f, -0.5f});
+        if (temperature == 0.0f) CHECK(pen_want != greedy64);
+        r = c.Post("/v1/completions", penalized.dump(), "application/json");
+        REQUIRE(r);
+        REQUIRE(r->status == 200);
+        CHECK(json::parse(r->body)["choices"][0]["text"] == pen_want);
+        penalized["stream"] = true;
+        r = c.Post("/v1/completions", penalized.dump(), "application/json");
+        REQUIRE(r);
+        CHECK(sse_text(r->body, false) == pen_want);
+    }
+
     r = c.Get("/v1/models");
     REQUIRE(r);
     CHECK(json::parse(r->body)["data"][0]["id"] == "stories");
@@ -296,6 +320,11 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 "temperature");
     check_error(post(C, R"({"prompt": "hi", "temperature": 3})"), 400, "[0, 2]", "temperature");
     check_error(post(C, R"({"prompt": "hi", "top_p": 0})"), 400, "(0, 1]", "top_p");
+    check_error(post(C, R"({"prompt": "hi", "presence_penalty": 2.5})"), 400, "[-2, 2]",
+                "presence_penalty");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "frequency_penalty": "lots"})"),
+                400, "must be a number", "frequency_penalty");
     check_error(post(C, R"({"prompt": "hi", "stream": "yes"})"), 400, "boolean", "stream");
     check_error(post(C, R"({"prompt": "hi", "stop": 5})"), 400, "strings", "stop");
     check_error(post(C, R"({"prompt": "hi", "stop": ["a","b","c","d","e"]})"), 400, "at most 4",

@@ -5,7 +5,8 @@ Usage: openai_client_test.py QFORGE_BINARY MODEL.qf
 
 Starts the server on a free loopback port, then through openai.OpenAI(base_url=...): a
 completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
-completion streamed (the chunks must add up to the same text), a seeded sampled completion twice
+completion streamed (the chunks must add up to the same text), one with presence and frequency
+penalties (against generate's with the same ones), a seeded sampled completion twice
 (identical), /v1/models, a chat request (stories260K has no chat template: a 400 the client raises
 as BadRequestError), bad requests the client raises as errors, and an API key the client must
 send. Exits 0 when every check passes, 1 with the failures listed otherwise.
@@ -23,10 +24,15 @@ def main():
     check = Checks()
 
     prompt = "Once upon a time"
-    gen = subprocess.run([qforge, "generate", model, "--raw", "--greedy", "-n", "24", "-q",
-                          "-p", prompt, "-t", "2"], capture_output=True, text=True, check=True)
-    # generate prints the prompt, then the continuation, then a newline.
-    want = gen.stdout[len(prompt):-1]
+
+    def generated(*options):
+        gen = subprocess.run([qforge, "generate", model, "--raw", "--greedy", "-q", "-p", prompt,
+                              "-t", "2", *options], capture_output=True, text=True, check=True)
+        # generate prints the prompt, then the continuation, then a newline.
+        return gen.stdout[len(prompt):-1]
+
+    want = generated("-n", "24")
+    penalized = generated("-n", "64", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5")
 
     proc, port = start(qforge, model)
     try:
@@ -41,6 +47,11 @@ def main():
             model="stories", prompt=prompt, max_tokens=24, temperature=0, stream=True)
             if c.choices)
         check(text == want, f"streamed {text!r} != {want!r}")
+
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=64,
+                                      temperature=0, presence_penalty=1.5, frequency_penalty=-0.5)
+        check(r.choices[0].text == penalized,
+              f"penalized {r.choices[0].text!r} != generate {penalized!r}")
 
         kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
                   top_p=0.9)
