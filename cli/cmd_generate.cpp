@@ -7,6 +7,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/generate.hpp"
 #include "runtime/model.hpp"
+#include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -19,6 +20,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         uint64_t n = 128;
         float temp = 0.8f, top_p = 0.95f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
         uint32_t top_k = 40;
+        std::vector<std::string> logit_bias;
         bool greedy = false;
         bool raw = false;
     };
@@ -47,6 +49,10 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     add_real_option(app, "--frequency-penalty", a->frequency_penalty, {-2.0, true}, {2.0, true},
                     "subtracted from a token's logit per time it was generated (the OpenAI "
                     "API's frequency_penalty)");
+    app.add_option("--logit-bias", a->logit_bias,
+                   "ID=BIAS: add BIAS (in [-100, 100]) to token ID's logit before each choice "
+                   "(the OpenAI API's logit_bias; repeatable)")
+        ->check(parsed_by([](const std::string& s) { parse_logit_bias(s); }));
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     add_seed_option(app, common);
     add_threads_option(app, common);
@@ -99,6 +105,15 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.sampling = {
             a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed, a->presence_penalty,
             a->frequency_penalty};
+        for (const std::string& b : a->logit_bias) {
+            o.sampling.logit_bias.push_back(parse_logit_bias(b));
+            if (static_cast<uint64_t>(o.sampling.logit_bias.back().first) >= tok.vocab_size())
+                throw Error(a->model, {},
+                            "--logit-bias '" + b + "': token " +
+                                std::to_string(o.sampling.logit_bias.back().first) +
+                                " is outside the vocabulary (" + std::to_string(tok.vocab_size()) +
+                                ")");
+        }
         o.max_new_tokens = a->n;
         o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled

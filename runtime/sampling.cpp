@@ -1,7 +1,10 @@
 #include "runtime/sampling.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <cmath>
+#include <string>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -48,6 +51,24 @@ int32_t argmax(std::span<const float> logits) {
     return 0;  // not reached: best is one of the logits
 }
 
+std::pair<int32_t, float> parse_logit_bias(std::string_view text) {
+    const auto fail = [&](const std::string& why) -> std::pair<int32_t, float> {
+        throw Error("--logit-bias '" + std::string(text) + "': " + why);
+    };
+    const size_t eq = text.find('=');
+    if (eq == std::string_view::npos) return fail("expected ID=BIAS, e.g. 13=-100");
+    const std::string id(text.substr(0, eq)), bias(text.substr(eq + 1));
+    if (id.empty() || id.size() > 10 || id.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoull(id) > static_cast<uint64_t>(INT32_MAX))
+        return fail("the token id must be a non-negative integer");
+    float b = 0.0f;
+    const auto [end, ec] = std::from_chars(bias.data(), bias.data() + bias.size(), b);
+    if (bias.empty() || ec != std::errc() || end != bias.data() + bias.size() ||
+        !(b >= -100.0f && b <= 100.0f))
+        return fail("the bias must be a number in [-100, 100]");
+    return {static_cast<int32_t>(std::stoull(id)), b};
+}
+
 Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {
     if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
         throw Error("temperature must be a finite number >= 0");
@@ -56,26 +77,32 @@ Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {
         throw Error("the presence penalty must be in [-2, 2]");
     if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f))
         throw Error("the frequency penalty must be in [-2, 2]");
+    for (const auto& [id, bias] : params.logit_bias)
+        if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
+            throw Error("logit bias " + std::to_string(bias) + " for token " + std::to_string(id) +
+                        ": the id must be >= 0 and the bias in [-100, 100]");
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-std::span<const float> Sampler::penalized(std::span<const float> logits) {
-    if (chosen_.empty()) return logits;
-    penalized_.assign(logits.begin(), logits.end());
+std::span<const float> Sampler::adjusted(std::span<const float> logits) {
+    if (chosen_.empty() && params_.logit_bias.empty()) return logits;
+    adjusted_.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : params_.logit_bias)
+        if (static_cast<size_t>(id) < adjusted_.size()) adjusted_[static_cast<size_t>(id)] += bias;
     for (int32_t id : chosen_) {
-        if (static_cast<size_t>(id) >= penalized_.size()) continue;
-        float& v = penalized_[static_cast<size_t>(id)];
+        if (static_cast<size_t>(id) >= adjusted_.size()) continue;
+        float& v = adjusted_[static_cast<size_t>(id)];
         v -= static_cast<float>(counts_[static_cast<size_t>(id)]) * params_.frequency_penalty;
         v -= params_.presence_penalty;
     }
-    return penalized_;
+    return adjusted_;
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
     if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f)
-        return choose(logits);
-    const int32_t id = choose(penalized(logits));
+        return choose(adjusted(logits));
+    const int32_t id = choose(adjusted(logits));
     const auto i = static_cast<size_t>(id);
     if (i >= counts_.size()) counts_.resize(i + 1, 0);
     if (counts_[i]++ == 0) chosen_.push_back(id);

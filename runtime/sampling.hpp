@@ -4,15 +4,19 @@
 // standard) and uniforms are made from its top 53 bits here, not by
 // std::uniform_real_distribution (whose algorithm is left to the library).
 //
-// The penalties count the tokens this sampler has chosen (the completion so far, as the API and
-// vLLM define them; not the prompt): before each choice, the logit of a token chosen c > 0 times
-// becomes fl(fl(logit - fl(c * frequency_penalty)) - presence_penalty), in float, every other
-// logit unchanged. Both are in [-2, 2]; negative values favour repeats.
+// Before each choice, in float: a token's logit_bias is added to its logit (the API's: -100
+// bans a token in practice, 100 all but forces it); then the penalties, which count the tokens
+// this sampler has chosen (the completion so far, as the API and vLLM define them; not the
+// prompt): the logit of a token chosen c > 0 times becomes fl(fl(l - fl(c * frequency_penalty)) -
+// presence_penalty). Both penalties are in [-2, 2]; negative values favour repeats. Ids past the
+// logits' end are ignored.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qforge {
@@ -24,7 +28,12 @@ struct SamplingParams {
     uint64_t seed = 42;
     float presence_penalty = 0.0f;   // subtracted once from a chosen token's logit
     float frequency_penalty = 0.0f;  // subtracted per time a token was chosen
+    std::vector<std::pair<int32_t, float>> logit_bias = {};  // (id >= 0, bias in [-100, 100])
 };
+
+// One `--logit-bias ID=BIAS` (qforge generate): a token id and a bias in [-100, 100]; throws
+// Error naming the option and the text otherwise.
+std::pair<int32_t, float> parse_logit_bias(std::string_view text);
 
 // The index of the largest logit; the lowest index on ties.
 int32_t argmax(std::span<const float> logits);
@@ -37,18 +46,18 @@ class Sampler {
     double uniform();
 
   private:
-    // logits, or (when a penalty applies to a token already chosen) a penalized copy of them.
-    std::span<const float> penalized(std::span<const float> logits);
+    // logits, or (with a bias, or a penalty on a token already chosen) an adjusted copy.
+    std::span<const float> adjusted(std::span<const float> logits);
     int32_t choose(std::span<const float> logits);
 
     SamplingParams params_;
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> candidates_;  // (probability or logit, id)
     // With a penalty: how often each token was chosen (grown to the largest id), the ids chosen
-    // at least once (in first-chosen order), and the penalized copy of the logits.
+    // at least once (in first-chosen order); the adjusted copy of the logits.
     std::vector<uint32_t> counts_;
     std::vector<int32_t> chosen_;
-    std::vector<float> penalized_;
+    std::vector<float> adjusted_;
 };
 
 }  // namespace qforge

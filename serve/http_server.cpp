@@ -281,8 +281,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             std::lock_guard lock(entropy_mutex);
             seed = (uint64_t{entropy()} << 32) ^ entropy();
         }
-        sr.sampling = {r.temperature,      r.top_k, r.top_p, seed, r.presence_penalty,
-                       r.frequency_penalty};
+        for (const auto& [token, bias] : r.logit_bias)
+            if (static_cast<uint64_t>(token) >= tok.vocab_size())
+                throw ApiError(400,
+                               "token id " + std::to_string(token) +
+                                   " is outside the vocabulary (" +
+                                   std::to_string(tok.vocab_size()) + ")",
+                               "logit_bias");
+        sr.sampling = {r.temperature,       r.top_k,     r.top_p, seed, r.presence_penalty,
+                       r.frequency_penalty, r.logit_bias};
         sr.max_tokens = std::min(
             opts.ctx,
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));

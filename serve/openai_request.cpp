@@ -140,6 +140,40 @@ void refuse_unsupported(const json& body, bool chat) {
     }
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         bad("tools", "are not supported");
+    if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
+        bad("functions", "are not supported");
+    for (const char* name : {"tool_choice", "function_call"})
+        if (const json* c = field(body, name);
+            c && !(c->is_string() && (*c == "none" || *c == "auto")))
+            bad(name, "must be \"none\" or \"auto\": no tools are supported");
+    if (const json* t = field(body, "top_logprobs"); t && integer(*t, "top_logprobs", 0, 20) != 0)
+        bad("top_logprobs", "is not supported");
+    if (const json* f = field(body, "response_format")) {
+        const json* type = f->is_object() ? field(*f, "type") : nullptr;
+        if (!type || !type->is_string()) bad("response_format", "must be an object with a type");
+        if (*type != "text") bad("response_format", "type " + type->dump() + " is not supported");
+    }
+    if (const json* x = field(body, "suffix"); x && string(*x, "suffix") != "")
+        bad("suffix", "is not supported");
+}
+
+// logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (the API's form);
+// whether an id is in the vocabulary is the caller's check.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& v) {
+    if (!v.is_object()) bad("logit_bias", "must be an object of token ids to numbers");
+    if (v.size() > 1024) bad("logit_bias", "holds at most 1024 tokens");
+    std::vector<std::pair<int32_t, float>> out;
+    for (const auto& [key, value] : v.items()) {
+        const std::string param = "logit_bias[" + quoted_excerpt(key) + "]";
+        const bool digits = !key.empty() && key.size() <= 10 &&
+                            key.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || std::stoull(key) > static_cast<uint64_t>(INT32_MAX))
+            bad(param, "must name a token id (a non-negative integer)");
+        const double b = number(value, param);
+        if (!(b >= -100.0 && b <= 100.0)) bad(param, "must be in [-100, 100]");
+        out.emplace_back(static_cast<int32_t>(std::stoull(key)), static_cast<float>(b));
+    }
+    return out;
 }
 
 }  // namespace
@@ -188,6 +222,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
             if (!(x >= -2.0 && x <= 2.0)) bad(name, "must be in [-2, 2]");
             *to = static_cast<float>(x);
         }
+    if (const json* b = field(body, "logit_bias")) r.logit_bias = logit_bias(*b);
     if (const json* k = field(body, "top_k"))
         r.top_k =
             static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));

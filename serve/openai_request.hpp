@@ -51,6 +51,7 @@ struct CompletionRequest {
     uint32_t top_k = 0;             // an extension (llama.cpp's): 0, all tokens
     float presence_penalty = 0.0f;  // runtime/sampling.hpp: on the completion's own tokens
     float frequency_penalty = 0.0f;
+    std::vector<std::pair<int32_t, float>> logit_bias;  // ids not yet checked against the vocab
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;  // at most 4, none empty
     bool stream = false;

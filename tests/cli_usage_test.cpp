@@ -159,6 +159,9 @@ const BadLine kBadLines[] = {
      "--presence-penalty: 2.5 is out of range; expected a number in [-2, 2]"},
     {"generate M --frequency-penalty -3", "--frequency-penalty: -3 is out of range"},
     {"generate M --frequency-penalty nan", "--frequency-penalty: 'nan' is not a number"},
+    {"generate M --logit-bias 13", "--logit-bias '13': expected ID=BIAS"},
+    {"generate M --logit-bias x=1", "--logit-bias 'x=1': the token id must be"},
+    {"generate M --logit-bias 1=101", "--logit-bias '1=101': the bias must be a number in"},
     {"generate X", "model: '"},
     {"generate M --greedy=2", "--greedy"},  // a flag takes no value
     {"ppl M -f T --json=false", "--json"},
@@ -303,7 +306,8 @@ TEST_CASE("values at the edges of every range pass the checks", "[hostile][cli]"
         "generate M -n 16777216 --seed 18446744073709551615 --top-p 1e-6 --top-k 4294967295 "
         "--temp 100",
         "generate M --seed -0",
-        "generate M --presence-penalty -2 --frequency-penalty 2",
+        "generate M --presence-penalty -2 --frequency-penalty 2 --logit-bias 0=-100 "
+        "--logit-bias 2147483647=100",
         "bench M -p 1 -n 1 -r 1 --bandwidth 1e6",
         "bench M -p 16777216 -n 16777216 -r 1000 --bandwidth 0.001",
         "quantize M -o O --qtype q4_g32 --method gptq --calib T --nsamples 1 --seqlen 2 --damp 0",

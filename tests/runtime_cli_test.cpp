@@ -114,6 +114,9 @@ TEST_CASE("qforge ppl --json reports the statistics, bad inputs get one clear li
     require_one_line_error(
         test::run_qforge("generate " + q(model) + " -p '" + long_prompt + "' -n 4"),
         "the model's context holds 512");
+    // A logit bias for a token the vocabulary does not have.
+    require_one_line_error(test::run_qforge("generate " + q(model) + " -n 4 --logit-bias 512=1"),
+                           "token 512 is outside the vocabulary (512)");
     // A .qf without a tokenizer: a copy of the checkpoint with no tokenizer beside it.
     const fs::path bare_dir = dir / "bare";
     fs::create_directories(bare_dir);

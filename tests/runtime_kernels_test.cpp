@@ -211,54 +211,74 @@ TEST_CASE("sampling: greedy is argmax, a seed fixes the sequence, top-k and top-
     }
 }
 
-TEST_CASE("sampling: presence and frequency penalties follow the API's formula on chosen tokens",
+TEST_CASE("sampling: logit bias and the presence and frequency penalties follow the API",
           "[runtime]") {
-    // Logits and penalties in quarters: every penalized logit is exact in float and double, so
-    // the reference below (double, written from the API's formula) decides every choice.
+    // Logits, biases and penalties in quarters: every adjusted logit is exact in float and
+    // double, so the reference below (double, written from the API's description: the bias
+    // added, then the penalties on the tokens chosen so far) decides every choice.
     const std::vector<float> logits = {0.5f, 3.0f, 2.75f, -1.0f, 3.0f, 1.5f, 2.0f};
-    auto penalized = [&](const std::vector<int>& counts, double presence, double frequency) {
+    using Biases = std::vector<std::pair<int32_t, float>>;
+    const Biases biases[] = {{}, {{2, 0.5f}, {1, -100.0f}, {99, 3.0f}}};  // 99: past the end
+    auto adjusted = [&](const std::vector<int>& counts, double presence, double frequency,
+                        const Biases& bias) {
+        std::vector<double> b(logits.size(), 0.0);
+        for (auto [id, v] : bias)
+            if (static_cast<size_t>(id) < b.size()) b[static_cast<size_t>(id)] += v;
         std::vector<float> out(logits.size());
         for (size_t j = 0; j < logits.size(); ++j)
-            out[j] = static_cast<float>(logits[j] - counts[j] * frequency -
+            out[j] = static_cast<float>(logits[j] + b[j] - counts[j] * frequency -
                                         (counts[j] > 0 ? presence : 0.0));
         return out;
     };
-    for (auto [presence, frequency] :
-         {std::pair{0.5f, 0.25f}, std::pair{0.0f, 0.75f}, std::pair{1.25f, 0.0f},
-          std::pair{2.0f, 2.0f}, std::pair{-0.5f, 0.25f}, std::pair{0.0f, -0.25f}}) {
-        INFO("presence " << presence << " frequency " << frequency);
-        for (float temperature : {0.0f, 1.0f}) {
-            INFO("temperature " << temperature);
-            // With penalties, and without them on logits the reference penalized: the same
-            // generator (seed), so the same tokens.
-            Sampler with({temperature, 0, 1.0f, 9, presence, frequency});
-            Sampler plain({temperature, 0, 1.0f, 9});
-            std::vector<int> counts(logits.size(), 0);
-            std::vector<int32_t> got, want;
-            for (int step = 0; step < 60; ++step) {
-                const std::vector<float> ref = penalized(counts, presence, frequency);
-                const int32_t w =
-                    temperature == 0.0f
-                        ? static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) -
-                                               ref.begin())  // first maximum
-                        : plain.sample(ref);
-                want.push_back(w);
-                got.push_back(with.sample(logits));
-                ++counts[static_cast<size_t>(w)];
-            }
-            REQUIRE(got == want);
-            // Greedy: the tokens spread out under positive penalties; a negative frequency
-            // penalty without presence repeats the first choice forever.
-            if (temperature == 0.0f) {
-                std::set<int32_t> distinct(got.begin(), got.end());
-                if (presence >= 0.0f && frequency > 0.0f) CHECK(distinct.size() >= 5);
-                if (frequency < 0.0f) CHECK(distinct.size() == 1);
+    const std::pair<float, float> penalties[] = {{0.5f, 0.25f}, {0.0f, 0.75f},  {1.25f, 0.0f},
+                                                 {2.0f, 2.0f},  {-0.5f, 0.25f}, {0.0f, -0.25f},
+                                                 {0.0f, 0.0f}};
+    for (auto [presence, frequency] : penalties) {
+        for (const Biases& bias : biases) {
+            for (float temperature : {0.0f, 1.0f}) {
+                INFO("presence " << presence << " frequency " << frequency << " biases "
+                                 << bias.size() << " temperature " << temperature);
+                // Adjusted, and plain on the logits the reference adjusted: the same generator
+                // (seed), so the same tokens.
+                Sampler with({temperature, 0, 1.0f, 9, presence, frequency, bias});
+                Sampler plain({temperature, 0, 1.0f, 9});
+                std::vector<int> counts(logits.size(), 0);
+                std::vector<int32_t> got, want;
+                for (int step = 0; step < 60; ++step) {
+                    const std::vector<float> ref = adjusted(counts, presence, frequency, bias);
+                    const int32_t w =
+                        temperature == 0.0f
+                            ? static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) -
+                                                   ref.begin())  // first maximum
+                            : plain.sample(ref);
+                    want.push_back(w);
+                    got.push_back(with.sample(logits));
+                    ++counts[static_cast<size_t>(w)];
+                }
+                REQUIRE(got == want);
+                // Greedy: the tokens spread out under positive penalties; a negative frequency
+                // penalty without presence repeats the first choice forever; -100 bans token 1.
+                if (temperature == 0.0f) {
+                    std::set<int32_t> distinct(got.begin(), got.end());
+                    if (presence >= 0.0f && frequency > 0.0f) CHECK(distinct.size() >= 5);
+                    if (frequency < 0.0f) CHECK(distinct.size() == 1);
+                    if (!bias.empty()) CHECK(distinct.count(1) == 0);
+                }
             }
         }
     }
-    // The API's range, [-2, 2]; NaN refused.
+    // The API's ranges, [-2, 2] and [-100, 100]; NaN and negative ids refused.
     for (float bad : {2.25f, -2.25f, std::numeric_limits<float>::quiet_NaN()}) {
         REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, bad, 0.0f}), Error);
         REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, 0.0f, bad}), Error);
     }
+    for (auto b : {std::pair{0, 100.5f}, std::pair{0, -101.0f}, std::pair{-1, 1.0f},
+                   std::pair{0, std::numeric_limits<float>::quiet_NaN()}})
+        REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, 0.0f, 0.0f, {b}}), Error);
+    // `--logit-bias ID=BIAS`.
+    CHECK(parse_logit_bias("13=-100") == std::pair{13, -100.0f});
+    CHECK(parse_logit_bias("0=2.5") == std::pair{0, 2.5f});
+    for (const char* bad :
+         {"13", "=1", "a=1", "-1=1", "1=", "1=x", "1=100.5", "1=nan", "1=1x", "99999999999=1"})
+        CHECK_THROWS_WITH(parse_logit_bias(bad), Catch::Contains("--logit-bias"));
 }

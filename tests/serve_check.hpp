@@ -54,8 +54,8 @@ inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_
 // `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
 // random prompts of 1-max_prompt tokens (each after one of `starts`, picked at random, when there
 // are any), max_tokens 1-10, a random stop id, greedy or sampled with the request's own seed,
-// each with and without presence and frequency penalties. Each must give generate()'s tokens on
-// `backend` (run first, alone). Returns the steps taken.
+// each with and without presence and frequency penalties and logit biases. Each must give
+// generate()'s tokens on `backend` (run first, alone). Returns the steps taken.
 inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched, size_t n,
                                       std::mt19937_64& rng, uint64_t max_prompt = 24,
                                       const std::vector<std::vector<int32_t>>& starts = {}) {
@@ -69,11 +69,13 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
     std::vector<Case> cases(n);
     for (size_t i = 0; i < cases.size(); ++i) {
         // Greedy and sampled, each also with the API's penalties (on the request's own tokens,
-        // which the scheduler's sampler counts as generate's does).
-        const SamplingParams kinds[] = {{0.0f, 0, 1.0f, 1},
-                                        {0.9f, 20, 0.9f, 100 + i},
-                                        {0.0f, 0, 1.0f, 1, 1.0f, 0.5f},
-                                        {0.9f, 20, 0.9f, 100 + i, 0.5f, -0.25f}};
+        // which the scheduler's sampler counts as generate's does) and logit biases.
+        const auto id = [&] { return static_cast<int32_t>(rng() % c.vocab_size); };
+        const SamplingParams kinds[] = {
+            {0.0f, 0, 1.0f, 1},
+            {0.9f, 20, 0.9f, 100 + i},
+            {0.0f, 0, 1.0f, 1, 1.0f, 0.5f, {{id(), 4.0f}, {id(), -100.0f}}},
+            {0.9f, 20, 0.9f, 100 + i, 0.5f, -0.25f, {{id(), 2.5f}}}};
         const SamplingParams sp = kinds[i % 4];
         std::vector<int32_t> prompt;
         if (!starts.empty()) prompt = starts[rng() % starts.size()];

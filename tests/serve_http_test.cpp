@@ -286,6 +286,24 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
         CHECK(sse_text(r->body, false) == pen_want);
     }
 
+    // logit_bias: the greedy text's first token banned (-100) and another raised: generate's
+    // text with the same biases, which differs from the plain one.
+    GenerateOptions one;
+    one.sampling = {0.0f, 0, 1.0f, 1};
+    one.max_new_tokens = 1;
+    const int32_t first = generate(*s.reference, prompt_ids, one).tokens.at(0);
+    const json biased = {{"prompt", prompt},
+                         {"max_tokens", 24},
+                         {"temperature", 0},
+                         {"logit_bias", {{std::to_string(first), -100}, {"7", 1.5}}}};
+    const std::string bias_want = s.generate_text(
+        prompt_ids, 24, {0.0f, 0, 1.0f, 1, 0.0f, 0.0f, {{first, -100.0f}, {7, 1.5f}}});
+    CHECK(bias_want != want);
+    r = c.Post("/v1/completions", biased.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    CHECK(json::parse(r->body)["choices"][0]["text"] == bias_want);
+
     r = c.Get("/v1/models");
     REQUIRE(r);
     CHECK(json::parse(r->body)["data"][0]["id"] == "stories");
@@ -322,6 +340,30 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     check_error(post(C, R"({"prompt": "hi", "top_p": 0})"), 400, "(0, 1]", "top_p");
     check_error(post(C, R"({"prompt": "hi", "presence_penalty": 2.5})"), 400, "[-2, 2]",
                 "presence_penalty");
+    check_error(post(C, R"({"prompt": "hi", "logit_bias": [1]})"), 400, "must be an object",
+                "logit_bias");
+    check_error(post(C, R"({"prompt": "hi", "logit_bias": {"x1": 1}})"), 400, "token id",
+                "logit_bias[\"x1\"]");
+    check_error(post(C, R"({"prompt": "hi", "logit_bias": {"5": 101}})"), 400, "[-100, 100]",
+                "logit_bias[\"5\"]");
+    check_error(post(C, R"({"prompt": "hi", "logit_bias": {"5": "up"}})"), 400, "must be a number",
+                "logit_bias[\"5\"]");
+    check_error(post(C, R"({"prompt": "hi", "logit_bias": {"99999": 1}})"), 400,
+                "outside the vocabulary", "logit_bias");
+    // Fields the server cannot honour are refused, not ignored.
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "response_format": {"type": "json_object"}})"),
+                400, "not supported", "response_format");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "tool_choice": "required"})"),
+                400, "no tools", "tool_choice");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "top_logprobs": 3})"),
+                400, "not supported", "top_logprobs");
+    check_error(post(C, R"({"prompt": "hi", "suffix": "end"})"), 400, "not supported", "suffix");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "functions": [{"name": "f"}]})"),
+                400, "not supported", "functions");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
                                "frequency_penalty": "lots"})"),
                 400, "must be a number", "frequency_penalty");
