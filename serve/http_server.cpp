@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "serve/metrics.hpp"
 #include "serve/openai_request.hpp"
 #include "serve/text_stream.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -78,6 +79,7 @@ struct Generation {
     bool done = false;
     std::string finish_reason, error;
     Clock::time_point start = Clock::now(), first_token = start;
+    bool counted = false;  // in /metrics (once, however the request ends)
 };
 
 // The address and port of a socket's local (`peer` false) or remote end, as httplib writes
@@ -186,6 +188,16 @@ struct HttpServer::Impl {
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
     json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
                bool first) const;
+    // g's end in /metrics (its first report only), answered with `status`.
+    void count(Generation& g, uint64_t prompt_tokens, int status) {
+        if (g.counted) return;
+        g.counted = true;
+        const auto secs = [&](Clock::time_point t) {
+            return std::chrono::duration<double>(t - g.start).count();
+        };
+        metrics.response(status);
+        metrics.generation(prompt_tokens, g.tokens, secs(g.first_token), secs(Clock::now()));
+    }
     json usage(uint64_t prompt, uint64_t generated) const {
         return {{"prompt_tokens", prompt},
                 {"completion_tokens", generated},
@@ -198,6 +210,7 @@ struct HttpServer::Impl {
     httplib::Server svr;
     std::atomic<uint64_t> next_id{1};
     std::random_device entropy;  // seeds of requests that give none
+    ServeMetrics metrics;
     std::mutex entropy_mutex;
 };
 
@@ -316,15 +329,18 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         include_usage = r.include_usage;
     } catch (const ApiError& e) {
         send_error(res, e);
+        metrics.response(e.status());
         log(where + " " + std::to_string(e.status()) + ": " + e.what());
         return;
     } catch (const Error& e) {  // the tokenizer on hostile text; nothing else is expected here
         send_error(res, ApiError(400, e.what()));
+        metrics.response(400);
         log(where + " 400: " + e.what());
         return;
     }
 
-    auto done_line = [this, where, prompt_tokens](const Generation& g) {
+    auto done_line = [this, where, prompt_tokens](Generation& g) {
+        count(g, prompt_tokens, g.error.empty() ? 200 : 500);
         const auto secs = [&](Clock::time_point t) {
             return std::chrono::duration<double>(t - g.start).count();
         };
@@ -348,6 +364,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             text += gen->poll(std::chrono::milliseconds(200));
             if (!gen->done && client->gone()) {
                 gen->stream->cancel();
+                count(*gen, prompt_tokens, 499);
                 log(where + " client gone after " + std::to_string(gen->tokens) +
                     " tokens: cancelled");
                 // Never read (nobody is there); 499 as nginx logs a client gone.
@@ -409,8 +426,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             sink.done();
             return true;
         },
-        [gen](bool success) {
-            if (!success) gen->stream->cancel();  // the client went away mid-stream
+        [this, gen, prompt_tokens](bool success) {
+            if (success) return;
+            gen->stream->cancel();  // the client went away mid-stream
+            count(*gen, prompt_tokens, 499);
         });
 }
 
@@ -424,6 +443,7 @@ void HttpServer::Impl::routes() {
             return httplib::Server::HandlerResponse::Unhandled;
         send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)",
                                  "", "authentication_error", "invalid_api_key"));
+        metrics.response(401);
         log("POST " + req.path + " 401: no valid API key");
         return httplib::Server::HandlerResponse::Handled;
     });
@@ -439,6 +459,7 @@ void HttpServer::Impl::routes() {
         if (res.status == 408) message = "the request was not received in time";
         const std::string type = res.status == 404 ? "not_found_error" : "invalid_request_error";
         res.set_content(dump(ApiError(res.status, message, "", type).body()), "application/json");
+        if (req.path.rfind("/v1/", 0) == 0) metrics.response(res.status);
         log(req.method + " " + req.path + " " + std::to_string(res.status) + ": " + message);
     });
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -455,11 +476,15 @@ void HttpServer::Impl::routes() {
                               {"step_tokens", s.step_tokens}}),
                         "application/json");
     });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(metrics.render(sched.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
         const json model = {
             {"id", opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "qforge"}};
         res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}),
                         "application/json");
+        metrics.response(200);
     });
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         completion(req, res, false);

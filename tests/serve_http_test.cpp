@@ -9,10 +9,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -180,6 +186,53 @@ void check_error(const httplib::Result& r, int status, const std::string& fragme
     CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains(fragment));
     CHECK(j["error"]["type"].is_string());
     if (!param.empty()) CHECK(j["error"]["param"] == param);
+}
+
+}  // namespace
+
+namespace {
+
+// /metrics's samples by name (with labels), checked to be the Prometheus text format: each
+// sample's family announced by a # TYPE line before it, each value a number.
+std::map<std::string, double> parse_metrics(const std::string& text) {
+    std::map<std::string, double> out;
+    std::set<std::string> typed;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("# TYPE ", 0) == 0) {
+            typed.insert(line.substr(7, line.find(' ', 7) - 7));
+            continue;
+        }
+        if (line.empty() || line[0] == '#') continue;
+        const size_t space = line.rfind(' ');
+        REQUIRE(space != std::string::npos);
+        const std::string name = line.substr(0, space);
+        std::string family = name.substr(0, name.find('{'));
+        for (const char* suffix : {"_bucket", "_sum", "_count"})
+            if (!typed.count(family) && family.size() > std::strlen(suffix) &&
+                family.compare(family.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+                family.resize(family.size() - std::strlen(suffix));
+        INFO(line);
+        CHECK(typed.count(family) == 1);
+        size_t used = 0;
+        out[name] = std::stod(line.substr(space + 1), &used);
+        CHECK(used == line.size() - space - 1);
+    }
+    return out;
+}
+
+// A histogram's buckets in the order of their bounds: cumulative, so never decreasing.
+void check_cumulative(const std::map<std::string, double>& m, const std::string& h) {
+    std::vector<std::pair<double, double>> buckets;  // (le, count)
+    const std::string prefix = h + "_bucket{le=\"";
+    for (const auto& [name, v] : m)
+        if (name.rfind(prefix, 0) == 0) {
+            const std::string le = name.substr(prefix.size(), name.size() - prefix.size() - 2);
+            buckets.emplace_back(le == "+Inf" ? INFINITY : std::stod(le), v);
+        }
+    std::sort(buckets.begin(), buckets.end());
+    REQUIRE(buckets.size() >= 2);
+    for (size_t i = 1; i < buckets.size(); ++i) CHECK(buckets[i].second >= buckets[i - 1].second);
 }
 
 }  // namespace
@@ -452,11 +505,13 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
     CHECK(c.Get("/health")->status == 200);  // health needs no key
 
     httplib::Headers auth = {{"Authorization", "Bearer k3y"}};
+    json usage;
     std::thread first([&] {
         auto c1 = s.client();
         auto r = c1.Post("/v1/completions", auth, body, "application/json");
         REQUIRE(r);
         CHECK(r->status == 200);
+        usage = json::parse(r->body)["usage"];
     });
     while (s.sched.stats().queued == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     auto r = c.Post("/v1/completions", auth, body, "application/json");
@@ -465,6 +520,35 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
     s.sched.start();
     first.join();
     CHECK(s.idle());
+
+    // /metrics (no key needed, as /health): the responses by status, the one generation's
+    // tokens as its usage reported them, its times in both histograms, the scheduler's counters.
+    r = c.Get("/metrics");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0) == 0);
+    const auto m = parse_metrics(r->body);
+    CHECK(m.at("qforge_requests_total{code=\"401\"}") == 2);
+    CHECK(m.at("qforge_requests_total{code=\"429\"}") == 1);
+    CHECK(m.at("qforge_requests_total{code=\"200\"}") == 1);
+    CHECK(m.at("qforge_prompt_tokens_total") == usage["prompt_tokens"].get<double>());
+    CHECK(m.at("qforge_generation_tokens_total") == usage["completion_tokens"].get<double>());
+    for (const char* h :
+         {"qforge_time_to_first_token_seconds", "qforge_request_duration_seconds"}) {
+        INFO(h);
+        CHECK(m.at(std::string(h) + "_count") == 1);
+        CHECK(m.at(std::string(h) + "_bucket{le=\"+Inf\"}") == 1);
+        CHECK(m.at(std::string(h) + "_sum") > 0);
+        check_cumulative(m, h);
+    }
+    CHECK(m.at("qforge_requests_running") == 0);
+    CHECK(m.at("qforge_requests_waiting") == 0);
+    const auto st = s.sched.stats();
+    CHECK(m.at("qforge_steps_total") == static_cast<double>(st.steps));
+    CHECK(m.at("qforge_step_tokens_total") == static_cast<double>(st.step_tokens));
+    CHECK(m.at("qforge_kv_blocks_total") == static_cast<double>(st.total_blocks));
+    CHECK(m.at("qforge_kv_cache_usage_ratio") ==
+          Approx(1.0 - static_cast<double>(st.free_blocks) / static_cast<double>(st.total_blocks)));
 }
 
 TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequence at once",
@@ -536,6 +620,14 @@ TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequenc
     auto r = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
     REQUIRE(r);
     CHECK(r->status == 200);
+    // /metrics counts the four clients gone as 499s (each once its handler has noticed) and the
+    // last request as a 200.
+    auto gone = [&] {
+        const auto m = parse_metrics(c.Get("/metrics")->body);
+        const auto it = m.find("qforge_requests_total{code=\"499\"}");
+        return it != m.end() && it->second == 4 && m.at("qforge_requests_total{code=\"200\"}") == 1;
+    };
+    CHECK(wait_for(gone, 2000));
 }
 
 namespace {
