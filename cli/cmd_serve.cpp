@@ -62,7 +62,8 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                    "prompt tokens per step, so running sequences keep decoding during a prefill");
     add_int_option(app, "--prefix-caches", a->prefix_caches, 0, 256,
                    "finished requests' KV caches kept so that a request starting with the same "
-                   "tokens runs only the rest of its prompt (0: none; the CPU backend only)");
+                   "tokens runs only the rest of its prompt, and running ones' whole blocks "
+                   "shared the same way (0: neither; the CPU backend only)");
     add_int_option(app, "--read-timeout", a->read_timeout, 1, 3600,
                    "seconds a client may stall while sending its request");
     add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
@@ -121,6 +122,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         serve::SchedulerOptions sched_options{a->max_seqs, a->ctx, a->max_queue, a->prefill_chunk};
         sched_options.whole_prompts = cuda;
         sched_options.kept_caches = a->prefix_caches;
+        sched_options.share_prefixes = a->prefix_caches > 0;  // prefix reuse, both forms
         sched_options.threads = &threads;
         serve::Scheduler scheduler(*backend, caches, sched_options);
 

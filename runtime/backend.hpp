@@ -63,6 +63,19 @@ class KvPool {
     // Makes a cache this pool gave hold at least `positions` positions (its blocks kept, more
     // taken), or returns false with nothing changed: too few free blocks, or a pool that cannot.
     virtual bool extend(KvCache& /*cache*/, uint64_t /*positions*/) { return false; }
+    // A cache of at most `limit` positions starting with the first `positions` positions of
+    // `from` (a cache of this pool; a whole number of blocks wholly below from.size()), their
+    // blocks shared, not copied; no other block is taken yet (extend() takes them). Null from a
+    // pool that cannot share (runtime/paged_kv_cache.hpp, "Prefix sharing").
+    virtual std::unique_ptr<KvCache> share(const KvCache& /*from*/, uint64_t /*positions*/,
+                                           uint64_t /*limit*/) {
+        return nullptr;
+    }
+    // Whether a block of `cache` (this pool's) holding `position` or a later one is shared with
+    // another cache: truncating it there and writing would change that cache.
+    virtual bool shared_from(const KvCache& /*cache*/, uint64_t /*position*/) const {
+        return false;
+    }
     virtual uint64_t free_blocks() const = 0;
     virtual uint64_t total_blocks() const = 0;
 };

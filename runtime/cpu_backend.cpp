@@ -136,6 +136,14 @@ class CpuKvPool final : public KvPool {
         auto* paged = dynamic_cast<PagedKvCache*>(&cache);  // take()'s bound on positions too
         return paged && positions <= max_positions_ && paged->extend(positions);
     }
+    std::unique_ptr<KvCache> share(const KvCache& from, uint64_t positions,
+                                   uint64_t limit) override {
+        return share_paged(pool_, from, positions, std::min(limit, max_positions_));
+    }
+    bool shared_from(const KvCache& cache, uint64_t position) const override {
+        const auto* paged = dynamic_cast<const PagedKvCache*>(&cache);
+        return paged && paged->shared_from(position);
+    }
     uint64_t free_blocks() const override { return pool_.free_blocks(); }
     uint64_t total_blocks() const override { return pool_.total_blocks(); }
 

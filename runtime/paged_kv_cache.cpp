@@ -9,7 +9,7 @@
 namespace qforge {
 
 BlockIds::BlockIds(uint64_t total) {
-    used_.assign(total, false);
+    holders_.assign(total, 0);
     free_.resize(total);
     // Block 0 on top of the stack: a fresh set hands out blocks in id order.
     for (uint64_t i = 0; i < total; ++i) free_[i] = static_cast<uint32_t>(total - 1 - i);
@@ -20,13 +20,21 @@ std::optional<std::vector<uint32_t>> BlockIds::allocate(uint64_t n) {
     std::vector<uint32_t> ids(free_.end() - static_cast<std::ptrdiff_t>(n), free_.end());
     std::reverse(ids.begin(), ids.end());
     free_.resize(free_.size() - n);
-    for (uint32_t id : ids) used_[id] = true;
+    for (uint32_t id : ids) holders_[id] = 1;
     return ids;
+}
+
+void BlockIds::share(std::span<const uint32_t> ids) {
+    for (uint32_t id : ids)
+        if (id >= holders_.size() || holders_[id] == 0 || holders_[id] == UINT32_MAX)
+            throw Error("KV block pool: block " + std::to_string(id) +
+                        " is shared but was not taken");
+    for (uint32_t id : ids) ++holders_[id];
 }
 
 void BlockIds::release(std::span<const uint32_t> ids) {
     for (uint32_t id : ids)
-        if (id >= used_.size() || !used_[id])
+        if (id >= holders_.size() || holders_[id] == 0)
             throw Error("KV block pool: block " + std::to_string(id) +
                         " is returned but was not taken");
     give_back(ids);
@@ -36,9 +44,8 @@ void BlockIds::give_back(std::span<const uint32_t> ids) noexcept {
     // free_ was sized for every block at construction and only shrinks by allocate(), so its
     // capacity holds them all: push_back never reallocates here, and nothing can throw.
     for (uint32_t id : ids) {
-        if (id >= used_.size() || !used_[id]) continue;
-        used_[id] = false;
-        free_.push_back(id);
+        if (id >= holders_.size() || holders_[id] == 0) continue;
+        if (--holders_[id] == 0) free_.push_back(id);
     }
 }
 
@@ -99,6 +106,39 @@ bool PagedKvCache::reserve(uint64_t positions) {
     }
     capacity_ = std::min(limit_, ids_.size() * kBlockPositions);
     return true;
+}
+
+void PagedKvCache::adopt(const PagedKvCache& from, uint64_t blocks) {
+    if (&from.pool_ != &pool_ || !ids_.empty() || size_ != 0 ||
+        blocks * kBlockPositions > from.size() || blocks * kBlockPositions > limit_)
+        throw Error("KV cache: " + std::to_string(blocks) +
+                    " blocks cannot be shared from a cache of " + std::to_string(from.size()) +
+                    " positions into one of limit " + std::to_string(limit_));
+    const std::span<const uint32_t> ids(from.ids_.data(), blocks);
+    blocks_.reserve(blocks);  // may throw: nothing shared yet
+    ids_.reserve(blocks);
+    pool_.share(ids);
+    ids_.assign(ids.begin(), ids.end());
+    blocks_.assign(from.blocks_.begin(),
+                   from.blocks_.begin() + static_cast<std::ptrdiff_t>(blocks));
+    size_ = capacity_ = blocks * kBlockPositions;
+}
+
+bool PagedKvCache::shared_from(uint64_t position) const {
+    for (uint64_t b = position >> kBlockShift; b < ids_.size(); ++b)
+        if (pool_.shared(ids_[b])) return true;
+    return false;
+}
+
+std::unique_ptr<PagedKvCache> share_paged(KvBlockPool& pool, const KvCache& from,
+                                          uint64_t positions, uint64_t limit) {
+    const auto* paged = dynamic_cast<const PagedKvCache*>(&from);
+    if (!paged || positions % CpuKvCache::kBlockPositions != 0)
+        throw Error("KV cache: " + std::to_string(positions) +
+                    " positions cannot be shared from this cache (a paged one's whole blocks)");
+    auto cache = std::make_unique<PagedKvCache>(pool, limit);
+    cache->adopt(*paged, positions / CpuKvCache::kBlockPositions);
+    return cache;
 }
 
 void PagedKvCache::release() {

@@ -18,6 +18,11 @@ bool PagedCacheSource::extend(KvCache& cache, uint64_t positions) {
     return paged && paged->extend(positions);
 }
 
+bool PagedCacheSource::shared_from(const KvCache& cache, uint64_t position) const {
+    const auto* paged = dynamic_cast<const PagedKvCache*>(&cache);
+    return paged && paged->shared_from(position);
+}
+
 PoolCacheSource::PoolCacheSource(std::unique_ptr<KvPool> pool) : pool_(std::move(pool)) {
     if (!pool_) throw Error("serve: no KV block pool");
 }

@@ -31,6 +31,15 @@ class KvCacheSource {
     // Makes a cache take() gave hold at least `positions` positions, or false with nothing
     // changed (too few free blocks; a source that cannot).
     virtual bool extend(KvCache& /*cache*/, uint64_t /*positions*/) { return false; }
+    // KvPool::share and KvPool::shared_from (runtime/backend.hpp): a cache starting with
+    // another's whole blocks, shared; null from a source that cannot share.
+    virtual std::unique_ptr<KvCache> share(const KvCache& /*from*/, uint64_t /*positions*/,
+                                           uint64_t /*limit*/) {
+        return nullptr;
+    }
+    virtual bool shared_from(const KvCache& /*cache*/, uint64_t /*position*/) const {
+        return false;
+    }
     virtual uint64_t free_blocks() const = 0;
     virtual uint64_t total_blocks() const = 0;
 };
@@ -41,6 +50,11 @@ class PagedCacheSource final : public KvCacheSource {
     std::unique_ptr<KvCache> take(uint64_t positions) override;
     void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
     bool extend(KvCache& cache, uint64_t positions) override;
+    std::unique_ptr<KvCache> share(const KvCache& from, uint64_t positions,
+                                   uint64_t limit) override {
+        return share_paged(pool_, from, positions, limit);
+    }
+    bool shared_from(const KvCache& cache, uint64_t position) const override;
     uint64_t free_blocks() const override { return pool_.free_blocks(); }
     uint64_t total_blocks() const override { return pool_.total_blocks(); }
 
@@ -55,6 +69,13 @@ class PoolCacheSource final : public KvCacheSource {
     void give_back(std::unique_ptr<KvCache> cache) override { cache.reset(); }
     bool extend(KvCache& cache, uint64_t positions) override {
         return pool_->extend(cache, positions);
+    }
+    std::unique_ptr<KvCache> share(const KvCache& from, uint64_t positions,
+                                   uint64_t limit) override {
+        return pool_->share(from, positions, limit);
+    }
+    bool shared_from(const KvCache& cache, uint64_t position) const override {
+        return pool_->shared_from(cache, position);
     }
     uint64_t free_blocks() const override { return pool_->free_blocks(); }
     uint64_t total_blocks() const override { return pool_->total_blocks(); }

@@ -471,6 +471,7 @@ void HttpServer::Impl::routes() {
                               {"total_kv_blocks", s.total_blocks},
                               {"kept_caches", s.kept},
                               {"reused_prompt_tokens", s.reused_positions},
+                              {"shared_prompt_tokens", s.shared_positions},
                               {"steps", s.steps},
                               {"step_rows", s.step_rows},
                               {"step_tokens", s.step_tokens}}),

@@ -76,6 +76,9 @@ std::string ServeMetrics::render(const SchedulerStats& s) const {
           static_cast<double>(s.kept));
     counter("qforge_prompt_tokens_reused_total", "Prompt positions taken from kept caches.",
             static_cast<double>(s.reused_positions));
+    counter("qforge_prompt_tokens_shared_total",
+            "Prompt positions started on blocks shared with another sequence's cache.",
+            static_cast<double>(s.shared_positions));
     counter("qforge_steps_total", "Batched model steps run.", static_cast<double>(s.steps));
     counter("qforge_step_rows_total", "Rows of all steps (decode tokens and prompt chunks).",
             static_cast<double>(s.step_rows));

@@ -46,7 +46,7 @@ struct Scheduler::Sequence {
     std::optional<Sampler> sampler;
     uint64_t fed = 0;  // prompt tokens run
     uint64_t generated = 0;
-    std::vector<int32_t> chosen;  // the tokens delivered, in order (kept_caches only)
+    std::vector<int32_t> chosen;  // the tokens delivered, in order (prefix reuse or sharing)
     int32_t last = 0;             // the token to decode next
     bool done = false;
 };
@@ -73,7 +73,10 @@ Scheduler::Scheduler(Backend& backend, KvCacheSource* caches,
                         " positions is outside 1 .. max_position_embeddings (" +
                         std::to_string(backend.model().config().max_position_embeddings) + ")");
     if (options.prefill_chunk == 0) throw Error("scheduler: prefill_chunk must be at least 1");
-    if (options.whole_prompts) options_.kept_caches = 0;  // rows depend on the cut (header)
+    if (options.whole_prompts) {  // rows depend on the cut (header)
+        options_.kept_caches = 0;
+        options_.share_prefixes = false;
+    }
     free_blocks_ = caches_.free_blocks();
 }
 
@@ -167,22 +170,60 @@ void Scheduler::admit() {
 
 std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     const std::vector<int32_t>& prompt = s.request.prompt;
-    // The kept cache sharing the longest start with all of the prompt but its last token (whose
-    // logits the first step needs), the most recent among equals; extended for s if too small.
-    // One holding more blocks than s needs is passed over: taken, it would pin them for s's
-    // whole run (a long answer's cache for a short request).
+    // How many of the first `size` tokens of `a` then `b` (a sequence's prompt, then its chosen
+    // tokens) start all of the prompt but its last token (whose logits the first step needs).
+    auto common = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b, uint64_t size) {
+        const uint64_t end = std::min<uint64_t>(size, prompt.size() - 1);
+        uint64_t n = 0;
+        for (; n < end; ++n)
+            if ((n < a.size() ? a[n] : b[n - a.size()]) != prompt[n]) break;
+        return n;
+    };
+    // The kept cache sharing the longest start, the most recent among equals; extended for s if
+    // too small. One holding more blocks than s needs is passed over: taken, it would pin them
+    // for s's whole run (a long answer's cache for a short request); so is one with a shared
+    // block from that start on (writing there would change the positions another cache holds).
     const uint64_t blocks = CpuKvCache::blocks_for(s.limit);
+    const std::vector<int32_t> none;
     size_t best = 0;
     uint64_t shared = 0;
     for (size_t i = kept_.size(); i-- > 0;) {
         const Kept& k = kept_[i];
         if (CpuKvCache::blocks_for(k.cache->capacity()) > blocks) continue;
-        const uint64_t most = std::min<uint64_t>(k.tokens.size(), prompt.size() - 1);
-        uint64_t n = 0;
-        while (n < most && k.tokens[n] == prompt[n]) ++n;
-        if (n > shared) {
+        const uint64_t n = common(k.tokens, none, k.tokens.size());
+        if (n > shared && !caches_.shared_from(*k.cache, n)) {
             best = i;
             shared = n;
+        }
+    }
+    // Sharing: the running sequence's or kept cache's positions with the most whole blocks in
+    // common, if that is more than the kept cache gives.
+    const KvCache* source = nullptr;
+    uint64_t whole = 0;
+    if (options_.share_prefixes) {
+        auto consider = [&](const KvCache& cache, uint64_t n) {
+            n -= n % CpuKvCache::kBlockPositions;
+            if (n > whole) source = &cache, whole = n;
+        };
+        for (const auto& r : running_)
+            if (r->cache && r->cache->size() >= CpuKvCache::kBlockPositions)
+                consider(*r->cache, common(r->request.prompt, r->chosen, r->cache->size()));
+        for (const Kept& k : kept_) consider(*k.cache, common(k.tokens, none, k.tokens.size()));
+    }
+    if (whole > shared) {
+        if (std::unique_ptr<KvCache> cache = caches_.share(*source, whole, s.limit)) {
+            // Its shared blocks are held now: any kept cache may go back for the rest.
+            while (!caches_.extend(*cache, s.limit)) {
+                if (kept_.empty()) {
+                    caches_.give_back(std::move(cache));
+                    return nullptr;
+                }
+                caches_.give_back(std::move(kept_.front().cache));
+                kept_.pop_front();
+            }
+            s.fed = whole;
+            shared_ += whole;
+            return cache;
         }
     }
     // Extending it may need blocks the other kept caches hold: they go back first, oldest first,
@@ -274,7 +315,7 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
     if (std::find(stops.begin(), stops.end(), next) != stops.end())
         return finish(s, FinishReason::stop);
     s.stream->push(next);
-    if (options_.kept_caches > 0) s.chosen.push_back(next);
+    if (options_.kept_caches > 0 || options_.share_prefixes) s.chosen.push_back(next);
     s.last = next;
     if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)
         finish(s, FinishReason::length);
@@ -399,8 +440,8 @@ void Scheduler::stop() {
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mutex_);
     return {running_count_, queue_.size(), free_blocks_, caches_.total_blocks(),
-            steps_,         kept_count_,   reused_,      step_rows_,
-            step_tokens_};
+            steps_,         kept_count_,   reused_,      shared_,
+            step_rows_,     step_tokens_};
 }
 
 }  // namespace qforge::serve

@@ -23,6 +23,14 @@
 // batched (the CPU backend: runtime/batch_forward.cpp), so a request's tokens still equal
 // generate()'s; not with whole_prompts. A kept cache goes back to the pool as soon as an
 // admission lacks blocks, oldest first, so keeping never makes a request wait.
+//
+// Prefix sharing (SchedulerOptions::share_prefixes): a request whose prompt starts like the
+// positions a running sequence (or a kept cache) holds starts its cache with their whole blocks,
+// shared, not copied (runtime/paged_kv_cache.hpp), and runs only the rest of its prompt: many
+// concurrent requests with one system prompt hold its blocks once and run it once. Exact for the
+// same reason as prefix reuse; the one it counts more positions for wins (a kept cache is taken
+// over only where none of its blocks from the shared start on is shared: writing there would
+// change another sequence's positions).
 #pragma once
 
 #include <atomic>
@@ -105,6 +113,9 @@ struct SchedulerOptions {
     // Finished sequences whose caches are kept for prefix reuse (header comment), the most recent
     // ones; 0: none, every cache goes back to the pool when its sequence ends.
     uint64_t kept_caches = 0;
+    // Requests share the whole blocks of a running sequence's or kept cache's positions their
+    // prompt starts with (header comment), from a source that can (KvCacheSource::share).
+    bool share_prefixes = false;
     // Threads to check and sample a step's logits rows on, a share of the sequences each (each
     // sequence's sampler is its own, so its tokens are a serial loop's); null: the scheduler's
     // thread alone. The backend's pool, which nothing else may use while step() runs.
@@ -115,6 +126,7 @@ struct SchedulerStats {
     uint64_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, steps = 0;
     uint64_t kept = 0;              // caches kept for prefix reuse (their blocks are not free)
     uint64_t reused_positions = 0;  // prompt positions taken from kept caches, in all
+    uint64_t shared_positions = 0;  // prompt positions started on shared blocks, in all
     uint64_t step_rows = 0;         // rows run in all steps (decode tokens and prompt chunks)
     uint64_t step_tokens = 0;       // tokens sampled in all steps (a logits row each)
 };
@@ -168,9 +180,10 @@ class Scheduler {
     };
     Choice choose(Sequence& s, std::span<float> logits) const noexcept;
     void deliver(Sequence& s, const Choice& choice);
-    // Admission's cache for s: a kept one that shares the most of s's prompt (s.fed set to the
-    // shared positions), else one from the source, giving kept caches back while it is short;
-    // null when nothing fits yet.
+    // Admission's cache for s: a kept one that shares the most of s's prompt, or a new one on the
+    // whole blocks of the running sequence's or kept cache's positions that share more (s.fed
+    // set to the positions s need not run), else one from the source, giving kept caches back
+    // while it is short; null when nothing fits yet.
     std::unique_ptr<KvCache> take_cache(Sequence& s);
     // s's cache into kept_ with its tokens (the oldest kept one back to the source past
     // kept_caches).
@@ -194,6 +207,7 @@ class Scheduler {
     };
     std::deque<Kept> kept_;  // the scheduler thread's alone; oldest first
     uint64_t running_count_ = 0, free_blocks_ = 0, steps_ = 0, kept_count_ = 0, reused_ = 0;
+    uint64_t shared_ = 0;
     uint64_t step_rows_ = 0, step_tokens_ = 0;
     bool stop_ = false;
     std::thread thread_;

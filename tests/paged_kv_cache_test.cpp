@@ -32,6 +32,26 @@ ModelConfig tiny_config() {
     return c;
 }
 
+// The first serve model with room for `positions` positions, its CPU backend (one thread) and a
+// pool of `blocks` blocks of the backend's.
+struct PoolOnModel {
+    PoolOnModel(const char* scratch, uint64_t positions, uint64_t blocks)
+        : dir(scratch), model(path_with_room(dir, positions)) {
+        backend = make_cpu_backend(model, threads);
+        pool = backend->new_kv_pool(blocks);
+    }
+    static std::string path_with_room(const test::ScratchDir& dir, uint64_t positions) {
+        for (const auto& m : test::serve_models(dir))
+            if (Model(m.path).config().max_position_embeddings >= positions) return m.path;
+        throw Error("no serve model has room for " + std::to_string(positions) + " positions");
+    }
+    test::ScratchDir dir;
+    ThreadPool threads{1};
+    Model model;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<KvPool> pool;
+};
+
 }  // namespace
 
 TEST_CASE("KV block pool: exhaustion takes nothing, release returns, double release refused",
@@ -199,6 +219,65 @@ TEST_CASE("paged KV cache: reserve all or none, blocks back on release and destr
     CHECK(pool.free_blocks() == 4);  // nothing returned twice
 }
 
+TEST_CASE("KV block pool: shared ids go back with their last holder", "[paged]") {
+    BlockIds ids(3);
+    auto got = ids.allocate(2);
+    REQUIRE(got);
+    ids.share(*got);
+    CHECK(ids.shared((*got)[0]));
+    ids.release(*got);
+    CHECK(ids.free() == 1);
+    CHECK_FALSE(ids.shared((*got)[0]));
+    ids.release(*got);
+    CHECK(ids.free() == 3);
+    CHECK_THROWS_AS(ids.release(*got), Error);
+    CHECK_THROWS_AS(ids.share(*got), Error);  // never shared once free
+}
+
+TEST_CASE("cpu backend's KV pool: a cache on another's shared blocks gives the same logits",
+          "[paged]") {
+    const uint64_t P = CpuKvCache::kBlockPositions;
+    PoolOnModel m("paged-share", 3 * P, 8);
+    const uint64_t v = m.model.config().vocab_size;
+    std::mt19937_64 rng(5);
+    // a runs 2 P + 5 positions; b starts on a's first two blocks and runs its own rest of a
+    // different sequence with the same start: b's logits are those of a fresh cache that ran it
+    // all, bit for bit, before and after a is gone.
+    const auto start = test::random_ids(rng, 2 * P + 5, v);
+    auto tail = test::random_ids(rng, 9, v);
+    std::vector<int32_t> b_ids(start.begin(), start.begin() + 2 * P);
+    b_ids.insert(b_ids.end(), tail.begin(), tail.end());
+    std::vector<float> logits(v), want(v), got(v);
+    auto a = m.pool->take(3 * P);
+    REQUIRE(a);
+    m.backend->forward(start, *a, start.size() - 1, logits);
+    CHECK_THROWS_AS(m.pool->share(*a, 2 * P + 5, 3 * P), Error);  // not whole blocks
+    CHECK_THROWS_AS(m.pool->share(*a, 3 * P, 3 * P), Error);      // past a's positions
+    auto b = m.pool->share(*a, 2 * P, 3 * P);
+    REQUIRE(b);
+    CHECK(b->size() == 2 * P);
+    CHECK(m.pool->free_blocks() == 5);  // nothing taken yet
+    CHECK(m.pool->shared_from(*a, 2 * P - 1));
+    CHECK_FALSE(m.pool->shared_from(*a, 2 * P));  // a's third block is its own
+    REQUIRE(m.pool->extend(*b, 3 * P));
+    CHECK(m.pool->free_blocks() == 4);
+    CHECK_FALSE(m.pool->shared_from(*b, 2 * P));
+    auto whole = m.backend->new_cache(3 * P);
+    m.backend->forward(b_ids, *whole, b_ids.size() - 1, want);
+    m.backend->forward(tail, *b, tail.size() - 1, got);
+    CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
+    // a gone: its own block back, the shared ones b's alone; b decodes on as the fresh cache.
+    a.reset();
+    CHECK(m.pool->free_blocks() == 5);
+    CHECK_FALSE(m.pool->shared_from(*b, 0));
+    const int32_t next[] = {static_cast<int32_t>(rng() % v)};
+    m.backend->forward(next, *whole, 0, want);
+    m.backend->forward(next, *b, 0, got);
+    CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
+    b.reset();
+    CHECK(m.pool->free_blocks() == 8);
+}
+
 TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logits bit for bit",
           "[paged]") {
     test::ScratchDir dir("paged-kv");
@@ -283,17 +362,11 @@ TEST_CASE("CUDA paged KV layout: a block's rows tile it in layer, keys-values, p
 
 TEST_CASE("cpu backend's KV pool: caches of the positions asked, all or none, blocks back",
           "[paged]") {
-    test::ScratchDir dir("paged-pool");
-    ThreadPool threads(1);
     const uint64_t per = CpuKvCache::kBlockPositions;
-    std::string path;  // a model with room for two blocks' positions
-    for (const auto& m : test::serve_models(dir))
-        if (path.empty() && Model(m.path).config().max_position_embeddings >= 2 * per)
-            path = m.path;
-    REQUIRE_FALSE(path.empty());
-    Model model(path);
-    auto backend = make_cpu_backend(model, threads);
-    auto pool = backend->new_kv_pool(3);
+    PoolOnModel m("paged-pool", 2 * per, 3);
+    auto& backend = m.backend;
+    auto& pool = m.pool;
+    const Model& model = m.model;
     CHECK(pool->total_blocks() == 3);
     auto a = pool->take(per + 1);  // two blocks
     REQUIRE(a);
