@@ -6,10 +6,11 @@ Usage: openai_client_test.py QFORGE_BINARY MODEL.qf
 Starts the server on a free loopback port, then through openai.OpenAI(base_url=...): a
 completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
 completion streamed (the chunks must add up to the same text), one with presence and frequency
-penalties (against generate's with the same ones), a seeded sampled completion twice
-(identical), /v1/models, a chat request (stories260K has no chat template: a 400 the client raises
-as BadRequestError), bad requests the client raises as errors, and an API key the client must
-send. Exits 0 when every check passes, 1 with the failures listed otherwise.
+penalties and one with logit biases (each against generate's with the same options), a seeded
+sampled completion twice (identical), /v1/models, a chat request (stories260K has no chat
+template: a 400 the client raises as BadRequestError), bad requests the client raises as errors,
+and an API key the client must send. Exits 0 when every check passes, 1 with the failures listed
+otherwise.
 """
 import subprocess
 import sys
@@ -33,6 +34,8 @@ def main():
 
     want = generated("-n", "24")
     penalized = generated("-n", "64", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5")
+    # stories260K's margins are wide: +20 on token 100 ("a") changes the text after 19 tokens.
+    biased = generated("-n", "24", "--logit-bias", "100=20", "--logit-bias", "7=-100")
 
     proc, port = start(qforge, model)
     try:
@@ -52,6 +55,11 @@ def main():
                                       temperature=0, presence_penalty=1.5, frequency_penalty=-0.5)
         check(r.choices[0].text == penalized,
               f"penalized {r.choices[0].text!r} != generate {penalized!r}")
+
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=24,
+                                      temperature=0, logit_bias={"100": 20, "7": -100})
+        check(r.choices[0].text == biased and biased != want,
+              f"biased {r.choices[0].text!r} != generate {biased!r} (or the bias changed nothing)")
 
         kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
                   top_p=0.9)
