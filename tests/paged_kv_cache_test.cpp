@@ -237,38 +237,38 @@ TEST_CASE("KV block pool: shared ids go back with their last holder", "[paged]")
 TEST_CASE("cpu backend's KV pool: a cache on another's shared blocks gives the same logits",
           "[paged]") {
     const uint64_t P = CpuKvCache::kBlockPositions;
-    PoolOnModel m("paged-share", 3 * P, 8);
+    PoolOnModel m("paged-share", 2 * P, 8);
     const uint64_t v = m.model.config().vocab_size;
     std::mt19937_64 rng(5);
-    // a runs 2 P + 5 positions; b starts on a's first two blocks and runs its own rest of a
-    // different sequence with the same start: b's logits are those of a fresh cache that ran it
-    // all, bit for bit, before and after a is gone.
-    const auto start = test::random_ids(rng, 2 * P + 5, v);
+    // a runs P + 5 positions; b starts on a's first block and runs its own rest of a different
+    // sequence with the same start: b's logits are those of a fresh cache that ran it all, bit
+    // for bit, before and after a is gone.
+    const auto start = test::random_ids(rng, P + 5, v);
     auto tail = test::random_ids(rng, 9, v);
-    std::vector<int32_t> b_ids(start.begin(), start.begin() + 2 * P);
+    std::vector<int32_t> b_ids(start.begin(), start.begin() + P);
     b_ids.insert(b_ids.end(), tail.begin(), tail.end());
     std::vector<float> logits(v), want(v), got(v);
-    auto a = m.pool->take(3 * P);
+    auto a = m.pool->take(2 * P);
     REQUIRE(a);
     m.backend->forward(start, *a, start.size() - 1, logits);
-    CHECK_THROWS_AS(m.pool->share(*a, 2 * P + 5, 3 * P), Error);  // not whole blocks
-    CHECK_THROWS_AS(m.pool->share(*a, 3 * P, 3 * P), Error);      // past a's positions
-    auto b = m.pool->share(*a, 2 * P, 3 * P);
+    CHECK_THROWS_AS(m.pool->share(*a, P + 5, 2 * P), Error);  // not whole blocks
+    CHECK_THROWS_AS(m.pool->share(*a, 2 * P, 2 * P), Error);  // past a's positions
+    auto b = m.pool->share(*a, P, 2 * P);
     REQUIRE(b);
-    CHECK(b->size() == 2 * P);
-    CHECK(m.pool->free_blocks() == 5);  // nothing taken yet
-    CHECK(m.pool->shared_from(*a, 2 * P - 1));
-    CHECK_FALSE(m.pool->shared_from(*a, 2 * P));  // a's third block is its own
-    REQUIRE(m.pool->extend(*b, 3 * P));
-    CHECK(m.pool->free_blocks() == 4);
-    CHECK_FALSE(m.pool->shared_from(*b, 2 * P));
-    auto whole = m.backend->new_cache(3 * P);
+    CHECK(b->size() == P);
+    CHECK(m.pool->free_blocks() == 6);  // nothing taken yet
+    CHECK(m.pool->shared_from(*a, P - 1));
+    CHECK_FALSE(m.pool->shared_from(*a, P));  // a's second block is its own
+    REQUIRE(m.pool->extend(*b, 2 * P));
+    CHECK(m.pool->free_blocks() == 5);
+    CHECK_FALSE(m.pool->shared_from(*b, P));
+    auto whole = m.backend->new_cache(2 * P);
     m.backend->forward(b_ids, *whole, b_ids.size() - 1, want);
     m.backend->forward(tail, *b, tail.size() - 1, got);
     CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
-    // a gone: its own block back, the shared ones b's alone; b decodes on as the fresh cache.
+    // a gone: its own block back, the shared one b's alone; b decodes on as the fresh cache.
     a.reset();
-    CHECK(m.pool->free_blocks() == 5);
+    CHECK(m.pool->free_blocks() == 6);
     CHECK_FALSE(m.pool->shared_from(*b, 0));
     const int32_t next[] = {static_cast<int32_t>(rng() % v)};
     m.backend->forward(next, *whole, 0, want);
