@@ -38,6 +38,25 @@ void SequenceStream::finish(FinishReason reason, std::string error) {
     ready_.notify_all();
 }
 
+namespace {
+
+// How many of the first `size` tokens of `a` then `b` (a sequence's prompt, then its chosen
+// tokens) start all of `prompt` but its last token (whose logits a first step needs).
+uint64_t common_start(const std::vector<int32_t>& prompt, const std::vector<int32_t>& a,
+                      const std::vector<int32_t>& b, uint64_t size) {
+    const uint64_t end = std::min<uint64_t>(size, prompt.size() - 1);
+    uint64_t n = 0;
+    for (; n < end; ++n)
+        if ((n < a.size() ? a[n] : b[n - a.size()]) != prompt[n]) break;
+    return n;
+}
+
+uint64_t whole_blocks(uint64_t positions) {
+    return positions - positions % CpuKvCache::kBlockPositions;
+}
+
+}  // namespace
+
 struct Scheduler::Sequence {
     SequenceRequest request;
     std::shared_ptr<SequenceStream> stream;
@@ -151,6 +170,7 @@ void Scheduler::admit() {
     // a large request is never starved by a stream of small ones.
     while (!queue_.empty() && running_.size() < options_.max_seqs) {
         Sequence& s = *queue_.front();
+        if (wait_to_share(s)) break;
         std::unique_ptr<KvCache> cache;
         try {
             cache = take_cache(s);
@@ -168,16 +188,27 @@ void Scheduler::admit() {
     }
 }
 
+bool Scheduler::wait_to_share(const Sequence& s) const {
+    if (!options_.share_prefixes) return false;
+    const std::vector<int32_t>& prompt = s.request.prompt;
+    const std::vector<int32_t> none;
+    uint64_t now = 0, later = 0;
+    for (const auto& r : running_) {
+        if (!r->cache) continue;
+        const std::vector<int32_t>& p = r->request.prompt;
+        now = std::max(now, whole_blocks(common_start(prompt, p, r->chosen, r->cache->size())));
+        if (r->fed < p.size())  // still prefilling: its prompt's positions to come
+            later = std::max(later, whole_blocks(common_start(prompt, p, none, p.size())));
+    }
+    for (const Kept& k : kept_)
+        now = std::max(now, common_start(prompt, k.tokens, none, k.tokens.size()));
+    return later > now;
+}
+
 std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     const std::vector<int32_t>& prompt = s.request.prompt;
-    // How many of the first `size` tokens of `a` then `b` (a sequence's prompt, then its chosen
-    // tokens) start all of the prompt but its last token (whose logits the first step needs).
     auto common = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b, uint64_t size) {
-        const uint64_t end = std::min<uint64_t>(size, prompt.size() - 1);
-        uint64_t n = 0;
-        for (; n < end; ++n)
-            if ((n < a.size() ? a[n] : b[n - a.size()]) != prompt[n]) break;
-        return n;
+        return common_start(prompt, a, b, size);
     };
     // The kept cache sharing the longest start, the most recent among equals; extended for s if
     // too small. One holding more blocks than s needs is passed over: taken, it would pin them
@@ -202,8 +233,7 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     uint64_t whole = 0;
     if (options_.share_prefixes) {
         auto consider = [&](const KvCache& cache, uint64_t n) {
-            n -= n % CpuKvCache::kBlockPositions;
-            if (n > whole) source = &cache, whole = n;
+            if (whole_blocks(n) > whole) source = &cache, whole = whole_blocks(n);
         };
         for (const auto& r : running_)
             if (r->cache && r->cache->size() >= CpuKvCache::kBlockPositions)

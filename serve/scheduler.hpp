@@ -30,7 +30,10 @@
 // concurrent requests with one system prompt hold its blocks once and run it once. Exact for the
 // same reason as prefix reuse; the one it counts more positions for wins (a kept cache is taken
 // over only where none of its blocks from the shared start on is shared: writing there would
-// change another sequence's positions).
+// change another sequence's positions). A request at the front of the queue whose prompt shares
+// more whole blocks with a running sequence still prefilling them than any cache holds yet waits
+// until that sequence has run them (its prefill advances every step), so requests that arrive
+// together with one system prompt run it once, not once each.
 #pragma once
 
 #include <atomic>
@@ -185,6 +188,8 @@ class Scheduler {
     // set to the positions s need not run), else one from the source, giving kept caches back
     // while it is short; null when nothing fits yet.
     std::unique_ptr<KvCache> take_cache(Sequence& s);
+    // Whether s had better wait to share a running sequence's positions still to come (header).
+    bool wait_to_share(const Sequence& s) const;
     // s's cache into kept_ with its tokens (the oldest kept one back to the source past
     // kept_caches).
     void keep(Sequence& s);

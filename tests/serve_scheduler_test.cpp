@@ -238,6 +238,41 @@ TEST_CASE("scheduler: prefix sharing gives generate's tokens, and no shared bloc
             CHECK(pool.free_blocks() == pool.total_blocks());
         }
         {
+            // Six requests with one start of P + 12 tokens, submitted together: the first runs
+            // its prompt, the others wait for its first block and start on it (the start run
+            // once, not six times), each giving generate's tokens.
+            const auto start = test::random_ids(rng, P + 12, c.vocab_size);
+            KvBlockPool pool(c, 16);
+            serve::SchedulerOptions so{8, 2 * P, 64, 16};
+            so.share_prefixes = true;
+            Scheduler sched(backend, pool, so);
+            std::vector<serve::SequenceRequest> reqs;
+            std::vector<std::shared_ptr<serve::SequenceStream>> streams;
+            for (int i = 0; i < 6; ++i) {
+                std::vector<int32_t> prompt = start;
+                prompt.push_back(static_cast<int32_t>(1 + i));
+                reqs.push_back(request(prompt, 8));
+                streams.push_back(sched.submit(reqs.back()).stream);
+                REQUIRE(streams.back());
+            }
+            std::vector<Collected> got(6);
+            auto all_done = [&] {
+                return std::all_of(got.begin(), got.end(), [](auto& g) { return g.finished; });
+            };
+            while (!all_done()) {
+                sched.step();
+                for (size_t i = 0; i < 6; ++i) drain(*streams[i], got[i]);
+            }
+            CHECK(sched.stats().shared_positions == 5 * P);
+            CHECK(sched.stats().step_rows <= (P + 13) + 5 * 13 + 6 * 8);  // prompts' rest, decode
+            for (size_t i = 0; i < 6; ++i) {
+                GenerateOptions o;
+                o.sampling = reqs[i].sampling;
+                o.max_new_tokens = 8;
+                CHECK(got[i].tokens == generate(backend, reqs[i].prompt, o).tokens);
+            }
+        }
+        {
             // A kept cache whose first block a running sequence shares is not taken over below
             // it: writing there would change that sequence's keys. A's cache (kept) is taken over
             // by B (P + 20 of its positions); C starts on B's first block while B runs; B ends
