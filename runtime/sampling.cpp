@@ -100,9 +100,8 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits) {
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-    if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f)
-        return choose(adjusted(logits));
     const int32_t id = choose(adjusted(logits));
+    if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) return id;
     const auto i = static_cast<size_t>(id);
     if (i >= counts_.size()) counts_.resize(i + 1, 0);
     if (counts_[i]++ == 0) chosen_.push_back(id);

@@ -207,9 +207,6 @@ bool Scheduler::wait_to_share(const Sequence& s) const {
 
 std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     const std::vector<int32_t>& prompt = s.request.prompt;
-    auto common = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b, uint64_t size) {
-        return common_start(prompt, a, b, size);
-    };
     // The kept cache sharing the longest start, the most recent among equals; extended for s if
     // too small. One holding more blocks than s needs is passed over: taken, it would pin them
     // for s's whole run (a long answer's cache for a short request); so is one with a shared
@@ -221,7 +218,7 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     for (size_t i = kept_.size(); i-- > 0;) {
         const Kept& k = kept_[i];
         if (CpuKvCache::blocks_for(k.cache->capacity()) > blocks) continue;
-        const uint64_t n = common(k.tokens, none, k.tokens.size());
+        const uint64_t n = common_start(prompt, k.tokens, none, k.tokens.size());
         if (n > shared && !caches_.shared_from(*k.cache, n)) {
             best = i;
             shared = n;
@@ -237,8 +234,10 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
         };
         for (const auto& r : running_)
             if (r->cache && r->cache->size() >= CpuKvCache::kBlockPositions)
-                consider(*r->cache, common(r->request.prompt, r->chosen, r->cache->size()));
-        for (const Kept& k : kept_) consider(*k.cache, common(k.tokens, none, k.tokens.size()));
+                consider(*r->cache,
+                         common_start(prompt, r->request.prompt, r->chosen, r->cache->size()));
+        for (const Kept& k : kept_)
+            consider(*k.cache, common_start(prompt, k.tokens, none, k.tokens.size()));
     }
     if (whole > shared) {
         if (std::unique_ptr<KvCache> cache = caches_.share(*source, whole, s.limit)) {
