@@ -117,6 +117,30 @@ double token_nll(std::span<const float> logits, int32_t target) {
     return log_sum_exp(logits) - static_cast<double>(logits[static_cast<size_t>(target)]);
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, uint32_t top) {
+    const double lse = log_sum_exp(logits);
+    auto logprob = [&](size_t i) {
+        return static_cast<float>(static_cast<double>(logits[i]) - lse);
+    };
+    TokenLogprobs r;
+    r.logprob = logprob(static_cast<size_t>(token));
+    if (top == 0) return r;
+    // The best `top` ids in one pass: a candidate enters only past the worst one kept.
+    auto before = [&](size_t a, size_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    std::vector<size_t> best;
+    const size_t k = std::min<size_t>(top, logits.size());
+    best.reserve(k + 1);
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (best.size() == k && !before(i, best.back())) continue;
+        best.insert(std::upper_bound(best.begin(), best.end(), i, before), i);
+        if (best.size() > k) best.pop_back();
+    }
+    for (size_t i : best) r.top.emplace_back(static_cast<int32_t>(i), logprob(i));
+    return r;
+}
+
 void add_kl(std::span<const float> base_logits, std::span<const float> logits, int32_t target,
             KlStats& s) {
     const double lse_base = log_sum_exp(base_logits), lse = log_sum_exp(logits);

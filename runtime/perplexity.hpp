@@ -22,6 +22,8 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "runtime/backend.hpp"
 
@@ -70,6 +72,14 @@ struct KlStats {
 
 // -log softmax(logits)[target], in float64.
 double token_nll(std::span<const float> logits, int32_t target);
+
+// A chosen token's log-probability under logits (log softmax in float64, as token_nll) and the
+// `top` most likely ids with theirs, most likely first (equal logits: the lower id first).
+struct TokenLogprobs {
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, uint32_t top);
 // Adds one position's KL, top-1 agreement and dp to `stats`.
 void add_kl(std::span<const float> base_logits, std::span<const float> logits, int32_t target,
             KlStats& stats);

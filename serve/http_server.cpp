@@ -6,10 +6,12 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <random>
 
 #include "core/error.hpp"
@@ -40,22 +42,102 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 const char* finish_name(FinishReason r) { return r == FinishReason::length ? "length" : "stop"; }
 
-// One request's generation as text: tokens from the scheduler's stream turned into final text.
+// Characters (code points) in UTF-8 text: the API's text offsets count them, as Python does.
+uint64_t characters(std::string_view s) {
+    return static_cast<uint64_t>(std::count_if(
+        s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; }));
+}
+
+// The UTF-8 bytes of a token's text, as chat's logprobs give them (a token may hold part of a
+// character, which its text string cannot show).
+json bytes_of(std::string_view s) {
+    json b = json::array();
+    for (char c : s) b.push_back(static_cast<unsigned char>(c));
+    return b;
+}
+
+// The log-probabilities of generated tokens in the API's two shapes, one token at a time:
+// /v1/completions' {tokens, token_logprobs, top_logprobs (text to logprob, the chosen token's
+// among them), text_offset} and chat's {content: [{token, logprob, bytes, top_logprobs}]}. A
+// token's text is what it adds to the text after the token before it (Tokenizer::decode_piece),
+// for the alternatives too.
+class LogprobsJson {
+  public:
+    explicit LogprobsJson(bool chat) : chat_(chat) { clear(); }
+    void add(const Tokenizer& tok, int32_t previous, int32_t id, const TokenLogprobs& lp,
+             uint64_t offset) {
+        const std::string piece = tok.decode_piece(previous, id);
+        ++count_;
+        if (chat_) {
+            json top = json::array();
+            for (const auto& [alt, v] : lp.top) {
+                const std::string t = tok.decode_piece(previous, alt);
+                top.push_back({{"token", t}, {"logprob", v}, {"bytes", bytes_of(t)}});
+            }
+            j_["content"].push_back({{"token", piece},
+                                     {"logprob", lp.logprob},
+                                     {"bytes", bytes_of(piece)},
+                                     {"top_logprobs", std::move(top)}});
+            return;
+        }
+        json top = json::object();
+        for (const auto& [alt, v] : lp.top) top.emplace(tok.decode_piece(previous, alt), v);
+        top[piece] = lp.logprob;
+        j_["tokens"].push_back(piece);
+        j_["token_logprobs"].push_back(lp.logprob);
+        j_["top_logprobs"].push_back(std::move(top));
+        j_["text_offset"].push_back(offset);
+    }
+    bool empty() const { return count_ == 0; }
+    // The entries added since the last take (streaming: each chunk carries its tokens').
+    json take() {
+        json out = std::move(j_);
+        clear();
+        return out;
+    }
+
+  private:
+    void clear() {
+        count_ = 0;
+        j_ = chat_ ? json{{"content", json::array()}, {"refusal", nullptr}}
+                   : json{{"tokens", json::array()},
+                          {"token_logprobs", json::array()},
+                          {"top_logprobs", json::array()},
+                          {"text_offset", json::array()}};
+    }
+    bool chat_;
+    uint64_t count_ = 0;
+    json j_;
+};
+
+// One request's generation as text: tokens from the scheduler's stream turned into final text
+// (and, when the request asked, their log-probabilities into `logprobs`).
 struct Generation {
     Generation(std::shared_ptr<SequenceStream> s, const Tokenizer& t, int32_t last,
-               std::vector<std::string> stops)
-        : stream(std::move(s)), tok(t), previous(last), text(std::move(stops)) {}
+               std::vector<std::string> stops, std::optional<LogprobsJson> lp)
+        : stream(std::move(s)),
+          tok(t),
+          previous(last),
+          text(std::move(stops)),
+          logprobs(std::move(lp)) {}
     ~Generation() { stream->cancel(); }  // a no-op once it has finished
 
-    // Waits up to `timeout` for tokens; returns the text that became final.
+    // Waits up to `timeout` for tokens; returns the text that became final. Every counted token
+    // (usage's completion_tokens) has its log-probabilities, the one that completes a stop
+    // string too.
     std::string poll(std::chrono::milliseconds timeout) {
         auto e = stream->wait(timeout);
         std::string out;
-        for (int32_t id : e.tokens) {
+        for (size_t i = 0; i < e.tokens.size(); ++i) {
+            const int32_t id = e.tokens[i];
             if (text.stopped()) break;
             if (tokens == 0) first_token = Clock::now();
             ++tokens;
-            out += text.add(tok.decode_piece(previous, id));
+            const std::string piece = tok.decode_piece(previous, id);
+            if (logprobs && i < e.logprobs.size())
+                logprobs->add(tok, previous, id, e.logprobs[i], offset);
+            offset += characters(piece);
+            out += text.add(piece);
             previous = id;
         }
         if (text.stopped()) {  // a stop string: the sequence is no longer needed
@@ -75,6 +157,8 @@ struct Generation {
     const Tokenizer& tok;
     int32_t previous;
     TextStream text;
+    std::optional<LogprobsJson> logprobs;
+    uint64_t offset = 0;  // characters of the tokens' text so far (completions' text_offset)
     uint64_t tokens = 0;
     bool done = false;
     std::string finish_reason, error;
@@ -186,8 +270,10 @@ struct HttpServer::Impl {
     void routes();
     std::vector<int32_t> tokenize(const CompletionRequest& r) const;
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+    // A streamed chunk: `text`, the role on the first chat chunk, the finish reason on the last,
+    // and the log-probabilities of its tokens (null: not asked for).
     json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
-               bool first) const;
+               bool first, json logprobs = nullptr) const;
     // g's end in /metrics (its first report only), answered with `status`.
     void count(Generation& g, uint64_t prompt_tokens, int status) {
         if (g.counted) return;
@@ -248,18 +334,18 @@ std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) cons
 }
 
 json HttpServer::Impl::chunk(const std::string& id, bool chat, const std::string& text,
-                             const char* finish_reason, bool first) const {
+                             const char* finish_reason, bool first, json logprobs) const {
     json choice = {{"index", 0}};
     choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
     if (chat) {
         json delta = json::object();
         if (first) delta["role"] = "assistant";
-        if (!text.empty() || first) delta["content"] = text;
+        if (!text.empty() || first || !logprobs.is_null()) delta["content"] = text;
         choice["delta"] = delta;
     } else {
         choice["text"] = text;
-        choice["logprobs"] = nullptr;
     }
+    choice["logprobs"] = std::move(logprobs);
     return {{"id", id},
             {"object", chat ? "chat.completion.chunk" : "text_completion"},
             {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -308,6 +394,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
         sr.stop_ids = tok.stop_ids();
         sr.token_count = tok.vocab_size();
+        sr.logprobs = r.logprobs;
         const int32_t last = prompt.back();
         sr.prompt = std::move(prompt);
         auto sub = sched.submit(std::move(sr));
@@ -320,7 +407,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
                            "context_length_exceeded");
         try {
-            gen = std::make_shared<Generation>(sub.stream, tok, last, r.stop);
+            gen = std::make_shared<Generation>(
+                sub.stream, tok, last, r.stop,
+                r.logprobs ? std::optional<LogprobsJson>(std::in_place, chat) : std::nullopt);
         } catch (...) {  // the submitted sequence must not run on unread
             sub.stream->cancel();
             throw;
@@ -378,7 +467,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         if (chat)
             choice["message"] = {{"role", "assistant"}, {"content", text}};
         else
-            choice["text"] = text, choice["logprobs"] = nullptr;
+            choice["text"] = text;
+        choice["logprobs"] = gen->logprobs ? gen->logprobs->take() : json(nullptr);
         const json body = {{"id", id},
                            {"object", chat ? "chat.completion" : "text_completion"},
                            {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -405,8 +495,13 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             first = !chat;
             while (!gen->done) {
                 const std::string text = gen->poll(std::chrono::milliseconds(200));
-                if (!text.empty() && !send(chunk(id, chat, text, nullptr, first))) return false;
-                if (!text.empty()) first = false;
+                const bool scored = gen->logprobs && !gen->logprobs->empty();
+                if (!text.empty() || scored) {
+                    if (!send(chunk(id, chat, text, nullptr, first,
+                                    scored ? gen->logprobs->take() : json(nullptr))))
+                        return false;
+                    first = false;
+                }
                 if (!gen->done && client->gone()) return false;
             }
             done_line(*gen);

@@ -127,17 +127,13 @@ void parse_messages(const json& body, CompletionRequest& r) {
 }
 
 // Fields of the API whose non-default values this server cannot honour: refused, not ignored.
-void refuse_unsupported(const json& body, bool chat) {
+void refuse_unsupported(const json& body) {
     if (const json* n = field(body, "n"); n && integer(*n, "n", 1, 1 << 20) != 1)
         bad("n", "must be 1: one choice per request is supported");
     if (const json* b = field(body, "best_of"); b && integer(*b, "best_of", 1, 1 << 20) != 1)
         bad("best_of", "must be 1");
     if (const json* e = field(body, "echo"); e && boolean(*e, "echo"))
         bad("echo", "is not supported");
-    if (const json* l = field(body, "logprobs")) {
-        if (chat ? boolean(*l, "logprobs") : integer(*l, "logprobs", 0, 20) != 0)
-            bad("logprobs", "is not supported");
-    }
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         bad("tools", "are not supported");
     if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
@@ -146,8 +142,6 @@ void refuse_unsupported(const json& body, bool chat) {
         if (const json* c = field(body, name);
             c && !(c->is_string() && (*c == "none" || *c == "auto")))
             bad(name, "must be \"none\" or \"auto\": no tools are supported");
-    if (const json* t = field(body, "top_logprobs"); t && integer(*t, "top_logprobs", 0, 20) != 0)
-        bad("top_logprobs", "is not supported");
     if (const json* f = field(body, "response_format")) {
         const json* type = f->is_object() ? field(*f, "type") : nullptr;
         if (!type || !type->is_string()) bad("response_format", "must be an object with a type");
@@ -155,6 +149,24 @@ void refuse_unsupported(const json& body, bool chat) {
     }
     if (const json* x = field(body, "suffix"); x && string(*x, "suffix") != "")
         bad("suffix", "is not supported");
+}
+
+// The tokens' log-probabilities: /v1/completions' logprobs (how many alternatives, 0 to
+// kMaxLogprobs: the chosen token's alone), /v1/chat/completions' logprobs (true or false) with
+// top_logprobs (the alternatives, only with logprobs true, as the API's reference requires).
+void parse_logprobs(const json& body, CompletionRequest& r) {
+    const json* l = field(body, "logprobs");
+    const json* t = field(body, "top_logprobs");
+    if (!r.chat) {
+        if (t && integer(*t, "top_logprobs", 0, kMaxLogprobs) != 0)
+            bad("top_logprobs", "is chat's field; completions take logprobs: N");
+        if (l) r.logprobs = static_cast<uint32_t>(integer(*l, "logprobs", 0, kMaxLogprobs));
+        return;
+    }
+    const bool on = l && boolean(*l, "logprobs");
+    const auto top = t ? static_cast<uint32_t>(integer(*t, "top_logprobs", 0, kMaxLogprobs)) : 0u;
+    if (top > 0 && !on) bad("top_logprobs", "needs logprobs set to true");
+    if (on) r.logprobs = top;
 }
 
 // logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (the API's form);
@@ -195,7 +207,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         parse_messages(body, r);
     else
         parse_prompt(body, r);
-    refuse_unsupported(body, chat);
+    refuse_unsupported(body);
 
     const char* max_name = "max_tokens";
     const json* max = field(body, "max_tokens");
@@ -242,6 +254,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         for (const auto& x : r.stop)
             if (x.empty()) bad("stop", "must not hold an empty string");
     }
+    parse_logprobs(body, r);
     if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
     if (const json* o = field(body, "stream_options")) {
         if (!o->is_object()) bad("stream_options", "must be an object");

@@ -4,7 +4,7 @@
 //   {"error": {"message": ..., "type": "invalid_request_error", "param": "max_tokens",
 //              "code": null}}
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
-// whose non-default values we cannot honour (n > 1, logprobs, echo, best_of, penalties) are
+// whose non-default values we cannot honour (n > 1, echo, best_of, tools, JSON mode) are
 // refused rather than silently ignored.
 #pragma once
 
@@ -56,7 +56,12 @@ struct CompletionRequest {
     std::vector<std::string> stop;  // at most 4, none empty
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
+    // Set: each token's log-probability and this many most likely alternatives (at most
+    // kMaxLogprobs); completions' logprobs, chat's logprobs with top_logprobs.
+    std::optional<uint32_t> logprobs;
 };
+
+inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)
 
 // Parses and checks a request body. `max_tokens_limit` bounds max_tokens (the context). Throws
 // ApiError (400) naming the field.

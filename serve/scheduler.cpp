@@ -14,16 +14,18 @@ SequenceStream::Event SequenceStream::wait(std::chrono::milliseconds timeout) {
     ready_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
     Event e;
     e.tokens.swap(pending_);
+    e.logprobs.swap(pending_logprobs_);
     e.finished = finished_;
     e.reason = reason_;
     e.error = error_;
     return e;
 }
 
-void SequenceStream::push(int32_t token) {
+void SequenceStream::push(int32_t token, const TokenLogprobs* logprobs) {
     {
         std::lock_guard lock(mutex_);
         pending_.push_back(token);
+        if (logprobs) pending_logprobs_.push_back(*logprobs);
     }
     ready_.notify_all();
 }
@@ -322,9 +324,12 @@ Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const 
             s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
         std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
                   -std::numeric_limits<float>::infinity());
-        return {s.sampler->sample(logits), nullptr};
+        Choice c{s.sampler->sample(logits), nullptr, {}};
+        if (s.request.logprobs)  // over the ids with a token (the rest are -inf: no mass)
+            c.logprobs = token_logprobs(logits.first(sampleable), c.token, *s.request.logprobs);
+        return c;
     } catch (...) {  // the message is made on the scheduler's thread (deliver)
-        return {-1, std::current_exception()};
+        return {-1, std::current_exception(), {}};
     }
 }
 
@@ -343,7 +348,7 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
     const auto& stops = s.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), next) != stops.end())
         return finish(s, FinishReason::stop);
-    s.stream->push(next);
+    s.stream->push(next, s.request.logprobs ? &choice.logprobs : nullptr);
     if (options_.kept_caches > 0 || options_.share_prefixes) s.chosen.push_back(next);
     s.last = next;
     if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)

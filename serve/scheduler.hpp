@@ -51,6 +51,7 @@
 
 #include "runtime/backend.hpp"
 #include "runtime/paged_kv_cache.hpp"
+#include "runtime/perplexity.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
 #include "serve/cache_source.hpp"
@@ -63,6 +64,10 @@ struct SequenceRequest {
     uint64_t max_tokens = 16;       // >= 1
     std::vector<int32_t> stop_ids;  // generation ends when one is chosen (not emitted)
     uint64_t token_count = 0;       // ids from this one on are never chosen (0: all have a token)
+    // Set: each delivered token comes with its TokenLogprobs (runtime/perplexity.hpp: the model's
+    // own distribution, from the logits row before temperature, penalties and biases, as vLLM
+    // reports by default) and this many most likely alternatives.
+    std::optional<uint32_t> logprobs;
 };
 
 enum class FinishReason {
@@ -76,7 +81,8 @@ enum class FinishReason {
 class SequenceStream {
   public:
     struct Event {
-        std::vector<int32_t> tokens;  // chosen since the last wait
+        std::vector<int32_t> tokens;          // chosen since the last wait
+        std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
         bool finished = false;
         FinishReason reason = FinishReason::length;
         std::string error;
@@ -90,12 +96,13 @@ class SequenceStream {
 
   private:
     friend class Scheduler;
-    void push(int32_t token);
+    void push(int32_t token, const TokenLogprobs* logprobs);
     void finish(FinishReason reason, std::string error = {});
 
     std::mutex mutex_;
     std::condition_variable ready_;
     std::vector<int32_t> pending_;
+    std::vector<TokenLogprobs> pending_logprobs_;
     bool finished_ = false;
     FinishReason reason_ = FinishReason::length;
     std::string error_;
@@ -180,6 +187,7 @@ class Scheduler {
     struct Choice {
         int32_t token = -1;
         std::exception_ptr error;  // set when there is no token
+        TokenLogprobs logprobs;    // when the request asked for them
     };
     Choice choose(Sequence& s, std::span<float> logits) const noexcept;
     void deliver(Sequence& s, const Choice& choice);

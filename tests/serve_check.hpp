@@ -28,6 +28,7 @@ inline std::vector<int32_t> random_ids(std::mt19937_64& rng, uint64_t n, uint64_
 // Every token of a stream, until it ends (the scheduler runs on this thread: step() drives it).
 struct Collected {
     std::vector<int32_t> tokens;
+    std::vector<TokenLogprobs> logprobs;  // when the request asked for them
     bool finished = false;
     serve::FinishReason reason = serve::FinishReason::length;
     std::string error;
@@ -35,6 +36,7 @@ struct Collected {
 inline void drain(serve::SequenceStream& s, Collected& c) {
     auto e = s.wait(std::chrono::milliseconds(0));
     c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
     if (e.finished) {
         c.finished = true;
         c.reason = e.reason;

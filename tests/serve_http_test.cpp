@@ -367,6 +367,124 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     CHECK_THAT(s.log, Catch::Contains("cmpl-") && Catch::Contains("chatcmpl-"));
 }
 
+// The logprobs of a streamed response's chunks, joined in order (each chunk carries its tokens').
+json sse_logprobs(const std::string& body, bool chat) {
+    json all = chat ? json{{"content", json::array()}, {"refusal", nullptr}}
+                    : json{{"tokens", json::array()},
+                           {"token_logprobs", json::array()},
+                           {"top_logprobs", json::array()},
+                           {"text_offset", json::array()}};
+    for (size_t at = 0; (at = body.find("data: {", at)) != std::string::npos;) {
+        const size_t end = body.find("\n\n", at);
+        const json j = json::parse(body.substr(at + 6, end - at - 6));
+        at = end;
+        if (j.at("choices").empty() || j["choices"][0].at("logprobs").is_null()) continue;
+        for (auto& [key, v] : j["choices"][0]["logprobs"].items())
+            if (v.is_array())
+                for (const json& x : v) all[key].push_back(x);
+    }
+    return all;
+}
+
+TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and not", "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-logprobs");
+    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 8, 16}, {});
+    auto c = s.client();
+
+    // Completions: greedy, 3 alternatives. The tokens are generate()'s; each value is the
+    // log-softmax (float64) of a fresh forward's row over the prompt and the tokens before it.
+    const std::vector<int32_t> prompt = s.tok.encode("Once upon a time", true);
+    GenerateOptions g;
+    g.sampling = {0.0f, 0, 1.0f, 1};
+    g.max_new_tokens = 12;
+    g.stop_ids = s.tok.stop_ids();
+    g.token_count = s.tok.vocab_size();
+    const std::vector<int32_t> ids = generate(*s.reference, prompt, g).tokens;
+    REQUIRE(ids.size() == 12);
+    const json req = {
+        {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 3}};
+    auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json j = json::parse(r->body);
+    const json& lp = j["choices"][0]["logprobs"];
+    const std::string text = j["choices"][0]["text"];
+    REQUIRE(lp["tokens"].size() == 12);
+    CHECK(j["usage"]["completion_tokens"] == 12);
+    std::string joined;
+    std::vector<int32_t> seen = prompt;
+    int32_t previous = prompt.back();
+    for (size_t i = 0; i < 12; ++i) {
+        INFO("token " << i);
+        const std::string piece = s.tok.decode_piece(previous, ids[i]);
+        CHECK(lp["tokens"][i] == piece);
+        CHECK(lp["text_offset"][i] == joined.size());  // ASCII here: characters are bytes
+        joined += piece;
+        // The reference row.
+        const uint64_t vocab = s.tok.vocab_size();
+        auto cache = s.reference->new_cache(seen.size());
+        std::vector<float> row(s.model.config().vocab_size);
+        s.reference->forward(seen, *cache, seen.size() - 1, row);
+        double m = -INFINITY, sum = 0.0;
+        for (uint64_t v = 0; v < vocab; ++v) m = std::max(m, double{row[v]});
+        for (uint64_t v = 0; v < vocab; ++v) sum += std::exp(double{row[v]} - m);
+        const double want = double{row[static_cast<size_t>(ids[i])]} - m - std::log(sum);
+        const double got = lp["token_logprobs"][i];
+        CHECK(std::abs(got - want) <= 0x1p-23 * std::max(1.0, std::abs(want)));
+        // Greedy: the chosen token is the most likely, among the three alternatives.
+        const json& top = lp["top_logprobs"][i];
+        CHECK(top.size() <= 3);
+        CHECK(top.at(piece) == lp["token_logprobs"][i]);
+        for (const auto& [t, v] : top.items()) CHECK(v.get<double>() <= got);
+        seen.push_back(ids[i]);
+        previous = ids[i];
+    }
+    CHECK(joined == text);
+    // Streamed: the chunks' logprobs joined are the same.
+    json streamed = req;
+    streamed["stream"] = true;
+    r = c.Post("/v1/completions", streamed.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(sse_logprobs(r->body, false) == lp);
+    // Without logprobs: null.
+    r = c.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", "application/json");
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["choices"][0]["logprobs"].is_null());
+
+    // Chat: one entry per token (usage's count), its text and bytes, two alternatives ranked.
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell a story."}}}},
+                       {"max_tokens", 10},
+                       {"temperature", 0.0},
+                       {"logprobs", true},
+                       {"top_logprobs", 2}};
+    r = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json jc = json::parse(r->body);
+    const json& content = jc["choices"][0]["logprobs"]["content"];
+    CHECK(content.size() == jc["usage"]["completion_tokens"]);
+    std::string chat_text;
+    for (const json& e : content) {
+        const std::string t = e["token"];
+        std::string from_bytes;
+        for (const json& b : e["bytes"]) from_bytes += static_cast<char>(b.get<int>());
+        CHECK(from_bytes == t);
+        chat_text += t;
+        REQUIRE(e["top_logprobs"].size() == 2);
+        CHECK(e["top_logprobs"][0]["token"] == t);  // greedy
+        CHECK(e["top_logprobs"][0]["logprob"] == e["logprob"]);
+        CHECK(e["top_logprobs"][1]["logprob"].get<double>() <= e["logprob"].get<double>());
+    }
+    CHECK(chat_text == jc["choices"][0]["message"]["content"]);
+    json chat_streamed = chat;
+    chat_streamed["stream"] = true;
+    r = c.Post("/v1/chat/completions", chat_streamed.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(sse_logprobs(r->body, true)["content"] == content);
+    CHECK(s.idle());
+}
+
 TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", "[serve]") {
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("serve-http-bad");
@@ -412,7 +530,17 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 400, "no tools", "tool_choice");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
                                "top_logprobs": 3})"),
-                400, "not supported", "top_logprobs");
+                400, "needs logprobs set to true", "top_logprobs");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "logprobs": true, "top_logprobs": 21})"),
+                400, "0 .. 20", "top_logprobs");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
+                               "logprobs": 2})"),
+                400, "boolean", "logprobs");
+    check_error(post(C, R"({"prompt": "hi", "logprobs": 21})"), 400, "0 .. 20", "logprobs");
+    check_error(post(C, R"({"prompt": "hi", "logprobs": true})"), 400, "integer", "logprobs");
+    check_error(post(C, R"({"prompt": "hi", "top_logprobs": 2})"), 400, "chat's field",
+                "top_logprobs");
     check_error(post(C, R"({"prompt": "hi", "suffix": "end"})"), 400, "not supported", "suffix");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
                                "functions": [{"name": "f"}]})"),

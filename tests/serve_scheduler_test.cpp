@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 
@@ -131,6 +133,101 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
         "serve-scheduler", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
             const auto st = random_arrivals_on_pool(backend, c, threads, rng, 0);
             CHECK(st.free_blocks == st.total_blocks);  // every cache back as its sequence ended
+        });
+}
+
+// The reference for a token's log-probabilities: the last logits row of a fresh cache's forward
+// over `tokens` (every id with a token: vocab), its log-softmax in float64 (max first, then the
+// exponentials' sum in id order), and every id ranked by a full sort (logit, then lower id).
+struct RowLogprobs {
+    std::vector<double> logprob;
+    std::vector<int32_t> ranked;
+};
+RowLogprobs reference_logprobs(Backend& backend, const std::vector<int32_t>& tokens) {
+    const uint64_t vocab = backend.model().config().vocab_size;
+    auto cache = backend.new_cache(tokens.size());
+    std::vector<float> logits(vocab);
+    backend.forward(tokens, *cache, tokens.size() - 1, logits);
+    double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+    for (float x : logits) m = std::max(m, static_cast<double>(x));
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
+    RowLogprobs r;
+    for (float x : logits) r.logprob.push_back(static_cast<double>(x) - m - std::log(sum));
+    r.ranked.resize(vocab);
+    std::iota(r.ranked.begin(), r.ranked.end(), 0);
+    std::stable_sort(r.ranked.begin(), r.ranked.end(), [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+    });
+    return r;
+}
+
+TEST_CASE("scheduler: logprobs are each token's log-softmax, its top ones ranked, in a batch",
+          "[scheduler]") {
+    std::mt19937_64 rng(17);
+    on_serve_models(
+        "serve-logprobs", [&](Backend& backend, const ModelConfig& c, ThreadPool& threads) {
+            KvBlockPool pool(c, 4 * CpuKvCache::blocks_for(40));
+            serve::SchedulerOptions so{4, std::min<uint64_t>(64, c.max_position_embeddings), 8, 5};
+            so.threads = &threads;
+            Scheduler sched(backend, pool, so);
+            // Four requests together (prompts cut into chunks, decode beside prefill): greedy
+            // and sampled, the chosen token alone and 1, 5 or 20 alternatives; one without.
+            struct Case {
+                serve::SequenceRequest req;
+                std::shared_ptr<serve::SequenceStream> stream;
+                Collected got;
+            };
+            const uint32_t tops[] = {0, 1, 5, 20};
+            std::vector<Case> cases;
+            for (size_t i = 0; i < 5; ++i) {
+                const SamplingParams sp = i % 2 ? SamplingParams{1.0f, 0, 1.0f, 40 + i}
+                                                : SamplingParams{0.0f, 0, 1.0f, 1};
+                cases.push_back(
+                    {request(test::random_ids(rng, 3 + 4 * i, c.vocab_size), 6, sp), nullptr, {}});
+                if (i < 4) cases.back().req.logprobs = tops[i];
+            }
+            for (auto& k : cases) {
+                auto sub = sched.submit(k.req);
+                REQUIRE(sub.stream);
+                k.stream = sub.stream;
+            }
+            while (sched.step())
+                for (auto& k : cases) drain(*k.stream, k.got);
+            for (auto& k : cases) drain(*k.stream, k.got);
+            for (size_t i = 0; i < cases.size(); ++i) {
+                const Case& k = cases[i];
+                INFO("request " << i);
+                REQUIRE(k.got.finished);
+                REQUIRE(k.got.tokens.size() == 6);
+                if (!k.req.logprobs) {
+                    CHECK(k.got.logprobs.empty());
+                    continue;
+                }
+                REQUIRE(k.got.logprobs.size() == k.got.tokens.size());
+                std::vector<int32_t> seen = k.req.prompt;
+                for (size_t t = 0; t < k.got.tokens.size(); ++t) {
+                    INFO("token " << t);
+                    const RowLogprobs want = reference_logprobs(backend, seen);
+                    const int32_t id = k.got.tokens[t];
+                    const TokenLogprobs& got = k.got.logprobs[t];
+                    // A float of the same float64 value (the logits are the batch's bits):
+                    // within float rounding.
+                    const auto near = [](float g, double w) {
+                        return std::abs(static_cast<double>(g) - w) <=
+                               0x1p-23 * std::max(1.0, std::abs(w));
+                    };
+                    CHECK(near(got.logprob, want.logprob[static_cast<size_t>(id)]));
+                    if (k.req.sampling.temperature == 0.0f) CHECK(id == want.ranked[0]);
+                    REQUIRE(got.top.size() == *k.req.logprobs);
+                    for (size_t j = 0; j < got.top.size(); ++j) {
+                        CHECK(got.top[j].first == want.ranked[j]);
+                        CHECK(near(got.top[j].second,
+                                   want.logprob[static_cast<size_t>(want.ranked[j])]));
+                    }
+                    seen.push_back(id);
+                }
+            }
+            CHECK(pool.free_blocks() == pool.total_blocks());
         });
 }
 

@@ -6,10 +6,10 @@ Usage: openai_client_test.py QFORGE_BINARY MODEL.qf
 Starts the server on a free loopback port, then through openai.OpenAI(base_url=...): a
 completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
 completion streamed (the chunks must add up to the same text), one with presence and frequency
-penalties and one with logit biases (each against generate's with the same options), a seeded
-sampled completion twice (identical), /v1/models, a chat request (stories260K has no chat
-template: a 400 the client raises as BadRequestError), bad requests the client raises as errors,
-and an API key the client must send. Exits 0 when every check passes, 1 with the failures listed
+penalties and one with logit biases (each against generate's with the same options), logprobs
+(whole and streamed), a seeded sampled completion twice (identical), /v1/models, a chat request
+(stories260K has no chat template: a 400 the client raises as BadRequestError), bad requests the
+client raises as errors, and an API key the client must send. Exits 0 when every check passes, 1 with the failures listed
 otherwise.
 """
 import subprocess
@@ -60,6 +60,25 @@ def main():
                                       temperature=0, logit_bias={"100": 20, "7": -100})
         check(r.choices[0].text == biased and biased != want,
               f"biased {r.choices[0].text!r} != generate {biased!r} (or the bias changed nothing)")
+
+        # logprobs as the client reads them: one per token, the tokens' text the completion's,
+        # the chosen token among its alternatives; streamed, the chunks' tokens join the same.
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=24,
+                                      temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        check(r.choices[0].text == want and "".join(lp.tokens) == want,
+              f"logprobs' tokens {lp.tokens!r} do not make {want!r}")
+        check(len(lp.token_logprobs) == r.usage.completion_tokens
+              and all(x <= 0 for x in lp.token_logprobs), "one logprob (<= 0) per token")
+        check(all(top[t] == v == max(top.values())
+                  for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs)),
+              "greedy: each token the most likely among its alternatives")
+        parts = [c.choices[0].logprobs for c in client.completions.create(
+            model="stories", prompt=prompt, max_tokens=24, temperature=0, logprobs=2,
+            stream=True) if c.choices and c.choices[0].logprobs]
+        check([t for p in parts for t in p.tokens] == lp.tokens
+              and [x for p in parts for x in p.token_logprobs] == lp.token_logprobs,
+              "streamed logprobs equal the whole response's")
 
         kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
                   top_p=0.9)
