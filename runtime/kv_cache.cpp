@@ -1,7 +1,9 @@
 #include "runtime/kv_cache.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
@@ -41,6 +43,7 @@ uint64_t CpuKvCache::block_bytes(const ModelConfig& config, KvType type) {
 CpuKvCache::CpuKvCache(const ModelConfig& config, uint64_t capacity, KvType type, bool own_storage)
     : KvCache(capacity),
       type_(type),
+      layers_(config.num_layers),
       kv_heads_(config.num_kv_heads),
       head_dim_(config.head_dim),
       row_bytes_(config.head_dim * element_bytes(type)) {
@@ -80,6 +83,26 @@ uint64_t CpuKvCache::store(uint64_t layer, uint64_t pos, const float* keys, cons
             }
         }
     return clamped;
+}
+
+void CpuKvCache::append_copy(const CpuKvCache& from, uint64_t positions) {
+    if (from.type_ != type_ || from.layers_ != layers_ || from.kv_heads_ != kv_heads_ ||
+        from.head_dim_ != head_dim_)
+        throw Error(
+            "KV cache: positions can be copied only from a cache of the same shape and type");
+    if (positions > from.size() || positions > capacity() || positions < size())
+        throw Error("KV cache: cannot copy positions " + std::to_string(size()) + " .. " +
+                    std::to_string(positions) + " from a cache of " + std::to_string(from.size()) +
+                    " into one of capacity " + std::to_string(capacity()));
+    for (uint64_t pos = size(), run; pos < positions; pos += run) {
+        run = std::min(positions - pos, run_from(pos));
+        for (uint64_t layer = 0; layer < layers_; ++layer)
+            for (uint64_t which = 0; which < 2; ++which)
+                for (uint64_t h = 0; h < kv_heads_; ++h)
+                    std::memcpy(row(layer, which, h, pos), from.row(layer, which, h, pos),
+                                run * row_bytes_);
+    }
+    size_ = positions;
 }
 
 }  // namespace qforge

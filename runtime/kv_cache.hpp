@@ -77,6 +77,12 @@ class CpuKvCache : public KvCache {
     Ahead stored(uint64_t layer, uint64_t which, uint64_t head, uint64_t pos, uint64_t n) const {
         return {row(layer, which, head, pos), n * row_bytes_};
     }
+    // Appends `from`'s positions size() .. positions - 1 (a cache of the same model and type,
+    // holding them: positions <= from.size(), <= capacity()), their stored rows copied: the
+    // same keys and values this cache would store running those positions' tokens, where a
+    // position's rows depend only on the tokens up to it (serve's prefix sharing of a partly
+    // filled block). An Error otherwise, and nothing changes.
+    void append_copy(const CpuKvCache& from, uint64_t positions);
     // Positions pos, pos + 1, ... whose rows of one head follow each other (the rest of pos's
     // block).
     static uint64_t run_from(uint64_t pos) {
@@ -95,7 +101,7 @@ class CpuKvCache : public KvCache {
     }
 
     KvType type_;
-    uint64_t kv_heads_, head_dim_, row_bytes_;
+    uint64_t layers_, kv_heads_, head_dim_, row_bytes_;
     std::vector<uint8_t*> blocks_;  // the block table: block b's storage
 
   private:

@@ -47,4 +47,12 @@ void BackendCacheSource::give_back(std::unique_ptr<KvCache> cache) {
     free_ += blocks;
 }
 
+bool copy_positions(KvCache& to, const KvCache& from, uint64_t positions) {
+    auto* host = dynamic_cast<CpuKvCache*>(&to);
+    const auto* source = dynamic_cast<const CpuKvCache*>(&from);
+    if (!host || !source) return false;
+    host->append_copy(*source, positions);
+    return true;
+}
+
 }  // namespace qforge::serve

@@ -44,6 +44,11 @@ class KvCacheSource {
     virtual uint64_t total_blocks() const = 0;
 };
 
+// Appends `from`'s positions to.size() .. positions - 1 to `to`, their rows copied, where both
+// are host caches (CpuKvCache::append_copy: the CPU backend's, pooled or not); false (nothing
+// changed) for caches that are not (the CUDA device pool's).
+bool copy_positions(KvCache& to, const KvCache& from, uint64_t positions);
+
 class PagedCacheSource final : public KvCacheSource {
   public:
     explicit PagedCacheSource(KvBlockPool& pool) : pool_(pool) {}

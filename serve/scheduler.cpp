@@ -226,34 +226,39 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
             shared = n;
         }
     }
-    // Sharing: the running sequence's or kept cache's positions with the most whole blocks in
-    // common, if that is more than the kept cache gives.
+    // Sharing: the running sequence's or kept cache's positions with the most in common, if
+    // that is more than the kept cache gives: their whole blocks shared, the rest (a partly
+    // filled block's) copied into a block of s's own.
     const KvCache* source = nullptr;
-    uint64_t whole = 0;
+    uint64_t common = 0;
     if (options_.share_prefixes) {
         auto consider = [&](const KvCache& cache, uint64_t n) {
-            if (whole_blocks(n) > whole) source = &cache, whole = whole_blocks(n);
+            if (n > common) source = &cache, common = n;
         };
         for (const auto& r : running_)
-            if (r->cache && r->cache->size() >= CpuKvCache::kBlockPositions)
+            if (r->cache)
                 consider(*r->cache,
                          common_start(prompt, r->request.prompt, r->chosen, r->cache->size()));
         for (const Kept& k : kept_)
             consider(*k.cache, common_start(prompt, k.tokens, none, k.tokens.size()));
     }
-    if (whole > shared) {
-        if (std::unique_ptr<KvCache> cache = caches_.share(*source, whole, s.limit)) {
-            // Its shared blocks are held now: any kept cache may go back for the rest.
+    if (common > shared) {
+        const uint64_t whole = whole_blocks(common);
+        if (std::unique_ptr<KvCache> cache =
+                whole > 0 ? caches_.share(*source, whole, s.limit) : caches_.take(s.limit)) {
+            // Its shared blocks are held now: any kept cache may go back for the rest (the
+            // source too, and then nothing is copied).
             while (!caches_.extend(*cache, s.limit)) {
                 if (kept_.empty()) {
                     caches_.give_back(std::move(cache));
                     return nullptr;
                 }
+                if (kept_.front().cache.get() == source) source = nullptr;
                 caches_.give_back(std::move(kept_.front().cache));
                 kept_.pop_front();
             }
-            s.fed = whole;
-            shared_ += whole;
+            s.fed = source && copy_positions(*cache, *source, common) ? common : whole;
+            shared_ += s.fed;
             return cache;
         }
     }

@@ -26,14 +26,15 @@
 //
 // Prefix sharing (SchedulerOptions::share_prefixes): a request whose prompt starts like the
 // positions a running sequence (or a kept cache) holds starts its cache with their whole blocks,
-// shared, not copied (runtime/paged_kv_cache.hpp), and runs only the rest of its prompt: many
-// concurrent requests with one system prompt hold its blocks once and run it once. Exact for the
-// same reason as prefix reuse; the one it counts more positions for wins (a kept cache is taken
-// over only where none of its blocks from the shared start on is shared: writing there would
-// change another sequence's positions). A request at the front of the queue whose prompt shares
-// more whole blocks with a running sequence still prefilling them than any cache holds yet waits
-// until that sequence has run them (its prefill advances every step), so requests that arrive
-// together with one system prompt run it once, not once each.
+// shared, not copied (runtime/paged_kv_cache.hpp), copies the positions in common past them (at
+// most a block's, into one of its own: serve/cache_source.hpp copy_positions), and runs only the
+// rest of its prompt: many concurrent requests with one system prompt hold its blocks once and
+// run it once. Exact for the same reason as prefix reuse; the one it counts more positions for wins
+// (a kept cache is taken over only where none of its blocks from the shared start on is shared:
+// writing there would change another sequence's positions). A request at the front of the queue
+// whose prompt shares more whole blocks with a running sequence still prefilling them than any
+// cache holds yet waits until that sequence has run them (its prefill advances every step), so
+// requests that arrive together with one system prompt run it once, not once each.
 #pragma once
 
 #include <atomic>
@@ -124,7 +125,8 @@ struct SchedulerOptions {
     // ones; 0: none, every cache goes back to the pool when its sequence ends.
     uint64_t kept_caches = 0;
     // Requests share the whole blocks of a running sequence's or kept cache's positions their
-    // prompt starts with (header comment), from a source that can (KvCacheSource::share).
+    // prompt starts with and copy the rest of those positions (header comment), from a source
+    // that can (KvCacheSource::share, copy_positions).
     bool share_prefixes = false;
     // Threads to check and sample a step's logits rows on, a share of the sequences each (each
     // sequence's sampler is its own, so its tokens are a serial loop's); null: the scheduler's
@@ -136,7 +138,7 @@ struct SchedulerStats {
     uint64_t running = 0, queued = 0, free_blocks = 0, total_blocks = 0, steps = 0;
     uint64_t kept = 0;              // caches kept for prefix reuse (their blocks are not free)
     uint64_t reused_positions = 0;  // prompt positions taken from kept caches, in all
-    uint64_t shared_positions = 0;  // prompt positions started on shared blocks, in all
+    uint64_t shared_positions = 0;  // prompt positions started on shared blocks or copied, in all
     uint64_t step_rows = 0;         // rows run in all steps (decode tokens and prompt chunks)
     uint64_t step_tokens = 0;       // tokens sampled in all steps (a logits row each)
 };
@@ -192,7 +194,8 @@ class Scheduler {
     Choice choose(Sequence& s, std::span<float> logits) const noexcept;
     void deliver(Sequence& s, const Choice& choice);
     // Admission's cache for s: a kept one that shares the most of s's prompt, or a new one on the
-    // whole blocks of the running sequence's or kept cache's positions that share more (s.fed
+    // whole blocks (and a copy of the rest) of the running sequence's or kept cache's positions
+    // that share more (s.fed
     // set to the positions s need not run), else one from the source, giving kept caches back
     // while it is short; null when nothing fits yet.
     std::unique_ptr<KvCache> take_cache(Sequence& s);

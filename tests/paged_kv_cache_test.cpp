@@ -278,6 +278,58 @@ TEST_CASE("cpu backend's KV pool: a cache on another's shared blocks gives the s
     CHECK(m.pool->free_blocks() == 8);
 }
 
+TEST_CASE("KV cache: positions copied from another cache give a fresh cache's logits bit for bit",
+          "[paged]") {
+    const uint64_t P = CpuKvCache::kBlockPositions;
+    std::mt19937_64 rng(9);
+    for (KvType type : {KvType::f32, KvType::f16}) {
+        INFO(kv_type_name(type));
+        test::ScratchDir dir("paged-copy");
+        Model model(PoolOnModel::path_with_room(dir, 2 * P));
+        ThreadPool threads(1);
+        auto backend = make_cpu_backend(model, threads, {.kv_type = type});
+        const uint64_t v = model.config().vocab_size;
+        KvBlockPool pool(model.config(), 8, type);
+        // a runs P + 20 positions; b shares its first block and copies 13 of the next (from a
+        // partly filled block, into one of b's own), then runs a tail of its own: b's logits are
+        // those of a fresh cache that ran it all, bit for bit, and a's are untouched.
+        const auto start = test::random_ids(rng, P + 20, v);
+        auto tail = test::random_ids(rng, 7, v);
+        std::vector<int32_t> b_ids(start.begin(), start.begin() + P + 13);
+        b_ids.insert(b_ids.end(), tail.begin(), tail.end());
+        std::vector<float> want(v), got(v);
+        auto a = std::make_unique<PagedKvCache>(pool, 2 * P);
+        REQUIRE(a->reserve(2 * P));
+        backend->forward(start, *a, start.size() - 1, got);
+        auto b = share_paged(pool, *a, P, 2 * P);
+        REQUIRE(b->extend(2 * P));
+        CHECK_THROWS_AS(b->append_copy(*a, P + 21), Error);  // past a's positions
+        CpuKvCache other_type(model.config(), 2 * P,
+                              type == KvType::f32 ? KvType::f16 : KvType::f32);
+        CHECK_THROWS_AS(b->append_copy(other_type, P), Error);
+        CHECK(b->size() == P);  // nothing changed
+        b->append_copy(*a, P + 13);
+        CHECK(b->size() == P + 13);
+        auto whole = backend->new_cache(2 * P);
+        backend->forward(b_ids, *whole, b_ids.size() - 1, want);
+        backend->forward(tail, *b, tail.size() - 1, got);
+        CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
+        // A cache of its own storage copies from the pooled one too (positions from 0), and a's
+        // positions are as they were: its next token's logits are a fresh run's.
+        CpuKvCache own(model.config(), 2 * P, type);
+        own.append_copy(*a, P + 20);
+        const int32_t next[] = {static_cast<int32_t>(rng() % v)};
+        std::vector<int32_t> a_ids = start;
+        a_ids.push_back(next[0]);
+        auto fresh = backend->new_cache(2 * P);
+        backend->forward(a_ids, *fresh, a_ids.size() - 1, want);
+        backend->forward(next, own, 0, got);
+        CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
+        backend->forward(next, *a, 0, got);
+        CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("paged KV cache in a fragmented pool gives the contiguous cache's logits bit for bit",
           "[paged]") {
     test::ScratchDir dir("paged-kv");

@@ -372,9 +372,10 @@ TEST_CASE("scheduler: prefix sharing gives generate's tokens, and no shared bloc
         {
             // A kept cache whose first block a running sequence shares is not taken over below
             // it: writing there would change that sequence's keys. A's cache (kept) is taken over
-            // by B (P + 20 of its positions); C starts on B's first block while B runs; B ends
-            // (kept, its first block still C's); D's prompt shares 30 positions with B's: it must
-            // take a fresh cache, and C's tokens stay generate's.
+            // by B (P + 20 of its positions); C starts on B's first block while B runs (and
+            // copies the rest of its start from B's second); B ends (kept, its first block still
+            // C's); D's prompt shares 30 positions with B's: it must take a fresh cache (and copy
+            // them), and C's tokens stay generate's.
             KvBlockPool pool(c, 16);
             serve::SchedulerOptions so{4, 2 * P, 8, 256};
             so.kept_caches = 4;
@@ -418,13 +419,17 @@ TEST_CASE("scheduler: prefix sharing gives generate's tokens, and no shared bloc
             while (b.got.tokens.empty()) step({&b});
             Run cc = start(with_tail(P + 10), 30);
             step({&b, &cc});
-            CHECK(sched.stats().shared_positions == P);  // B's first block
+            // B's first block shared, the 10 positions of its second that C's prompt starts
+            // with copied into one of C's own.
+            CHECK(sched.stats().shared_positions == P + 10);
             while (!b.got.finished) step({&b, &cc});
             REQUIRE_FALSE(cc.got.finished);
             CHECK(sched.stats().kept == 1);    // B's cache, its first block C's too
             Run d = start(with_tail(30), 90);  // as many blocks as B's cache holds
             step({&cc, &d});
             CHECK(sched.stats().reused_positions == P + 20);  // not taken over
+            // but its 30 positions copied (no whole block: a fresh cache, then the copy).
+            CHECK(sched.stats().shared_positions == P + 10 + 30);
             while (!cc.got.finished || !d.got.finished) step({&cc, &d});
             for (Run* r : {&a, &b, &cc, &d}) CHECK(r->got.tokens == r->want);
         }
