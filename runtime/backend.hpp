@@ -43,11 +43,15 @@ class OpsStep {
 
 // One sequence's part of a batched step (Backend::forward_batch): its tokens, run at positions
 // cache->size() .., and whether the logits of its last token are wanted (a decode token, or the
-// last chunk of a prompt; not an earlier chunk).
+// last chunk of a prompt; not an earlier chunk), or of every token (all_logits: a prompt whose
+// positions' log-probabilities are asked for).
 struct BatchSequence {
     std::span<const int32_t> tokens;
     KvCache* cache = nullptr;
     bool logits = false;
+    bool all_logits = false;
+    // Its rows of logits: the last `logit_rows()` tokens'.
+    uint64_t logit_rows() const { return all_logits ? tokens.size() : logits ? 1 : 0; }
 };
 
 // A pool of KV cache blocks (CpuKvCache::kBlockPositions positions of every layer each) in the
@@ -101,12 +105,13 @@ class Backend {
                          std::span<float> logits) = 0;
 
     // Several sequences in one step (continuous batching, serve/): each sequence's tokens are
-    // appended to its own cache, and `logits` receives one row of vocab_size floats per sequence
-    // with `logits` set, in batch order. Each sequence's logits are bit for bit those forward()
-    // gives it alone, whatever else is in the batch. No cache may appear twice. The default runs
-    // the sequences one after another through forward() (runtime/batch_forward.cpp); the CPU
-    // backend runs them as one batch, reading each weight matrix once per step for every row;
-    // the CUDA backend runs its single-token sequences so (cuda_backend.hpp).
+    // appended to its own cache, and `logits` receives its logit_rows() rows of vocab_size floats
+    // (its last token's, or every token's), sequence after sequence in batch order. Each sequence's
+    // logits are bit for bit those forward() gives it alone, whatever else is in the batch. No
+    // cache may appear twice. The default runs the sequences one after another through forward()
+    // (runtime/batch_forward.cpp); the CPU backend runs them as one batch, reading each weight
+    // matrix once per step for every row; the CUDA backend runs its single-token sequences so
+    // (cuda_backend.hpp).
     virtual void forward_batch(std::span<const BatchSequence> batch, std::span<float> logits);
 
     // Op-level access, for tests: sets up a step of `tokens` (one internal batch at most) at

@@ -29,8 +29,8 @@ namespace qforge {
 
 void Backend::forward_batch(std::span<const BatchSequence> batch, std::span<float> logits) {
     const uint64_t vocab = model().config().vocab_size;
-    const auto wanted = static_cast<uint64_t>(
-        std::count_if(batch.begin(), batch.end(), [](const auto& s) { return s.logits; }));
+    uint64_t wanted = 0;
+    for (const BatchSequence& s : batch) wanted += s.logit_rows();
     if (logits.size() != wanted * vocab)
         throw Error("forward_batch: logits hold " + std::to_string(logits.size()) +
                     " floats, expected " + std::to_string(wanted * vocab));
@@ -38,9 +38,9 @@ void Backend::forward_batch(std::span<const BatchSequence> batch, std::span<floa
     for (const BatchSequence& s : batch) {
         if (!s.cache || s.tokens.empty())
             throw Error("forward_batch: a sequence without a cache or tokens");
-        const uint64_t n = s.tokens.size();
-        forward(s.tokens, *s.cache, s.logits ? n - 1 : n,
-                s.logits ? logits.subspan(row++ * vocab, vocab) : std::span<float>{});
+        const uint64_t n = s.tokens.size(), rows = s.logit_rows();
+        forward(s.tokens, *s.cache, n - rows, logits.subspan(row * vocab, rows * vocab));
+        row += rows;
     }
 }
 
@@ -75,7 +75,7 @@ void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<f
         segments.push_back({total, n, cache, cache->size()});
         tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
         total += n;
-        wanted += s.logits ? 1 : 0;
+        wanted += s.logit_rows();
         capacity = std::max(capacity, cache->capacity());
     }
     if (total == 0) return;
@@ -95,15 +95,15 @@ void CpuBackend::forward_batch(std::span<const BatchSequence> batch, std::span<f
         cache_ = nullptr;
         throw;
     }
-    // The output head on the last row of each sequence that wants logits: those rows gathered to
-    // the front of x (in order; a row never moves past one still to be read), normed into h.
+    // The output head on the rows whose logits are wanted (each sequence's last, or all of
+    // them): those rows gathered to the front of x (in order; a row never moves past one still
+    // to be read), normed into h.
     uint64_t out = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
-        const uint64_t last = segments_[i].row0 + segments_[i].rows - 1;
-        if (!batch[i].logits) continue;
-        if (out != last)
-            std::copy_n(a.x.data + last * a.x.ld, c_.hidden_size, a.x.data + out * a.x.ld);
-        ++out;
+        const uint64_t end = segments_[i].row0 + segments_[i].rows;
+        for (uint64_t row = end - batch[i].logit_rows(); row < end; ++row, ++out)
+            if (out != row)
+                std::copy_n(a.x.data + row * a.x.ld, c_.hidden_size, a.x.data + out * a.x.ld);
     }
     if (wanted > 0) norm(c_.num_layers, Norm::final, a.x, a.h, wanted);
     if (wanted > 0)

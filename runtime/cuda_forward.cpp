@@ -435,7 +435,8 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
                             std::to_string(s.tokens.size()) + " tokens exceed the context of " +
                             std::to_string(cache.capacity()));
         check_tokens(s.tokens);
-        if (s.logits) slot[i] = static_cast<int64_t>(wanted++);
+        if (s.logit_rows() > 0) slot[i] = static_cast<int64_t>(wanted);
+        wanted += s.logit_rows();
         capacity = std::max(capacity, cache.capacity());
     }
     if (logits.size() != wanted * v)
@@ -446,13 +447,13 @@ void CudaEngine::forward_batch(std::span<const BatchSequence> batch, std::span<f
     // or the split form's slice length: the same slices, so the same bits; a smaller cache in
     // the group only has more empty slices, which the merge skips), in passes of at most batch_
     // rows; prompts one by one.
-    // Sequence i through forward() on its own, its last logits (if wanted) to its slot.
+    // Sequence i through forward() on its own, its logits rows (if wanted) from its slot on.
     auto alone = [&](size_t i) {
         const BatchSequence& s = batch[i];
-        const uint64_t n = s.tokens.size();
-        forward(
-            s.tokens, cuda_cache(*s.cache), s.logits ? n - 1 : n,
-            s.logits ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, v) : std::span<float>{});
+        const uint64_t n = s.tokens.size(), rows = s.logit_rows();
+        forward(s.tokens, cuda_cache(*s.cache), n - rows,
+                rows ? logits.subspan(static_cast<uint64_t>(slot[i]) * v, rows * v)
+                     : std::span<float>{});
     };
     // Alone too: every row when a test forces another path than the GEMV for every product (its
     // bits depend on the rows), and a group of one (the captured decode graph, the same bits).

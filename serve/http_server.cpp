@@ -64,10 +64,24 @@ json bytes_of(std::string_view s) {
 class LogprobsJson {
   public:
     explicit LogprobsJson(bool chat) : chat_(chat) { clear(); }
-    void add(const Tokenizer& tok, int32_t previous, int32_t id, const TokenLogprobs& lp,
-             uint64_t offset) {
-        const std::string piece = tok.decode_piece(previous, id);
+    // A token whose text is `piece` (after `previous`), at `offset` characters; `lp` null: an
+    // echoed prompt's first token, which nothing before it scores (completions: nulls).
+    void add(const Tokenizer& tok, int32_t previous, const std::string& piece,
+             const TokenLogprobs* lp, uint64_t offset) {
         ++count_;
+        if (!lp) {
+            j_["tokens"].push_back(piece);
+            j_["token_logprobs"].push_back(nullptr);
+            j_["top_logprobs"].push_back(nullptr);
+            j_["text_offset"].push_back(offset);
+            return;
+        }
+        add(tok, previous, piece, *lp, offset);
+    }
+
+  private:
+    void add(const Tokenizer& tok, int32_t previous, const std::string& piece,
+             const TokenLogprobs& lp, uint64_t offset) {
         if (chat_) {
             json top = json::array();
             for (const auto& [alt, v] : lp.top) {
@@ -88,6 +102,8 @@ class LogprobsJson {
         j_["top_logprobs"].push_back(std::move(top));
         j_["text_offset"].push_back(offset);
     }
+
+  public:
     bool empty() const { return count_ == 0; }
     // The entries added since the last take (streaming: each chunk carries its tokens').
     json take() {
@@ -113,13 +129,16 @@ class LogprobsJson {
 // One request's generation as text: tokens from the scheduler's stream turned into final text
 // (and, when the request asked, their log-probabilities into `logprobs`).
 struct Generation {
+    // `echo`: the prompt, whose text (and log-probabilities) come before the completion's.
     Generation(std::shared_ptr<SequenceStream> s, const Tokenizer& t, int32_t last,
-               std::vector<std::string> stops, std::optional<LogprobsJson> lp)
+               std::vector<std::string> stops, std::optional<LogprobsJson> lp,
+               std::vector<int32_t> echo = {})
         : stream(std::move(s)),
           tok(t),
           previous(last),
           text(std::move(stops)),
-          logprobs(std::move(lp)) {}
+          logprobs(std::move(lp)),
+          echo_prompt(std::move(echo)) {}
     ~Generation() { stream->cancel(); }  // a no-op once it has finished
 
     // Waits up to `timeout` for tokens; returns the text that became final. Every counted token
@@ -128,6 +147,11 @@ struct Generation {
     std::string poll(std::chrono::milliseconds timeout) {
         auto e = stream->wait(timeout);
         std::string out;
+        if (!echo_prompt.empty()) {
+            for (auto& lp : e.prompt_logprobs) prompt_scores.push_back(std::move(lp));
+            // Once every prompt position is scored (before any token comes): its text first.
+            if (!logprobs || prompt_scores.size() + 1 >= echo_prompt.size()) out = echoed();
+        }
         for (size_t i = 0; i < e.tokens.size(); ++i) {
             const int32_t id = e.tokens[i];
             if (text.stopped()) break;
@@ -135,7 +159,7 @@ struct Generation {
             ++tokens;
             const std::string piece = tok.decode_piece(previous, id);
             if (logprobs && i < e.logprobs.size())
-                logprobs->add(tok, previous, id, e.logprobs[i], offset);
+                logprobs->add(tok, previous, piece, &e.logprobs[i], offset);
             offset += characters(piece);
             out += text.add(piece);
             previous = id;
@@ -153,11 +177,32 @@ struct Generation {
         return out;
     }
 
+    // The echoed prompt's text, its tokens' log-probabilities added (special tokens' text is
+    // empty, as decode skipping them gives); then echo_prompt is cleared.
+    std::string echoed() {
+        std::string out;
+        int32_t before = -1;  // nothing before the first token
+        for (size_t i = 0; i < echo_prompt.size(); ++i) {
+            const int32_t id = echo_prompt[i];
+            const std::string piece = tok.is_special(id) ? "" : tok.decode_piece(before, id);
+            if (logprobs)
+                logprobs->add(tok, before, piece, i == 0 ? nullptr : &prompt_scores[i - 1], offset);
+            offset += characters(piece);
+            out += piece;
+            before = id;
+        }
+        echo_prompt.clear();
+        prompt_scores.clear();
+        return out;
+    }
+
     std::shared_ptr<SequenceStream> stream;
     const Tokenizer& tok;
     int32_t previous;
     TextStream text;
     std::optional<LogprobsJson> logprobs;
+    std::vector<int32_t> echo_prompt;  // until echoed
+    std::vector<TokenLogprobs> prompt_scores;
     uint64_t offset = 0;  // characters of the tokens' text so far (completions' text_offset)
     uint64_t tokens = 0;
     bool done = false;
@@ -395,6 +440,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sr.stop_ids = tok.stop_ids();
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
+        sr.prompt_logprobs = r.echo && r.logprobs;
+        if (sr.max_tokens == 0 && !sr.prompt_logprobs) {
+            // echo, max_tokens 0, no logprobs: the prompt's text alone; it runs (scored, not
+            // reported) and ends, as one with logprobs does.
+            sr.logprobs = 0;
+            sr.prompt_logprobs = true;
+        }
+        std::vector<int32_t> echo;
+        if (r.echo) echo = prompt;
         const int32_t last = prompt.back();
         sr.prompt = std::move(prompt);
         auto sub = sched.submit(std::move(sr));
@@ -403,13 +457,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             throw ApiError(429, "the server is busy (" + sub.why + "); retry later", "",
                            "rate_limit_error", "rate_limit_exceeded");
         }
+        if (sub.refusal == Scheduler::Refusal::unsupported) throw ApiError(400, sub.why, "echo");
         if (sub.refusal == Scheduler::Refusal::too_large)
             throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
                            "context_length_exceeded");
         try {
             gen = std::make_shared<Generation>(
                 sub.stream, tok, last, r.stop,
-                r.logprobs ? std::optional<LogprobsJson>(std::in_place, chat) : std::nullopt);
+                r.logprobs ? std::optional<LogprobsJson>(std::in_place, chat) : std::nullopt,
+                std::move(echo));
         } catch (...) {  // the submitted sequence must not run on unread
             sub.stream->cancel();
             throw;

@@ -132,8 +132,6 @@ void refuse_unsupported(const json& body) {
         bad("n", "must be 1: one choice per request is supported");
     if (const json* b = field(body, "best_of"); b && integer(*b, "best_of", 1, 1 << 20) != 1)
         bad("best_of", "must be 1");
-    if (const json* e = field(body, "echo"); e && boolean(*e, "echo"))
-        bad("echo", "is not supported");
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         bad("tools", "are not supported");
     if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
@@ -208,14 +206,18 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     else
         parse_prompt(body, r);
     refuse_unsupported(body);
+    if (const json* e = field(body, "echo"); e && boolean(*e, "echo")) {
+        if (chat) bad("echo", "is a completions field");
+        r.echo = true;
+    }
 
     const char* max_name = "max_tokens";
     const json* max = field(body, "max_tokens");
     if (chat && !max && (max = field(body, "max_completion_tokens")))
         max_name = "max_completion_tokens";
-    if (max)
+    if (max)  // 0 with echo: the prompt alone (with logprobs, its positions' log-probabilities)
         r.max_tokens = static_cast<uint64_t>(
-            integer(*max, max_name, 1, static_cast<int64_t>(max_tokens_limit)));
+            integer(*max, max_name, r.echo ? 0 : 1, static_cast<int64_t>(max_tokens_limit)));
     if (const json* t = field(body, "temperature")) {
         const double v = number(*t, "temperature");
         if (!(v >= 0.0 && v <= 2.0)) bad("temperature", "must be in [0, 2]");

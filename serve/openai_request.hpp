@@ -4,7 +4,7 @@
 //   {"error": {"message": ..., "type": "invalid_request_error", "param": "max_tokens",
 //              "code": null}}
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
-// whose non-default values we cannot honour (n > 1, echo, best_of, tools, JSON mode) are
+// whose non-default values we cannot honour (n > 1, best_of, tools, JSON mode) are
 // refused rather than silently ignored.
 #pragma once
 
@@ -59,6 +59,9 @@ struct CompletionRequest {
     // Set: each token's log-probability and this many most likely alternatives (at most
     // kMaxLogprobs); completions' logprobs, chat's logprobs with top_logprobs.
     std::optional<uint32_t> logprobs;
+    // /v1/completions: the prompt's text before the completion's (and, with logprobs, its tokens'
+    // log-probabilities, the first one's null); max_tokens may then be 0.
+    bool echo = false;
 };
 
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)

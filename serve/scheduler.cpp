@@ -15,6 +15,7 @@ SequenceStream::Event SequenceStream::wait(std::chrono::milliseconds timeout) {
     Event e;
     e.tokens.swap(pending_);
     e.logprobs.swap(pending_logprobs_);
+    e.prompt_logprobs.swap(pending_prompt_);
     e.finished = finished_;
     e.reason = reason_;
     e.error = error_;
@@ -26,6 +27,14 @@ void SequenceStream::push(int32_t token, const TokenLogprobs* logprobs) {
         std::lock_guard lock(mutex_);
         pending_.push_back(token);
         if (logprobs) pending_logprobs_.push_back(*logprobs);
+    }
+    ready_.notify_all();
+}
+
+void SequenceStream::push_prompt(std::vector<TokenLogprobs> logprobs) {
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& lp : logprobs) pending_prompt_.push_back(std::move(lp));
     }
     ready_.notify_all();
 }
@@ -115,14 +124,23 @@ void Scheduler::give_back_kept() {
 
 Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
     if (request.prompt.empty()) throw Error("scheduler: a request needs at least one prompt token");
-    if (request.max_tokens == 0) throw Error("scheduler: max_tokens must be at least 1");
+    if (request.max_tokens == 0 && !request.prompt_logprobs)
+        throw Error("scheduler: max_tokens must be at least 1 (0 only with prompt logprobs)");
+    if (request.prompt_logprobs && !request.logprobs)
+        throw Error("scheduler: prompt logprobs need logprobs");
+    Submitted out;
+    if (request.prompt_logprobs && options_.whole_prompts) {
+        // A whole prompt's rows of logits at once (its length times the vocabulary): not here.
+        out.refusal = Refusal::unsupported;
+        out.why = "prompt log-probabilities (echo with logprobs) are not served on this backend";
+        return out;
+    }
     Sampler check(request.sampling);  // throws for a bad temperature or top-p, before queueing
     // A bad id would fail the whole batch it runs in: refused here, for this request alone.
     for (int32_t id : request.prompt)
         if (id < 0 || static_cast<uint64_t>(id) >= vocab_)
             throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
                         std::to_string(vocab_) + ")");
-    Submitted out;
     // Generation stops when the cache is full, as generate() does; the prompt itself must fit.
     if (request.prompt.size() > options_.ctx) {
         out.refusal = Refusal::too_large;
@@ -191,7 +209,7 @@ void Scheduler::admit() {
 }
 
 bool Scheduler::wait_to_share(const Sequence& s) const {
-    if (!options_.share_prefixes) return false;
+    if (!options_.share_prefixes || s.request.prompt_logprobs) return false;
     const std::vector<int32_t>& prompt = s.request.prompt;
     const std::vector<int32_t> none;
     uint64_t now = 0, later = 0;
@@ -209,6 +227,7 @@ bool Scheduler::wait_to_share(const Sequence& s) const {
 
 std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
     const std::vector<int32_t>& prompt = s.request.prompt;
+    if (s.request.prompt_logprobs) return fresh_cache(s);  // every prompt position runs
     // The kept cache sharing the longest start, the most recent among equals; extended for s if
     // too small. One holding more blocks than s needs is passed over: taken, it would pin them
     // for s's whole run (a long answer's cache for a short request); so is one with a shared
@@ -280,6 +299,10 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
         reused_ += shared;
         return cache;
     }
+    return fresh_cache(s);
+}
+
+std::unique_ptr<KvCache> Scheduler::fresh_cache(const Sequence& s) {
     for (;;) {
         if (auto cache = caches_.take(s.limit)) return cache;
         if (kept_.empty()) return nullptr;
@@ -338,6 +361,25 @@ Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const 
     }
 }
 
+Scheduler::Choice Scheduler::score(const Sequence& s, std::span<const float> logits,
+                                   int32_t next) const noexcept {
+    try {
+        if (!all_finite(logits))
+            throw_non_finite_logits(
+                logits, backend_.model().path(),
+                "a prompt position of " + std::to_string(s.request.prompt.size()));
+        // Over the ids with a token, as choose() samples; a prompt id past them (one the
+        // tokenizer has no token for) over the whole row.
+        uint64_t ids =
+            s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
+        if (static_cast<uint64_t>(next) >= ids) ids = vocab_;
+        return {next, nullptr,
+                token_logprobs(logits.first(ids), next, s.request.logprobs.value_or(0))};
+    } catch (...) {
+        return {-1, std::current_exception(), {}};
+    }
+}
+
 void Scheduler::deliver(Sequence& s, const Choice& choice) {
     if (choice.error) {
         std::string why = "sampling failed";
@@ -360,14 +402,29 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
         finish(s, FinishReason::length);
 }
 
+bool Scheduler::samples(const Sequence& s) {
+    return s.fed == s.request.prompt.size() && s.request.max_tokens > 0;
+}
+
 void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequence>& batch) {
-    std::vector<Sequence*> sampled;  // the sequences with a logits row, in the rows' order
-    for (size_t i = 0; i < batch.size(); ++i)
-        if (batch[i].logits) sampled.push_back(seqs[i]);
+    // The logits rows, in order: each a sequence's sampling row (its last, when it samples this
+    // step) or a prompt position's (prompt logprobs: the row of position p scores prompt token
+    // p + 1).
+    struct Row {
+        Sequence* s;
+        uint64_t position;  // the row's position in s's cache
+        bool sample;
+    };
+    std::vector<Row> rows;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const uint64_t n = batch[i].tokens.size(), first = batch[i].cache->size();
+        for (uint64_t r = n - batch[i].logit_rows(); r < n; ++r)
+            rows.push_back({seqs[i], first + r, r == n - 1 && samples(*seqs[i])});
+    }
     // Kept between steps: a fresh vector was 3 MiB zeroed a step at 16 sequences of SmolLM2's
     // 49152 logits, on the scheduler's thread while the pool's others waited.
-    if (logits_.size() < sampled.size() * vocab_) logits_.resize(sampled.size() * vocab_);
-    const std::span<float> logits(logits_.data(), sampled.size() * vocab_);
+    if (logits_.size() < rows.size() * vocab_) logits_.resize(rows.size() * vocab_);
+    const std::span<float> logits(logits_.data(), rows.size() * vocab_);
     try {
         backend_.forward_batch(batch, logits);
     } catch (const std::exception& e) {  // nothing in a checked batch should fail; if it does,
@@ -375,16 +432,44 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
         for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
         return;
     }
-    std::vector<Choice> choices(sampled.size());
+    std::vector<Choice> choices(rows.size());
     auto choose_rows = [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i)
-            choices[i] = choose(*sampled[i], logits.subspan(i * vocab_, vocab_));
+        for (size_t i = b; i < e; ++i) {
+            const std::span<float> row = logits.subspan(i * vocab_, vocab_);
+            if (rows[i].sample) {
+                choices[i] = choose(*rows[i].s, row);
+                continue;
+            }
+            const SequenceRequest& r = rows[i].s->request;
+            if (rows[i].position + 1 < r.prompt.size())
+                choices[i] = score(*rows[i].s, row, r.prompt[rows[i].position + 1]);
+        }
     };
-    if (options_.threads && sampled.size() > 1)
-        options_.threads->parallel_for(sampled.size(), choose_rows);
+    if (options_.threads && rows.size() > 1)
+        options_.threads->parallel_for(rows.size(), choose_rows);
     else
-        choose_rows(0, sampled.size());
-    for (size_t i = 0; i < sampled.size(); ++i) deliver(*sampled[i], choices[i]);
+        choose_rows(0, rows.size());
+    // Per sequence in row order: its prompt positions' log-probabilities, then its token.
+    // A row that failed ends its sequence (deliver: an error), whose later rows are skipped.
+    std::vector<TokenLogprobs> prompt;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        Sequence& s = *rows[i].s;
+        if (s.done) continue;
+        if (rows[i].sample || choices[i].error) {
+            deliver(s, choices[i]);
+            prompt.clear();
+            continue;
+        }
+        if (rows[i].position + 1 < s.request.prompt.size())
+            prompt.push_back(std::move(choices[i].logprobs));
+        if (i + 1 == rows.size() || rows[i + 1].s != &s || rows[i + 1].sample) {
+            if (!prompt.empty()) s.stream->push_prompt(std::move(prompt));
+            prompt.clear();
+            // The prompt's alone (max_tokens 0): done once it has all run.
+            if (s.fed == s.request.prompt.size() && s.request.max_tokens == 0)
+                finish(s, FinishReason::length);
+        }
+    }
 }
 
 bool Scheduler::step() {
@@ -407,16 +492,19 @@ bool Scheduler::step() {
         const uint64_t left = s->request.prompt.size() - s->fed;
         if (left == 0 || (budget == 0 && !options_.whole_prompts)) continue;
         const uint64_t chunk = options_.whole_prompts ? left : std::min(left, budget);
+        // The last chunk's last row samples the first token; with prompt logprobs every row's
+        // logits are wanted (max_tokens 0: no token is sampled).
+        const bool all = s->request.prompt_logprobs;
         seqs.push_back(s.get());
-        batch.push_back(
-            {std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(), chunk == left});
+        batch.push_back({std::span(s->request.prompt).subspan(s->fed, chunk), s->cache.get(),
+                         chunk == left || all, all});
         s->fed += chunk;
         budget -= std::min(chunk, budget);
     }
     uint64_t rows = 0, sampled = 0;
-    for (const BatchSequence& b : batch) {
-        rows += b.tokens.size();
-        sampled += b.logits ? 1 : 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        rows += batch[i].tokens.size();
+        sampled += samples(*seqs[i]) ? 1 : 0;
     }
     if (!batch.empty()) run_batch(seqs, batch);
     std::erase_if(running_, [](const auto& s) { return s->done; });

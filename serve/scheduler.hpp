@@ -69,6 +69,11 @@ struct SequenceRequest {
     // own distribution, from the logits row before temperature, penalties and biases, as vLLM
     // reports by default) and this many most likely alternatives.
     std::optional<uint32_t> logprobs;
+    // With logprobs: each prompt position after the first also gets the TokenLogprobs of its
+    // token given the ones before (SequenceStream::Event::prompt_logprobs, all of them before the
+    // first generated token; the API's echo). The prompt then runs whole, never on a kept or
+    // shared cache, and max_tokens may be 0 (the prompt's alone).
+    bool prompt_logprobs = false;
 };
 
 enum class FinishReason {
@@ -84,6 +89,7 @@ class SequenceStream {
     struct Event {
         std::vector<int32_t> tokens;          // chosen since the last wait
         std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
+        std::vector<TokenLogprobs> prompt_logprobs;  // prompt positions 1, 2, .. (in order)
         bool finished = false;
         FinishReason reason = FinishReason::length;
         std::string error;
@@ -98,12 +104,13 @@ class SequenceStream {
   private:
     friend class Scheduler;
     void push(int32_t token, const TokenLogprobs* logprobs);
+    void push_prompt(std::vector<TokenLogprobs> logprobs);
     void finish(FinishReason reason, std::string error = {});
 
     std::mutex mutex_;
     std::condition_variable ready_;
     std::vector<int32_t> pending_;
-    std::vector<TokenLogprobs> pending_logprobs_;
+    std::vector<TokenLogprobs> pending_logprobs_, pending_prompt_;
     bool finished_ = false;
     FinishReason reason_ = FinishReason::length;
     std::string error_;
@@ -153,15 +160,16 @@ class Scheduler {
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
-    enum class Refusal { none, queue_full, too_large };
+    enum class Refusal { none, queue_full, too_large, unsupported };
     struct Submitted {
         std::shared_ptr<SequenceStream> stream;  // null when refused
         Refusal refusal = Refusal::none;
         std::string why;
     };
     // Thread-safe. Refused: queue_full when max_queue requests wait (try again later);
-    // too_large when the request's cache would not fit the whole pool or the context (never).
-    // An empty prompt or max_tokens 0 is an Error.
+    // too_large when the request's cache would not fit the whole pool or the context (never);
+    // unsupported for prompt logprobs with whole_prompts. An empty prompt, max_tokens 0 without
+    // prompt logprobs, or prompt logprobs without logprobs is an Error.
     Submitted submit(SequenceRequest request);
 
     // One step on the calling thread: admits what fits, drops cancelled sequences, runs one
@@ -192,6 +200,12 @@ class Scheduler {
         TokenLogprobs logprobs;    // when the request asked for them
     };
     Choice choose(Sequence& s, std::span<float> logits) const noexcept;
+    // A prompt position's row: the log-probabilities of `next`, the prompt token after it (its
+    // logprobs field; never throws).
+    Choice score(const Sequence& s, std::span<const float> logits, int32_t next) const noexcept;
+    // Whether s samples a token from its last row in the step being run (step() has fed its
+    // chunk): its prompt has all run and it wants tokens.
+    static bool samples(const Sequence& s);
     void deliver(Sequence& s, const Choice& choice);
     // Admission's cache for s: a kept one that shares the most of s's prompt, or a new one on the
     // whole blocks (and a copy of the rest) of the running sequence's or kept cache's positions
@@ -199,6 +213,8 @@ class Scheduler {
     // set to the positions s need not run), else one from the source, giving kept caches back
     // while it is short; null when nothing fits yet.
     std::unique_ptr<KvCache> take_cache(Sequence& s);
+    // A cache of s's positions from the source, giving kept caches back while it is short.
+    std::unique_ptr<KvCache> fresh_cache(const Sequence& s);
     // Whether s had better wait to share a running sequence's positions still to come (header).
     bool wait_to_share(const Sequence& s) const;
     // s's cache into kept_ with its tokens (the oldest kept one back to the source past

@@ -131,6 +131,55 @@ TEST_CASE("batched forward: each sequence's logits are bit-identical alone and i
     CHECK(checked >= 6);
 }
 
+TEST_CASE("batched forward: every row's logits (all_logits) are forward()'s rows, bit for bit",
+          "[batch]") {
+    test::ScratchDir dir("batch-all-logits");
+    ThreadPool threads(2);
+    std::mt19937_64 rng(23);
+    for (const auto& m : test::serve_models(dir)) {
+        INFO(m.name);
+        Model model(m.path);
+        const uint64_t v = model.config().vocab_size;
+        auto alone = make_cpu_backend(model, threads);
+        // The CPU backend's batched step, and Backend's default (each sequence through forward()).
+        auto cpu = make_cpu_backend(model, threads);
+        test::HookedBackend per_sequence(make_cpu_backend(model, threads), {}, true);
+        for (Backend* b : {cpu.get(), static_cast<Backend*>(&per_sequence)}) {
+            INFO((b == cpu.get() ? "batched" : "per sequence"));
+            // A: 20 prompt tokens in chunks of 12 and 8, every row wanted; B: 9 tokens, its last
+            // row, then a decode token beside A's second chunk.
+            const auto a = test::random_ids(rng, 20, v), bp = test::random_ids(rng, 9, v);
+            std::vector<float> want_a(20 * v), want_b(v), want_b2(v);
+            {
+                auto ca = alone->new_cache(32), cb = alone->new_cache(32);
+                alone->forward(a, *ca, 0, want_a);
+                alone->forward(bp, *cb, 8, want_b);
+                const int32_t next[] = {7};
+                alone->forward(next, *cb, 0, want_b2);
+            }
+            auto ca = b->new_cache(32), cb = b->new_cache(32);
+            std::vector<float> got(13 * v);
+            const BatchSequence step1[] = {{std::span(a).first(12), ca.get(), true, true},
+                                           {bp, cb.get(), true}};
+            b->forward_batch(step1, got);
+            CHECK(std::memcmp(got.data(), want_a.data(), 12 * v * sizeof(float)) == 0);
+            CHECK(std::memcmp(got.data() + 12 * v, want_b.data(), v * sizeof(float)) == 0);
+            const int32_t next[] = {7};
+            std::vector<float> got2(9 * v);
+            const BatchSequence step2[] = {{next, cb.get(), true},
+                                           {std::span(a).subspan(12), ca.get(), true, true}};
+            b->forward_batch(step2, got2);
+            CHECK(std::memcmp(got2.data(), want_b2.data(), v * sizeof(float)) == 0);
+            CHECK(std::memcmp(got2.data() + v, want_a.data() + 12 * v, 8 * v * sizeof(float)) == 0);
+            // The logits span must hold every wanted row.
+            std::vector<float> short_rows(v);
+            auto cc = b->new_cache(32);
+            const BatchSequence bad[] = {{std::span(a).first(3), cc.get(), true, true}};
+            CHECK_THROWS_AS(b->forward_batch(bad, short_rows), Error);
+        }
+    }
+}
+
 TEST_CASE("batched forward refuses bad batches before touching a cache", "[batch]") {
     test::ScratchDir dir("batch-forward-bad");
     QF_REQUIRE_SHARED_DATA(data);

@@ -482,6 +482,66 @@ TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and no
     r = c.Post("/v1/chat/completions", chat_streamed.dump(), "application/json");
     REQUIRE(r);
     CHECK(sse_logprobs(r->body, true)["content"] == content);
+
+    // echo: the prompt's text and tokens first, the first token's entries null, each later
+    // prompt token scored by the row before it (the reference's log-softmax), then the
+    // completion's as above; max_tokens 0 the prompt's alone; streamed the same.
+    json echo = req;
+    echo["echo"] = true;
+    echo["max_tokens"] = 3;
+    r = c.Post("/v1/completions", echo.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json je = json::parse(r->body);
+    const json& elp = je["choices"][0]["logprobs"];
+    CHECK(je["choices"][0]["text"] == "Once upon a time" + text.substr(0, lp["text_offset"][3]));
+    REQUIRE(elp["tokens"].size() == prompt.size() + 3);
+    CHECK(elp["token_logprobs"][0].is_null());
+    CHECK(elp["top_logprobs"][0].is_null());
+    std::string echoed;
+    for (size_t i = 0; i < elp["tokens"].size(); ++i) {
+        CHECK(elp["text_offset"][i] == echoed.size());
+        echoed += elp["tokens"][i].get<std::string>();
+    }
+    CHECK(echoed == je["choices"][0]["text"]);
+    for (size_t i = 1; i < prompt.size(); ++i) {
+        INFO("prompt token " << i);
+        std::vector<int32_t> before(prompt.begin(),
+                                    prompt.begin() + static_cast<std::ptrdiff_t>(i));
+        auto cache = s.reference->new_cache(before.size());
+        std::vector<float> row(s.model.config().vocab_size);
+        s.reference->forward(before, *cache, before.size() - 1, row);
+        double m = -INFINITY, sum = 0.0;
+        for (uint64_t t = 0; t < s.tok.vocab_size(); ++t) m = std::max(m, double{row[t]});
+        for (uint64_t t = 0; t < s.tok.vocab_size(); ++t) sum += std::exp(double{row[t]} - m);
+        const double want = double{row[static_cast<size_t>(prompt[i])]} - m - std::log(sum);
+        const double got = elp["token_logprobs"][i];
+        CHECK(std::abs(got - want) <= 0x1p-23 * std::max(1.0, std::abs(want)));
+        CHECK(elp["top_logprobs"][i].size() <= 4);  // 3 and the prompt's own token
+    }
+    for (size_t i = 0; i < 3; ++i)  // the completion's entries: the plain request's
+        CHECK(elp["token_logprobs"][prompt.size() + i] == lp["token_logprobs"][i]);
+    CHECK(je["usage"]["completion_tokens"] == 3);
+    json echo_streamed = echo;
+    echo_streamed["stream"] = true;
+    r = c.Post("/v1/completions", echo_streamed.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(sse_text(r->body, false) == je["choices"][0]["text"]);
+    CHECK(sse_logprobs(r->body, false) == elp);
+    echo["max_tokens"] = 0;
+    r = c.Post("/v1/completions", echo.dump(), "application/json");
+    REQUIRE(r);
+    const json j0 = json::parse(r->body);
+    CHECK(j0["choices"][0]["text"] == "Once upon a time");
+    CHECK(j0["choices"][0]["logprobs"]["tokens"].size() == prompt.size());
+    CHECK(j0["usage"]["completion_tokens"] == 0);
+    for (size_t i = 1; i < prompt.size(); ++i)
+        CHECK(j0["choices"][0]["logprobs"]["token_logprobs"][i] == elp["token_logprobs"][i]);
+    echo.erase("logprobs");
+    r = c.Post("/v1/completions", echo.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["choices"][0]["text"] == "Once upon a time");
+    CHECK(json::parse(r->body)["choices"][0]["logprobs"].is_null());
     CHECK(s.idle());
 }
 
@@ -541,6 +601,11 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     check_error(post(C, R"({"prompt": "hi", "logprobs": true})"), 400, "integer", "logprobs");
     check_error(post(C, R"({"prompt": "hi", "top_logprobs": 2})"), 400, "chat's field",
                 "top_logprobs");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})"),
+                400, "completions field", "echo");
+    check_error(post(C, R"({"prompt": "hi", "echo": 1})"), 400, "boolean", "echo");
+    check_error(post(C, R"({"prompt": "hi", "echo": false, "max_tokens": 0})"), 400, "1 .. 64",
+                "max_tokens");
     check_error(post(C, R"({"prompt": "hi", "suffix": "end"})"), 400, "not supported", "suffix");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
                                "functions": [{"name": "f"}]})"),

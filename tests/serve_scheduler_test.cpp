@@ -161,6 +161,11 @@ RowLogprobs reference_logprobs(Backend& backend, const std::vector<int32_t>& tok
     return r;
 }
 
+// A float of the same float64 value (the logits are the batch's bits): within float rounding.
+bool near_float(float got, double want) {
+    return std::abs(static_cast<double>(got) - want) <= 0x1p-23 * std::max(1.0, std::abs(want));
+}
+
 TEST_CASE("scheduler: logprobs are each token's log-softmax, its top ones ranked, in a batch",
           "[scheduler]") {
     std::mt19937_64 rng(17);
@@ -210,25 +215,109 @@ TEST_CASE("scheduler: logprobs are each token's log-softmax, its top ones ranked
                     const RowLogprobs want = reference_logprobs(backend, seen);
                     const int32_t id = k.got.tokens[t];
                     const TokenLogprobs& got = k.got.logprobs[t];
-                    // A float of the same float64 value (the logits are the batch's bits):
-                    // within float rounding.
-                    const auto near = [](float g, double w) {
-                        return std::abs(static_cast<double>(g) - w) <=
-                               0x1p-23 * std::max(1.0, std::abs(w));
-                    };
-                    CHECK(near(got.logprob, want.logprob[static_cast<size_t>(id)]));
+                    CHECK(near_float(got.logprob, want.logprob[static_cast<size_t>(id)]));
                     if (k.req.sampling.temperature == 0.0f) CHECK(id == want.ranked[0]);
                     REQUIRE(got.top.size() == *k.req.logprobs);
                     for (size_t j = 0; j < got.top.size(); ++j) {
                         CHECK(got.top[j].first == want.ranked[j]);
-                        CHECK(near(got.top[j].second,
-                                   want.logprob[static_cast<size_t>(want.ranked[j])]));
+                        CHECK(near_float(got.top[j].second,
+                                         want.logprob[static_cast<size_t>(want.ranked[j])]));
                     }
                     seen.push_back(id);
                 }
             }
             CHECK(pool.free_blocks() == pool.total_blocks());
         });
+}
+
+TEST_CASE("scheduler: prompt logprobs score each prompt position, in chunks, on a fresh cache",
+          "[scheduler]") {
+    std::mt19937_64 rng(19);
+    on_serve_models("serve-prompt-logprobs", [&](Backend& backend, const ModelConfig& c,
+                                                 ThreadPool& threads) {
+        KvBlockPool pool(c, 6 * CpuKvCache::blocks_for(24));
+        serve::SchedulerOptions so{4, std::min<uint64_t>(64, c.max_position_embeddings), 8, 5};
+        so.threads = &threads;
+        so.kept_caches = 4;
+        so.share_prefixes = true;
+        Scheduler sched(backend, pool, so);
+        auto run = [&](std::vector<serve::SequenceRequest> reqs) {
+            std::vector<std::shared_ptr<serve::SequenceStream>> streams;
+            for (auto& r : reqs) {
+                auto sub = sched.submit(r);
+                REQUIRE(sub.stream);
+                streams.push_back(sub.stream);
+            }
+            std::vector<Collected> got(reqs.size());
+            std::vector<std::vector<TokenLogprobs>> prompt(reqs.size());
+            for (bool more = true; more;) {
+                more = sched.step();
+                for (size_t i = 0; i < reqs.size(); ++i) {
+                    auto e = streams[i]->wait(std::chrono::milliseconds(0));
+                    // Every prompt score comes before the first token.
+                    if (!e.prompt_logprobs.empty()) CHECK(got[i].tokens.empty());
+                    prompt[i].insert(prompt[i].end(), e.prompt_logprobs.begin(),
+                                     e.prompt_logprobs.end());
+                    got[i].tokens.insert(got[i].tokens.end(), e.tokens.begin(), e.tokens.end());
+                    got[i].logprobs.insert(got[i].logprobs.end(), e.logprobs.begin(),
+                                           e.logprobs.end());
+                    if (e.finished) got[i].finished = true;
+                }
+            }
+            return std::pair{got, prompt};
+        };
+        // A plain request first: its cache is kept, and the next prompt starts like it.
+        const auto p = test::random_ids(rng, 17, c.vocab_size);
+        run({request(p, 3)});
+        REQUIRE(sched.stats().kept == 1);
+        // Three together: p again with its positions scored (2 alternatives; 17 prompt
+        // tokens in chunks of at most 5 beside the others), q's alone (max_tokens 0), and
+        // a plain one decoding beside them.
+        serve::SequenceRequest e1 = request(p, 4),
+                               e2 = request(test::random_ids(rng, 11, c.vocab_size), 0),
+                               plain = request(test::random_ids(rng, 6, c.vocab_size), 8);
+        e1.logprobs = 2;
+        e1.prompt_logprobs = true;
+        e2.logprobs = 0;
+        e2.prompt_logprobs = true;
+        const auto [got, prompt] = run({e1, e2, plain});
+        CHECK(sched.stats().reused_positions == 0);  // p's kept cache not taken over
+        CHECK(sched.stats().shared_positions == 0);
+        for (size_t i = 0; i < 3; ++i) CHECK(got[i].finished);
+        GenerateOptions o;
+        o.sampling = e1.sampling;
+        o.max_new_tokens = 4;
+        CHECK(got[0].tokens == generate(backend, p, o).tokens);
+        CHECK(got[0].logprobs.size() == 4);
+        CHECK(got[1].tokens.empty());
+        CHECK(prompt[2].empty());
+        for (size_t i = 0; i < 2; ++i) {
+            const serve::SequenceRequest& r = i == 0 ? e1 : e2;
+            INFO("request " << i);
+            REQUIRE(prompt[i].size() == r.prompt.size() - 1);
+            for (size_t pos = 0; pos + 1 < r.prompt.size(); ++pos) {
+                INFO("position " << pos);
+                const RowLogprobs want = reference_logprobs(
+                    backend,
+                    {r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(pos + 1)});
+                const TokenLogprobs& lp = prompt[i][pos];
+                CHECK(near_float(lp.logprob, want.logprob[static_cast<size_t>(r.prompt[pos + 1])]));
+                REQUIRE(lp.top.size() == *r.logprobs);
+                for (size_t j = 0; j < lp.top.size(); ++j) CHECK(lp.top[j].first == want.ranked[j]);
+            }
+        }
+        // Refused: max_tokens 0 without prompt logprobs, prompt logprobs without logprobs.
+        CHECK_THROWS_AS(sched.submit(request(p, 0)), Error);
+        serve::SequenceRequest bad = request(p, 2);
+        bad.prompt_logprobs = true;
+        CHECK_THROWS_AS(sched.submit(bad), Error);
+        // A scheduler of whole prompts does not serve them.
+        serve::SchedulerOptions whole = so;
+        whole.whole_prompts = true;
+        KvBlockPool other(c, 4);
+        Scheduler w(backend, other, whole);
+        CHECK(w.submit(e1).refusal == Scheduler::Refusal::unsupported);
+    });
 }
 
 TEST_CASE("scheduler: prefix reuse gives generate's tokens, at random arrival and across turns",

@@ -7,10 +7,10 @@ Starts the server on a free loopback port, then through openai.OpenAI(base_url=.
 completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
 completion streamed (the chunks must add up to the same text), one with presence and frequency
 penalties and one with logit biases (each against generate's with the same options), logprobs
-(whole and streamed), a seeded sampled completion twice (identical), /v1/models, a chat request
-(stories260K has no chat template: a 400 the client raises as BadRequestError), bad requests the
-client raises as errors, and an API key the client must send. Exits 0 when every check passes, 1 with the failures listed
-otherwise.
+(whole and streamed) and a prompt's (echo), a seeded sampled completion twice (identical),
+/v1/models, a chat request (stories260K has no chat template: a 400 the client raises as
+BadRequestError), bad requests the client raises as errors, and an API key the client must send.
+Exits 0 when every check passes, 1 with the failures listed otherwise.
 """
 import subprocess
 import sys
@@ -79,6 +79,17 @@ def main():
         check([t for p in parts for t in p.tokens] == lp.tokens
               and [x for p in parts for x in p.token_logprobs] == lp.token_logprobs,
               "streamed logprobs equal the whole response's")
+
+        # A prompt's log-likelihood as evaluation harnesses ask for it (lm-eval's completions
+        # model: echo, logprobs, no new tokens): the prompt back, its first token unscored.
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=0, echo=True,
+                                      logprobs=1, temperature=0)
+        lp = r.choices[0].logprobs
+        check(r.choices[0].text == prompt and "".join(lp.tokens) == prompt,
+              f"echo {r.choices[0].text!r} / {lp.tokens!r} is not the prompt {prompt!r}")
+        check(lp.token_logprobs[0] is None and all(x <= 0 for x in lp.token_logprobs[1:])
+              and len(lp.tokens) == r.usage.prompt_tokens and r.usage.completion_tokens == 0,
+              f"echo's logprobs: {lp.token_logprobs!r}, usage {r.usage!r}")
 
         kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
                   top_p=0.9)
