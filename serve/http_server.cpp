@@ -441,17 +441,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
         sr.prompt_logprobs = r.echo && r.logprobs;
-        if (sr.max_tokens == 0 && !sr.prompt_logprobs) {
-            // echo, max_tokens 0, no logprobs: the prompt's text alone; it runs (scored, not
-            // reported) and ends, as one with logprobs does.
-            sr.logprobs = 0;
-            sr.prompt_logprobs = true;
-        }
         std::vector<int32_t> echo;
         if (r.echo) echo = prompt;
         const int32_t last = prompt.back();
         sr.prompt = std::move(prompt);
-        auto sub = sched.submit(std::move(sr));
+        // echo of the prompt alone, no logprobs: nothing to run.
+        auto sub = sr.max_tokens == 0 && !sr.prompt_logprobs
+                       ? Scheduler::Submitted{SequenceStream::ended(), Scheduler::Refusal::none, {}}
+                       : sched.submit(std::move(sr));
         if (sub.refusal == Scheduler::Refusal::queue_full) {
             res.set_header("Retry-After", "1");
             throw ApiError(429, "the server is busy (" + sub.why + "); retry later", "",

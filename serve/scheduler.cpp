@@ -11,7 +11,8 @@ namespace qforge::serve {
 
 SequenceStream::Event SequenceStream::wait(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
-    ready_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
+    ready_.wait_for(lock, timeout,
+                    [&] { return finished_ || !pending_.empty() || !pending_prompt_.empty(); });
     Event e;
     e.tokens.swap(pending_);
     e.logprobs.swap(pending_logprobs_);
@@ -29,6 +30,12 @@ void SequenceStream::push(int32_t token, const TokenLogprobs* logprobs) {
         if (logprobs) pending_logprobs_.push_back(*logprobs);
     }
     ready_.notify_all();
+}
+
+std::shared_ptr<SequenceStream> SequenceStream::ended() {
+    auto s = std::make_shared<SequenceStream>();
+    s->finish(FinishReason::length);
+    return s;
 }
 
 void SequenceStream::push_prompt(std::vector<TokenLogprobs> logprobs) {
@@ -267,7 +274,7 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
                 whole > 0 ? caches_.share(*source, whole, s.limit) : caches_.take(s.limit)) {
             // Its shared blocks are held now: any kept cache may go back for the rest (the
             // source too, and then nothing is copied).
-            while (!caches_.extend(*cache, s.limit)) {
+            while (cache->capacity() < s.limit && !caches_.extend(*cache, s.limit)) {
                 if (kept_.empty()) {
                     caches_.give_back(std::move(cache));
                     return nullptr;
@@ -276,7 +283,12 @@ std::unique_ptr<KvCache> Scheduler::take_cache(Sequence& s) {
                 caches_.give_back(std::move(kept_.front().cache));
                 kept_.pop_front();
             }
-            s.fed = source && copy_positions(*cache, *source, common) ? common : whole;
+            try {
+                s.fed = source && copy_positions(*cache, *source, common) ? common : whole;
+            } catch (...) {  // caches of another shape: not reachable with one model
+                caches_.give_back(std::move(cache));
+                throw;
+            }
             shared_ += s.fed;
             return cache;
         }
@@ -432,6 +444,9 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
         for (Sequence* s : seqs) finish(*s, FinishReason::error, e.what());
         return;
     }
+    // A step with a prompt's rows of logits grew the buffer past a decode step's: it goes back
+    // after this step rather than stay for the server's life.
+    const bool shrink = rows.size() > options_.max_seqs;
     std::vector<Choice> choices(rows.size());
     auto choose_rows = [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) {
@@ -470,6 +485,7 @@ void Scheduler::run_batch(std::vector<Sequence*>& seqs, std::vector<BatchSequenc
                 finish(s, FinishReason::length);
         }
     }
+    if (shrink) std::vector<float>().swap(logits_);
 }
 
 bool Scheduler::step() {

@@ -99,6 +99,9 @@ class SequenceStream {
     Event wait(std::chrono::milliseconds timeout);
     // The reader gives up: the sequence leaves at the next step and frees its blocks.
     void cancel() { cancelled_ = true; }
+    // A stream that has ended with no tokens (FinishReason::length), for a request with nothing
+    // to run (an echo of the prompt alone).
+    static std::shared_ptr<SequenceStream> ended();
     bool cancelled() const { return cancelled_; }
 
   private:

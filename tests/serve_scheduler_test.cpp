@@ -522,6 +522,36 @@ TEST_CASE("scheduler: prefix sharing gives generate's tokens, and no shared bloc
             while (!cc.got.finished || !d.got.finished) step({&cc, &d});
             for (Run* r : {&a, &b, &cc, &d}) CHECK(r->got.tokens == r->want);
         }
+        {
+            // Caches the backend makes whole (no pool, so nothing to share or extend): a start
+            // shorter than a block is still copied from the running sequence, and the request
+            // runs at once (it used to wait on an extend such a source cannot do).
+            serve::BackendCacheSource caches(backend, 4 * CpuKvCache::blocks_for(P));
+            serve::SchedulerOptions so{4, P, 8, 64};
+            so.share_prefixes = true;
+            Scheduler sched(backend, caches, so);
+            const auto base = test::random_ids(rng, 20, c.vocab_size);
+            auto first = sched.submit(request(base, 12));
+            REQUIRE(first.stream);
+            sched.step();  // its prompt
+            auto tail = base;
+            tail.resize(14);
+            tail.push_back(3);
+            auto second = sched.submit(request(tail, 6));
+            REQUIRE(second.stream);
+            Collected g1, g2;
+            for (int i = 0; i < 40 && !(g1.finished && g2.finished); ++i) {
+                sched.step();
+                drain(*first.stream, g1);
+                drain(*second.stream, g2);
+            }
+            REQUIRE(g2.finished);
+            CHECK(sched.stats().shared_positions == 14);
+            GenerateOptions o;
+            o.sampling = {0.0f, 0, 1.0f, 1};
+            o.max_new_tokens = 6;
+            CHECK(g2.tokens == generate(backend, tail, o).tokens);
+        }
     });
     CHECK(ran >= 1);
 }
