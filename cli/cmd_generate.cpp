@@ -23,6 +23,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         std::vector<std::string> logit_bias;
         bool greedy = false;
         bool raw = false;
+        bool ignore_eos = false;
     };
     auto a = std::make_shared<Args>();
     add_model_input(app, "model", a->model)->required();
@@ -54,6 +55,9 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "(the OpenAI API's logit_bias; repeatable)")
         ->check(parsed_by([](const std::string& s) { parse_logit_bias(s); }));
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
+    app.add_flag("--ignore-eos", a->ignore_eos,
+                 "go on past end-of-sequence tokens (printed as their text) until -n tokens or a "
+                 "full context: a fixed length, for benchmarks (llama.cpp's --ignore-eos)");
     add_seed_option(app, common);
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
@@ -116,6 +120,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         }
         o.max_new_tokens = a->n;
         o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
+        if (a->ignore_eos) o.stop_ids.clear();
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled
 
         ThreadPool pool(resolved_threads(common));

@@ -437,7 +437,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sr.max_tokens = std::min(
             opts.ctx,
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
-        sr.stop_ids = tok.stop_ids();
+        if (!r.ignore_eos) sr.stop_ids = tok.stop_ids();
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
         sr.prompt_logprobs = r.echo && r.logprobs;

@@ -257,6 +257,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
             if (x.empty()) bad("stop", "must not hold an empty string");
     }
     parse_logprobs(body, r);
+    if (const json* e = field(body, "ignore_eos")) r.ignore_eos = boolean(*e, "ignore_eos");
     if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
     if (const json* o = field(body, "stream_options")) {
         if (!o->is_object()) bad("stream_options", "must be an object");

@@ -62,6 +62,9 @@ struct CompletionRequest {
     // /v1/completions: the prompt's text before the completion's (and, with logprobs, its tokens'
     // log-probabilities, the first one's null); max_tokens may then be 0.
     bool echo = false;
+    // ignore_eos (vLLM's and llama.cpp's server's extension): generation goes on past the end-of-
+    // sequence tokens until max_tokens or a full context (`qforge generate --ignore-eos`).
+    bool ignore_eos = false;
 };
 
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)

@@ -62,6 +62,16 @@ TEST_CASE("qforge generate --greedy reproduces run.c's greedy sample byte for by
     REQUIRE(a.output == b.output);
     REQUIRE(a.output != c.output);
     REQUIRE(a.output.rfind("Once upon a time", 0) == 0);
+    // --ignore-eos: a bias that makes the stop token (llama2.c's BOS) every choice ends the
+    // generation at once, unless told to go on to -n.
+    const std::string forced =
+        "generate " + q(model) + " -p 'Once' -n 6 --greedy --logit-bias 1=100";
+    auto stopped = test::run_qforge(forced);
+    auto on = test::run_qforge(forced + " --ignore-eos");
+    REQUIRE(stopped.exit_code == 0);
+    REQUIRE(on.exit_code == 0);
+    CHECK(stopped.output.find("generated: 0 tokens") != std::string::npos);
+    CHECK(on.output.find("generated: 6 tokens") != std::string::npos);
 }
 
 TEST_CASE("qforge ppl --json reports the statistics, bad inputs get one clear line",

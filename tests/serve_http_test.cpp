@@ -84,11 +84,12 @@ struct TestServer {
     // generate() of the prompt's text (greedy unless told), as the server's text (on a backend
     // of its own: the scheduler thread runs `backend`).
     std::string generate_text(const std::vector<int32_t>& prompt, uint64_t n,
-                              SamplingParams sampling = {0.0f, 0, 1.0f, 1}) {
+                              SamplingParams sampling = {0.0f, 0, 1.0f, 1},
+                              bool ignore_eos = false) {
         GenerateOptions g;
         g.sampling = sampling;
         g.max_new_tokens = n;
-        g.stop_ids = tok.stop_ids();
+        if (!ignore_eos) g.stop_ids = tok.stop_ids();
         g.token_count = tok.vocab_size();
         std::string text;
         int32_t previous = prompt.back();
@@ -278,6 +279,29 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     r = c.Post("/v1/completions", stopped.dump(), "application/json");
     CHECK(sse_text(r->body, false, &finish) == want.substr(0, want.find(cut)));
     CHECK(finish == "stop");
+
+    // ignore_eos: with the stop token made every choice, 5 of it (generate's text) and "length";
+    // without, none and "stop".
+    const int32_t stop = s.tok.stop_ids().at(0);
+    const json forced = {{"prompt", prompt},
+                         {"max_tokens", 5},
+                         {"temperature", 0},
+                         {"logit_bias", {{std::to_string(stop), 100}}}};
+    r = c.Post("/v1/completions", forced.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(json::parse(r->body)["usage"]["completion_tokens"] == 0);
+    CHECK(json::parse(r->body)["choices"][0]["finish_reason"] == "stop");
+    json ignoring = forced;
+    ignoring["ignore_eos"] = true;
+    r = c.Post("/v1/completions", ignoring.dump(), "application/json");
+    REQUIRE(r);
+    const json ji = json::parse(r->body);
+    CHECK(ji["usage"]["completion_tokens"] == 5);
+    CHECK(ji["choices"][0]["finish_reason"] == "length");
+    SamplingParams to_stop{0.0f, 0, 1.0f, 1};
+    to_stop.logit_bias = {{stop, 100.0f}};
+    CHECK(ji["choices"][0]["text"] ==
+          s.generate_text(s.tok.encode(prompt, true), 5, to_stop, true));
 
     // Chat: the template's rendering, encoded without added specials, generated greedily.
     ChatTemplateInputs in;
@@ -604,6 +628,7 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})"),
                 400, "completions field", "echo");
     check_error(post(C, R"({"prompt": "hi", "echo": 1})"), 400, "boolean", "echo");
+    check_error(post(C, R"({"prompt": "hi", "ignore_eos": "yes"})"), 400, "boolean", "ignore_eos");
     check_error(post(C, R"({"prompt": "hi", "echo": false, "max_tokens": 0})"), 400, "1 .. 64",
                 "max_tokens");
     check_error(post(C, R"({"prompt": "hi", "suffix": "end"})"), 400, "not supported", "suffix");
