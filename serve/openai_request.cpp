@@ -126,6 +126,29 @@ void parse_messages(const json& body, CompletionRequest& r) {
     }
 }
 
+// Other servers' sampling and decoding extensions (vLLM's, llama.cpp's server's) that clients of
+// those servers send: their neutral values are accepted, any other is refused rather than
+// silently ignored (the text would not be what the client asked for).
+void refuse_extensions(const json& body) {
+    struct Neutral {
+        const char* name;
+        double value;
+    };
+    static constexpr Neutral kNumbers[] = {
+        {"repetition_penalty", 1.0}, {"repeat_penalty", 1.0}, {"min_p", 0.0},
+        {"typical_p", 1.0},          {"tfs_z", 1.0},          {"mirostat", 0.0},
+        {"mirostat_mode", 0.0},      {"length_penalty", 1.0}};
+    for (const Neutral& n : kNumbers)
+        if (const json* v = field(body, n.name); v && number(*v, n.name) != n.value)
+            bad(n.name, std::string("is not supported (only ") + (n.value == 0.0 ? "0" : "1") +
+                            "); presence_penalty, frequency_penalty, top_k and top_p are");
+    if (const json* b = field(body, "use_beam_search"); b && boolean(*b, "use_beam_search"))
+        bad("use_beam_search", "is not supported");
+    for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                             "grammar", "json_schema"})
+        if (field(body, name)) bad(name, "is not supported: no constrained decoding");
+}
+
 // Fields of the API whose non-default values this server cannot honour: refused, not ignored.
 void refuse_unsupported(const json& body) {
     if (const json* n = field(body, "n"); n && integer(*n, "n", 1, 1 << 20) != 1)
@@ -147,6 +170,7 @@ void refuse_unsupported(const json& body) {
     }
     if (const json* x = field(body, "suffix"); x && string(*x, "suffix") != "")
         bad("suffix", "is not supported");
+    refuse_extensions(body);
 }
 
 // The tokens' log-probabilities: /v1/completions' logprobs (how many alternatives, 0 to

@@ -4,8 +4,9 @@
 //   {"error": {"message": ..., "type": "invalid_request_error", "param": "max_tokens",
 //              "code": null}}
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
-// whose non-default values we cannot honour (n > 1, best_of, tools, JSON mode) are
-// refused rather than silently ignored.
+// whose non-default values we cannot honour (n > 1, best_of, tools, JSON mode), and other
+// servers' sampling extensions (vLLM's, llama.cpp's: repetition_penalty, min_p, guided_json, ...)
+// set to anything but their neutral value, are refused rather than silently ignored.
 #pragma once
 
 #include <cstdint>

@@ -629,6 +629,23 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 400, "completions field", "echo");
     check_error(post(C, R"({"prompt": "hi", "echo": 1})"), 400, "boolean", "echo");
     check_error(post(C, R"({"prompt": "hi", "ignore_eos": "yes"})"), 400, "boolean", "ignore_eos");
+    // Other servers' extensions: neutral values pass, others are refused, never ignored.
+    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 1.1})"), 400, "not supported",
+                "repetition_penalty");
+    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 1.1})"), 400, "frequency_penalty",
+                "repeat_penalty");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "min_p": 0.05})"),
+                400, "only 0", "min_p");
+    check_error(post(C, R"({"prompt": "hi", "typical_p": "x"})"), 400, "must be a number",
+                "typical_p");
+    check_error(post(C, R"({"prompt": "hi", "use_beam_search": true})"), 400, "not supported",
+                "use_beam_search");
+    check_error(post(C, R"({"prompt": "hi", "guided_json": {"type": "object"}})"), 400,
+                "constrained decoding", "guided_json");
+    auto neutral = post(C, R"({"prompt": "hi", "max_tokens": 2, "repetition_penalty": 1,
+                               "min_p": 0, "guided_json": null, "use_beam_search": false})");
+    REQUIRE(neutral);
+    CHECK(neutral->status == 200);
     check_error(post(C, R"({"prompt": "hi", "echo": false, "max_tokens": 0})"), 400, "1 .. 64",
                 "max_tokens");
     check_error(post(C, R"({"prompt": "hi", "suffix": "end"})"), 400, "not supported", "suffix");
