@@ -18,7 +18,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     struct Args {
         std::string model, prompt, system, chat_template;
         uint64_t n = 128;
-        float temp = 0.8f, top_p = 0.95f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+        float temp = 0.8f, top_p = 0.95f, min_p = 0.0f, presence_penalty = 0.0f,
+              frequency_penalty = 0.0f;
         uint32_t top_k = 40;
         std::vector<std::string> logit_bias;
         bool greedy = false;
@@ -44,6 +45,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "sample from the k most likely tokens (0: all)");
     add_real_option(app, "--top-p", a->top_p, {0.0, false}, {1.0, true},
                     "sample from the smallest set of tokens holding this probability (1: all)");
+    add_real_option(app, "--min-p", a->min_p, {0.0, true}, {1.0, true},
+                    "then drop tokens less likely than this times the most likely one (0: none)");
     add_real_option(app, "--presence-penalty", a->presence_penalty, {-2.0, true}, {2.0, true},
                     "subtracted from the logit of every token already generated (the OpenAI "
                     "API's presence_penalty)");
@@ -109,6 +112,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.sampling = {
             a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed, a->presence_penalty,
             a->frequency_penalty};
+        o.sampling.min_p = a->min_p;
         for (const std::string& b : a->logit_bias) {
             o.sampling.logit_bias.push_back(parse_logit_bias(b));
             if (static_cast<uint64_t>(o.sampling.logit_bias.back().first) >= tok.vocab_size())

@@ -73,6 +73,7 @@ Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {
     if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
         throw Error("temperature must be a finite number >= 0");
     if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
+    if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) throw Error("min-p must be in [0, 1]");
     if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f))
         throw Error("the presence penalty must be in [-2, 2]");
     if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f))
@@ -145,6 +146,14 @@ int32_t Sampler::choose(std::span<const float> logits) {
                 break;
             }
         }
+        keep = cut;
+        sum = 0.0;
+        for (size_t i = 0; i < keep; ++i) sum += p[i];
+    }
+    // Min-p: the tokens at least min_p times as likely as the first (p[0] = 1), a prefix.
+    if (params_.min_p > 0.0f) {
+        size_t cut = 1;
+        while (cut < keep && p[cut] >= static_cast<double>(params_.min_p)) ++cut;
         keep = cut;
         sum = 0.0;
         for (size_t i = 0; i < keep; ++i) sum += p[i];

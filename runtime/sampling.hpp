@@ -1,6 +1,6 @@
 // Choosing the next token from logits: greedy (temperature 0) or sampling with temperature,
-// top-k and top-p, after the OpenAI API's presence and frequency penalties. Deterministic for a
-// seed on every platform: the generator is std::mt19937_64 (specified bit for bit by the
+// top-k, top-p and min-p, after the OpenAI API's presence and frequency penalties. Deterministic
+// for a seed on every platform: the generator is std::mt19937_64 (specified bit for bit by the
 // standard) and uniforms are made from its top 53 bits here, not by
 // std::uniform_real_distribution (whose algorithm is left to the library).
 //
@@ -29,6 +29,9 @@ struct SamplingParams {
     float presence_penalty = 0.0f;   // subtracted once from a chosen token's logit
     float frequency_penalty = 0.0f;  // subtracted per time a token was chosen
     std::vector<std::pair<int32_t, float>> logit_bias = {};  // (id >= 0, bias in [-100, 100])
+    // In [0, 1]: after top-k and top-p, tokens less likely than min_p times the most likely one
+    // are dropped (vLLM's and llama.cpp's min_p); 0: none.
+    float min_p = 0.0f;
 };
 
 // One `--logit-bias ID=BIAS` (qforge generate): a token id and a bias in [-100, 100]; throws

@@ -432,8 +432,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                    " is outside the vocabulary (" +
                                    std::to_string(tok.vocab_size()) + ")",
                                "logit_bias");
-        sr.sampling = {r.temperature,       r.top_k,     r.top_p, seed, r.presence_penalty,
-                       r.frequency_penalty, r.logit_bias};
+        sr.sampling = {r.temperature,       r.top_k,      r.top_p, seed, r.presence_penalty,
+                       r.frequency_penalty, r.logit_bias, r.min_p};
         sr.max_tokens = std::min(
             opts.ctx,
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));

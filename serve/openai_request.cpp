@@ -134,14 +134,14 @@ void refuse_extensions(const json& body) {
         const char* name;
         double value;
     };
-    static constexpr Neutral kNumbers[] = {
-        {"repetition_penalty", 1.0}, {"repeat_penalty", 1.0}, {"min_p", 0.0},
-        {"typical_p", 1.0},          {"tfs_z", 1.0},          {"mirostat", 0.0},
-        {"mirostat_mode", 0.0},      {"length_penalty", 1.0}};
+    static constexpr Neutral kNumbers[] = {{"repetition_penalty", 1.0}, {"repeat_penalty", 1.0},
+                                           {"typical_p", 1.0},          {"tfs_z", 1.0},
+                                           {"mirostat", 0.0},           {"mirostat_mode", 0.0},
+                                           {"length_penalty", 1.0}};
     for (const Neutral& n : kNumbers)
         if (const json* v = field(body, n.name); v && number(*v, n.name) != n.value)
             bad(n.name, std::string("is not supported (only ") + (n.value == 0.0 ? "0" : "1") +
-                            "); presence_penalty, frequency_penalty, top_k and top_p are");
+                            "); presence_penalty, frequency_penalty, top_k, top_p and min_p are");
     if (const json* b = field(body, "use_beam_search"); b && boolean(*b, "use_beam_search"))
         bad("use_beam_search", "is not supported");
     for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -261,6 +261,11 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
             *to = static_cast<float>(x);
         }
     if (const json* b = field(body, "logit_bias")) r.logit_bias = logit_bias(*b);
+    if (const json* m = field(body, "min_p")) {  // vLLM's and llama.cpp's extension
+        const double v = number(*m, "min_p");
+        if (!(v >= 0.0 && v <= 1.0)) bad("min_p", "must be in [0, 1]");
+        r.min_p = static_cast<float>(v);
+    }
     if (const json* k = field(body, "top_k"))
         r.top_k =
             static_cast<uint32_t>(integer(*k, "top_k", 0, std::numeric_limits<int32_t>::max()));

@@ -50,6 +50,7 @@ struct CompletionRequest {
     float temperature = 1.0f;            // the API's defaults
     float top_p = 1.0f;
     uint32_t top_k = 0;             // an extension (llama.cpp's): 0, all tokens
+    float min_p = 0.0f;             // an extension (vLLM's, llama.cpp's): 0, none
     float presence_penalty = 0.0f;  // runtime/sampling.hpp: on the completion's own tokens
     float frequency_penalty = 0.0f;
     std::vector<std::pair<int32_t, float>> logit_bias;  // ids not yet checked against the vocab

@@ -145,6 +145,8 @@ const BadLine kBadLines[] = {
     {"generate M --seed abc", "--seed: 'abc' is not an integer"},
     {"generate M --top-p 0", "--top-p: 0 is out of range; expected a number in (0, 1]"},
     {"generate M --top-p 1.5", "--top-p: 1.5 is out of range"},
+    {"generate M --min-p 1.5", "--min-p: 1.5 is out of range; expected a number in [0, 1]"},
+    {"generate M --min-p -0.1", "--min-p: -0.1 is out of range"},
     {"generate M --top-p 1e-50", "--top-p: 1e-50 is out of range"},  // 0 as a float
     {"generate M --top-p nan", "--top-p: 'nan' is not a number"},
     {"generate M --top-p 0.5x", "--top-p: '0.5x' is not a number"},

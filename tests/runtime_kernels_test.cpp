@@ -211,6 +211,38 @@ TEST_CASE("sampling: greedy is argmax, a seed fixes the sequence, top-k and top-
     }
 }
 
+TEST_CASE("sampling: min-p keeps the tokens at least min_p times as likely as the first",
+          "[runtime]") {
+    const std::vector<float> logits = {0.5f, 3.0f, 2.75f, -1.0f, 3.0f, 1.5f, 2.0f, 2.9f, 0.0f};
+    // Min-p: sampled as a plain sampler on the logits whose tokens below min_p times the most
+    // likely one's probability at the temperature (in double) are made -inf.
+    for (float min_p : {0.05f, 0.3f, 0.9f, 1.0f})
+        for (float temperature : {0.7f, 1.0f, 1.5f}) {
+            INFO("min_p " << min_p << " temperature " << temperature);
+            SamplingParams sp{temperature, 0, 1.0f, 21};
+            sp.min_p = min_p;
+            Sampler with(sp), plain({temperature, 0, 1.0f, 21});
+            const double top = *std::max_element(logits.begin(), logits.end());
+            std::vector<float> ref = logits;
+            size_t kept = 0;
+            for (float& l : ref) {
+                if (std::exp((double{l} - top) / temperature) < min_p)
+                    l = -std::numeric_limits<float>::infinity();
+                else
+                    ++kept;
+            }
+            std::set<int32_t> seen;
+            for (int step = 0; step < 200; ++step) {
+                const int32_t w = plain.sample(ref), g = with.sample(logits);
+                REQUIRE(g == w);
+                seen.insert(g);
+            }
+            CHECK(seen.size() <= kept);
+            if (min_p == 1.0f)  // the most likely alone (two ids share the top logit)
+                for (int32_t id : seen) CHECK(logits[static_cast<size_t>(id)] == top);
+        }
+}
+
 TEST_CASE("sampling: logit bias and the presence and frequency penalties follow the API",
           "[runtime]") {
     // Logits, biases and penalties in quarters: every adjusted logit is exact in float and
@@ -271,6 +303,7 @@ TEST_CASE("sampling: logit bias and the presence and frequency penalties follow 
     for (float bad : {2.25f, -2.25f, std::numeric_limits<float>::quiet_NaN()}) {
         REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, bad, 0.0f}), Error);
         REQUIRE_THROWS_AS(Sampler({0.0f, 0, 1.0f, 1, 0.0f, bad}), Error);
+        REQUIRE_THROWS_AS(Sampler({1.0f, 0, 1.0f, 1, 0.0f, 0.0f, {}, bad / 2.0f}), Error);
     }
     for (auto b : {std::pair{0, 100.5f}, std::pair{0, -101.0f}, std::pair{-1, 1.0f},
                    std::pair{0, std::numeric_limits<float>::quiet_NaN()}})

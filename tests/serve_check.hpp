@@ -71,13 +71,14 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
     std::vector<Case> cases(n);
     for (size_t i = 0; i < cases.size(); ++i) {
         // Greedy and sampled, each also with the API's penalties (on the request's own tokens,
-        // which the scheduler's sampler counts as generate's does) and logit biases.
+        // which the scheduler's sampler counts as generate's does) and logit biases (sampled:
+        // and min-p).
         const auto id = [&] { return static_cast<int32_t>(rng() % c.vocab_size); };
         const SamplingParams kinds[] = {
             {0.0f, 0, 1.0f, 1},
             {0.9f, 20, 0.9f, 100 + i},
             {0.0f, 0, 1.0f, 1, 1.0f, 0.5f, {{id(), 4.0f}, {id(), -100.0f}}},
-            {0.9f, 20, 0.9f, 100 + i, 0.5f, -0.25f, {{id(), 2.5f}}}};
+            {0.9f, 20, 0.9f, 100 + i, 0.5f, -0.25f, {{id(), 2.5f}}, 0.1f}};
         const SamplingParams sp = kinds[i % 4];
         std::vector<int32_t> prompt;
         if (!starts.empty()) prompt = starts[rng() % starts.size()];

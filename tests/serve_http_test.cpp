@@ -280,6 +280,16 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     CHECK(sse_text(r->body, false, &finish) == want.substr(0, want.find(cut)));
     CHECK(finish == "stop");
 
+    // min_p (an extension): seeded sampling with it is generate's with it.
+    const json min_p = {
+        {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 1.2}, {"seed", 5}, {"min_p", 0.2}};
+    r = c.Post("/v1/completions", min_p.dump(), "application/json");
+    REQUIRE(r);
+    SamplingParams with_min_p{1.2f, 0, 1.0f, 5};
+    with_min_p.min_p = 0.2f;
+    CHECK(json::parse(r->body)["choices"][0]["text"] ==
+          s.generate_text(s.tok.encode(prompt, true), 24, with_min_p));
+
     // ignore_eos: with the stop token made every choice, 5 of it (generate's text) and "length";
     // without, none and "stop".
     const int32_t stop = s.tok.stop_ids().at(0);
@@ -634,8 +644,8 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 "repetition_penalty");
     check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 1.1})"), 400, "frequency_penalty",
                 "repeat_penalty");
-    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "min_p": 0.05})"),
-                400, "only 0", "min_p");
+    check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "min_p": 1.5})"),
+                400, "[0, 1]", "min_p");
     check_error(post(C, R"({"prompt": "hi", "typical_p": "x"})"), 400, "must be a number",
                 "typical_p");
     check_error(post(C, R"({"prompt": "hi", "use_beam_search": true})"), 400, "not supported",
