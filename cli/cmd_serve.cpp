@@ -37,7 +37,7 @@ bool is_loopback(const std::string& host) {
 
 Runner register_serve(CLI::App& app, CommonOptions& common) {
     struct Args {
-        std::string model, host = "127.0.0.1", api_key;
+        std::string model, host = "127.0.0.1", api_key, chat_template;
         int port = 8080;
         uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
         uint64_t prefix_caches = 16;
@@ -70,6 +70,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                    "request body bytes at most (larger: 413)");
     app.add_option("--api-key", a->api_key,
                    "require 'Authorization: Bearer KEY' on every /v1 request");
+    add_input_option(app, "--chat-template", a->chat_template,
+                     "a Jinja chat template file for /v1/chat/completions instead of the model's "
+                     "(for a model whose files carry none; as generate's)");
     add_threads_option(app, common);
     add_cpu_backend_options(app, common);
     add_backend_option(app, common);
@@ -130,6 +133,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         so.host = a->host;
         so.port = a->port;
         so.api_key = a->api_key;
+        if (!a->chat_template.empty()) so.chat_template = read_text_file(a->chat_template);
         so.model_name = std::filesystem::path(a->model).stem().string();
         so.ctx = a->ctx;
         so.read_timeout_s = a->read_timeout;

@@ -337,6 +337,11 @@ struct HttpServer::Impl {
 
     Scheduler& sched;
     const Tokenizer& tok;
+    // Chat's template: the server's option, else the tokenizer's.
+    const std::string& chat_template() const {
+        return opts.chat_template.empty() ? tok.chat_template() : opts.chat_template;
+    }
+
     ServerOptions opts;
     httplib::Server svr;
     std::atomic<uint64_t> next_id{1};
@@ -348,14 +353,18 @@ struct HttpServer::Impl {
 std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
     std::vector<int32_t> ids;
     if (r.chat) {
-        if (tok.chat_template().empty())
-            throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
+        const std::string& chat_template = this->chat_template();
+        if (chat_template.empty())
+            throw ApiError(400,
+                           "this model has no chat template; use /v1/completions or serve "
+                           "--chat-template FILE",
+                           "messages");
         ChatTemplateInputs in;
         in.messages = r.messages;
         if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
         if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
         try {
-            ids = tok.encode(render_chat_template(tok.chat_template(), in), false);
+            ids = tok.encode(render_chat_template(chat_template, in), false);
         } catch (const Error& e) {
             throw ApiError(
                 400, std::string("the chat template cannot render these messages: ") + e.what(),
@@ -437,7 +446,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sr.max_tokens = std::min(
             opts.ctx,
             r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
-        if (!r.ignore_eos) sr.stop_ids = tok.stop_ids();
+        if (!r.ignore_eos)
+            sr.stop_ids = chat && !opts.chat_template.empty()
+                              ? chat_stop_ids(tok, opts.chat_template)
+                              : tok.stop_ids();
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
         sr.prompt_logprobs = r.echo && r.logprobs;

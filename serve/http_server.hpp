@@ -26,9 +26,12 @@ namespace qforge::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;              // 0: any free port (HttpServer::port() says which)
-    std::string api_key;          // non-empty: every /v1 request needs "Authorization: Bearer KEY"
-    std::string model_name;       // /v1/models' id and the responses' "model"
+    int port = 8080;         // 0: any free port (HttpServer::port() says which)
+    std::string api_key;     // non-empty: every /v1 request needs "Authorization: Bearer KEY"
+    std::string model_name;  // /v1/models' id and the responses' "model"
+    // Chat requests' template instead of the tokenizer's (`serve --chat-template`); their stop
+    // ids then add the turn ends it writes (chat_stop_ids, as `generate --chat-template`).
+    std::string chat_template;
     uint64_t ctx = 4096;          // the scheduler's context (prompt + generated, per request)
     uint64_t max_body = 1 << 20;  // bytes; a larger body is refused with 413
     int read_timeout_s = 10;      // a client silent this long while sending is cut off

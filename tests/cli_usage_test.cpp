@@ -237,6 +237,8 @@ const BadLine kBadLines[] = {
     // serve
     {"serve M --port 70000", "--port: 70000 is out of range"},
     {"serve M --max-seqs 0", "--max-seqs: 0 is out of range"},
+    {"serve M --chat-template /nonexistent.jinja",
+     "--chat-template: '/nonexistent.jinja' does not exist"},
     {"serve X", "model: '"},
     // tokenize, inspect
     {"tokenize M", "qforge tokenize: missing the text: -p/--prompt TEXT or -f/--file FILE"},

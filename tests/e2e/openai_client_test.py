@@ -9,11 +9,15 @@ completion streamed (the chunks must add up to the same text), one with presence
 penalties and one with logit biases (each against generate's with the same options), logprobs
 (whole and streamed) and a prompt's (echo), a seeded sampled completion twice (identical),
 /v1/models, a chat request (stories260K has no chat template: a 400 the client raises as
-BadRequestError), bad requests the client raises as errors, and an API key the client must send.
-Exits 0 when every check passes, 1 with the failures listed otherwise.
+BadRequestError), bad requests the client raises as errors, an API key the client must send, and
+chat through a template given to the server (`--chat-template`: whole, streamed and with logprobs)
+against `qforge generate --chat-template`. Exits 0 when every check passes, 1 with the failures
+listed otherwise.
 """
+import os
 import subprocess
 import sys
+import tempfile
 
 import openai
 
@@ -135,6 +139,37 @@ def main():
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+    # A chat template given to the server (stories260K's files carry none): chat through the
+    # client, whole and streamed, is `qforge generate --chat-template` of the same message, and
+    # its logprobs (chat's shape) spell the reply.
+    with tempfile.TemporaryDirectory() as tmp:
+        template = os.path.join(tmp, "chat.jinja")
+        with open(template, "w") as f:
+            f.write("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                    "{% if add_generation_prompt %}[assistant] {% endif %}")
+        reply = subprocess.run([qforge, "generate", model, "--chat-template", template, "-q",
+                                "--greedy", "-n", "12", "-t", "2", "-p", "Tell a story."],
+                               capture_output=True, text=True, check=True).stdout[:-1]
+        proc, port = start(qforge, model, "--chat-template", template)
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                                   max_retries=0, timeout=60)
+            kw = dict(model="stories", messages=[{"role": "user", "content": "Tell a story."}],
+                      max_tokens=12, temperature=0)
+            r = client.chat.completions.create(logprobs=True, top_logprobs=2, **kw)
+            text = r.choices[0].message.content
+            check(text == reply, f"chat {text!r} != generate --chat-template {reply!r}")
+            content = r.choices[0].logprobs.content
+            check("".join(e.token for e in content) == text
+                  and all(len(e.top_logprobs) == 2 for e in content),
+                  "chat logprobs spell the reply, two alternatives each")
+            streamed = "".join(c.choices[0].delta.content or "" for c in
+                               client.chat.completions.create(stream=True, **kw) if c.choices)
+            check(streamed == reply, f"streamed chat {streamed!r} != {reply!r}")
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)
 
     return check.report("openai e2e", f"(openai {openai.__version__})")
 
