@@ -69,41 +69,29 @@ class LogprobsJson {
     void add(const Tokenizer& tok, int32_t previous, const std::string& piece,
              const TokenLogprobs* lp, uint64_t offset) {
         ++count_;
-        if (!lp) {
-            j_["tokens"].push_back(piece);
-            j_["token_logprobs"].push_back(nullptr);
-            j_["top_logprobs"].push_back(nullptr);
-            j_["text_offset"].push_back(offset);
-            return;
-        }
-        add(tok, previous, piece, *lp, offset);
-    }
-
-  private:
-    void add(const Tokenizer& tok, int32_t previous, const std::string& piece,
-             const TokenLogprobs& lp, uint64_t offset) {
         if (chat_) {
             json top = json::array();
-            for (const auto& [alt, v] : lp.top) {
+            for (const auto& [alt, v] : lp->top) {
                 const std::string t = tok.decode_piece(previous, alt);
                 top.push_back({{"token", t}, {"logprob", v}, {"bytes", bytes_of(t)}});
             }
             j_["content"].push_back({{"token", piece},
-                                     {"logprob", lp.logprob},
+                                     {"logprob", lp->logprob},
                                      {"bytes", bytes_of(piece)},
                                      {"top_logprobs", std::move(top)}});
             return;
         }
-        json top = json::object();
-        for (const auto& [alt, v] : lp.top) top.emplace(tok.decode_piece(previous, alt), v);
-        top[piece] = lp.logprob;
+        json top = nullptr;
+        if (lp) {
+            top = json::object();
+            for (const auto& [alt, v] : lp->top) top.emplace(tok.decode_piece(previous, alt), v);
+            top[piece] = lp->logprob;
+        }
         j_["tokens"].push_back(piece);
-        j_["token_logprobs"].push_back(lp.logprob);
+        j_["token_logprobs"].push_back(lp ? json(lp->logprob) : json(nullptr));
         j_["top_logprobs"].push_back(std::move(top));
         j_["text_offset"].push_back(offset);
     }
-
-  public:
     bool empty() const { return count_ == 0; }
     // The entries added since the last take (streaming: each chunk carries its tokens').
     json take() {
