@@ -438,6 +438,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             sr.stop_ids = chat && !opts.chat_template.empty()
                               ? chat_stop_ids(tok, opts.chat_template)
                               : tok.stop_ids();
+        for (int32_t stop : r.stop_token_ids) {
+            if (static_cast<uint64_t>(stop) >= tok.vocab_size())
+                throw ApiError(400,
+                               "token id " + std::to_string(stop) + " is outside the vocabulary (" +
+                                   std::to_string(tok.vocab_size()) + ")",
+                               "stop_token_ids");
+            sr.stop_ids.push_back(stop);
+        }
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
         sr.prompt_logprobs = r.echo && r.logprobs;

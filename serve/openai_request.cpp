@@ -287,6 +287,14 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     parse_logprobs(body, r);
     if (const json* e = field(body, "ignore_eos")) r.ignore_eos = boolean(*e, "ignore_eos");
+    if (const json* t = field(body, "stop_token_ids")) {
+        if (!t->is_array() || t->size() > 64)
+            bad("stop_token_ids", "must be an array of at most 64 token ids");
+        for (size_t i = 0; i < t->size(); ++i)
+            r.stop_token_ids.push_back(
+                static_cast<int32_t>(integer((*t)[i], "stop_token_ids[" + std::to_string(i) + "]",
+                                             0, std::numeric_limits<int32_t>::max())));
+    }
     if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
     if (const json* o = field(body, "stream_options")) {
         if (!o->is_object()) bad("stream_options", "must be an object");

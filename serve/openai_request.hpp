@@ -67,6 +67,9 @@ struct CompletionRequest {
     // ignore_eos (vLLM's and llama.cpp's server's extension): generation goes on past the end-of-
     // sequence tokens until max_tokens or a full context (`qforge generate --ignore-eos`).
     bool ignore_eos = false;
+    // stop_token_ids (vLLM's extension): more token ids that end generation (not emitted), with
+    // or without ignore_eos; ids not yet checked against the vocabulary.
+    std::vector<int32_t> stop_token_ids;
 };
 
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)

@@ -475,6 +475,20 @@ TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and no
         previous = ids[i];
     }
     CHECK(joined == text);
+    // stop_token_ids (vLLM's): generation ends before the first of the greedy tokens from the
+    // third on that did not come before it, which is not emitted.
+    size_t k = 2;
+    while (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids[k]) !=
+           ids.begin() + static_cast<std::ptrdiff_t>(k))
+        ++k;
+    json stop_ids = req;
+    stop_ids["stop_token_ids"] = {ids[k]};
+    auto rs = c.Post("/v1/completions", stop_ids.dump(), "application/json");
+    REQUIRE(rs);
+    const json jst = json::parse(rs->body);
+    CHECK(jst["choices"][0]["finish_reason"] == "stop");
+    CHECK(jst["usage"]["completion_tokens"] == k);
+    CHECK(jst["choices"][0]["text"] == text.substr(0, lp["text_offset"][k]));
     // Streamed: the chunks' logprobs joined are the same.
     json streamed = req;
     streamed["stream"] = true;
@@ -639,6 +653,12 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 400, "completions field", "echo");
     check_error(post(C, R"({"prompt": "hi", "echo": 1})"), 400, "boolean", "echo");
     check_error(post(C, R"({"prompt": "hi", "ignore_eos": "yes"})"), 400, "boolean", "ignore_eos");
+    check_error(post(C, R"({"prompt": "hi", "stop_token_ids": 5})"), 400, "array",
+                "stop_token_ids");
+    check_error(post(C, R"({"prompt": "hi", "stop_token_ids": [1, -1]})"), 400, "0 .. ",
+                "stop_token_ids[1]");
+    check_error(post(C, R"({"prompt": "hi", "stop_token_ids": [99999]})"), 400,
+                "outside the vocabulary", "stop_token_ids");
     // Other servers' extensions: neutral values pass, others are refused, never ignored.
     check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 1.1})"), 400, "not supported",
                 "repetition_penalty");
