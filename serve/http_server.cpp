@@ -325,6 +325,14 @@ struct HttpServer::Impl {
 
     Scheduler& sched;
     const Tokenizer& tok;
+    // A request's token id (of `param`) the tokenizer has, or a 400 naming param.
+    void check_token(int32_t id, const char* param) const {
+        if (id < 0 || static_cast<uint64_t>(id) >= tok.vocab_size())
+            throw ApiError(400,
+                           "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                               std::to_string(tok.vocab_size()) + ")",
+                           param);
+    }
     // Chat's template: the server's option, else the tokenizer's.
     const std::string& chat_template() const {
         return opts.chat_template.empty() ? tok.chat_template() : opts.chat_template;
@@ -360,12 +368,7 @@ std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) cons
         }
     } else if (r.prompt_ids) {
         ids = *r.prompt_ids;
-        for (int32_t id : ids)
-            if (static_cast<uint64_t>(id) >= tok.vocab_size())
-                throw ApiError(400,
-                               "token id " + std::to_string(id) + " is outside the vocabulary (" +
-                                   std::to_string(tok.vocab_size()) + ")",
-                               "prompt");
+        for (int32_t id : ids) check_token(id, "prompt");
     } else if (r.prompt.empty()) {
         if (tok.bos_id()) ids = {*tok.bos_id()};  // as generate: an empty prompt starts at BOS
     } else {
@@ -422,13 +425,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             std::lock_guard lock(entropy_mutex);
             seed = (uint64_t{entropy()} << 32) ^ entropy();
         }
-        for (const auto& [token, bias] : r.logit_bias)
-            if (static_cast<uint64_t>(token) >= tok.vocab_size())
-                throw ApiError(400,
-                               "token id " + std::to_string(token) +
-                                   " is outside the vocabulary (" +
-                                   std::to_string(tok.vocab_size()) + ")",
-                               "logit_bias");
+        for (const auto& [token, bias] : r.logit_bias) check_token(token, "logit_bias");
         sr.sampling = {r.temperature,       r.top_k,      r.top_p, seed, r.presence_penalty,
                        r.frequency_penalty, r.logit_bias, r.min_p};
         sr.max_tokens = std::min(
@@ -439,11 +436,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                               ? chat_stop_ids(tok, opts.chat_template)
                               : tok.stop_ids();
         for (int32_t stop : r.stop_token_ids) {
-            if (static_cast<uint64_t>(stop) >= tok.vocab_size())
-                throw ApiError(400,
-                               "token id " + std::to_string(stop) + " is outside the vocabulary (" +
-                                   std::to_string(tok.vocab_size()) + ")",
-                               "stop_token_ids");
+            check_token(stop, "stop_token_ids");
             sr.stop_ids.push_back(stop);
         }
         sr.token_count = tok.vocab_size();

@@ -360,8 +360,7 @@ Scheduler::Choice Scheduler::choose(Sequence& s, std::span<float> logits) const 
             throw_non_finite_logits(logits, backend_.model().path(),
                                     "position " + std::to_string(s.cache->size() - 1));
         // As generate(): an id without a token is never chosen.
-        const uint64_t sampleable =
-            s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
+        const uint64_t sampleable = token_ids(s);
         std::fill(logits.begin() + static_cast<std::ptrdiff_t>(sampleable), logits.end(),
                   -std::numeric_limits<float>::infinity());
         Choice c{s.sampler->sample(logits), nullptr, {}};
@@ -382,8 +381,7 @@ Scheduler::Choice Scheduler::score(const Sequence& s, std::span<const float> log
                 "a prompt position of " + std::to_string(s.request.prompt.size()));
         // Over the ids with a token, as choose() samples; a prompt id past them (one the
         // tokenizer has no token for) over the whole row.
-        uint64_t ids =
-            s.request.token_count == 0 ? vocab_ : std::min<uint64_t>(s.request.token_count, vocab_);
+        uint64_t ids = token_ids(s);
         if (static_cast<uint64_t>(next) >= ids) ids = vocab_;
         return {next, nullptr,
                 token_logprobs(logits.first(ids), next, s.request.logprobs.value_or(0))};
@@ -412,6 +410,11 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
     s.last = next;
     if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)
         finish(s, FinishReason::length);
+}
+
+uint64_t Scheduler::token_ids(const Sequence& s) const {
+    const uint64_t n = s.request.token_count;
+    return n == 0 ? vocab_ : std::min<uint64_t>(n, vocab_);
 }
 
 bool Scheduler::samples(const Sequence& s) {

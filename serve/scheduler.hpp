@@ -209,6 +209,8 @@ class Scheduler {
     // Whether s samples a token from its last row in the step being run (step() has fed its
     // chunk): its prompt has all run and it wants tokens.
     static bool samples(const Sequence& s);
+    // The ids with a token among s's logits (SequenceRequest::token_count, at most the vocab).
+    uint64_t token_ids(const Sequence& s) const;
     void deliver(Sequence& s, const Choice& choice);
     // Admission's cache for s: a kept one that shares the most of s's prompt, or a new one on the
     // whole blocks (and a copy of the rest) of the running sequence's or kept cache's positions

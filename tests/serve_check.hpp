@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -42,6 +45,34 @@ inline void drain(serve::SequenceStream& s, Collected& c) {
         c.reason = e.reason;
         c.error = e.error;
     }
+}
+
+// The reference for a token's log-probabilities: the last logits row of a fresh cache's forward
+// over `tokens`, its log-softmax in float64 (max first, then the
+// exponentials' sum in id order), and every id ranked by a full sort (logit, then lower id);
+// `ids` > 0: over the first `ids` ids only (those with a token).
+struct RowLogprobs {
+    std::vector<double> logprob;
+    std::vector<int32_t> ranked;
+};
+inline RowLogprobs reference_logprobs(Backend& backend, const std::vector<int32_t>& tokens,
+                                      uint64_t ids = 0) {
+    const uint64_t vocab = backend.model().config().vocab_size;
+    auto cache = backend.new_cache(tokens.size());
+    std::vector<float> logits(vocab);
+    backend.forward(tokens, *cache, tokens.size() - 1, logits);
+    if (ids != 0) logits.resize(ids);
+    double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+    for (float x : logits) m = std::max(m, static_cast<double>(x));
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
+    RowLogprobs r;
+    for (float x : logits) r.logprob.push_back(static_cast<double>(x) - m - std::log(sum));
+    r.ranked.resize(logits.size());
+    std::iota(r.ranked.begin(), r.ranked.end(), 0);
+    std::stable_sort(r.ranked.begin(), r.ranked.end(), [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+    });
+    return r;
 }
 
 inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_tokens,

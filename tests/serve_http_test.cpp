@@ -455,15 +455,8 @@ TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and no
         CHECK(lp["tokens"][i] == piece);
         CHECK(lp["text_offset"][i] == joined.size());  // ASCII here: characters are bytes
         joined += piece;
-        // The reference row.
-        const uint64_t vocab = s.tok.vocab_size();
-        auto cache = s.reference->new_cache(seen.size());
-        std::vector<float> row(s.model.config().vocab_size);
-        s.reference->forward(seen, *cache, seen.size() - 1, row);
-        double m = -INFINITY, sum = 0.0;
-        for (uint64_t v = 0; v < vocab; ++v) m = std::max(m, double{row[v]});
-        for (uint64_t v = 0; v < vocab; ++v) sum += std::exp(double{row[v]} - m);
-        const double want = double{row[static_cast<size_t>(ids[i])]} - m - std::log(sum);
+        const double want = test::reference_logprobs(*s.reference, seen, s.tok.vocab_size())
+                                .logprob[static_cast<size_t>(ids[i])];
         const double got = lp["token_logprobs"][i];
         CHECK(std::abs(got - want) <= 0x1p-23 * std::max(1.0, std::abs(want)));
         // Greedy: the chosen token is the most likely, among the three alternatives.
@@ -556,13 +549,8 @@ TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and no
         INFO("prompt token " << i);
         std::vector<int32_t> before(prompt.begin(),
                                     prompt.begin() + static_cast<std::ptrdiff_t>(i));
-        auto cache = s.reference->new_cache(before.size());
-        std::vector<float> row(s.model.config().vocab_size);
-        s.reference->forward(before, *cache, before.size() - 1, row);
-        double m = -INFINITY, sum = 0.0;
-        for (uint64_t t = 0; t < s.tok.vocab_size(); ++t) m = std::max(m, double{row[t]});
-        for (uint64_t t = 0; t < s.tok.vocab_size(); ++t) sum += std::exp(double{row[t]} - m);
-        const double want = double{row[static_cast<size_t>(prompt[i])]} - m - std::log(sum);
+        const double want = test::reference_logprobs(*s.reference, before, s.tok.vocab_size())
+                                .logprob[static_cast<size_t>(prompt[i])];
         const double got = elp["token_logprobs"][i];
         CHECK(std::abs(got - want) <= 0x1p-23 * std::max(1.0, std::abs(want)));
         CHECK(elp["top_logprobs"][i].size() <= 4);  // 3 and the prompt's own token

@@ -136,31 +136,6 @@ TEST_CASE("scheduler: 32 requests at random arrival give generate's tokens, gree
         });
 }
 
-// The reference for a token's log-probabilities: the last logits row of a fresh cache's forward
-// over `tokens` (every id with a token: vocab), its log-softmax in float64 (max first, then the
-// exponentials' sum in id order), and every id ranked by a full sort (logit, then lower id).
-struct RowLogprobs {
-    std::vector<double> logprob;
-    std::vector<int32_t> ranked;
-};
-RowLogprobs reference_logprobs(Backend& backend, const std::vector<int32_t>& tokens) {
-    const uint64_t vocab = backend.model().config().vocab_size;
-    auto cache = backend.new_cache(tokens.size());
-    std::vector<float> logits(vocab);
-    backend.forward(tokens, *cache, tokens.size() - 1, logits);
-    double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
-    for (float x : logits) m = std::max(m, static_cast<double>(x));
-    for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
-    RowLogprobs r;
-    for (float x : logits) r.logprob.push_back(static_cast<double>(x) - m - std::log(sum));
-    r.ranked.resize(vocab);
-    std::iota(r.ranked.begin(), r.ranked.end(), 0);
-    std::stable_sort(r.ranked.begin(), r.ranked.end(), [&](int32_t a, int32_t b) {
-        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
-    });
-    return r;
-}
-
 // A float of the same float64 value (the logits are the batch's bits): within float rounding.
 bool near_float(float got, double want) {
     return std::abs(static_cast<double>(got) - want) <= 0x1p-23 * std::max(1.0, std::abs(want));
@@ -212,7 +187,7 @@ TEST_CASE("scheduler: logprobs are each token's log-softmax, its top ones ranked
                 std::vector<int32_t> seen = k.req.prompt;
                 for (size_t t = 0; t < k.got.tokens.size(); ++t) {
                     INFO("token " << t);
-                    const RowLogprobs want = reference_logprobs(backend, seen);
+                    const test::RowLogprobs want = test::reference_logprobs(backend, seen);
                     const int32_t id = k.got.tokens[t];
                     const TokenLogprobs& got = k.got.logprobs[t];
                     CHECK(near_float(got.logprob, want.logprob[static_cast<size_t>(id)]));
@@ -297,7 +272,7 @@ TEST_CASE("scheduler: prompt logprobs score each prompt position, in chunks, on 
             REQUIRE(prompt[i].size() == r.prompt.size() - 1);
             for (size_t pos = 0; pos + 1 < r.prompt.size(); ++pos) {
                 INFO("position " << pos);
-                const RowLogprobs want = reference_logprobs(
+                const test::RowLogprobs want = test::reference_logprobs(
                     backend,
                     {r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(pos + 1)});
                 const TokenLogprobs& lp = prompt[i][pos];
