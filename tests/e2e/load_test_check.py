@@ -62,7 +62,10 @@ def main():
                   f"{what}: completion_tokens {r['completion_tokens']}")
             check(r["tokens_per_s"] > 0 and r["seconds"] > 0, f"{what}: throughput {r}")
             check(0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"], f"{what}: TTFT {r}")
-            check(0 <= r["itl_p50_ms"] <= r["itl_p99_ms"], f"{what}: ITL {r}")
+            # Null when no request's text came in two chunks or more (stories260K writes 12
+            # tokens in about a millisecond: the server's writer may find them all at once).
+            itl = (r["itl_p50_ms"], r["itl_p99_ms"])
+            check(itl == (None, None) or 0 <= itl[0] <= itl[1], f"{what}: ITL {r}")
             check(r["rss_after_mib"] > 0 and r["server_cpu_s"] >= 0, f"{what}: server {r}")
             check(r.get("server_steps", 0) > 0, f"{what}: server steps {r}")
             tps = r.get("tokens_per_step", 0)
