@@ -196,7 +196,62 @@ struct Generation {
     bool done = false;
     std::string finish_reason, error;
     Clock::time_point start = Clock::now(), first_token = start;
-    bool counted = false;  // in /metrics (once, however the request ends)
+};
+
+// One request's generations, one per prompt (choice i is prompt i's), as its handler and its
+// stream's provider share them.
+struct Answer {
+    std::vector<std::unique_ptr<Generation>> gens;
+    std::vector<uint64_t> prompt_tokens;  // per choice
+    bool counted = false;                 // in /metrics (once, however the request ends)
+
+    bool done() const {
+        return std::all_of(gens.begin(), gens.end(), [](const auto& g) { return g->done; });
+    }
+    uint64_t prompt_total() const {
+        uint64_t n = 0;
+        for (uint64_t p : prompt_tokens) n += p;
+        return n;
+    }
+    uint64_t generated() const {
+        uint64_t n = 0;
+        for (const auto& g : gens) n += g->tokens;
+        return n;
+    }
+    // The first choice's error, if any ended with one.
+    std::string error() const {
+        for (const auto& g : gens)
+            if (!g->error.empty()) return g->error;
+        return {};
+    }
+    void cancel() {
+        for (auto& g : gens) g->stream->cancel();
+    }
+    // Each unfinished choice's text that became final (with its tokens' log-probabilities taken
+    // from it, if asked for and `take_logprobs`: a stream's chunk carries its tokens') to
+    // on_text(i, text, logprobs), and on_done(i) once it ends; false as soon as
+    // one of them returns false. Waits up to `timeout` on the first unfinished choice only (a
+    // step gives every running sequence its token at once), then takes what the others have.
+    template <class Text, class Done>
+    bool poll(std::chrono::milliseconds timeout, bool take_logprobs, Text&& on_text,
+              Done&& on_done) {
+        // Several choices: a short wait, so one still prefilling a longer prompt does not hold
+        // back the others' streamed text.
+        if (gens.size() > 1) timeout = std::min(timeout, std::chrono::milliseconds(20));
+        bool waited = false;
+        for (size_t i = 0; i < gens.size(); ++i) {
+            Generation& g = *gens[i];
+            if (g.done) continue;
+            const std::string text = g.poll(waited ? std::chrono::milliseconds(0) : timeout);
+            waited = true;
+            const bool scored = take_logprobs && g.logprobs && !g.logprobs->empty();
+            if ((!text.empty() || scored) &&
+                !on_text(i, text, scored ? g.logprobs->take() : nlohmann::json(nullptr)))
+                return false;
+            if (g.done && !on_done(i)) return false;
+        }
+        return true;
+    }
 };
 
 // The address and port of a socket's local (`peer` false) or remote end, as httplib writes
@@ -301,21 +356,28 @@ struct HttpServer::Impl {
         if (opts.log) opts.log(line);
     }
     void routes();
-    std::vector<int32_t> tokenize(const CompletionRequest& r) const;
+    // Each prompt's token ids (chat: the one conversation's).
+    std::vector<std::vector<int32_t>> tokenize(const CompletionRequest& r) const;
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
     // A streamed chunk: `text`, the role on the first chat chunk, the finish reason on the last,
     // and the log-probabilities of its tokens (null: not asked for).
+    // Choice `index`'s.
     json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
-               bool first, json logprobs = nullptr) const;
-    // g's end in /metrics (its first report only), answered with `status`.
-    void count(Generation& g, uint64_t prompt_tokens, int status) {
-        if (g.counted) return;
-        g.counted = true;
-        const auto secs = [&](Clock::time_point t) {
-            return std::chrono::duration<double>(t - g.start).count();
-        };
+               bool first, json logprobs = nullptr, size_t index = 0) const;
+    // The request's end in /metrics (its first report only), answered with `status`: one
+    // response, and each choice's generation.
+    void count(Answer& a, int status) {
+        if (a.counted) return;
+        a.counted = true;
         metrics.response(status);
-        metrics.generation(prompt_tokens, g.tokens, secs(g.first_token), secs(Clock::now()));
+        for (size_t i = 0; i < a.gens.size(); ++i) {
+            const Generation& g = *a.gens[i];
+            const auto secs = [&](Clock::time_point t) {
+                return std::chrono::duration<double>(t - g.start).count();
+            };
+            metrics.generation(a.prompt_tokens[i], g.tokens, secs(g.first_token),
+                               secs(Clock::now()));
+        }
     }
     json usage(uint64_t prompt, uint64_t generated) const {
         return {{"prompt_tokens", prompt},
@@ -346,8 +408,8 @@ struct HttpServer::Impl {
     std::mutex entropy_mutex;
 };
 
-std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
-    std::vector<int32_t> ids;
+std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
+    std::vector<std::vector<int32_t>> out;
     if (r.chat) {
         const std::string& chat_template = this->chat_template();
         if (chat_template.empty())
@@ -360,27 +422,35 @@ std::vector<int32_t> HttpServer::Impl::tokenize(const CompletionRequest& r) cons
         if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
         if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
         try {
-            ids = tok.encode(render_chat_template(chat_template, in), false);
+            out.push_back(tok.encode(render_chat_template(chat_template, in), false));
         } catch (const Error& e) {
             throw ApiError(
                 400, std::string("the chat template cannot render these messages: ") + e.what(),
                 "messages");
         }
-    } else if (r.prompt_ids) {
-        ids = *r.prompt_ids;
-        for (int32_t id : ids) check_token(id, "prompt");
-    } else if (r.prompt.empty()) {
-        if (tok.bos_id()) ids = {*tok.bos_id()};  // as generate: an empty prompt starts at BOS
-    } else {
-        ids = tok.encode(r.prompt, true);
+        if (out.back().empty()) throw ApiError(400, "the messages encode to no tokens", "messages");
+        return out;
     }
-    if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", "prompt");
-    return ids;
+    for (const CompletionRequest::Prompt& p : r.prompts) {
+        std::vector<int32_t> ids;
+        if (p.ids) {
+            ids = *p.ids;
+            for (int32_t id : ids) check_token(id, "prompt");
+        } else if (p.text.empty()) {
+            if (tok.bos_id()) ids = {*tok.bos_id()};  // as generate: an empty prompt starts at BOS
+        } else {
+            ids = tok.encode(p.text, true);
+        }
+        if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", "prompt");
+        out.push_back(std::move(ids));
+    }
+    return out;
 }
 
 json HttpServer::Impl::chunk(const std::string& id, bool chat, const std::string& text,
-                             const char* finish_reason, bool first, json logprobs) const {
-    json choice = {{"index", 0}};
+                             const char* finish_reason, bool first, json logprobs,
+                             size_t index) const {
+    json choice = {{"index", index}};
     choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
     if (chat) {
         json delta = json::object();
@@ -404,19 +474,20 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + hex;
     res.set_header("X-Request-Id", id);
     const std::string where = id + " POST " + req.path;
-    std::shared_ptr<Generation> gen;
-    uint64_t prompt_tokens = 0;
+    auto answer = std::make_shared<Answer>();
     bool stream = false, include_usage = false;
     try {
         const CompletionRequest r = parse_completion_request(req.body, chat, opts.ctx);
-        std::vector<int32_t> prompt = tokenize(r);
-        prompt_tokens = prompt.size();
-        if (prompt.size() > opts.ctx)
-            throw ApiError(400,
-                           "the prompt has " + std::to_string(prompt.size()) +
-                               " tokens; the context holds " + std::to_string(opts.ctx),
-                           chat ? "messages" : "prompt", "invalid_request_error",
-                           "context_length_exceeded");
+        const std::vector<std::vector<int32_t>> prompts = tokenize(r);
+        for (const auto& prompt : prompts)
+            if (prompt.size() > opts.ctx)
+                throw ApiError(400,
+                               "the prompt has " + std::to_string(prompt.size()) +
+                                   " tokens; the context holds " + std::to_string(opts.ctx),
+                               chat ? "messages" : "prompt", "invalid_request_error",
+                               "context_length_exceeded");
+        // Every prompt's sequence samples as this request alone would (the same seed each, as
+        // separate requests with it), so choice i is `generate`'s for prompt i.
         SequenceRequest sr;
         uint64_t seed;
         if (r.seed) {
@@ -442,30 +513,36 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sr.token_count = tok.vocab_size();
         sr.logprobs = r.logprobs;
         sr.prompt_logprobs = r.echo && r.logprobs;
-        std::vector<int32_t> echo;
-        if (r.echo) echo = prompt;
-        const int32_t last = prompt.back();
-        sr.prompt = std::move(prompt);
-        // echo of the prompt alone, no logprobs: nothing to run.
-        auto sub = sr.max_tokens == 0 && !sr.prompt_logprobs
-                       ? Scheduler::Submitted{SequenceStream::ended(), Scheduler::Refusal::none, {}}
-                       : sched.submit(std::move(sr));
+        Scheduler::SubmittedAll sub;
+        if (sr.max_tokens == 0 &&
+            !sr.prompt_logprobs) {  // echo of the prompts alone: nothing to run
+            for (size_t i = 0; i < prompts.size(); ++i)
+                sub.streams.push_back(SequenceStream::ended());
+        } else {
+            std::vector<SequenceRequest> requests(prompts.size(), sr);
+            for (size_t i = 0; i < prompts.size(); ++i) requests[i].prompt = prompts[i];
+            sub = sched.submit_all(std::move(requests));
+        }
         if (sub.refusal == Scheduler::Refusal::queue_full) {
             res.set_header("Retry-After", "1");
             throw ApiError(429, "the server is busy (" + sub.why + "); retry later", "",
                            "rate_limit_error", "rate_limit_exceeded");
         }
         if (sub.refusal == Scheduler::Refusal::unsupported) throw ApiError(400, sub.why, "echo");
+        if (sub.refusal == Scheduler::Refusal::too_many) throw ApiError(400, sub.why, "prompt");
         if (sub.refusal == Scheduler::Refusal::too_large)
             throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
                            "context_length_exceeded");
         try {
-            gen = std::make_shared<Generation>(
-                sub.stream, tok, last, r.stop,
-                r.logprobs ? std::optional<LogprobsJson>(std::in_place, chat) : std::nullopt,
-                std::move(echo));
-        } catch (...) {  // the submitted sequence must not run on unread
-            sub.stream->cancel();
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                answer->gens.push_back(std::make_unique<Generation>(
+                    sub.streams[i], tok, prompts[i].back(), r.stop,
+                    r.logprobs ? std::optional<LogprobsJson>(std::in_place, chat) : std::nullopt,
+                    r.echo ? prompts[i] : std::vector<int32_t>{}));
+                answer->prompt_tokens.push_back(prompts[i].size());
+            }
+        } catch (...) {  // the submitted sequences must not run on unread
+            for (auto& st : sub.streams) st->cancel();
             throw;
         }
         stream = r.stream;
@@ -482,53 +559,75 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         return;
     }
 
-    auto done_line = [this, where, prompt_tokens](Generation& g) {
-        count(g, prompt_tokens, g.error.empty() ? 200 : 500);
+    auto done_line = [this, where](Answer& a) {
+        const std::string error = a.error();
+        count(a, error.empty() ? 200 : 500);
+        const Generation& first = *a.gens[0];
+        Clock::time_point first_token = first.first_token;
+        std::string reasons;
+        for (const auto& g : a.gens) {
+            first_token = std::min(first_token, g->first_token);
+            reasons += (reasons.empty() ? "" : ", ") + g->finish_reason;
+        }
         const auto secs = [&](Clock::time_point t) {
-            return std::chrono::duration<double>(t - g.start).count();
+            return std::chrono::duration<double>(t - first.start).count();
         };
+        const std::string prompts =
+            a.gens.size() == 1 ? "" : std::to_string(a.gens.size()) + " prompts, ";
         char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      ": prompt %llu tokens, %llu generated (%s), first token %.3f s, %.3f s",
-                      static_cast<unsigned long long>(prompt_tokens),
-                      static_cast<unsigned long long>(g.tokens), g.finish_reason.c_str(),
-                      secs(g.first_token), secs(Clock::now()));
-        log(where + (g.error.empty() ? " 200" : " 500") + buf +
-            (g.error.empty() ? "" : ": " + g.error));
+        std::snprintf(buf, sizeof buf, "%llu tokens, %llu generated (",
+                      static_cast<unsigned long long>(a.prompt_total()),
+                      static_cast<unsigned long long>(a.generated()));
+        char times[80];
+        std::snprintf(times, sizeof times, "), first token %.3f s, %.3f s", secs(first_token),
+                      secs(Clock::now()));
+        log(where + (error.empty() ? " 200" : " 500") + ": " + prompts + "prompt " + buf + reasons +
+            times + (error.empty() ? "" : ": " + error));
     };
 
     // Between tokens (and at least every 200 ms) the connection is checked: a client gone cancels
-    // its sequence at once, before its first token too (a streaming client's failed write would
-    // notice only once there is text to send).
+    // its sequences at once, before their first token too (a streaming client's failed write
+    // would notice only once there is text to send).
     auto client = std::make_shared<const ClientSocket>(req);
     if (!stream) {
-        std::string text;
-        while (!gen->done) {
-            text += gen->poll(std::chrono::milliseconds(200));
-            if (!gen->done && client->gone()) {
-                gen->stream->cancel();
-                count(*gen, prompt_tokens, 499);
-                log(where + " client gone after " + std::to_string(gen->tokens) +
+        std::vector<std::string> texts(answer->gens.size());
+        while (!answer->done()) {
+            answer->poll(
+                std::chrono::milliseconds(200), false,
+                [&](size_t i, const std::string& text, const json&) {
+                    texts[i] += text;
+                    return true;
+                },
+                [](size_t) { return true; });
+            if (!answer->done() && client->gone()) {
+                answer->cancel();
+                count(*answer, 499);
+                log(where + " client gone after " + std::to_string(answer->generated()) +
                     " tokens: cancelled");
                 // Never read (nobody is there); 499 as nginx logs a client gone.
                 return send_error(res, ApiError(499, "the client closed the connection"));
             }
         }
-        done_line(*gen);
-        if (!gen->error.empty())
-            return send_error(res, ApiError(500, gen->error, "", "server_error"));
-        json choice = {{"index", 0}, {"finish_reason", gen->finish_reason}};
-        if (chat)
-            choice["message"] = {{"role", "assistant"}, {"content", text}};
-        else
-            choice["text"] = text;
-        choice["logprobs"] = gen->logprobs ? gen->logprobs->take() : json(nullptr);
+        done_line(*answer);
+        if (const std::string error = answer->error(); !error.empty())
+            return send_error(res, ApiError(500, error, "", "server_error"));
+        json choices = json::array();
+        for (size_t i = 0; i < answer->gens.size(); ++i) {
+            Generation& g = *answer->gens[i];
+            json choice = {{"index", i}, {"finish_reason", g.finish_reason}};
+            if (chat)
+                choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
+            else
+                choice["text"] = texts[i];
+            choice["logprobs"] = g.logprobs ? g.logprobs->take() : json(nullptr);
+            choices.push_back(std::move(choice));
+        }
         const json body = {{"id", id},
                            {"object", chat ? "chat.completion" : "text_completion"},
                            {"created", static_cast<int64_t>(std::time(nullptr))},
                            {"model", opts.model_name},
-                           {"choices", json::array({choice})},
-                           {"usage", usage(prompt_tokens, gen->tokens)}};
+                           {"choices", std::move(choices)},
+                           {"usage", usage(answer->prompt_total(), answer->generated())}};
         res.set_content(dump(body), "application/json");
         return;
     }
@@ -536,49 +635,63 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, gen, client, id, chat, include_usage, prompt_tokens, done_line](
-            size_t, httplib::DataSink& sink) {
+        [this, answer, client, id, chat, include_usage, done_line](size_t,
+                                                                   httplib::DataSink& sink) {
             auto send = [&](const json& j) {
                 const std::string event = "data: " + dump(j) + "\n\n";
                 return sink.write(event.data(), event.size());
             };
             bool first = true;
-            // The first chunk at once (the client sees the request accepted), then text as it
-            // becomes final; a failed write is a client gone: the sequence is cancelled.
+            // The first chunk at once (the client sees the request accepted), then each choice's
+            // text as it becomes final and its finish reason when it ends; a failed write is a
+            // client gone: the sequences are cancelled. A choice that fails ends the stream with
+            // an error event (the others are cancelled).
             if (chat && !send(chunk(id, chat, "", nullptr, true))) return false;
             first = !chat;
-            while (!gen->done) {
-                const std::string text = gen->poll(std::chrono::milliseconds(200));
-                const bool scored = gen->logprobs && !gen->logprobs->empty();
-                if (!text.empty() || scored) {
-                    if (!send(chunk(id, chat, text, nullptr, first,
-                                    scored ? gen->logprobs->take() : json(nullptr))))
-                        return false;
-                    first = false;
-                }
-                if (!gen->done && client->gone()) return false;
+            bool failed = false;
+            while (!answer->done() && !failed) {
+                const bool ok = answer->poll(
+                    std::chrono::milliseconds(200), true,
+                    [&](size_t i, const std::string& text, json logprobs) {
+                        const bool sent =
+                            send(chunk(id, chat, text, nullptr, first, std::move(logprobs), i));
+                        first = false;
+                        return sent;
+                    },
+                    [&](size_t i) {
+                        const Generation& g = *answer->gens[i];
+                        if (!g.error.empty()) {
+                            failed = true;
+                            return send(ApiError(500, g.error, "", "server_error").body());
+                        }
+                        return send(
+                            chunk(id, chat, "", g.finish_reason.c_str(), false, nullptr, i));
+                    });
+                if (!ok) return false;
+                if (!answer->done() && !failed && client->gone()) return false;
             }
-            done_line(*gen);
-            if (!gen->error.empty()) {
-                if (!send(ApiError(500, gen->error, "", "server_error").body())) return false;
-            } else {
-                if (!send(chunk(id, chat, "", gen->finish_reason.c_str(), false))) return false;
-                if (include_usage) {
-                    json u = chunk(id, chat, "", nullptr, false);
-                    u["choices"] = json::array();
-                    u["usage"] = usage(prompt_tokens, gen->tokens);
-                    if (!send(u)) return false;
-                }
+            if (failed) answer->cancel();
+            while (failed && !answer->done())  // the cancelled ones end at the next step
+                answer->poll(
+                    std::chrono::milliseconds(200), false,
+                    [](size_t, const std::string&, json) { return true; },
+                    [](size_t) { return true; });
+            done_line(*answer);
+            if (!failed && include_usage) {
+                json u = chunk(id, chat, "", nullptr, false);
+                u["choices"] = json::array();
+                u["usage"] = usage(answer->prompt_total(), answer->generated());
+                if (!send(u)) return false;
             }
             const std::string done = "data: [DONE]\n\n";
             if (!sink.write(done.data(), done.size())) return false;
             sink.done();
             return true;
         },
-        [this, gen, prompt_tokens](bool success) {
+        [this, answer](bool success) {
             if (success) return;
-            gen->stream->cancel();  // the client went away mid-stream
-            count(*gen, prompt_tokens, 499);
+            answer->cancel();  // the client went away mid-stream
+            count(*answer, 499);
         });
 }
 

@@ -85,25 +85,50 @@ std::string message_content(const json& v, const std::string& param) {
     return text;
 }
 
+// One prompt's token ids: a non-empty array of integers (`param` names it in errors).
+std::vector<int32_t> prompt_ids(const json& v, const std::string& param) {
+    if (!v.is_array() || v.empty())
+        bad(param, "must be a non-empty array of token ids, found " + describe_json(v));
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v.size(); ++i)
+        ids.push_back(static_cast<int32_t>(integer(v[i], param + "[" + std::to_string(i) + "]", 0,
+                                                   std::numeric_limits<int32_t>::max())));
+    return ids;
+}
+
+// The API's four shapes: a string, an array of strings, an array of token ids, an array of
+// arrays of token ids; the arrays of several are several prompts (one choice each).
 void parse_prompt(const json& body, CompletionRequest& r) {
     const json* p = field(body, "prompt");
     if (!p) bad("prompt", "is required");
     if (p->is_string()) {
-        r.prompt = p->get<std::string>();
+        r.prompts.push_back({p->get<std::string>(), std::nullopt});
         return;
     }
-    if (!p->is_array() || p->empty())
-        bad("prompt", "must be a string, an array of one string or an array of token ids");
-    if ((*p)[0].is_string()) {
-        if (p->size() != 1) bad("prompt", "holds several prompts; one request takes one");
-        r.prompt = (*p)[0].get<std::string>();
+    constexpr const char* kShapes =
+        "must be a string, an array of strings, an array of token ids or an array of arrays of "
+        "token ids";
+    if (!p->is_array() || p->empty()) bad("prompt", kShapes);
+    if ((*p)[0].is_number()) {  // one prompt's ids
+        r.prompts.push_back({{}, prompt_ids(*p, "prompt")});
         return;
     }
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < p->size(); ++i)
-        ids.push_back(static_cast<int32_t>(integer((*p)[i], "prompt[" + std::to_string(i) + "]", 0,
-                                                   std::numeric_limits<int32_t>::max())));
-    r.prompt_ids = std::move(ids);
+    if (p->size() > static_cast<size_t>(kMaxPrompts))
+        bad("prompt", "holds " + std::to_string(p->size()) + " prompts; at most " +
+                          std::to_string(kMaxPrompts) + " in one request");
+    const bool text = (*p)[0].is_string();
+    if (!text && !(*p)[0].is_array()) bad("prompt", kShapes);
+    for (size_t i = 0; i < p->size(); ++i) {
+        const std::string param = "prompt[" + std::to_string(i) + "]";
+        if (text) {
+            if (!(*p)[i].is_string())
+                bad(param,
+                    "must be a string (as the prompts before it), found " + describe_json((*p)[i]));
+            r.prompts.push_back({(*p)[i].get<std::string>(), std::nullopt});
+        } else {
+            r.prompts.push_back({{}, prompt_ids((*p)[i], param)});
+        }
+    }
 }
 
 void parse_messages(const json& body, CompletionRequest& r) {

@@ -40,9 +40,13 @@ class ApiError : public std::runtime_error {
 
 struct CompletionRequest {
     bool chat = false;
-    // /v1/completions: the prompt as text, or as token ids.
-    std::string prompt;
-    std::optional<std::vector<int32_t>> prompt_ids;
+    // /v1/completions: the prompts, each as text or as token ids; the API takes several in one
+    // request (an array of them), each its own sequence and choice, in order.
+    struct Prompt {
+        std::string text;
+        std::optional<std::vector<int32_t>> ids;
+    };
+    std::vector<Prompt> prompts;
     // /v1/chat/completions
     std::vector<ChatMessage> messages;
 
@@ -72,6 +76,7 @@ struct CompletionRequest {
     std::vector<int32_t> stop_token_ids;
 };
 
+inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)
 
 // Parses and checks a request body. `max_tokens_limit` bounds max_tokens (the context). Throws

@@ -130,53 +130,78 @@ void Scheduler::give_back_kept() {
 }
 
 Scheduler::Submitted Scheduler::submit(SequenceRequest request) {
-    if (request.prompt.empty()) throw Error("scheduler: a request needs at least one prompt token");
-    if (request.max_tokens == 0 && !request.prompt_logprobs)
-        throw Error("scheduler: max_tokens must be at least 1 (0 only with prompt logprobs)");
-    if (request.prompt_logprobs && !request.logprobs)
-        throw Error("scheduler: prompt logprobs need logprobs");
-    Submitted out;
-    if (request.prompt_logprobs && options_.whole_prompts) {
-        // A whole prompt's rows of logits at once (its length times the vocabulary): not here.
-        out.refusal = Refusal::unsupported;
-        out.why = "prompt log-probabilities (echo with logprobs) are not served on this backend";
+    std::vector<SequenceRequest> one;
+    one.push_back(std::move(request));
+    SubmittedAll all = submit_all(std::move(one));
+    return {all.streams.empty() ? nullptr : all.streams[0], all.refusal, std::move(all.why)};
+}
+
+Scheduler::SubmittedAll Scheduler::submit_all(std::vector<SequenceRequest> requests) {
+    SubmittedAll out;
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        auto refuse = [&](Refusal r, std::string why) {
+            out.refusal = r;
+            out.refused = i;
+            out.why = std::move(why);
+            return out;
+        };
+        SequenceRequest& request = requests[i];
+        if (request.prompt.empty())
+            throw Error("scheduler: a request needs at least one prompt token");
+        if (request.max_tokens == 0 && !request.prompt_logprobs)
+            throw Error("scheduler: max_tokens must be at least 1 (0 only with prompt logprobs)");
+        if (request.prompt_logprobs && !request.logprobs)
+            throw Error("scheduler: prompt logprobs need logprobs");
+        if (request.prompt_logprobs && options_.whole_prompts)
+            // A whole prompt's rows of logits at once (its length times the vocabulary): not here.
+            return refuse(Refusal::unsupported,
+                          "prompt log-probabilities (echo with logprobs) are not served on this "
+                          "backend");
+        Sampler check(request.sampling);  // throws for a bad temperature or top-p, before queueing
+        // A bad id would fail the whole batch it runs in: refused here, for this request alone.
+        for (int32_t id : request.prompt)
+            if (id < 0 || static_cast<uint64_t>(id) >= vocab_)
+                throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                            std::to_string(vocab_) + ")");
+        // Generation stops when the cache is full, as generate() does; the prompt itself must fit.
+        if (request.prompt.size() > options_.ctx)
+            return refuse(Refusal::too_large,
+                          "the prompt has " + std::to_string(request.prompt.size()) +
+                              " tokens; the context holds " + std::to_string(options_.ctx));
+        auto s = std::make_unique<Sequence>();
+        s->limit = std::min<uint64_t>(
+            options_.ctx,
+            request.prompt.size() + std::min<uint64_t>(request.max_tokens, options_.ctx));
+        const uint64_t blocks = CpuKvCache::blocks_for(s->limit);
+        if (blocks > caches_.total_blocks())
+            return refuse(Refusal::too_large, "the request needs " + std::to_string(blocks) +
+                                                  " KV blocks (" + std::to_string(s->limit) +
+                                                  " positions); the pool has " +
+                                                  std::to_string(caches_.total_blocks()));
+        s->request = std::move(request);
+        s->stream = std::make_shared<SequenceStream>();
+        seqs.push_back(std::move(s));
+    }
+    if (seqs.size() > options_.max_queue) {
+        out.refusal = Refusal::too_many;
+        out.why = std::to_string(seqs.size()) + " sequences in one request; the queue holds " +
+                  std::to_string(options_.max_queue);
         return out;
     }
-    Sampler check(request.sampling);  // throws for a bad temperature or top-p, before queueing
-    // A bad id would fail the whole batch it runs in: refused here, for this request alone.
-    for (int32_t id : request.prompt)
-        if (id < 0 || static_cast<uint64_t>(id) >= vocab_)
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                        std::to_string(vocab_) + ")");
-    // Generation stops when the cache is full, as generate() does; the prompt itself must fit.
-    if (request.prompt.size() > options_.ctx) {
-        out.refusal = Refusal::too_large;
-        out.why = "the prompt has " + std::to_string(request.prompt.size()) +
-                  " tokens; the context holds " + std::to_string(options_.ctx);
-        return out;
-    }
-    auto s = std::make_unique<Sequence>();
-    s->limit = std::min<uint64_t>(
-        options_.ctx, request.prompt.size() + std::min<uint64_t>(request.max_tokens, options_.ctx));
-    const uint64_t blocks = CpuKvCache::blocks_for(s->limit);
-    if (blocks > caches_.total_blocks()) {
-        out.refusal = Refusal::too_large;
-        out.why = "the request needs " + std::to_string(blocks) + " KV blocks (" +
-                  std::to_string(s->limit) + " positions); the pool has " +
-                  std::to_string(caches_.total_blocks());
-        return out;
-    }
-    s->request = std::move(request);
-    s->stream = std::make_shared<SequenceStream>();
     {
+        // All or none, one after another in the queue: admitted in order, never a part of them
+        // left waiting for room the others took.
         std::lock_guard lock(mutex_);
-        if (queue_.size() >= options_.max_queue) {
+        if (queue_.size() + seqs.size() > options_.max_queue) {
             out.refusal = Refusal::queue_full;
             out.why = std::to_string(queue_.size()) + " requests are waiting already";
             return out;
         }
-        out.stream = s->stream;
-        queue_.push_back(std::move(s));
+        for (auto& s : seqs) {
+            out.streams.push_back(s->stream);
+            queue_.push_back(std::move(s));
+        }
     }
     work_.notify_one();
     return out;

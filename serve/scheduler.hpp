@@ -163,7 +163,7 @@ class Scheduler {
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
-    enum class Refusal { none, queue_full, too_large, unsupported };
+    enum class Refusal { none, queue_full, too_large, unsupported, too_many };
     struct Submitted {
         std::shared_ptr<SequenceStream> stream;  // null when refused
         Refusal refusal = Refusal::none;
@@ -174,6 +174,17 @@ class Scheduler {
     // unsupported for prompt logprobs with whole_prompts. An empty prompt, max_tokens 0 without
     // prompt logprobs, or prompt logprobs without logprobs is an Error.
     Submitted submit(SequenceRequest request);
+    // Several requests at once (an API request with several prompts), checked as submit's, then
+    // queued together in order, all or none: refused as the first of them that submit would
+    // refuse (`refused`: its index), queue_full when the queue lacks room for all, too_many when
+    // there are more than max_queue (never).
+    struct SubmittedAll {
+        std::vector<std::shared_ptr<SequenceStream>> streams;  // one per request; empty: refused
+        Refusal refusal = Refusal::none;
+        std::string why;
+        size_t refused = 0;
+    };
+    SubmittedAll submit_all(std::vector<SequenceRequest> requests);
 
     // One step on the calling thread: admits what fits, drops cancelled sequences, runs one
     // batch and delivers its tokens. False when there was nothing to run. Call it from one thread

@@ -25,6 +25,7 @@
 #include "runtime/generate.hpp"
 #include "runtime/thread_pool.hpp"
 #include "serve/http_server.hpp"
+#include "serve/openai_request.hpp"
 #include "serve/scheduler.hpp"
 #include "serve_models.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -120,12 +121,18 @@ struct TestServer {
     std::string log;
 };
 
-// The text of an SSE stream's chunks ("data: {...}" lines until "data: [DONE]").
-std::string sse_text(const std::string& body, bool chat, std::string* finish = nullptr) {
-    std::string text;
-    size_t at = 0;
+// The choices of an SSE stream's chunks ("data: {...}" lines until "data: [DONE]") by index:
+// text (chat: the deltas' content), finish reason (once per choice) and log-probabilities
+// (joined over the chunks), and the usage chunk's counts.
+struct StreamedChoices {
+    std::map<size_t, std::string> text, finish;
+    std::map<size_t, json> logprobs;
+    json usage;
+};
+StreamedChoices sse_choices(const std::string& body, bool chat = false) {
+    StreamedChoices out;
     bool done = false;
-    while ((at = body.find("data: ", at)) != std::string::npos) {
+    for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
         const size_t end = body.find("\n\n", at);
         const std::string data = body.substr(at + 6, end - at - 6);
         at = end;
@@ -134,15 +141,32 @@ std::string sse_text(const std::string& body, bool chat, std::string* finish = n
             break;
         }
         const json j = json::parse(data);
-        if (j.at("choices").empty()) continue;
-        const json& c = j.at("choices")[0];
-        if (chat && c.at("delta").contains("content"))
-            text += c.at("delta").at("content").get<std::string>();
-        if (!chat) text += c.at("text").get<std::string>();
-        if (finish && !c.at("finish_reason").is_null()) *finish = c.at("finish_reason");
+        if (j.contains("usage") && !j["usage"].is_null()) out.usage = j["usage"];
+        for (const json& c : j.at("choices")) {
+            const size_t i = c.at("index");
+            if (chat && c.at("delta").contains("content"))
+                out.text[i] += c.at("delta").at("content").get<std::string>();
+            if (!chat) out.text[i] += c.at("text").get<std::string>();
+            if (!c.at("finish_reason").is_null()) {
+                CHECK(out.finish.count(i) == 0);  // once per choice
+                out.finish[i] = c.at("finish_reason");
+            }
+            if (c.at("logprobs").is_null()) continue;
+            json& all = out.logprobs[i];
+            for (auto& [key, v] : c["logprobs"].items())
+                if (v.is_array())
+                    for (const json& x : v) all[key].push_back(x);
+        }
     }
     CHECK(done);
-    return text;
+    return out;
+}
+
+// The one choice's text of an SSE stream (and its finish reason).
+std::string sse_text(const std::string& body, bool chat, std::string* finish = nullptr) {
+    StreamedChoices c = sse_choices(body, chat);
+    if (finish && c.finish.count(0)) *finish = c.finish[0];
+    return c.text[0];
 }
 
 // 127.0.0.1:port (0: any free port, for bind).
@@ -578,6 +602,130 @@ TEST_CASE("serve HTTP: logprobs, completions' and chat's shapes, streamed and no
     REQUIRE(r);
     CHECK(json::parse(r->body)["choices"][0]["text"] == "Once upon a time");
     CHECK(json::parse(r->body)["choices"][0]["logprobs"].is_null());
+    CHECK(s.idle());
+}
+
+TEST_CASE("serve HTTP: several prompts in one completions request, one choice each", "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-prompts");
+    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 8, 16}, {});
+    auto c = s.client();
+    auto post = [&](const json& body) {
+        auto r = c.Post("/v1/completions", body.dump(), "application/json");
+        REQUIRE(r);
+        INFO(r->body);
+        REQUIRE(r->status == 200);
+        return json::parse(r->body);
+    };
+    // Five prompts over four running slots: one waits for a slot, in order.
+    const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Tom and",
+                                              "She saw a big", "One day"};
+    std::vector<std::vector<int32_t>> ids;
+    for (const auto& p : prompts) ids.push_back(s.tok.encode(p, true));
+
+    // Greedy, as text and as token ids: choice i is generate's text for prompt i; usage sums.
+    for (const bool as_ids : {false, true}) {
+        INFO("as ids " << as_ids);
+        const json j = post({{"prompt", as_ids ? json(ids) : json(prompts)},
+                             {"max_tokens", 20},
+                             {"temperature", 0}});
+        REQUIRE(j["choices"].size() == prompts.size());
+        uint64_t prompt_tokens = 0, generated = 0;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            INFO("prompt " << i);
+            const json& ch = j["choices"][i];
+            CHECK(ch["index"] == i);
+            CHECK(ch["text"] == s.generate_text(ids[i], 20));
+            prompt_tokens += ids[i].size();
+            GenerateOptions g;
+            g.sampling = {0.0f, 0, 1.0f, 1};
+            g.max_new_tokens = 20;
+            g.stop_ids = s.tok.stop_ids();
+            g.token_count = s.tok.vocab_size();
+            generated += generate(*s.reference, ids[i], g).tokens.size();
+        }
+        CHECK(j["usage"]["prompt_tokens"] == prompt_tokens);
+        CHECK(j["usage"]["completion_tokens"] == generated);
+    }
+
+    // Seeded sampling: each prompt samples as a request of its own with that seed would
+    // (generate's text), streamed and not; a stop string ends the choices it occurs in only.
+    const json sampled = {
+        {"prompt", prompts}, {"max_tokens", 24}, {"temperature", 0.9}, {"seed", 7}, {"top_k", 30}};
+    const json whole = post(sampled);
+    json streamed = sampled;
+    streamed["stream"] = true;
+    streamed["stream_options"] = {{"include_usage", true}};
+    auto r = c.Post("/v1/completions", streamed.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const StreamedChoices sc = sse_choices(r->body);
+    CHECK(sc.usage == whole["usage"]);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        INFO("prompt " << i);
+        const std::string want = s.generate_text(ids[i], 24, {0.9f, 30, 1.0f, 7});
+        CHECK(whole["choices"][i]["text"] == want);
+        CHECK(sc.text.at(i) == want);
+        CHECK(sc.finish.at(i) == whole["choices"][i]["finish_reason"]);
+    }
+    const std::string first_text = whole["choices"][0]["text"];
+    const std::string cut = first_text.substr(first_text.size() / 2, 4);
+    json stopped = sampled;
+    stopped["stop"] = {cut};
+    const json js = post(stopped);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string full = whole["choices"][i]["text"];
+        const size_t at = full.find(cut);
+        CHECK(js["choices"][i]["text"] == full.substr(0, at));
+        CHECK(js["choices"][i]["finish_reason"] ==
+              (at == std::string::npos ? whole["choices"][i]["finish_reason"] : json("stop")));
+    }
+
+    // lm-eval's log-likelihood request, batched: echo, logprobs, max_tokens 0; each choice is
+    // the request of its prompt alone (whose scores are checked against the reference in the
+    // logprobs test), whole and streamed.
+    const json scored = {{"prompt", ids}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 0}};
+    const json batch = post(scored);
+    json scored_stream = scored;
+    scored_stream["stream"] = true;
+    r = c.Post("/v1/completions", scored_stream.dump(), "application/json");
+    REQUIRE(r);
+    const StreamedChoices ss = sse_choices(r->body);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        INFO("prompt " << i);
+        json alone = scored;
+        alone["prompt"] = ids[i];
+        const json one = post(alone);
+        CHECK(batch["choices"][i]["text"] == prompts[i]);
+        CHECK(batch["choices"][i]["logprobs"] == one["choices"][0]["logprobs"]);
+        CHECK(batch["choices"][i]["logprobs"]["tokens"].size() == ids[i].size());
+        CHECK(ss.text.at(i) == prompts[i]);
+        CHECK(ss.logprobs.at(i) == one["choices"][0]["logprobs"]);
+    }
+
+    // Bad shapes name the prompt at fault; more prompts than the queue holds (8) is a 400, not
+    // a 429 to retry; none of these leaves a sequence behind.
+    check_error(c.Post("/v1/completions", R"({"prompt": ["a", [1, 2]]})", "application/json"), 400,
+                "must be a string", "prompt[1]");
+    check_error(c.Post("/v1/completions", R"({"prompt": [[1, 2], "a"]})", "application/json"), 400,
+                "array of token ids", "prompt[1]");
+    check_error(c.Post("/v1/completions", R"({"prompt": [[1], []]})", "application/json"), 400,
+                "non-empty", "prompt[1]");
+    check_error(c.Post("/v1/completions", R"({"prompt": [[1, -2]]})", "application/json"), 400,
+                "0 .. ", "prompt[0][1]");
+    check_error(c.Post("/v1/completions", R"({"prompt": [true]})", "application/json"), 400,
+                "must be a string", "prompt");
+    check_error(c.Post("/v1/completions", json{{"prompt", std::vector<std::string>(9, "a")}}.dump(),
+                       "application/json"),
+                400, "the queue holds 8", "prompt");
+    check_error(
+        c.Post("/v1/completions",
+               json{{"prompt", std::vector<std::string>(serve::kMaxPrompts + 1, "a")}}.dump(),
+               "application/json"),
+        400, "at most 256", "prompt");
+    check_error(c.Post("/v1/completions", json{{"prompt", {"fine", std::string(300, 'a')}}}.dump(),
+                       "application/json"),
+                400, "the context holds 256", "prompt");
     CHECK(s.idle());
 }
 

@@ -552,6 +552,20 @@ TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cance
     CHECK_THROWS_AS(sched.submit(request({}, 1)), Error);
     CHECK_THROWS_AS(sched.submit(request({1}, 0)), Error);
 
+    // Several at once (an API request's prompts): all or none. More than the queue's bound is
+    // refused for good; one that submit would refuse refuses them all, its index named; nothing
+    // is queued then.
+    auto many = sched.submit_all(std::vector<serve::SequenceRequest>(4, request({1}, 1)));
+    CHECK(many.refusal == Scheduler::Refusal::too_many);
+    CHECK(many.streams.empty());
+    std::vector<serve::SequenceRequest> mixed{request({1}, 1), request({2}, 1),
+                                              request(std::vector<int32_t>(ctx + 1, 1), 1)};
+    auto bad = sched.submit_all(std::move(mixed));
+    CHECK(bad.refusal == Scheduler::Refusal::too_large);
+    CHECK(bad.refused == 2);
+    CHECK(bad.streams.empty());
+    CHECK(sched.stats().queued == 0);
+
     // Three blocks for the first; the second needs two, waits; the third queues behind it; the
     // fourth is past the queue bound of 3 (nothing has run yet: all three wait).
     auto a = sched.submit(request(std::vector<int32_t>(8, 5), 2 * P + 8));
@@ -562,6 +576,10 @@ TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cance
     REQUIRE(b.stream);
     REQUIRE(c.stream);
     CHECK(d.refusal == Scheduler::Refusal::queue_full);
+    auto two = sched.submit_all({request({8}, 1), request({9}, 1)});
+    CHECK(two.refusal == Scheduler::Refusal::queue_full);
+    CHECK(two.streams.empty());
+    CHECK(sched.stats().queued == 3);
     CHECK(sched.step());
     CHECK(sched.stats().running == 1);
     CHECK(sched.stats().queued == 2);  // b waits for blocks, c behind it (first come, first served)

@@ -7,7 +7,8 @@ Starts the server on a free loopback port, then through openai.OpenAI(base_url=.
 completion (greedy, compared with `qforge generate --raw --greedy` on the same prompt), the same
 completion streamed (the chunks must add up to the same text), one with presence and frequency
 penalties and one with logit biases (each against generate's with the same options), logprobs
-(whole and streamed) and a prompt's (echo), a seeded sampled completion twice (identical),
+(whole and streamed) and a prompt's (echo), several prompts in one request (whole and streamed,
+each choice the request of its prompt alone), a seeded sampled completion twice (identical),
 /v1/models, a chat request (stories260K has no chat template: a 400 the client raises as
 BadRequestError), bad requests the client raises as errors, an API key the client must send, and
 chat through a template given to the server (`--chat-template`: whole, streamed and with logprobs)
@@ -94,6 +95,27 @@ def main():
         check(lp.token_logprobs[0] is None and all(x <= 0 for x in lp.token_logprobs[1:])
               and len(lp.tokens) == r.usage.prompt_tokens and r.usage.completion_tokens == 0,
               f"echo's logprobs: {lp.token_logprobs!r}, usage {r.usage!r}")
+
+        # Several prompts in one request (lm-eval batches its requests so): one choice per
+        # prompt in order, each the request of that prompt alone; usage sums them.
+        prompts = [prompt, "The little dog", "Tom and"]
+        r = client.completions.create(model="stories", prompt=prompts, max_tokens=24,
+                                      temperature=0)
+        alone = [client.completions.create(model="stories", prompt=p, max_tokens=24,
+                                           temperature=0) for p in prompts]
+        check([c.index for c in r.choices] == [0, 1, 2]
+              and [c.text for c in r.choices] == [a.choices[0].text for a in alone]
+              and r.choices[0].text == want,
+              f"batched prompts {[c.text for c in r.choices]!r} != one at a time")
+        check(r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+              and r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone),
+              f"batched usage {r.usage!r}")
+        texts = ["", "", ""]
+        for c in client.completions.create(model="stories", prompt=prompts, max_tokens=24,
+                                           temperature=0, stream=True):
+            for choice in c.choices:
+                texts[choice.index] += choice.text
+        check(texts == [c.text for c in r.choices], f"batched, streamed: {texts!r}")
 
         kw = dict(model="stories", prompt=prompt, max_tokens=16, temperature=0.9, seed=7,
                   top_p=0.9)
