@@ -358,6 +358,14 @@ struct HttpServer::Impl {
     void routes();
     // Each prompt's token ids (chat: the one conversation's).
     std::vector<std::vector<int32_t>> tokenize(const CompletionRequest& r) const;
+    // The messages through the chat template (the server's option, else the tokenizer's),
+    // encoded as generate encodes a rendered chat: without added special tokens.
+    std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt) const;
+    // POST /tokenize and /detokenize (vLLM's and llama.cpp's server's, outside /v1 as theirs:
+    // no API key, as neither asks one there).
+    void tokenize_route(const httplib::Request& req, httplib::Response& res);
+    void detokenize_route(const httplib::Request& req, httplib::Response& res);
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
     // A streamed chunk: `text`, the role on the first chat chunk, the finish reason on the last,
     // and the log-probabilities of its tokens (null: not asked for).
@@ -411,23 +419,7 @@ struct HttpServer::Impl {
 std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
     std::vector<std::vector<int32_t>> out;
     if (r.chat) {
-        const std::string& chat_template = this->chat_template();
-        if (chat_template.empty())
-            throw ApiError(400,
-                           "this model has no chat template; use /v1/completions or serve "
-                           "--chat-template FILE",
-                           "messages");
-        ChatTemplateInputs in;
-        in.messages = r.messages;
-        if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
-        if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
-        try {
-            out.push_back(tok.encode(render_chat_template(chat_template, in), false));
-        } catch (const Error& e) {
-            throw ApiError(
-                400, std::string("the chat template cannot render these messages: ") + e.what(),
-                "messages");
-        }
+        out.push_back(chat_tokens(r.messages, true));
         if (out.back().empty()) throw ApiError(400, "the messages encode to no tokens", "messages");
         return out;
     }
@@ -445,6 +437,67 @@ std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionReq
         out.push_back(std::move(ids));
     }
     return out;
+}
+
+std::vector<int32_t> HttpServer::Impl::chat_tokens(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt) const {
+    const std::string& chat_template = this->chat_template();
+    if (chat_template.empty())
+        throw ApiError(400,
+                       "this model has no chat template; use /v1/completions or serve "
+                       "--chat-template FILE",
+                       "messages");
+    ChatTemplateInputs in;
+    in.messages = messages;
+    in.add_generation_prompt = add_generation_prompt;
+    if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
+    if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
+    try {
+        return tok.encode(render_chat_template(chat_template, in), false);
+    } catch (const Error& e) {
+        throw ApiError(400,
+                       std::string("the chat template cannot render these messages: ") + e.what(),
+                       "messages");
+    }
+}
+
+void HttpServer::Impl::tokenize_route(const httplib::Request& req, httplib::Response& res) {
+    try {
+        const TokenizeRequest r = parse_tokenize_request(req.body);
+        const std::vector<int32_t> ids = r.chat ? chat_tokens(r.messages, r.add_generation_prompt)
+                                                : tok.encode(r.text, r.add_special);
+        json tokens = json::array();
+        int32_t previous = -1;
+        for (int32_t id : ids) {
+            if (r.with_pieces)
+                tokens.push_back({{"id", id}, {"piece", tok.decode_piece(previous, id)}});
+            else
+                tokens.push_back(id);
+            previous = id;
+        }
+        res.set_content(dump({{"tokens", std::move(tokens)},
+                              {"count", ids.size()},
+                              {"max_model_len", opts.ctx}}),
+                        "application/json");
+    } catch (const ApiError& e) {
+        send_error(res, e);
+        log("POST " + req.path + " " + std::to_string(e.status()) + ": " + e.what());
+    } catch (const Error& e) {  // the tokenizer on hostile text
+        send_error(res, ApiError(400, e.what()));
+        log("POST " + req.path + " 400: " + e.what());
+    }
+}
+
+void HttpServer::Impl::detokenize_route(const httplib::Request& req, httplib::Response& res) {
+    try {
+        const std::vector<int32_t> ids = parse_detokenize_request(req.body);
+        for (int32_t id : ids) check_token(id, "tokens");
+        const std::string text = tok.decode(ids);
+        res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
+    } catch (const ApiError& e) {
+        send_error(res, e);
+        log("POST " + req.path + " " + std::to_string(e.status()) + ": " + e.what());
+    }
 }
 
 json HttpServer::Impl::chunk(const std::string& id, bool chat, const std::string& text,
@@ -754,6 +807,12 @@ void HttpServer::Impl::routes() {
     });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
         completion(req, res, true);
+    });
+    svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        tokenize_route(req, res);
+    });
+    svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        detokenize_route(req, res);
     });
 }
 

@@ -237,8 +237,10 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& v) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(std::string_view text, bool chat,
-                                           uint64_t max_tokens_limit) {
+namespace {
+
+// A request body: a JSON object, nested at most kMaxRequestDepth levels.
+json parse_body(std::string_view text) {
     json body;
     try {
         body = parse_json(text, "request body",
@@ -247,9 +249,56 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         throw ApiError(400, std::string("malformed JSON: ") + e.what());
     }
     if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    if (const json* m = field(body, "model")) string(*m, "model");  // any name: one model is served
+    return body;
+}
+
+}  // namespace
+
+TokenizeRequest parse_tokenize_request(std::string_view text) {
+    const json body = parse_body(text);
+    TokenizeRequest r;
+    const json* prompt = field(body, "prompt");
+    const json* content = field(body, "content");
+    const json* messages = field(body, "messages");
+    if ((prompt != nullptr) + (content != nullptr) + (messages != nullptr) != 1)
+        throw ApiError(400, "give one of 'prompt', 'content' or 'messages'", "prompt");
+    if (messages) {
+        CompletionRequest chat;
+        parse_messages(body, chat);
+        r.messages = std::move(chat.messages);
+        r.chat = true;
+        if (const json* g = field(body, "add_generation_prompt"))
+            r.add_generation_prompt = boolean(*g, "add_generation_prompt");
+    } else {
+        r.text = prompt ? string(*prompt, "prompt") : string(*content, "content");
+        // vLLM's add_special_tokens (true unless told), llama.cpp's server's add_special (false
+        // unless told).
+        r.add_special = prompt != nullptr;
+        for (const char* name : {"add_special_tokens", "add_special"})
+            if (const json* a = field(body, name)) r.add_special = boolean(*a, name);
+    }
+    if (const json* w = field(body, "with_pieces")) r.with_pieces = boolean(*w, "with_pieces");
+    return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view text) {
+    const json body = parse_body(text);
+    const json* t = field(body, "tokens");
+    if (!t) bad("tokens", "is required");
+    if (!t->is_array()) bad("tokens", "must be an array of token ids, found " + describe_json(*t));
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < t->size(); ++i)
+        ids.push_back(static_cast<int32_t>(integer((*t)[i], "tokens[" + std::to_string(i) + "]", 0,
+                                                   std::numeric_limits<int32_t>::max())));
+    return ids;
+}
+
+CompletionRequest parse_completion_request(std::string_view text, bool chat,
+                                           uint64_t max_tokens_limit) {
+    const json body = parse_body(text);
     CompletionRequest r;
     r.chat = chat;
-    if (const json* m = field(body, "model")) string(*m, "model");  // any name: one model is served
     if (chat)
         parse_messages(body, r);
     else

@@ -79,6 +79,21 @@ struct CompletionRequest {
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)
 
+// POST /tokenize, in vLLM's shape ({"prompt", "add_special_tokens": true} or {"messages",
+// "add_generation_prompt": true}) or llama.cpp's server's ({"content", "add_special": false,
+// "with_pieces"}).
+struct TokenizeRequest {
+    std::string text;
+    bool add_special = false;
+    bool chat = false;  // messages, through the chat template
+    std::vector<ChatMessage> messages;
+    bool add_generation_prompt = true;
+    bool with_pieces = false;  // each token as {"id", "piece"} (llama.cpp's server's)
+};
+TokenizeRequest parse_tokenize_request(std::string_view body);
+// POST /detokenize: {"tokens": [ids]} (ids not yet checked against the vocabulary).
+std::vector<int32_t> parse_detokenize_request(std::string_view body);
+
 // Parses and checks a request body. `max_tokens_limit` bounds max_tokens (the context). Throws
 // ApiError (400) naming the field.
 CompletionRequest parse_completion_request(std::string_view body, bool chat,

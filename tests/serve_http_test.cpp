@@ -729,6 +729,78 @@ TEST_CASE("serve HTTP: several prompts in one completions request, one choice ea
     CHECK(s.idle());
 }
 
+TEST_CASE("serve HTTP: /tokenize and /detokenize in vLLM's and llama.cpp's shapes", "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-tokenize");
+    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 8, 16}, {});
+    auto c = s.client();
+    auto post = [&](const std::string& path, const json& body) {
+        auto r = c.Post(path, body.dump(), "application/json");
+        REQUIRE(r);
+        INFO(r->body);
+        REQUIRE(r->status == 200);
+        return json::parse(r->body);
+    };
+    const std::string text = "Once upon a time, a dog";
+    const std::vector<int32_t> with = s.tok.encode(text, true), without = s.tok.encode(text, false);
+    REQUIRE(with != without);  // stories260K's tokenizer adds BOS
+
+    // vLLM's: specials added unless told; llama.cpp's server's: not unless told.
+    json j = post("/tokenize", {{"prompt", text}});
+    CHECK(j["tokens"] == with);
+    CHECK(j["count"] == with.size());
+    CHECK(j["max_model_len"] == 256);
+    CHECK(post("/tokenize", {{"prompt", text}, {"add_special_tokens", false}})["tokens"] ==
+          without);
+    CHECK(post("/tokenize", {{"content", text}})["tokens"] == without);
+    CHECK(post("/tokenize", {{"content", text}, {"add_special", true}})["tokens"] == with);
+    // Pieces: each token's text after the one before it, joining into the decoded text.
+    j = post("/tokenize", {{"content", text}, {"with_pieces", true}});
+    std::string joined;
+    REQUIRE(j["tokens"].size() == without.size());
+    for (size_t i = 0; i < without.size(); ++i) {
+        CHECK(j["tokens"][i]["id"] == without[i]);
+        joined += j["tokens"][i]["piece"].get<std::string>();
+    }
+    CHECK(joined == s.tok.decode(without));
+
+    // Messages: the chat template's rendering, as many tokens as a chat completion's prompt.
+    const json messages = {{{"role", "user"}, {"content", "Tell a story."}}};
+    ChatTemplateInputs in;
+    in.messages = {{"user", "Tell a story."}};
+    for (const bool generation : {true, false}) {
+        in.add_generation_prompt = generation;
+        CHECK(post("/tokenize",
+                   {{"messages", messages}, {"add_generation_prompt", generation}})["tokens"] ==
+              s.tok.encode(render_chat_template(kTemplate, in), false));
+    }
+    const json chat = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 2}});
+    CHECK(chat["usage"]["prompt_tokens"] == post("/tokenize", {{"messages", messages}})["count"]);
+
+    // Detokenize: the tokenizer's decode, under both servers' names.
+    j = post("/detokenize", {{"tokens", with}});
+    CHECK(j["prompt"] == s.tok.decode(with));
+    CHECK(j["content"] == j["prompt"]);
+    CHECK(post("/detokenize", {{"tokens", json::array()}})["prompt"] == "");
+
+    auto raw = [&](const std::string& path, const std::string& body) {
+        return c.Post(path, body, "application/json");
+    };
+    check_error(raw("/tokenize", "{}"), 400, "one of", "prompt");
+    check_error(raw("/tokenize", R"({"prompt": "a", "content": "b"})"), 400, "one of", "prompt");
+    check_error(raw("/tokenize", R"({"prompt": 5})"), 400, "must be a string", "prompt");
+    check_error(raw("/tokenize", R"({"content": "a", "add_special": 1})"), 400, "boolean",
+                "add_special");
+    check_error(raw("/tokenize", R"({"messages": []})"), 400, "non-empty", "messages");
+    check_error(raw("/tokenize", "{\"prompt\": "), 400, "malformed JSON");
+    check_error(raw("/detokenize", "{}"), 400, "is required", "tokens");
+    check_error(raw("/detokenize", R"({"tokens": "1 2"})"), 400, "array", "tokens");
+    check_error(raw("/detokenize", R"({"tokens": [1, -1]})"), 400, "0 .. ", "tokens[1]");
+    check_error(raw("/detokenize", R"({"tokens": [99999]})"), 400, "outside the vocabulary",
+                "tokens");
+    CHECK(s.idle());
+}
+
 TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", "[serve]") {
     QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("serve-http-bad");
