@@ -183,9 +183,9 @@ Scheduler::SubmittedAll Scheduler::submit_all(std::vector<SequenceRequest> reque
         s->stream = std::make_shared<SequenceStream>();
         seqs.push_back(std::move(s));
     }
-    if (seqs.size() > options_.max_queue) {
+    if (seqs.size() > 1 && seqs.size() > options_.max_queue) {  // one: queue_full, as ever
         out.refusal = Refusal::too_many;
-        out.why = std::to_string(seqs.size()) + " sequences in one request; the queue holds " +
+        out.why = std::to_string(seqs.size()) + " sequences at once; the queue holds " +
                   std::to_string(options_.max_queue);
         return out;
     }
