@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -227,6 +228,15 @@ struct Answer {
     void cancel() {
         for (auto& g : gens) g->stream->cancel();
     }
+    // When the request came, and its first token (the earliest of its choices'; `start` while
+    // none has one).
+    Clock::time_point start() const { return gens[0]->start; }
+    Clock::time_point first_token() const {
+        std::optional<Clock::time_point> first;
+        for (const auto& g : gens)
+            if (g->tokens > 0 && (!first || g->first_token < *first)) first = g->first_token;
+        return first.value_or(start());
+    }
     // Each unfinished choice's text that became final (with its tokens' log-probabilities taken
     // from it, if asked for and `take_logprobs`: a stream's chunk carries its tokens') to
     // on_text(i, text, logprobs), and on_done(i) once it ends; false as soon as
@@ -235,9 +245,10 @@ struct Answer {
     template <class Text, class Done>
     bool poll(std::chrono::milliseconds timeout, bool take_logprobs, Text&& on_text,
               Done&& on_done) {
-        // Several choices: a short wait, so one still prefilling a longer prompt does not hold
-        // back the others' streamed text.
-        if (gens.size() > 1) timeout = std::min(timeout, std::chrono::milliseconds(20));
+        // Several choices running: a short wait, so one still prefilling a longer prompt does not
+        // hold back the others' streamed text.
+        if (std::count_if(gens.begin(), gens.end(), [](const auto& g) { return !g->done; }) > 1)
+            timeout = std::min(timeout, std::chrono::milliseconds(20));
         bool waited = false;
         for (size_t i = 0; i < gens.size(); ++i) {
             Generation& g = *gens[i];
@@ -356,7 +367,24 @@ struct HttpServer::Impl {
         if (opts.log) opts.log(line);
     }
     void routes();
-    // Each prompt's token ids (chat: the one conversation's).
+    // A seed for a request that gives none.
+    uint64_t fresh_seed() {
+        std::lock_guard lock(entropy_mutex);
+        return (uint64_t{entropy()} << 32) ^ entropy();
+    }
+    // The field naming prompt i in errors: "prompt", or "prompt[i]" among several.
+    static std::string prompt_param(const CompletionRequest& r, size_t i) {
+        return r.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]" : "prompt";
+    }
+    // A 400 naming `param` when the prompt's ids do not fit the context.
+    void check_fits(const std::vector<int32_t>& ids, const std::string& param) const {
+        if (ids.size() > opts.ctx)
+            throw ApiError(400,
+                           "the prompt has " + std::to_string(ids.size()) +
+                               " tokens; the context holds " + std::to_string(opts.ctx),
+                           param, "invalid_request_error", "context_length_exceeded");
+    }
+    // Each prompt's token ids (chat: the one conversation's), each checked to fit the context.
     std::vector<std::vector<int32_t>> tokenize(const CompletionRequest& r) const;
     // The messages through the chat template (the server's option, else the tokenizer's),
     // encoded as generate encodes a rendered chat: without added special tokens.
@@ -372,20 +400,17 @@ struct HttpServer::Impl {
     // Choice `index`'s.
     json chunk(const std::string& id, bool chat, const std::string& text, const char* finish_reason,
                bool first, json logprobs = nullptr, size_t index = 0) const;
-    // The request's end in /metrics (its first report only), answered with `status`: one
-    // response, and each choice's generation.
+    // The request's end in /metrics (its first report only), answered with `status`: its
+    // prompts' and choices' tokens together, its first token the earliest choice's.
     void count(Answer& a, int status) {
         if (a.counted) return;
         a.counted = true;
+        const auto secs = [&](Clock::time_point t) {
+            return std::chrono::duration<double>(t - a.start()).count();
+        };
         metrics.response(status);
-        for (size_t i = 0; i < a.gens.size(); ++i) {
-            const Generation& g = *a.gens[i];
-            const auto secs = [&](Clock::time_point t) {
-                return std::chrono::duration<double>(t - g.start).count();
-            };
-            metrics.generation(a.prompt_tokens[i], g.tokens, secs(g.first_token),
-                               secs(Clock::now()));
-        }
+        metrics.generation(a.prompt_total(), a.generated(), secs(a.first_token()),
+                           secs(Clock::now()));
     }
     json usage(uint64_t prompt, uint64_t generated) const {
         return {{"prompt_tokens", prompt},
@@ -396,7 +421,7 @@ struct HttpServer::Impl {
     Scheduler& sched;
     const Tokenizer& tok;
     // A request's token id (of `param`) the tokenizer has, or a 400 naming param.
-    void check_token(int32_t id, const char* param) const {
+    void check_token(int32_t id, const std::string& param) const {
         if (id < 0 || static_cast<uint64_t>(id) >= tok.vocab_size())
             throw ApiError(400,
                            "token id " + std::to_string(id) + " is outside the vocabulary (" +
@@ -421,19 +446,23 @@ std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionReq
     if (r.chat) {
         out.push_back(chat_tokens(r.messages, true));
         if (out.back().empty()) throw ApiError(400, "the messages encode to no tokens", "messages");
+        check_fits(out.back(), "messages");
         return out;
     }
-    for (const CompletionRequest::Prompt& p : r.prompts) {
+    for (size_t i = 0; i < r.prompts.size(); ++i) {
+        const CompletionRequest::Prompt& p = r.prompts[i];
+        const std::string param = prompt_param(r, i);
         std::vector<int32_t> ids;
         if (p.ids) {
             ids = *p.ids;
-            for (int32_t id : ids) check_token(id, "prompt");
+            for (int32_t id : ids) check_token(id, param);
         } else if (p.text.empty()) {
             if (tok.bos_id()) ids = {*tok.bos_id()};  // as generate: an empty prompt starts at BOS
         } else {
             ids = tok.encode(p.text, true);
         }
-        if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", "prompt");
+        if (ids.empty()) throw ApiError(400, "the prompt encodes to no tokens", param);
+        check_fits(ids, param);
         out.push_back(std::move(ids));
     }
     return out;
@@ -532,25 +561,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     try {
         const CompletionRequest r = parse_completion_request(req.body, chat, opts.ctx);
         const std::vector<std::vector<int32_t>> prompts = tokenize(r);
-        for (const auto& prompt : prompts)
-            if (prompt.size() > opts.ctx)
-                throw ApiError(400,
-                               "the prompt has " + std::to_string(prompt.size()) +
-                                   " tokens; the context holds " + std::to_string(opts.ctx),
-                               chat ? "messages" : "prompt", "invalid_request_error",
-                               "context_length_exceeded");
-        // Every prompt's sequence samples as this request alone would (the same seed each, as
-        // separate requests with it), so choice i is `generate`'s for prompt i.
         SequenceRequest sr;
-        uint64_t seed;
-        if (r.seed) {
-            seed = *r.seed;
-        } else {
-            std::lock_guard lock(entropy_mutex);
-            seed = (uint64_t{entropy()} << 32) ^ entropy();
-        }
         for (const auto& [token, bias] : r.logit_bias) check_token(token, "logit_bias");
-        sr.sampling = {r.temperature,       r.top_k,      r.top_p, seed, r.presence_penalty,
+        sr.sampling = {r.temperature,       r.top_k,      r.top_p, 0, r.presence_penalty,
                        r.frequency_penalty, r.logit_bias, r.min_p};
         sr.max_tokens = std::min(
             opts.ctx,
@@ -572,8 +585,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             for (size_t i = 0; i < prompts.size(); ++i)
                 sub.streams.push_back(SequenceStream::ended());
         } else {
+            // With a seed, every prompt samples as its request alone would (the same seed each,
+            // as vLLM does), so choice i is `generate`'s for prompt i; without one, each draws
+            // its own (the same prompt twice: two samples, not one twice).
             std::vector<SequenceRequest> requests(prompts.size(), sr);
-            for (size_t i = 0; i < prompts.size(); ++i) requests[i].prompt = prompts[i];
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                requests[i].prompt = prompts[i];
+                requests[i].sampling.seed = r.seed ? *r.seed : fresh_seed();
+            }
             sub = sched.submit_all(std::move(requests));
         }
         if (sub.refusal == Scheduler::Refusal::queue_full) {
@@ -584,8 +603,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         if (sub.refusal == Scheduler::Refusal::unsupported) throw ApiError(400, sub.why, "echo");
         if (sub.refusal == Scheduler::Refusal::too_many) throw ApiError(400, sub.why, "prompt");
         if (sub.refusal == Scheduler::Refusal::too_large)
-            throw ApiError(400, sub.why, "max_tokens", "invalid_request_error",
-                           "context_length_exceeded");
+            throw ApiError(400,
+                           sub.why + (prompts.size() > 1 ? " (" + prompt_param(r, sub.refused) + ")"
+                                                         : std::string()),
+                           "max_tokens", "invalid_request_error", "context_length_exceeded");
         try {
             for (size_t i = 0; i < prompts.size(); ++i) {
                 answer->gens.push_back(std::make_unique<Generation>(
@@ -615,15 +636,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     auto done_line = [this, where](Answer& a) {
         const std::string error = a.error();
         count(a, error.empty() ? 200 : 500);
-        const Generation& first = *a.gens[0];
-        Clock::time_point first_token = first.first_token;
+        // The choices' finish reasons, each with its count when there are several.
+        std::map<std::string, uint64_t> ends;
+        for (const auto& g : a.gens) ++ends[g->finish_reason.empty() ? "error" : g->finish_reason];
         std::string reasons;
-        for (const auto& g : a.gens) {
-            first_token = std::min(first_token, g->first_token);
-            reasons += (reasons.empty() ? "" : ", ") + g->finish_reason;
-        }
+        for (const auto& [reason, n] : ends)
+            reasons += (reasons.empty() ? "" : ", ") +
+                       (a.gens.size() > 1 ? std::to_string(n) + " " : "") + reason;
         const auto secs = [&](Clock::time_point t) {
-            return std::chrono::duration<double>(t - first.start).count();
+            return std::chrono::duration<double>(t - a.start()).count();
         };
         const std::string prompts =
             a.gens.size() == 1 ? "" : std::to_string(a.gens.size()) + " prompts, ";
@@ -632,7 +653,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                       static_cast<unsigned long long>(a.prompt_total()),
                       static_cast<unsigned long long>(a.generated()));
         char times[80];
-        std::snprintf(times, sizeof times, "), first token %.3f s, %.3f s", secs(first_token),
+        std::snprintf(times, sizeof times, "), first token %.3f s, %.3f s", secs(a.first_token()),
                       secs(Clock::now()));
         log(where + (error.empty() ? " 200" : " 500") + ": " + prompts + "prompt " + buf + reasons +
             times + (error.empty() ? "" : ": " + error));
@@ -651,7 +672,11 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                     texts[i] += text;
                     return true;
                 },
-                [](size_t) { return true; });
+                [&](size_t i) {
+                    // A choice that failed fails the request: the others need not run on.
+                    if (!answer->gens[i]->error.empty()) answer->cancel();
+                    return true;
+                });
             if (!answer->done() && client->gone()) {
                 answer->cancel();
                 count(*answer, 499);
@@ -706,12 +731,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 const bool ok = answer->poll(
                     std::chrono::milliseconds(200), true,
                     [&](size_t i, const std::string& text, json logprobs) {
+                        if (failed) return true;  // nothing after the error event
                         const bool sent =
                             send(chunk(id, chat, text, nullptr, first, std::move(logprobs), i));
                         first = false;
                         return sent;
                     },
                     [&](size_t i) {
+                        if (failed) return true;
                         const Generation& g = *answer->gens[i];
                         if (!g.error.empty()) {
                             failed = true;

@@ -62,7 +62,7 @@ std::string ServeMetrics::render(const SchedulerStats& s) const {
     };
     gauge("qforge_requests_running", "Sequences in the running batch.",
           static_cast<double>(s.running));
-    gauge("qforge_requests_waiting", "Requests queued for admission.",
+    gauge("qforge_requests_waiting", "Sequences queued for admission (one per prompt).",
           static_cast<double>(s.queued));
     gauge("qforge_kv_blocks_free", "Free blocks of the KV cache pool.",
           static_cast<double>(s.free_blocks));

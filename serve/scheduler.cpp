@@ -195,7 +195,7 @@ Scheduler::SubmittedAll Scheduler::submit_all(std::vector<SequenceRequest> reque
         std::lock_guard lock(mutex_);
         if (queue_.size() + seqs.size() > options_.max_queue) {
             out.refusal = Refusal::queue_full;
-            out.why = std::to_string(queue_.size()) + " requests are waiting already";
+            out.why = std::to_string(queue_.size()) + " sequences are waiting already";
             return out;
         }
         for (auto& s : seqs) {

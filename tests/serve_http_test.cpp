@@ -673,13 +673,29 @@ TEST_CASE("serve HTTP: several prompts in one completions request, one choice ea
     json stopped = sampled;
     stopped["stop"] = {cut};
     const json js = post(stopped);
+    stopped["stream"] = true;
+    r = c.Post("/v1/completions", stopped.dump(), "application/json");
+    REQUIRE(r);
+    const StreamedChoices sst = sse_choices(r->body);
     for (size_t i = 0; i < prompts.size(); ++i) {
         const std::string full = whole["choices"][i]["text"];
         const size_t at = full.find(cut);
         CHECK(js["choices"][i]["text"] == full.substr(0, at));
         CHECK(js["choices"][i]["finish_reason"] ==
               (at == std::string::npos ? whole["choices"][i]["finish_reason"] : json("stop")));
+        CHECK(sst.text.at(i) == js["choices"][i]["text"]);
+        CHECK(sst.finish.at(i) == js["choices"][i]["finish_reason"]);
     }
+
+    // Without a seed each prompt draws its own: the same prompt three times, three samples (at
+    // temperature 1.5 over 24 tokens three equal texts have a vanishing chance; with one seed
+    // for all, as before the fix, they were equal every time).
+    const json unseeded =
+        post({{"prompt", {"Once", "Once", "Once"}}, {"max_tokens", 24}, {"temperature", 1.5}});
+    const std::set<std::string> samples = {unseeded["choices"][0]["text"],
+                                           unseeded["choices"][1]["text"],
+                                           unseeded["choices"][2]["text"]};
+    CHECK(samples.size() > 1);
 
     // lm-eval's log-likelihood request, batched: echo, logprobs, max_tokens 0; each choice is
     // the request of its prompt alone (whose scores are checked against the reference in the
@@ -725,8 +741,78 @@ TEST_CASE("serve HTTP: several prompts in one completions request, one choice ea
         400, "at most 256", "prompt");
     check_error(c.Post("/v1/completions", json{{"prompt", {"fine", std::string(300, 'a')}}}.dump(),
                        "application/json"),
-                400, "the context holds 256", "prompt");
+                400, "the context holds 256", "prompt[1]");
     CHECK(s.idle());
+}
+
+TEST_CASE("serve HTTP: several prompts when a step fails or the client leaves", "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-prompts-fail");
+    std::atomic<int> steps{0}, fail_at{-1};
+    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 16, 16}, {}, true,
+                 [&](std::span<const BatchSequence>) {
+                     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                     if (++steps == fail_at.load()) throw std::runtime_error("injected failure");
+                 });
+    auto c = s.client();
+    const json three = {{"prompt", {"Once upon a time", "The little dog", "Tom and"}},
+                        {"max_tokens", 60},
+                        {"temperature", 0}};
+
+    // A step that fails fails every choice in it: streamed, one error event and nothing after
+    // it but [DONE]; whole, a 500. Nothing is left running either way.
+    for (const bool streamed : {true, false}) {
+        INFO("streamed " << streamed);
+        steps = 0;
+        fail_at = 6;
+        json body = three;
+        body["stream"] = streamed;
+        auto r = c.Post("/v1/completions", body.dump(), "application/json");
+        REQUIRE(r);
+        fail_at = -1;
+        if (!streamed) {
+            check_error(r, 500, "injected failure");
+        } else {
+            int errors = 0, after = 0;
+            bool done = false;
+            for (size_t at = 0; (at = r->body.find("data: ", at)) != std::string::npos;) {
+                const size_t end = r->body.find("\n\n", at);
+                const std::string d = r->body.substr(at + 6, end - at - 6);
+                at = end;
+                if (d == "[DONE]") {
+                    done = true;
+                    break;
+                }
+                const bool error = json::parse(d).contains("error");
+                if (errors > 0) ++after;
+                if (error) ++errors;
+            }
+            CHECK(errors == 1);
+            CHECK(after == 0);
+            CHECK(done);
+        }
+        CHECK(s.idle());
+    }
+
+    // A client that leaves mid-stream cancels every choice: the pool is whole again.
+    json body = three;
+    body["max_tokens"] = 200;
+    body["stream"] = true;
+    const int fd = raw_completion(s.server->port(), body.dump());
+    char buf[512];
+    CHECK(::recv(fd, buf, sizeof buf, 0) > 0);
+    ::close(fd);
+    CHECK(s.idle());
+    // Counted once, as a 499, when httplib lets the response go (on the connection's thread).
+    double gone = 0;
+    for (int i = 0; i < 100 && gone == 0; ++i) {
+        const auto m = parse_metrics(c.Get("/metrics")->body);
+        if (auto it = m.find("qforge_requests_total{code=\"499\"}"); it != m.end())
+            gone = it->second;
+        else
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(gone == 1);
 }
 
 TEST_CASE("serve HTTP: /tokenize and /detokenize in vLLM's and llama.cpp's shapes", "[serve]") {
