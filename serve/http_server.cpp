@@ -822,11 +822,26 @@ void HttpServer::Impl::routes() {
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
         res.set_content(metrics.render(sched.stats()), "text/plain; version=0.0.4; charset=utf-8");
     });
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        const json model = {
-            {"id", opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "qforge"}};
+    const json model = {
+        {"id", opts.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "qforge"}};
+    svr.Get("/v1/models", [this, model](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}),
                         "application/json");
+        metrics.response(200);
+    });
+    // The API's retrieve (client.models.retrieve(id)): the served model, or a 404 naming the id.
+    svr.Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& req,
+                                                httplib::Response& res) {
+        if (req.matches[1] != opts.model_name) {
+            const ApiError e(404,
+                             "the model '" + std::string(req.matches[1]) +
+                                 "' does not exist; this server serves '" + opts.model_name + "'",
+                             "model", "invalid_request_error", "model_not_found");
+            send_error(res, e);
+            metrics.response(404);
+            return;
+        }
+        res.set_content(dump(model), "application/json");
         metrics.response(200);
     });
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -418,6 +418,11 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     r = c.Get("/v1/models");
     REQUIRE(r);
     CHECK(json::parse(r->body)["data"][0]["id"] == "stories");
+    r = c.Get("/v1/models/stories");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(json::parse(r->body) == json::parse(c.Get("/v1/models")->body)["data"][0]);
+    check_error(c.Get("/v1/models/other/model"), 404, "'other/model' does not exist", "model");
     r = c.Get("/health");
     REQUIRE(r);
     CHECK(json::parse(r->body)["status"] == "ok");

@@ -9,7 +9,7 @@ completion streamed (the chunks must add up to the same text), one with presence
 penalties and one with logit biases (each against generate's with the same options), logprobs
 (whole and streamed) and a prompt's (echo), several prompts in one request (whole and streamed,
 each choice the request of its prompt alone), a seeded sampled completion twice (identical),
-/v1/models, a chat request (stories260K has no chat template: a 400 the client raises as
+/v1/models (listed and retrieved), a chat request (stories260K has no chat template: a 400 the client raises as
 BadRequestError), bad requests the client raises as errors, an API key the client must send, and
 chat through a template given to the server (`--chat-template`: whole, streamed and with logprobs)
 against `qforge generate --chat-template`. Exits 0 when every check passes, 1 with the failures
@@ -125,6 +125,13 @@ def main():
 
         models = client.models.list()
         check(len(models.data) == 1, "one model listed")
+        check(client.models.retrieve(models.data[0].id).id == models.data[0].id,
+              "the listed model retrieved by its id")
+        try:
+            client.models.retrieve("no-such-model")
+            check(False, "retrieving an unknown model must fail")
+        except openai.NotFoundError:
+            pass
 
         try:
             client.chat.completions.create(model="stories",
