@@ -191,9 +191,11 @@ Scheduler::SubmittedAll Scheduler::submit_all(std::vector<SequenceRequest> reque
     }
     {
         // All or none, one after another in the queue: admitted in order, never a part of them
-        // left waiting for room the others took.
+        // left waiting for room the others took. Taken whenever a single request would be (the
+        // queue not full), so a stream of single requests never starves them: the queue may then
+        // hold up to max_queue - 1 more than its bound (too_many bounds how many come at once).
         std::lock_guard lock(mutex_);
-        if (queue_.size() + seqs.size() > options_.max_queue) {
+        if (queue_.size() >= options_.max_queue) {
             out.refusal = Refusal::queue_full;
             out.why = std::to_string(queue_.size()) + " sequences are waiting already";
             return out;

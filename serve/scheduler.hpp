@@ -176,8 +176,9 @@ class Scheduler {
     Submitted submit(SequenceRequest request);
     // Several requests at once (an API request with several prompts), checked as submit's, then
     // queued together in order, all or none: refused as the first of them that submit would
-    // refuse (`refused`: its index), queue_full when the queue lacks room for all, too_many when
-    // there are several and more than max_queue (never).
+    // refuse (`refused`: its index), queue_full when the queue is full (as for one request: then
+    // all join even past the bound, by less than max_queue), too_many when there are several and
+    // more than max_queue (never).
     struct SubmittedAll {
         std::vector<std::shared_ptr<SequenceStream>> streams;  // one per request; empty: refused
         Refusal refusal = Refusal::none;

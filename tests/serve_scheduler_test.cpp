@@ -580,6 +580,19 @@ TEST_CASE("scheduler: admission waits for blocks, the queue bound refuses, cance
     CHECK(two.refusal == Scheduler::Refusal::queue_full);
     CHECK(two.streams.empty());
     CHECK(sched.stats().queued == 3);
+    {
+        // Where one request would be taken, several are, all of them, past the bound: a stream
+        // of single requests never starves them. Then the queue is full.
+        KvBlockPool other_pool(model.config(), 4);
+        Scheduler other(*backend, other_pool, {4, ctx, 3, 16});
+        REQUIRE(other.submit(request({1}, 1)).stream);
+        REQUIRE(other.submit(request({2}, 1)).stream);
+        auto three = other.submit_all({request({3}, 1), request({4}, 1), request({5}, 1)});
+        CHECK(three.refusal == Scheduler::Refusal::none);
+        CHECK(three.streams.size() == 3);
+        CHECK(other.stats().queued == 5);
+        CHECK(other.submit(request({6}, 1)).refusal == Scheduler::Refusal::queue_full);
+    }
     CHECK(sched.step());
     CHECK(sched.stats().running == 1);
     CHECK(sched.stats().queued == 2);  // b waits for blocks, c behind it (first come, first served)
