@@ -69,7 +69,8 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
                    "request body bytes at most (larger: 413)");
     app.add_option("--api-key", a->api_key,
-                   "require 'Authorization: Bearer KEY' on every /v1 request");
+                   "require 'Authorization: Bearer KEY' on every /v1 request and on /tokenize "
+                   "and /detokenize (/health and /metrics stay open)");
     add_input_option(app, "--chat-template", a->chat_template,
                      "a Jinja chat template file for /v1/chat/completions instead of the model's "
                      "(for a model whose files carry none; as generate's)");

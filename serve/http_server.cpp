@@ -20,6 +20,7 @@
 #include "serve/openai_request.hpp"
 #include "serve/text_stream.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/utf8.hpp"
 
 namespace qforge::serve {
 
@@ -387,11 +388,12 @@ struct HttpServer::Impl {
     // Each prompt's token ids (chat: the one conversation's), each checked to fit the context.
     std::vector<std::vector<int32_t>> tokenize(const CompletionRequest& r) const;
     // The messages through the chat template (the server's option, else the tokenizer's),
-    // encoded as generate encodes a rendered chat: without added special tokens.
+    // encoded (as generate encodes a rendered chat: without added special tokens, the template
+    // writes its own; /tokenize's add_special_tokens may add them).
     std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) const;
-    // POST /tokenize and /detokenize (vLLM's and llama.cpp's server's, outside /v1 as theirs:
-    // no API key, as neither asks one there).
+                                     bool add_generation_prompt, bool add_special) const;
+    // POST /tokenize and /detokenize (vLLM's and llama.cpp's server's, outside /v1 as theirs;
+    // with the API key when one is set, as llama.cpp's asks).
     void tokenize_route(const httplib::Request& req, httplib::Response& res);
     void detokenize_route(const httplib::Request& req, httplib::Response& res);
     void completion(const httplib::Request& req, httplib::Response& res, bool chat);
@@ -444,7 +446,7 @@ struct HttpServer::Impl {
 std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionRequest& r) const {
     std::vector<std::vector<int32_t>> out;
     if (r.chat) {
-        out.push_back(chat_tokens(r.messages, true));
+        out.push_back(chat_tokens(r.messages, true, false));
         if (out.back().empty()) throw ApiError(400, "the messages encode to no tokens", "messages");
         check_fits(out.back(), "messages");
         return out;
@@ -469,7 +471,8 @@ std::vector<std::vector<int32_t>> HttpServer::Impl::tokenize(const CompletionReq
 }
 
 std::vector<int32_t> HttpServer::Impl::chat_tokens(const std::vector<ChatMessage>& messages,
-                                                   bool add_generation_prompt) const {
+                                                   bool add_generation_prompt,
+                                                   bool add_special) const {
     const std::string& chat_template = this->chat_template();
     if (chat_template.empty())
         throw ApiError(400,
@@ -482,7 +485,7 @@ std::vector<int32_t> HttpServer::Impl::chat_tokens(const std::vector<ChatMessage
     if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
     if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
     try {
-        return tok.encode(render_chat_template(chat_template, in), false);
+        return tok.encode(render_chat_template(chat_template, in), add_special);
     } catch (const Error& e) {
         throw ApiError(400,
                        std::string("the chat template cannot render these messages: ") + e.what(),
@@ -493,14 +496,19 @@ std::vector<int32_t> HttpServer::Impl::chat_tokens(const std::vector<ChatMessage
 void HttpServer::Impl::tokenize_route(const httplib::Request& req, httplib::Response& res) {
     try {
         const TokenizeRequest r = parse_tokenize_request(req.body);
-        const std::vector<int32_t> ids = r.chat ? chat_tokens(r.messages, r.add_generation_prompt)
-                                                : tok.encode(r.text, r.add_special);
+        const std::vector<int32_t> ids =
+            r.chat ? chat_tokens(r.messages, r.add_generation_prompt, r.add_special)
+                   : tok.encode(r.text, r.add_special);
         json tokens = json::array();
         int32_t previous = -1;
         for (int32_t id : ids) {
-            if (r.with_pieces)
-                tokens.push_back({{"id", id}, {"piece", tok.decode_piece(previous, id)}});
-            else
+            if (r.with_pieces) {
+                // Part of a character (a byte token): its bytes, as llama.cpp's server gives them.
+                const std::string piece = tok.decode_piece(previous, id);
+                tokens.push_back(
+                    {{"id", id},
+                     {"piece", sanitize_utf8(piece) == piece ? json(piece) : bytes_of(piece)}});
+            } else
                 tokens.push_back(id);
             previous = id;
         }
@@ -520,7 +528,8 @@ void HttpServer::Impl::tokenize_route(const httplib::Request& req, httplib::Resp
 void HttpServer::Impl::detokenize_route(const httplib::Request& req, httplib::Response& res) {
     try {
         const std::vector<int32_t> ids = parse_detokenize_request(req.body);
-        for (int32_t id : ids) check_token(id, "tokens");
+        for (size_t i = 0; i < ids.size(); ++i)
+            check_token(ids[i], "tokens[" + std::to_string(i) + "]");
         const std::string text = tok.decode(ids);
         res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
     } catch (const ApiError& e) {
@@ -777,18 +786,36 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
 void HttpServer::Impl::routes() {
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (opts.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
-            return httplib::Server::HandlerResponse::Unhandled;
+        // Every /v1 route and the tokenizer's (as llama.cpp's server asks; vLLM's leaves those
+        // open): only /health and /metrics answer without the key.
+        const bool keyed =
+            req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+        if (opts.api_key.empty() || !keyed) return httplib::Server::HandlerResponse::Unhandled;
         const std::string h = req.get_header_value("Authorization");
         if (h.rfind("Bearer ", 0) == 0 &&
             token_matches(std::string_view(h).substr(7), opts.api_key))
             return httplib::Server::HandlerResponse::Unhandled;
         send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)",
                                  "", "authentication_error", "invalid_api_key"));
-        metrics.response(401);
-        log("POST " + req.path + " 401: no valid API key");
+        if (req.path.rfind("/v1/", 0) == 0) metrics.response(401);  // /metrics counts /v1's
+        log(req.method + " " + req.path + " 401: no valid API key");
         return httplib::Server::HandlerResponse::Handled;
     });
+    // Anything a handler throws past its own catches (nothing expected: out of memory, say) is a
+    // 500 with an error object, logged, its text kept out of the response's headers.
+    svr.set_exception_handler(
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "an unknown exception";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            send_error(res, ApiError(500, "internal server error", "", "server_error"));
+            if (req.path.rfind("/v1/", 0) == 0) metrics.response(500);
+            log(req.method + " " + req.path + " 500: " + what);
+        });
     // Statuses httplib sets itself (no route, body too large, unreadable request) get an
     // error object too.
     svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {

@@ -270,6 +270,15 @@ TokenizeRequest parse_tokenize_request(std::string_view text) {
         r.chat = true;
         if (const json* g = field(body, "add_generation_prompt"))
             r.add_generation_prompt = boolean(*g, "add_generation_prompt");
+        // vLLM's chat tokenization adds no special tokens unless told (the template writes them).
+        if (const json* a = field(body, "add_special_tokens"))
+            r.add_special = boolean(*a, "add_special_tokens");
+        // Its other chat fields change the rendering: refused, not ignored.
+        if (const json* c = field(body, "continue_final_message");
+            c && boolean(*c, "continue_final_message"))
+            bad("continue_final_message", "is not supported");
+        for (const char* name : {"chat_template", "tools", "documents"})
+            if (field(body, name)) bad(name, "is not supported");
     } else {
         r.text = prompt ? string(*prompt, "prompt") : string(*content, "content");
         // vLLM's add_special_tokens (true unless told), llama.cpp's server's add_special (false

@@ -80,8 +80,9 @@ inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)
 
 // POST /tokenize, in vLLM's shape ({"prompt", "add_special_tokens": true} or {"messages",
-// "add_generation_prompt": true}) or llama.cpp's server's ({"content", "add_special": false,
-// "with_pieces"}).
+// "add_generation_prompt": true, "add_special_tokens": false}; its chat_template, tools,
+// documents and continue_final_message refused) or llama.cpp's server's ({"content",
+// "add_special": false, "with_pieces"}).
 struct TokenizeRequest {
     std::string text;
     bool add_special = false;

@@ -854,6 +854,25 @@ TEST_CASE("serve HTTP: /tokenize and /detokenize in vLLM's and llama.cpp's shape
         joined += j["tokens"][i]["piece"].get<std::string>();
     }
     CHECK(joined == s.tok.decode(without));
+    // Characters split over byte tokens (stories260K's vocabulary has no "é" or emoji): a
+    // piece that is part of one comes as its bytes, as llama.cpp's server gives it; the pieces'
+    // bytes join into the decoded text.
+    const std::string accents = "caf\xc3\xa9 \xf0\x9f\x98\x80!";
+    const std::vector<int32_t> split = s.tok.encode(accents, false);
+    j = post("/tokenize", {{"content", accents}, {"with_pieces", true}});
+    REQUIRE(j["tokens"].size() == split.size());
+    std::string bytes;
+    int arrays = 0;
+    for (const json& t : j["tokens"]) {
+        if (t["piece"].is_array()) {
+            ++arrays;
+            for (const json& b : t["piece"]) bytes += static_cast<char>(b.get<int>());
+        } else {
+            bytes += t["piece"].get<std::string>();
+        }
+    }
+    CHECK(arrays > 0);
+    CHECK(bytes == s.tok.decode(split));
 
     // Messages: the chat template's rendering, as many tokens as a chat completion's prompt.
     const json messages = {{{"role", "user"}, {"content", "Tell a story."}}};
@@ -865,6 +884,9 @@ TEST_CASE("serve HTTP: /tokenize and /detokenize in vLLM's and llama.cpp's shape
                    {{"messages", messages}, {"add_generation_prompt", generation}})["tokens"] ==
               s.tok.encode(render_chat_template(kTemplate, in), false));
     }
+    in.add_generation_prompt = true;
+    CHECK(post("/tokenize", {{"messages", messages}, {"add_special_tokens", true}})["tokens"] ==
+          s.tok.encode(render_chat_template(kTemplate, in), true));
     const json chat = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 2}});
     CHECK(chat["usage"]["prompt_tokens"] == post("/tokenize", {{"messages", messages}})["count"]);
 
@@ -887,8 +909,14 @@ TEST_CASE("serve HTTP: /tokenize and /detokenize in vLLM's and llama.cpp's shape
     check_error(raw("/detokenize", "{}"), 400, "is required", "tokens");
     check_error(raw("/detokenize", R"({"tokens": "1 2"})"), 400, "array", "tokens");
     check_error(raw("/detokenize", R"({"tokens": [1, -1]})"), 400, "0 .. ", "tokens[1]");
-    check_error(raw("/detokenize", R"({"tokens": [99999]})"), 400, "outside the vocabulary",
-                "tokens");
+    check_error(raw("/detokenize", R"({"tokens": [1, 99999]})"), 400, "outside the vocabulary",
+                "tokens[1]");
+    check_error(raw("/tokenize", R"({"messages": [{"role": "user", "content": "a"}],
+                                    "continue_final_message": true})"),
+                400, "not supported", "continue_final_message");
+    check_error(raw("/tokenize", R"({"messages": [{"role": "user", "content": "a"}],
+                                    "chat_template": "{{ x }}"})"),
+                400, "not supported", "chat_template");
     CHECK(s.idle());
 }
 
@@ -1067,8 +1095,15 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
     httplib::Headers wrong = {{"Authorization", "Bearer nope"}};
     check_error(c.Post("/v1/completions", wrong, body, "application/json"), 401, "API key");
     CHECK(c.Get("/health")->status == 200);  // health needs no key
+    // The tokenizer's routes need it too (as llama.cpp's server asks).
+    for (const char* path : {"/tokenize", "/detokenize"})
+        check_error(c.Post(path, R"({"tokens": [1], "content": "a"})", "application/json"), 401,
+                    "API key");
 
     httplib::Headers auth = {{"Authorization", "Bearer k3y"}};
+    auto tokenized = c.Post("/tokenize", auth, R"({"content": "a"})", "application/json");
+    REQUIRE(tokenized);
+    CHECK(tokenized->status == 200);
     json usage;
     std::thread first([&] {
         auto c1 = s.client();
