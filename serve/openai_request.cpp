@@ -359,14 +359,19 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         if (s->is_string()) {
             r.stop.push_back(s->get<std::string>());
         } else if (s->is_array()) {
-            if (s->size() > 4) bad("stop", "holds at most 4 strings");
+            if (s->size() > static_cast<size_t>(kMaxStops))
+                bad("stop", "holds at most " + std::to_string(kMaxStops) + " strings");
             for (size_t i = 0; i < s->size(); ++i)
                 r.stop.push_back(string((*s)[i], "stop[" + std::to_string(i) + "]"));
         } else {
             bad("stop", "must be a string or an array of strings");
         }
-        for (const auto& x : r.stop)
+        for (const auto& x : r.stop) {
             if (x.empty()) bad("stop", "must not hold an empty string");
+            if (x.size() > static_cast<size_t>(kMaxStopBytes))
+                bad("stop", "holds a string of " + std::to_string(x.size()) + " bytes; at most " +
+                                std::to_string(kMaxStopBytes));
+        }
     }
     parse_logprobs(body, r);
     if (const json* e = field(body, "ignore_eos")) r.ignore_eos = boolean(*e, "ignore_eos");

@@ -59,7 +59,7 @@ struct CompletionRequest {
     float frequency_penalty = 0.0f;
     std::vector<std::pair<int32_t, float>> logit_bias;  // ids not yet checked against the vocab
     std::optional<uint64_t> seed;
-    std::vector<std::string> stop;  // at most 4, none empty
+    std::vector<std::string> stop;  // at most kMaxStops, none empty or past kMaxStopBytes
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
     // Set: each token's log-probability and this many most likely alternatives (at most
@@ -77,6 +77,10 @@ struct CompletionRequest {
 };
 
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
+// Stop strings: the API's reference takes 4; vLLM takes any number, and evaluation harnesses
+// send more (lm-eval's HumanEval five). Each is matched against the held text every token.
+inline constexpr int64_t kMaxStops = 16;
+inline constexpr int64_t kMaxStopBytes = 256;
 inline constexpr int64_t kMaxLogprobs = 20;  // vLLM's default bound (the API's: 5 and 20)
 
 // POST /tokenize, in vLLM's shape ({"prompt", "add_special_tokens": true} or {"messages",

@@ -21,6 +21,15 @@ size_t utf8_complete_prefix(std::string_view s) {
 
 TextStream::TextStream(std::vector<std::string> stops) : stops_(std::move(stops)) {
     std::erase_if(stops_, [](const std::string& s) { return s.empty(); });  // would match at once
+    for (const std::string& s : stops_) {
+        std::vector<size_t> b(s.size(), 0);
+        for (size_t j = 1, k = 0; j < s.size(); ++j) {
+            while (k > 0 && s[j] != s[k]) k = b[k - 1];
+            if (s[j] == s[k]) ++k;
+            b[j] = k;
+        }
+        border_.push_back(std::move(b));
+    }
 }
 
 std::string TextStream::add(std::string_view piece) {
@@ -37,14 +46,22 @@ std::string TextStream::add(std::string_view piece) {
         return out;
     }
     // Hold back the longest tail that is the start of some stop string (shorter than it: a whole
-    // one would have been found above).
+    // one would have been found above): per stop string, its matcher run over the held text's
+    // last |s| - 1 bytes ends in the length of the longest start of s they end with. Linear in
+    // |s| (trying each length in turn was quadratic: a long stop string held a thread per token).
     size_t keep = 0;
-    for (const auto& s : stops_)
-        for (size_t k = std::min(held_.size(), s.size() - 1); k > keep; --k)
-            if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
-                keep = k;
-                break;
-            }
+    for (size_t i = 0; i < stops_.size(); ++i) {
+        const std::string& s = stops_[i];
+        const std::vector<size_t>& b = border_[i];
+        size_t q = 0;  // bytes of s matched so far, always fewer than all of them
+        for (size_t at = held_.size() - std::min(held_.size(), s.size() - 1); at < held_.size();
+             ++at) {
+            while (q > 0 && held_[at] != s[q]) q = b[q - 1];
+            if (held_[at] == s[q]) ++q;
+            if (q == s.size()) q = b[q - 1];  // not reachable: no whole one is held
+        }
+        keep = std::max(keep, q);
+    }
     size_t release = utf8_complete_prefix(std::string_view(held_).substr(0, held_.size() - keep));
     std::string out = held_.substr(0, release);
     held_.erase(0, release);

@@ -22,6 +22,9 @@ class TextStream {
 
   private:
     std::vector<std::string> stops_;
+    // Per stop string, its prefix function (KMP's): border_[i][j] is the length of the longest
+    // proper prefix of stops_[i] that ends its first j + 1 bytes.
+    std::vector<std::vector<size_t>> border_;
     std::string held_;
     bool stopped_ = false;
 };

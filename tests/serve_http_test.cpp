@@ -1014,8 +1014,17 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 400, "must be a number", "frequency_penalty");
     check_error(post(C, R"({"prompt": "hi", "stream": "yes"})"), 400, "boolean", "stream");
     check_error(post(C, R"({"prompt": "hi", "stop": 5})"), 400, "strings", "stop");
-    check_error(post(C, R"({"prompt": "hi", "stop": ["a","b","c","d","e"]})"), 400, "at most 4",
-                "stop");
+    check_error(post(C, json{{"prompt", "hi"}, {"stop", std::vector<std::string>(17, "a")}}.dump()),
+                400, "at most 16", "stop");
+    check_error(post(C, json{{"prompt", "hi"}, {"stop", {"a", std::string(257, 'x')}}}.dump()), 400,
+                "at most 256", "stop");
+    {
+        // Five (as lm-eval's HumanEval sends; the API's reference takes four) are served.
+        auto five = post(C, R"({"prompt": "hi", "max_tokens": 2,
+                                "stop": ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]})");
+        REQUIRE(five);
+        CHECK(five->status == 200);
+    }
     check_error(post(C, R"({"prompt": "hi", "seed": "x"})"), 400, "integer", "seed");
     check_error(post(Chat, R"({"messages": "hi"})"), 400, "non-empty array", "messages");
     check_error(post(Chat, R"({"messages": [{"role": "king", "content": "hi"}]})"), 400,
