@@ -37,7 +37,7 @@ bool is_loopback(const std::string& host) {
 
 Runner register_serve(CLI::App& app, CommonOptions& common) {
     struct Args {
-        std::string model, host = "127.0.0.1", api_key, chat_template;
+        std::string model, host = "127.0.0.1", api_key, chat_template, served_name;
         int port = 8080;
         uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
         uint64_t prefix_caches = 16;
@@ -68,6 +68,9 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                    "seconds a client may stall while sending its request");
     add_int_option(app, "--max-body", a->max_body, 1024, uint64_t{1} << 30,
                    "request body bytes at most (larger: 413)");
+    app.add_option("--served-model-name,--alias", a->served_name,
+                   "the model's id in /v1/models and in responses (vLLM's --served-model-name, "
+                   "llama.cpp's --alias; default: the model file's name without its extension)");
     app.add_option("--api-key", a->api_key,
                    "require 'Authorization: Bearer KEY' on every /v1 request and on /tokenize "
                    "and /detokenize (/health and /metrics stay open)");
@@ -135,7 +138,8 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
         so.port = a->port;
         so.api_key = a->api_key;
         if (!a->chat_template.empty()) so.chat_template = read_text_file(a->chat_template);
-        so.model_name = std::filesystem::path(a->model).stem().string();
+        so.model_name = a->served_name.empty() ? std::filesystem::path(a->model).stem().string()
+                                               : a->served_name;
         so.ctx = a->ctx;
         so.read_timeout_s = a->read_timeout;
         so.max_body = a->max_body;

@@ -9,10 +9,11 @@ completion streamed (the chunks must add up to the same text), one with presence
 penalties and one with logit biases (each against generate's with the same options), logprobs
 (whole and streamed) and a prompt's (echo), several prompts in one request (whole and streamed,
 each choice the request of its prompt alone), a seeded sampled completion twice (identical),
-/v1/models (listed and retrieved), a chat request (stories260K has no chat template: a 400 the client raises as
-BadRequestError), bad requests the client raises as errors, an API key the client must send, and
-chat through a template given to the server (`--chat-template`: whole, streamed and with logprobs)
-against `qforge generate --chat-template`. Exits 0 when every check passes, 1 with the failures
+/v1/models (listed and retrieved), a chat request (stories260K has no chat template: a 400 the
+client raises as BadRequestError), bad requests the client raises as errors, an API key the
+client must send, and chat through a template given to the server (`--chat-template`, under
+`--served-model-name`: whole, streamed and with logprobs) against `qforge generate
+--chat-template`. Exits 0 when every check passes, 1 with the failures
 listed otherwise.
 """
 import os
@@ -180,13 +181,19 @@ def main():
         reply = subprocess.run([qforge, "generate", model, "--chat-template", template, "-q",
                                 "--greedy", "-n", "12", "-t", "2", "-p", "Tell a story."],
                                capture_output=True, text=True, check=True).stdout[:-1]
-        proc, port = start(qforge, model, "--chat-template", template)
+        proc, port = start(qforge, model, "--chat-template", template, "--served-model-name",
+                           "org/stories-chat")
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
                                    max_retries=0, timeout=60)
-            kw = dict(model="stories", messages=[{"role": "user", "content": "Tell a story."}],
+            kw = dict(model="org/stories-chat",
+                      messages=[{"role": "user", "content": "Tell a story."}],
                       max_tokens=12, temperature=0)
+            check([m.id for m in client.models.list().data] == ["org/stories-chat"]
+                  and client.models.retrieve("org/stories-chat").id == "org/stories-chat",
+                  "--served-model-name is the listed and retrieved id")
             r = client.chat.completions.create(logprobs=True, top_logprobs=2, **kw)
+            check(r.model == "org/stories-chat", f"the response's model {r.model!r}")
             text = r.choices[0].message.content
             check(text == reply, f"chat {text!r} != generate --chat-template {reply!r}")
             content = r.choices[0].logprobs.content
