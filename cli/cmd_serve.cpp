@@ -38,6 +38,7 @@ bool is_loopback(const std::string& host) {
 Runner register_serve(CLI::App& app, CommonOptions& common) {
     struct Args {
         std::string model, host = "127.0.0.1", api_key, chat_template, served_name;
+        std::vector<std::string> allowed_origins;
         int port = 8080;
         uint64_t max_seqs = 16, ctx = 4096, kv_blocks = 0, max_queue = 64, prefill_chunk = 64;
         uint64_t prefix_caches = 16;
@@ -71,6 +72,10 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
     app.add_option("--served-model-name,--alias", a->served_name,
                    "the model's id in /v1/models and in responses (vLLM's --served-model-name, "
                    "llama.cpp's --alias; default: the model file's name without its extension)");
+    app.add_option("--allowed-origins", a->allowed_origins,
+                   "origins (scheme://host[:port], or * for any) whose web pages may call the API "
+                   "from a browser (CORS; default none)")
+        ->delimiter(',');
     app.add_option("--api-key", a->api_key,
                    "require 'Authorization: Bearer KEY' on every /v1 request and on /tokenize "
                    "and /detokenize (/health and /metrics stay open)");
@@ -142,6 +147,7 @@ Runner register_serve(CLI::App& app, CommonOptions& common) {
                                                : a->served_name;
         so.ctx = a->ctx;
         so.read_timeout_s = a->read_timeout;
+        so.allowed_origins = a->allowed_origins;
         so.max_body = a->max_body;
         so.threads = static_cast<int>(a->max_seqs + a->max_queue + 8);
         so.log = [](std::string_view line) {

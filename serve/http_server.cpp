@@ -368,6 +368,8 @@ struct HttpServer::Impl {
         if (opts.log) opts.log(line);
     }
     void routes();
+    // The request's Origin when ServerOptions::allowed_origins allows it, else "".
+    std::string allowed_origin(const httplib::Request& req) const;
     // A seed for a request that gives none.
     uint64_t fresh_seed() {
         std::lock_guard lock(entropy_mutex);
@@ -784,13 +786,45 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         });
 }
 
+std::string HttpServer::Impl::allowed_origin(const httplib::Request& req) const {
+    const std::string origin = req.get_header_value("Origin");
+    if (origin.empty()) return {};
+    for (const std::string& o : opts.allowed_origins)
+        if (o == "*" || o == origin) return origin;
+    return {};
+}
+
 void HttpServer::Impl::routes() {
+    // CORS: an allowed origin's answers say so (every response, errors included: a browser hides
+    // a response without it from the page); its preflights are answered before the API key is
+    // asked (a browser sends none with them).
+    svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (const std::string origin = allowed_origin(req); !origin.empty()) {
+            res.set_header("Access-Control-Allow-Origin", origin);
+            res.set_header("Vary", "Origin");
+        }
+    });
+    svr.Options(R"(/.*)", [this](const httplib::Request& req, httplib::Response& res) {
+        if (allowed_origin(req).empty()) {
+            res.status = 403;
+            send_error(res, ApiError(403,
+                                     "this origin may not call the API (serve "
+                                     "--allowed-origins)",
+                                     "", "permission_error"));
+            return;
+        }
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+    });
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         // Every /v1 route and the tokenizer's (as llama.cpp's server asks; vLLM's leaves those
         // open): only /health and /metrics answer without the key.
         const bool keyed =
             req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-        if (opts.api_key.empty() || !keyed) return httplib::Server::HandlerResponse::Unhandled;
+        if (opts.api_key.empty() || !keyed || req.method == "OPTIONS")
+            return httplib::Server::HandlerResponse::Unhandled;
         const std::string h = req.get_header_value("Authorization");
         if (h.rfind("Bearer ", 0) == 0 &&
             token_matches(std::string_view(h).substr(7), opts.api_key))

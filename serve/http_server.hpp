@@ -1,6 +1,8 @@
 // The OpenAI-compatible HTTP API of `qforge serve`, on cpp-httplib:
 //   POST /v1/completions, /v1/chat/completions   (JSON, or server-sent events with "stream")
-//   GET  /v1/models, /health
+//   GET  /v1/models, /v1/models/{id}, /health, /metrics
+//   POST /tokenize, /detokenize
+//   OPTIONS (CORS preflight) for the origins ServerOptions::allowed_origins names
 // Requests are checked (serve/openai_request.hpp), tokenized (chat: the model's chat template),
 // and submitted to the scheduler; each HTTP worker thread then waits on its request's stream.
 // Every failure is an OpenAI-style error object with its status: 400 bad request, 401 missing or
@@ -18,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "serve/scheduler.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -26,8 +29,9 @@ namespace qforge::serve {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;         // 0: any free port (HttpServer::port() says which)
-    std::string api_key;     // non-empty: every /v1 request needs "Authorization: Bearer KEY"
+    int port = 8080;  // 0: any free port (HttpServer::port() says which)
+    std::string
+        api_key;  // non-empty: /v1 and the tokenizer's routes need "Authorization: Bearer KEY"
     std::string model_name;  // /v1/models' id and the responses' "model"
     // Chat requests' template instead of the tokenizer's (`serve --chat-template`); their stop
     // ids then add the turn ends it writes (chat_stop_ids, as `generate --chat-template`).
@@ -37,6 +41,11 @@ struct ServerOptions {
     int read_timeout_s = 10;      // a client silent this long while sending is cut off
     int write_timeout_s = 30;
     int threads = 32;  // HTTP worker threads (each waiting request holds one)
+    // Web pages from these origins may call the API from a browser (CORS: their requests get
+    // Access-Control-Allow-Origin, their preflights an answer); "*" any origin. Empty: none
+    // (a browser then refuses other origins' pages the answers, the default: a page a user
+    // visits cannot drive a model on their loopback).
+    std::vector<std::string> allowed_origins;
     std::function<void(std::string_view)> log;
 };
 

@@ -1159,6 +1159,80 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
           Approx(1.0 - static_cast<double>(st.free_blocks) / static_cast<double>(st.total_blocks)));
 }
 
+TEST_CASE("serve HTTP: CORS for the allowed origins only, preflights before the API key",
+          "[serve]") {
+    QF_REQUIRE_SHARED_DATA(data);
+    test::ScratchDir dir("serve-http-cors");
+    const std::string ui = "http://ui.example:3000";
+    serve::ServerOptions o;
+    o.api_key = "k3y";
+    o.allowed_origins = {ui};
+    TestServer s(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, o);
+    auto c = s.client();
+    const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+    const httplib::Headers from_ui = {{"Origin", ui}, {"Authorization", "Bearer k3y"}};
+    const httplib::Headers from_other = {{"Origin", "http://evil.example"},
+                                         {"Authorization", "Bearer k3y"}};
+
+    // The preflight: answered without the key (a browser sends none), for the allowed origin.
+    auto r = c.Options("/v1/chat/completions",
+                       {{"Origin", ui},
+                        {"Access-Control-Request-Method", "POST"},
+                        {"Access-Control-Request-Headers", "authorization, content-type"}});
+    REQUIRE(r);
+    CHECK(r->status == 204);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == ui);
+    CHECK_THAT(r->get_header_value("Access-Control-Allow-Headers"),
+               Catch::Contains("Authorization") && Catch::Contains("Content-Type"));
+    CHECK_THAT(r->get_header_value("Access-Control-Allow-Methods"), Catch::Contains("POST"));
+    r = c.Options("/v1/chat/completions", {{"Origin", "http://evil.example"}});
+    REQUIRE(r);
+    CHECK(r->status == 403);
+    CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
+
+    // Answers to the allowed origin say so, errors too; another origin's do not (its page cannot
+    // read them); the key is still asked.
+    r = c.Post("/v1/completions", from_ui, body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == ui);
+    r = c.Post("/v1/completions", from_ui, R"({"prompt": 5})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == ui);
+    r = c.Post("/v1/completions", {{"Origin", ui}}, body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 401);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == ui);
+    r = c.Post("/v1/completions", from_other, body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
+    json streamed = json::parse(body);
+    streamed["stream"] = true;
+    r = c.Post("/v1/completions", from_ui, streamed.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == ui);
+    CHECK(s.idle());
+
+    // "*": any origin; none given (the default): no page of another origin is let in.
+    serve::ServerOptions any;
+    any.allowed_origins = {"*"};
+    TestServer open_server(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, any);
+    r = open_server.client().Post("/v1/completions", {{"Origin", "http://a.example"}}, body,
+                                  "application/json");
+    REQUIRE(r);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == "http://a.example");
+    TestServer closed(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, {});
+    r = closed.client().Post("/v1/completions", {{"Origin", ui}}, body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
+    r = closed.client().Options("/v1/completions", {{"Origin", ui}});
+    REQUIRE(r);
+    CHECK(r->status == 403);
+}
+
 TEST_CASE("serve HTTP: a non-streaming client that disconnects frees its sequence at once",
           "[serve]") {
     QF_REQUIRE_SHARED_DATA(data);
