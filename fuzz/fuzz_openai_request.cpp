@@ -62,9 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
         } catch (const ApiError& e) {  // the refusal the server answers with a 4xx
             require(e.status() >= 400 && e.status() < 500, "an ApiError's status is a 4xx");
-            volatile size_t sink = e.body().dump(-1, ' ', false,
-                                                 nlohmann::json::error_handler_t::replace)
-                                       .size();
+            volatile size_t sink =
+                e.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
             (void)sink;
             if (fuzz::verbose()) std::fprintf(stderr, "qforge-fuzz: refused: %s\n", e.what());
         }

@@ -387,6 +387,8 @@ struct HttpServer::Impl {
                                " tokens; the context holds " + std::to_string(opts.ctx),
                            param, "invalid_request_error", "context_length_exceeded");
     }
+    // The request's options as each of its sequences takes them (all but the prompt and seed).
+    SequenceRequest sequence_request(const CompletionRequest& r) const;
     // Each prompt's token ids (chat: the one conversation's), each checked to fit the context.
     std::vector<std::vector<int32_t>> tokenize(const CompletionRequest& r) const;
     // The messages through the chat template (the server's option, else the tokenizer's),
@@ -540,6 +542,26 @@ void HttpServer::Impl::detokenize_route(const httplib::Request& req, httplib::Re
     }
 }
 
+SequenceRequest HttpServer::Impl::sequence_request(const CompletionRequest& r) const {
+    SequenceRequest sr;
+    for (const auto& [token, bias] : r.logit_bias) check_token(token, "logit_bias");
+    sr.sampling = {r.temperature,       r.top_k,      r.top_p, 0, r.presence_penalty,
+                   r.frequency_penalty, r.logit_bias, r.min_p};
+    sr.max_tokens = std::min(opts.ctx, r.max_tokens.value_or(r.chat ? kChatDefaultMaxTokens
+                                                                    : kCompletionDefaultMaxTokens));
+    if (!r.ignore_eos)
+        sr.stop_ids = r.chat && !opts.chat_template.empty() ? chat_stop_ids(tok, opts.chat_template)
+                                                            : tok.stop_ids();
+    for (int32_t stop : r.stop_token_ids) {
+        check_token(stop, "stop_token_ids");
+        sr.stop_ids.push_back(stop);
+    }
+    sr.token_count = tok.vocab_size();
+    sr.logprobs = r.logprobs;
+    sr.prompt_logprobs = r.echo && r.logprobs;
+    return sr;
+}
+
 json HttpServer::Impl::chunk(const std::string& id, bool chat, const std::string& text,
                              const char* finish_reason, bool first, json logprobs,
                              size_t index) const {
@@ -572,27 +594,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     try {
         const CompletionRequest r = parse_completion_request(req.body, chat, opts.ctx);
         const std::vector<std::vector<int32_t>> prompts = tokenize(r);
-        SequenceRequest sr;
-        for (const auto& [token, bias] : r.logit_bias) check_token(token, "logit_bias");
-        sr.sampling = {r.temperature,       r.top_k,      r.top_p, 0, r.presence_penalty,
-                       r.frequency_penalty, r.logit_bias, r.min_p};
-        sr.max_tokens = std::min(
-            opts.ctx,
-            r.max_tokens.value_or(chat ? kChatDefaultMaxTokens : kCompletionDefaultMaxTokens));
-        if (!r.ignore_eos)
-            sr.stop_ids = chat && !opts.chat_template.empty()
-                              ? chat_stop_ids(tok, opts.chat_template)
-                              : tok.stop_ids();
-        for (int32_t stop : r.stop_token_ids) {
-            check_token(stop, "stop_token_ids");
-            sr.stop_ids.push_back(stop);
-        }
-        sr.token_count = tok.vocab_size();
-        sr.logprobs = r.logprobs;
-        sr.prompt_logprobs = r.echo && r.logprobs;
+        const SequenceRequest sr = sequence_request(r);
         Scheduler::SubmittedAll sub;
-        if (sr.max_tokens == 0 &&
-            !sr.prompt_logprobs) {  // echo of the prompts alone: nothing to run
+        // Echo of the prompts alone: nothing to run.
+        if (sr.max_tokens == 0 && !sr.prompt_logprobs) {
             for (size_t i = 0; i < prompts.size(); ++i)
                 sub.streams.push_back(SequenceStream::ended());
         } else {
