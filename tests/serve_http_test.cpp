@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "convert/convert.hpp"
 #include "runtime/generate.hpp"
 #include "runtime/thread_pool.hpp"
 #include "serve/http_server.hpp"
@@ -211,6 +212,18 @@ void check_error(const httplib::Result& r, int status, const std::string& fragme
     CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains(fragment));
     CHECK(j["error"]["type"].is_string());
     if (!param.empty()) CHECK(j["error"]["param"] == param);
+}
+
+// A model for the tests any model serves: stories260K when ../shared is there, else the tiny
+// byte-level Qwen3 of tests/data/hf_models (random weights, context 128), so that the CI, which
+// has no ../shared, runs them too (under the sanitizers).
+std::filesystem::path any_model(const test::ScratchDir& dir) {
+    if (auto data = test::shared_data_dir()) return test::convert_stories(*data, "hf", dir);
+    ConvertOptions o;
+    o.input = test::fixture("hf_models/qwen3_qknorm_window");
+    o.output = (dir / "qwen3-tiny.qf").string();
+    if (!std::filesystem::exists(o.output)) convert_checkpoint(o);
+    return o.output;
 }
 
 }  // namespace
@@ -751,14 +764,12 @@ TEST_CASE("serve HTTP: several prompts in one completions request, one choice ea
 }
 
 TEST_CASE("serve HTTP: several prompts when a step fails or the client leaves", "[serve]") {
-    QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("serve-http-prompts-fail");
     std::atomic<int> steps{0}, fail_at{-1};
-    TestServer s(test::convert_stories(data, "hf", dir), {4, 256, 16, 16}, {}, true,
-                 [&](std::span<const BatchSequence>) {
-                     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-                     if (++steps == fail_at.load()) throw std::runtime_error("injected failure");
-                 });
+    TestServer s(any_model(dir), {4, 128, 16, 16}, {}, true, [&](std::span<const BatchSequence>) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (++steps == fail_at.load()) throw std::runtime_error("injected failure");
+    });
     auto c = s.client();
     const json three = {{"prompt", {"Once upon a time", "The little dog", "Tom and"}},
                         {"max_tokens", 60},
@@ -801,7 +812,7 @@ TEST_CASE("serve HTTP: several prompts when a step fails or the client leaves", 
 
     // A client that leaves mid-stream cancels every choice: the pool is whole again.
     json body = three;
-    body["max_tokens"] = 200;
+    body["max_tokens"] = 100;
     body["stream"] = true;
     const int fd = raw_completion(s.server->port(), body.dump());
     char buf[512];
@@ -1161,13 +1172,13 @@ TEST_CASE("serve HTTP: API key in constant time, 429 with Retry-After past the q
 
 TEST_CASE("serve HTTP: CORS for the allowed origins only, preflights before the API key",
           "[serve]") {
-    QF_REQUIRE_SHARED_DATA(data);
     test::ScratchDir dir("serve-http-cors");
+    const auto model = any_model(dir);
     const std::string ui = "http://ui.example:3000";
     serve::ServerOptions o;
     o.api_key = "k3y";
     o.allowed_origins = {ui};
-    TestServer s(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, o);
+    TestServer s(model, {2, 64, 8, 16}, o);
     auto c = s.client();
     const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
     const httplib::Headers from_ui = {{"Origin", ui}, {"Authorization", "Bearer k3y"}};
@@ -1218,12 +1229,12 @@ TEST_CASE("serve HTTP: CORS for the allowed origins only, preflights before the 
     // "*": any origin; none given (the default): no page of another origin is let in.
     serve::ServerOptions any;
     any.allowed_origins = {"*"};
-    TestServer open_server(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, any);
+    TestServer open_server(model, {2, 64, 8, 16}, any);
     r = open_server.client().Post("/v1/completions", {{"Origin", "http://a.example"}}, body,
                                   "application/json");
     REQUIRE(r);
     CHECK(r->get_header_value("Access-Control-Allow-Origin") == "http://a.example");
-    TestServer closed(test::convert_stories(data, "hf", dir), {2, 64, 8, 16}, {});
+    TestServer closed(model, {2, 64, 8, 16}, {});
     r = closed.client().Post("/v1/completions", {{"Origin", ui}}, body, "application/json");
     REQUIRE(r);
     CHECK(r->status == 200);
