@@ -368,6 +368,13 @@ struct HttpServer::Impl {
         if (opts.log) opts.log(line);
     }
     void routes();
+    // Answers `e` (its status and error object) and logs it after `where`; `counted`: a /v1
+    // route's, in /metrics.
+    void refuse(httplib::Response& res, const std::string& where, const ApiError& e, bool counted) {
+        send_error(res, e);
+        if (counted) metrics.response(e.status());
+        log(where + " " + std::to_string(e.status()) + ": " + e.what());
+    }
     // The request's Origin when ServerOptions::allowed_origins allows it, else "".
     std::string allowed_origin(const httplib::Request& req) const;
     // A seed for a request that gives none.
@@ -521,11 +528,9 @@ void HttpServer::Impl::tokenize_route(const httplib::Request& req, httplib::Resp
                               {"max_model_len", opts.ctx}}),
                         "application/json");
     } catch (const ApiError& e) {
-        send_error(res, e);
-        log("POST " + req.path + " " + std::to_string(e.status()) + ": " + e.what());
+        refuse(res, "POST " + req.path, e, false);
     } catch (const Error& e) {  // the tokenizer on hostile text
-        send_error(res, ApiError(400, e.what()));
-        log("POST " + req.path + " 400: " + e.what());
+        refuse(res, "POST " + req.path, ApiError(400, e.what()), false);
     }
 }
 
@@ -537,8 +542,7 @@ void HttpServer::Impl::detokenize_route(const httplib::Request& req, httplib::Re
         const std::string text = tok.decode(ids);
         res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
     } catch (const ApiError& e) {
-        send_error(res, e);
-        log("POST " + req.path + " " + std::to_string(e.status()) + ": " + e.what());
+        refuse(res, "POST " + req.path, e, false);
     }
 }
 
@@ -638,15 +642,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         stream = r.stream;
         include_usage = r.include_usage;
     } catch (const ApiError& e) {
-        send_error(res, e);
-        metrics.response(e.status());
-        log(where + " " + std::to_string(e.status()) + ": " + e.what());
-        return;
+        return refuse(res, where, e, true);
     } catch (const Error& e) {  // the tokenizer on hostile text; nothing else is expected here
-        send_error(res, ApiError(400, e.what()));
-        metrics.response(400);
-        log(where + " 400: " + e.what());
-        return;
+        return refuse(res, where, ApiError(400, e.what()), true);
     }
 
     auto done_line = [this, where](Answer& a) {

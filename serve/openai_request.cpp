@@ -85,10 +85,16 @@ std::string message_content(const json& v, const std::string& param) {
     return text;
 }
 
-// One prompt's token ids: a non-empty array of integers (`param` names it in errors).
-std::vector<int32_t> prompt_ids(const json& v, const std::string& param) {
-    if (!v.is_array() || v.empty())
-        bad(param, "must be a non-empty array of token ids, found " + describe_json(v));
+// Token ids: an array of integers in int32 range (`param` names it in errors), non-empty and at
+// most `max` long when told.
+std::vector<int32_t> token_ids(const json& v, const std::string& param, bool non_empty,
+                               size_t max = std::numeric_limits<size_t>::max()) {
+    if (!v.is_array() || (non_empty && v.empty()) || v.size() > max)
+        bad(param,
+            std::string("must be a ") + (non_empty ? "non-empty " : "") + "array of " +
+                (max < std::numeric_limits<size_t>::max() ? "at most " + std::to_string(max) + " "
+                                                          : "") +
+                "token ids, found " + describe_json(v));
     std::vector<int32_t> ids;
     for (size_t i = 0; i < v.size(); ++i)
         ids.push_back(static_cast<int32_t>(integer(v[i], param + "[" + std::to_string(i) + "]", 0,
@@ -110,7 +116,7 @@ void parse_prompt(const json& body, CompletionRequest& r) {
         "token ids";
     if (!p->is_array() || p->empty()) bad("prompt", kShapes);
     if ((*p)[0].is_number()) {  // one prompt's ids
-        r.prompts.push_back({{}, prompt_ids(*p, "prompt")});
+        r.prompts.push_back({{}, token_ids(*p, "prompt", true)});
         return;
     }
     if (p->size() > static_cast<size_t>(kMaxPrompts))
@@ -126,7 +132,7 @@ void parse_prompt(const json& body, CompletionRequest& r) {
                     "must be a string (as the prompts before it), found " + describe_json((*p)[i]));
             r.prompts.push_back({(*p)[i].get<std::string>(), std::nullopt});
         } else {
-            r.prompts.push_back({{}, prompt_ids((*p)[i], param)});
+            r.prompts.push_back({{}, token_ids((*p)[i], param, true)});
         }
     }
 }
@@ -295,12 +301,7 @@ std::vector<int32_t> parse_detokenize_request(std::string_view text) {
     const json body = parse_body(text);
     const json* t = field(body, "tokens");
     if (!t) bad("tokens", "is required");
-    if (!t->is_array()) bad("tokens", "must be an array of token ids, found " + describe_json(*t));
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < t->size(); ++i)
-        ids.push_back(static_cast<int32_t>(integer((*t)[i], "tokens[" + std::to_string(i) + "]", 0,
-                                                   std::numeric_limits<int32_t>::max())));
-    return ids;
+    return token_ids(*t, "tokens", false);
 }
 
 CompletionRequest parse_completion_request(std::string_view text, bool chat,
@@ -375,14 +376,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     parse_logprobs(body, r);
     if (const json* e = field(body, "ignore_eos")) r.ignore_eos = boolean(*e, "ignore_eos");
-    if (const json* t = field(body, "stop_token_ids")) {
-        if (!t->is_array() || t->size() > 64)
-            bad("stop_token_ids", "must be an array of at most 64 token ids");
-        for (size_t i = 0; i < t->size(); ++i)
-            r.stop_token_ids.push_back(
-                static_cast<int32_t>(integer((*t)[i], "stop_token_ids[" + std::to_string(i) + "]",
-                                             0, std::numeric_limits<int32_t>::max())));
-    }
+    if (const json* t = field(body, "stop_token_ids"))
+        r.stop_token_ids = token_ids(*t, "stop_token_ids", false, 64);
     if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
     if (const json* o = field(body, "stream_options")) {
         if (!o->is_object()) bad("stream_options", "must be an object");
