@@ -1,5 +1,8 @@
+#include <charconv>
 #include <cstdio>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.hpp"
@@ -14,12 +17,29 @@
 
 namespace qforge::cli {
 
+namespace {
+// `--repeat-last-n N` (llama.cpp's): the window SamplingParams::repetition_last_n takes (0: the
+// whole context, for -1), or none for 0 (the penalty off).
+std::optional<uint64_t> repeat_window(const std::string& text) {
+    if (text == "-1") return uint64_t{0};
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+        n > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+        throw Error("--repeat-last-n '" + text +
+                    "': expected -1 (the whole context) or an integer from 0 to 2147483647");
+    if (n == 0) return std::nullopt;
+    return n;
+}
+}  // namespace
+
 Runner register_generate(CLI::App& app, CommonOptions& common) {
     struct Args {
         std::string model, prompt, system, chat_template;
         uint64_t n = 128;
         float temp = 0.8f, top_p = 0.95f, min_p = 0.0f, presence_penalty = 0.0f,
-              frequency_penalty = 0.0f;
+              frequency_penalty = 0.0f, repeat_penalty = 1.0f;
+        std::string repeat_last_n = "64";
         uint32_t top_k = 40;
         std::vector<std::string> logit_bias;
         bool greedy = false;
@@ -53,6 +73,15 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     add_real_option(app, "--frequency-penalty", a->frequency_penalty, {-2.0, true}, {2.0, true},
                     "subtracted from a token's logit per time it was generated (the OpenAI "
                     "API's frequency_penalty)");
+    add_real_option(app, "--repeat-penalty", a->repeat_penalty, {0.0, false}, {100.0, true},
+                    "divide a positive logit, multiply a negative one, by this for every token "
+                    "among the context's last --repeat-last-n (prompt and output; llama.cpp's "
+                    "--repeat-penalty, transformers' and vLLM's repetition_penalty; 1: none)");
+    app.add_option("--repeat-last-n", a->repeat_last_n,
+                   "the context's last tokens --repeat-penalty looks at (0: none, -1: all of "
+                   "them, as transformers and vLLM do)")
+        ->capture_default_str()
+        ->check(parsed_by([](const std::string& s) { repeat_window(s); }));
     app.add_option("--logit-bias", a->logit_bias,
                    "ID=BIAS: add BIAS (in [-100, 100]) to token ID's logit before each choice "
                    "(the OpenAI API's logit_bias; repeatable)")
@@ -113,6 +142,10 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
             a->greedy ? 0.0f : a->temp, a->top_k, a->top_p, common.seed, a->presence_penalty,
             a->frequency_penalty};
         o.sampling.min_p = a->min_p;
+        if (const std::optional<uint64_t> window = repeat_window(a->repeat_last_n)) {
+            o.sampling.repetition_penalty = a->repeat_penalty;
+            o.sampling.repetition_last_n = *window;
+        }
         for (const std::string& b : a->logit_bias) {
             o.sampling.logit_bias.push_back(parse_logit_bias(b));
             if (static_cast<uint64_t>(o.sampling.logit_bias.back().first) >= tok.vocab_size())

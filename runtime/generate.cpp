@@ -22,7 +22,7 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
     const uint64_t capacity =
         std::min<uint64_t>(prompt.size() + options.max_new_tokens, c.max_position_embeddings);
     auto cache = backend.new_cache(capacity);
-    Sampler sampler(options.sampling);
+    Sampler sampler(options.sampling, prompt);
     std::vector<float> logits(c.vocab_size);
     GenerateResult result;
     using Clock = std::chrono::steady_clock;

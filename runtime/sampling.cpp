@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -69,28 +70,50 @@ std::pair<int32_t, float> parse_logit_bias(std::string_view text) {
     return {static_cast<int32_t>(std::stoull(id)), b};
 }
 
-Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) {
-    if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
+Sampler::Sampler(SamplingParams params, std::span<const int32_t> context)
+    : params_(std::move(params)), rng_(params_.seed) {
+    if (!(params_.temperature >= 0.0f) || !std::isfinite(params_.temperature))
         throw Error("temperature must be a finite number >= 0");
-    if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
-    if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) throw Error("min-p must be in [0, 1]");
-    if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f))
+    if (!(params_.top_p > 0.0f && params_.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
+    if (!(params_.min_p >= 0.0f && params_.min_p <= 1.0f)) throw Error("min-p must be in [0, 1]");
+    if (!(params_.presence_penalty >= -2.0f && params_.presence_penalty <= 2.0f))
         throw Error("the presence penalty must be in [-2, 2]");
-    if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f))
+    if (!(params_.frequency_penalty >= -2.0f && params_.frequency_penalty <= 2.0f))
         throw Error("the frequency penalty must be in [-2, 2]");
-    for (const auto& [id, bias] : params.logit_bias)
+    if (!(params_.repetition_penalty > 0.0f) || !std::isfinite(params_.repetition_penalty))
+        throw Error("the repetition penalty must be a finite number > 0");
+    for (const auto& [id, bias] : params_.logit_bias)
         if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
             throw Error("logit bias " + std::to_string(bias) + " for token " + std::to_string(id) +
                         ": the id must be >= 0 and the bias in [-100, 100]");
+    if (repeats()) {
+        const uint64_t n = context.size(), last = params_.repetition_last_n;
+        context_.assign(
+            context.begin() + static_cast<std::ptrdiff_t>(last && n > last ? n - last : 0),
+            context.end());
+    }
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 std::span<const float> Sampler::adjusted(std::span<const float> logits) {
-    if (chosen_.empty() && params_.logit_bias.empty()) return logits;
+    if (chosen_.empty() && params_.logit_bias.empty() && context_.empty()) return logits;
     adjusted_.assign(logits.begin(), logits.end());
     for (const auto& [id, bias] : params_.logit_bias)
         if (static_cast<size_t>(id) < adjusted_.size()) adjusted_[static_cast<size_t>(id)] += bias;
+    if (!context_.empty()) {
+        const float p = params_.repetition_penalty;
+        const uint64_t n = context_.size(), last = params_.repetition_last_n;
+        if (penalised_.size() < adjusted_.size()) penalised_.resize(adjusted_.size(), 0);
+        ++choice_;
+        for (uint64_t i = last && n > last ? n - last : 0; i < n; ++i) {
+            const auto id = static_cast<size_t>(context_[i]);  // a negative id: past the end
+            if (id >= adjusted_.size() || penalised_[id] == choice_) continue;
+            penalised_[id] = choice_;
+            float& v = adjusted_[id];
+            v = v > 0.0f ? v / p : v * p;
+        }
+    }
     for (int32_t id : chosen_) {
         if (static_cast<size_t>(id) >= adjusted_.size()) continue;
         float& v = adjusted_[static_cast<size_t>(id)];
@@ -102,6 +125,13 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits) {
 
 int32_t Sampler::sample(std::span<const float> logits) {
     const int32_t id = choose(adjusted(logits));
+    if (repeats()) {
+        context_.push_back(id);
+        // The window's tokens stay at the end; the ones before it go once they are as many.
+        const uint64_t last = params_.repetition_last_n;
+        if (last && context_.size() >= 2 * last)
+            context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(last));
+    }
     if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) return id;
     const auto i = static_cast<size_t>(id);
     if (i >= counts_.size()) counts_.resize(i + 1, 0);

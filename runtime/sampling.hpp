@@ -5,11 +5,16 @@
 // std::uniform_real_distribution (whose algorithm is left to the library).
 //
 // Before each choice, in float: a token's logit_bias is added to its logit (the API's: -100
-// bans a token in practice, 100 all but forces it); then the penalties, which count the tokens
-// this sampler has chosen (the completion so far, as the API and vLLM define them; not the
-// prompt): the logit of a token chosen c > 0 times becomes fl(fl(l - fl(c * frequency_penalty)) -
-// presence_penalty). Both penalties are in [-2, 2]; negative values favour repeats. Ids past the
-// logits' end are ignored.
+// bans a token in practice, 100 all but forces it); then the repetition penalty p (Hugging Face
+// transformers', vLLM's and llama.cpp's; not the OpenAI API's), over the tokens of the context:
+// the prompt the sampler was made with and the tokens it has chosen, the last
+// `repetition_last_n` of them (0: all, as transformers and vLLM; llama.cpp's default is 64):
+// the logit l of each distinct token among them becomes fl(l / p) if l > 0, else fl(l * p);
+// then the API's presence and frequency penalties, which count the tokens this sampler has
+// chosen (the completion so far, as the API and vLLM define them; not the prompt): the logit of
+// a token chosen c > 0 times becomes fl(fl(l - fl(c * frequency_penalty)) - presence_penalty).
+// Both are in [-2, 2]; negative values favour repeats, as a repetition penalty below 1 does. Ids
+// past the logits' end are ignored. The order is vLLM's (bias, repetition, frequency, presence).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,9 @@ struct SamplingParams {
     // In [0, 1]: after top-k and top-p, tokens less likely than min_p times the most likely one
     // are dropped (vLLM's and llama.cpp's min_p); 0: none.
     float min_p = 0.0f;
+    // > 0 (finite); 1: none. Above 1 discourages repeats of the context's tokens.
+    float repetition_penalty = 1.0f;
+    uint64_t repetition_last_n = 0;  // the context's last tokens it looks at; 0: all of them
 };
 
 // One `--logit-bias ID=BIAS` (qforge generate): a token id and a bias in [-100, 100]; throws
@@ -43,12 +51,15 @@ int32_t argmax(std::span<const float> logits);
 
 class Sampler {
   public:
-    explicit Sampler(SamplingParams params);
+    // `context`: the prompt's tokens, which the repetition penalty counts with the chosen ones
+    // (the rest of the sampling never looks at them).
+    explicit Sampler(SamplingParams params, std::span<const int32_t> context = {});
     int32_t sample(std::span<const float> logits);
     // A uniform double in [0, 1) from the generator (exposed for tests).
     double uniform();
 
   private:
+    bool repeats() const { return params_.repetition_penalty != 1.0f; }
     // logits, or (with a bias, or a penalty on a token already chosen) an adjusted copy.
     std::span<const float> adjusted(std::span<const float> logits);
     int32_t choose(std::span<const float> logits);
@@ -61,6 +72,12 @@ class Sampler {
     std::vector<uint32_t> counts_;
     std::vector<int32_t> chosen_;
     std::vector<float> adjusted_;
+    // With a repetition penalty: the context's tokens (the prompt's, then the chosen ones; the
+    // older ones past the window are dropped now and then), and per id the last choice (counted
+    // in `choice_`) whose logits it was penalised in, so each distinct id is penalised once.
+    std::vector<int32_t> context_;
+    std::vector<uint64_t> penalised_;
+    uint64_t choice_ = 0;
 };
 
 }  // namespace qforge

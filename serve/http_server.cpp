@@ -549,8 +549,16 @@ void HttpServer::Impl::detokenize_route(const httplib::Request& req, httplib::Re
 SequenceRequest HttpServer::Impl::sequence_request(const CompletionRequest& r) const {
     SequenceRequest sr;
     for (const auto& [token, bias] : r.logit_bias) check_token(token, "logit_bias");
-    sr.sampling = {r.temperature,       r.top_k,      r.top_p, 0, r.presence_penalty,
-                   r.frequency_penalty, r.logit_bias, r.min_p};
+    sr.sampling = {.temperature = r.temperature,
+                   .top_k = r.top_k,
+                   .top_p = r.top_p,
+                   .seed = 0,
+                   .presence_penalty = r.presence_penalty,
+                   .frequency_penalty = r.frequency_penalty,
+                   .logit_bias = r.logit_bias,
+                   .min_p = r.min_p,
+                   .repetition_penalty = r.repetition_penalty,
+                   .repetition_last_n = r.repetition_last_n};
     sr.max_tokens = std::min(opts.ctx, r.max_tokens.value_or(r.chat ? kChatDefaultMaxTokens
                                                                     : kCompletionDefaultMaxTokens));
     if (!r.ignore_eos)

@@ -1,5 +1,6 @@
 #include "serve/openai_request.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -165,14 +166,16 @@ void refuse_extensions(const json& body) {
         const char* name;
         double value;
     };
-    static constexpr Neutral kNumbers[] = {{"repetition_penalty", 1.0}, {"repeat_penalty", 1.0},
-                                           {"typical_p", 1.0},          {"tfs_z", 1.0},
-                                           {"mirostat", 0.0},           {"mirostat_mode", 0.0},
+    static constexpr Neutral kNumbers[] = {{"typical_p", 1.0},
+                                           {"tfs_z", 1.0},
+                                           {"mirostat", 0.0},
+                                           {"mirostat_mode", 0.0},
                                            {"length_penalty", 1.0}};
     for (const Neutral& n : kNumbers)
         if (const json* v = field(body, n.name); v && number(*v, n.name) != n.value)
             bad(n.name, std::string("is not supported (only ") + (n.value == 0.0 ? "0" : "1") +
-                            "); presence_penalty, frequency_penalty, top_k, top_p and min_p are");
+                            "); presence_penalty, frequency_penalty, repetition_penalty, top_k, "
+                            "top_p and min_p are");
     if (const json* b = field(body, "use_beam_search"); b && boolean(*b, "use_beam_search"))
         bad("use_beam_search", "is not supported");
     for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
@@ -220,6 +223,34 @@ void parse_logprobs(const json& body, CompletionRequest& r) {
     const auto top = t ? static_cast<uint32_t>(integer(*t, "top_logprobs", 0, kMaxLogprobs)) : 0u;
     if (top > 0 && !on) bad("top_logprobs", "needs logprobs set to true");
     if (on) r.logprobs = top;
+}
+
+// The repetition penalty (runtime/sampling.hpp) by either server's names: vLLM's
+// repetition_penalty over the whole context (prompt and output), or llama.cpp's server's
+// repeat_penalty over the last repeat_last_n tokens (its default 64; -1: all, 0: none).
+void parse_repetition_penalty(const json& body, CompletionRequest& r) {
+    const auto penalty = [&](const char* name) -> std::optional<float> {
+        const json* v = field(body, name);
+        if (!v) return std::nullopt;
+        const double x = number(*v, name);
+        if (!(x > 0.0 && x <= kMaxRepetitionPenalty))
+            bad(name, "must be in (0, " + std::to_string(int(kMaxRepetitionPenalty)) + "]");
+        return std::max(static_cast<float>(x), std::numeric_limits<float>::min());  // underflow
+    };
+    const std::optional<float> vllm = penalty("repetition_penalty");
+    const std::optional<float> llama = penalty("repeat_penalty");
+    int64_t last_n = 64;
+    if (const json* n = field(body, "repeat_last_n"))
+        last_n = integer(*n, "repeat_last_n", -1, std::numeric_limits<int32_t>::max());
+    if (vllm && llama && *vllm != 1.0f && *llama != 1.0f)
+        bad("repeat_penalty", "give repetition_penalty or repeat_penalty, not both");
+    if (vllm && *vllm != 1.0f) {
+        r.repetition_penalty = *vllm;
+        r.repetition_last_n = 0;
+    } else if (llama && *llama != 1.0f && last_n != 0) {
+        r.repetition_penalty = *llama;
+        r.repetition_last_n = last_n < 0 ? 0 : static_cast<uint64_t>(last_n);
+    }
 }
 
 // logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (the API's form);
@@ -345,6 +376,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
             *to = static_cast<float>(x);
         }
     if (const json* b = field(body, "logit_bias")) r.logit_bias = logit_bias(*b);
+    parse_repetition_penalty(body, r);
     if (const json* m = field(body, "min_p")) {  // vLLM's and llama.cpp's extension
         const double v = number(*m, "min_p");
         if (!(v >= 0.0 && v <= 1.0)) bad("min_p", "must be in [0, 1]");

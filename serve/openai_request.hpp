@@ -5,8 +5,9 @@
 //              "code": null}}
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
 // whose non-default values we cannot honour (n > 1, best_of, tools, JSON mode), and other
-// servers' sampling extensions (vLLM's, llama.cpp's: repetition_penalty, min_p, guided_json, ...)
-// set to anything but their neutral value, are refused rather than silently ignored.
+// servers' sampling extensions that we do not implement (vLLM's, llama.cpp's: typical_p,
+// mirostat, guided_json, ...) set to anything but their neutral value, are refused rather than
+// silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,10 @@ struct CompletionRequest {
     float min_p = 0.0f;             // an extension (vLLM's, llama.cpp's): 0, none
     float presence_penalty = 0.0f;  // runtime/sampling.hpp: on the completion's own tokens
     float frequency_penalty = 0.0f;
+    // vLLM's repetition_penalty (repetition_last_n 0: the whole context) or llama.cpp's server's
+    // repeat_penalty with repeat_last_n; 1: none.
+    float repetition_penalty = 1.0f;
+    uint64_t repetition_last_n = 0;
     std::vector<std::pair<int32_t, float>> logit_bias;  // ids not yet checked against the vocab
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;  // at most kMaxStops, none empty or past kMaxStopBytes
@@ -77,6 +82,9 @@ struct CompletionRequest {
 };
 
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
+// vLLM takes any repetition penalty above 0 and llama.cpp any number; beyond this one a repeated
+// token's logit is all but zeroed (or, negative, all but banned) either way.
+inline constexpr double kMaxRepetitionPenalty = 100.0;
 // Stop strings: the API's reference takes 4; vLLM takes any number, and evaluation harnesses
 // send more (lm-eval's HumanEval five). Each is matched against the held text every token.
 inline constexpr int64_t kMaxStops = 16;

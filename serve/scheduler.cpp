@@ -236,7 +236,7 @@ void Scheduler::admit() {
         }
         if (!cache) break;
         s.cache = std::move(cache);
-        s.sampler.emplace(s.request.sampling);
+        s.sampler.emplace(s.request.sampling, s.request.prompt);
         running_.push_back(std::move(queue_.front()));
         queue_.pop_front();
     }

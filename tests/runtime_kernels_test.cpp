@@ -315,3 +315,105 @@ TEST_CASE("sampling: logit bias and the presence and frequency penalties follow 
          {"13", "=1", "a=1", "-1=1", "1=", "1=x", "1=100.5", "1=nan", "1=1x", "99999999999=1"})
         CHECK_THROWS_WITH(parse_logit_bias(bad), Catch::Contains("--logit-bias"));
 }
+
+TEST_CASE("sampling: the repetition penalty divides or multiplies the context's logits once",
+          "[runtime]") {
+    // The reference, in double, from transformers' RepetitionPenaltyLogitsProcessor (and vLLM's,
+    // llama.cpp's): every distinct id among the context's last `window` tokens (the prompt, then
+    // the chosen ones; 0: all) has its logit l made l / p if l > 0, else l * p; the bias before,
+    // the API's penalties after. Logits and biases in quarters and p a power of two: every
+    // adjusted logit is exact in float and double, so the reference decides every choice, sampled
+    // (through a plain sampler on its logits, the same generator) as well as greedy.
+    const std::vector<float> logits = {0.5f, 3.0f, 2.75f, -1.0f, 3.0f, 1.5f, 2.0f, -0.25f, 0.0f};
+    const std::vector<int32_t> prompt = {4, 4, 7, 1, 99, 2};  // 99: past the end, ignored
+    auto adjusted = [&](const std::vector<int32_t>& context, uint64_t window, double p,
+                        const std::vector<int>& counts, double presence, int32_t biased) {
+        std::vector<double> l(logits.begin(), logits.end());
+        l[static_cast<size_t>(biased)] += 0.5;
+        std::set<int32_t> seen;
+        const size_t from = window && context.size() > window ? context.size() - window : 0;
+        for (size_t i = from; i < context.size(); ++i) seen.insert(context[i]);
+        for (int32_t id : seen)
+            if (static_cast<size_t>(id) < l.size()) {
+                double& v = l[static_cast<size_t>(id)];
+                v = v > 0.0 ? v / p : v * p;
+            }
+        std::vector<float> out(l.size());
+        for (size_t j = 0; j < l.size(); ++j)
+            out[j] = static_cast<float>(l[j] - (counts[j] > 0 ? presence : 0.0));
+        return out;
+    };
+    for (float p : {2.0f, 0.5f, 4.0f})
+        for (uint64_t window : {0, 1, 3, 5, 8})
+            for (float presence : {0.0f, 0.75f})
+                for (float temperature : {0.0f, 1.0f}) {
+                    INFO("p " << p << " window " << window << " presence " << presence
+                              << " temperature " << temperature);
+                    SamplingParams sp{temperature, 0, 1.0f, 13, presence, 0.0f, {{6, 0.5f}}};
+                    sp.repetition_penalty = p;
+                    sp.repetition_last_n = window;
+                    Sampler with(sp, prompt), plain({temperature, 0, 1.0f, 13});
+                    std::vector<int32_t> context = prompt, got, want;
+                    std::vector<int> counts(logits.size(), 0);
+                    for (int step = 0; step < 40; ++step) {
+                        const std::vector<float> ref =
+                            adjusted(context, window, p, counts, presence, 6);
+                        const int32_t w =
+                            temperature == 0.0f
+                                ? static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) -
+                                                       ref.begin())
+                                : plain.sample(ref);
+                        want.push_back(w);
+                        got.push_back(with.sample(logits));
+                        context.push_back(w);
+                        ++counts[static_cast<size_t>(w)];
+                    }
+                    REQUIRE(got == want);
+                    // Greedy over the whole context: the first choice is one of the prompt's
+                    // tokens (1 and 4 hold the top logit) only when p < 1 favours them.
+                    if (temperature == 0.0f && window == 0) {
+                        const bool in_prompt =
+                            std::find(prompt.begin(), prompt.end(), got[0]) != prompt.end();
+                        CHECK(in_prompt == (p < 1.0f));
+                    }
+                }
+    // Realistic penalties are not powers of two: greedy against the double reference on
+    // continuous logits (no two adjusted logits within float rounding of each other: checked).
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (float p : {1.1f, 1.3f, 0.8f}) {
+        std::vector<float> wide(50);
+        for (float& v : wide) v = normal(rng);
+        std::vector<int32_t> context;
+        for (int i = 0; i < 20; ++i) context.push_back(static_cast<int32_t>(rng() % 50));
+        SamplingParams sp{0.0f, 0, 1.0f, 1};
+        sp.repetition_penalty = p;
+        sp.repetition_last_n = 12;
+        Sampler s(sp, context);
+        for (int step = 0; step < 60; ++step) {
+            std::vector<double> ref(wide.begin(), wide.end());
+            std::set<int32_t> seen(context.end() - 12, context.end());
+            for (int32_t id : seen) {
+                double& v = ref[static_cast<size_t>(id)];
+                v = v > 0.0 ? v / double{p} : v * double{p};
+            }
+            std::vector<double> sorted = ref;
+            std::sort(sorted.rbegin(), sorted.rend());
+            REQUIRE(sorted[0] - sorted[1] > 1e-5 * std::fabs(sorted[0]));
+            const auto w =
+                static_cast<int32_t>(std::max_element(ref.begin(), ref.end()) - ref.begin());
+            REQUIRE(s.sample(wide) == w);
+            context.push_back(w);
+            for (float& v : wide) v += 0.1f * normal(rng);  // the next step's logits
+        }
+    }
+    // No penalty by default or at 1; a penalty must be finite and above 0.
+    for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+        SamplingParams sp{0.0f, 0, 1.0f, 1};
+        sp.repetition_penalty = bad;
+        REQUIRE_THROWS_AS(Sampler(sp, prompt), Error);
+    }
+    Sampler none({0.0f, 0, 1.0f, 1}, prompt);
+    CHECK(none.sample(logits) == 1);
+}

@@ -87,8 +87,8 @@ inline serve::SequenceRequest request(std::vector<int32_t> prompt, uint64_t max_
 // `n` requests at random arrival (0-2 a step) on `sched`, driven by step() on this thread:
 // random prompts of 1-max_prompt tokens (each after one of `starts`, picked at random, when there
 // are any), max_tokens 1-10, a random stop id, greedy or sampled with the request's own seed,
-// each with and without presence and frequency penalties and logit biases. Each must give
-// generate()'s tokens on `backend` (run first, alone). Returns the steps taken.
+// each with and without presence, frequency and repetition penalties and logit biases. Each must
+// give generate()'s tokens on `backend` (run first, alone). Returns the steps taken.
 inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched, size_t n,
                                       std::mt19937_64& rng, uint64_t max_prompt = 24,
                                       const std::vector<std::vector<int32_t>>& starts = {}) {
@@ -110,7 +110,11 @@ inline uint64_t check_random_arrivals(Backend& backend, serve::Scheduler& sched,
             {0.9f, 20, 0.9f, 100 + i},
             {0.0f, 0, 1.0f, 1, 1.0f, 0.5f, {{id(), 4.0f}, {id(), -100.0f}}},
             {0.9f, 20, 0.9f, 100 + i, 0.5f, -0.25f, {{id(), 2.5f}}, 0.1f}};
-        const SamplingParams sp = kinds[i % 4];
+        SamplingParams sp = kinds[i % 4];
+        if (i % 4 >= 2) {  // and the repetition penalty over the prompt and the request's tokens
+            sp.repetition_penalty = i % 4 == 2 ? 1.3f : 0.8f;
+            sp.repetition_last_n = i % 4 == 2 ? 0 : 8;  // the whole context, its last 8 tokens
+        }
         std::vector<int32_t> prompt;
         if (!starts.empty()) prompt = starts[rng() % starts.size()];
         const auto tail = random_ids(rng, 1 + rng() % max_prompt, c.vocab_size);

@@ -327,6 +327,35 @@ TEST_CASE("serve HTTP: completions equal generate, streamed and not, chat, model
     CHECK(json::parse(r->body)["choices"][0]["text"] ==
           s.generate_text(s.tok.encode(prompt, true), 24, with_min_p));
 
+    // The repetition penalty by vLLM's name (the whole context) and llama.cpp's server's (its
+    // last repeat_last_n tokens, 64 unless told; 0: none): generate's with it, greedy and seeded.
+    struct Penalty {
+        json fields;
+        float p;
+        uint64_t last_n;
+    };
+    const Penalty penalties[] = {{{{"repetition_penalty", 3.0}}, 3.0f, 0},
+                                 {{{"repeat_penalty", 3.0}}, 3.0f, 64},
+                                 {{{"repeat_penalty", 0.6}, {"repeat_last_n", 3}}, 0.6f, 3},
+                                 {{{"repeat_penalty", 3.0}, {"repeat_last_n", -1}}, 3.0f, 0},
+                                 {{{"repeat_penalty", 1.4}, {"repeat_last_n", 0}}, 1.0f, 0}};
+    for (const Penalty& pen : penalties)
+        for (const double temperature : {0.0, 1.1}) {
+            INFO(pen.fields.dump() << " temperature " << temperature);
+            json body = {
+                {"prompt", prompt}, {"max_tokens", 24}, {"temperature", temperature}, {"seed", 3}};
+            body.update(pen.fields);
+            r = c.Post("/v1/completions", body.dump(), "application/json");
+            REQUIRE(r);
+            REQUIRE(r->status == 200);
+            SamplingParams sp{static_cast<float>(temperature), 0, 1.0f, 3};
+            sp.repetition_penalty = pen.p;
+            sp.repetition_last_n = pen.last_n;
+            const std::string expected = s.generate_text(s.tok.encode(prompt, true), 24, sp);
+            CHECK(json::parse(r->body)["choices"][0]["text"] == expected);
+            if (temperature == 0.0 && pen.p == 3.0f) CHECK(expected != want);  // it can fail
+        }
+
     // ignore_eos: with the stop token made every choice, 5 of it (generate's text) and "length";
     // without, none and "stop".
     const int32_t stop = s.tok.stop_ids().at(0);
@@ -998,10 +1027,18 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     check_error(post(C, R"({"prompt": "hi", "stop_token_ids": [99999]})"), 400,
                 "outside the vocabulary", "stop_token_ids");
     // Other servers' extensions: neutral values pass, others are refused, never ignored.
-    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 1.1})"), 400, "not supported",
+    check_error(post(C, R"({"prompt": "hi", "typical_p": 0.5})"), 400, "repetition_penalty",
+                "typical_p");
+    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 0})"), 400, "(0, 100]",
                 "repetition_penalty");
-    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 1.1})"), 400, "frequency_penalty",
+    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 101})"), 400, "(0, 100]",
                 "repeat_penalty");
+    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": "x"})"), 400, "must be a number",
+                "repetition_penalty");
+    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 1.1, "repeat_penalty": 1.2})"),
+                400, "not both", "repeat_penalty");
+    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 1.1, "repeat_last_n": -2})"), 400,
+                "-1 .. ", "repeat_last_n");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}], "min_p": 1.5})"),
                 400, "[0, 1]", "min_p");
     check_error(post(C, R"({"prompt": "hi", "typical_p": "x"})"), 400, "must be a number",

@@ -42,6 +42,7 @@ def main():
     penalized = generated("-n", "64", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5")
     # stories260K's margins are wide: +20 on token 100 ("a") changes the text after 19 tokens.
     biased = generated("-n", "24", "--logit-bias", "100=20", "--logit-bias", "7=-100")
+    repeated = generated("-n", "24", "--repeat-penalty", "3", "--repeat-last-n", "-1")
 
     proc, port = start(qforge, model)
     try:
@@ -66,6 +67,12 @@ def main():
                                       temperature=0, logit_bias={"100": 20, "7": -100})
         check(r.choices[0].text == biased and biased != want,
               f"biased {r.choices[0].text!r} != generate {biased!r} (or the bias changed nothing)")
+
+        # vLLM's repetition_penalty, as its users send it: through the client's extra_body.
+        r = client.completions.create(model="stories", prompt=prompt, max_tokens=24,
+                                      temperature=0, extra_body={"repetition_penalty": 3})
+        check(r.choices[0].text == repeated and repeated != want,
+              f"repetition penalty {r.choices[0].text!r} != generate {repeated!r} (or no change)")
 
         # logprobs as the client reads them: one per token, the tokens' text the completion's,
         # the chosen token among its alternatives; streamed, the chunks' tokens join the same.
