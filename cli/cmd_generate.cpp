@@ -7,11 +7,14 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "formats/json_io.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/generate.hpp"
+#include "runtime/json_grammar.hpp"
 #include "runtime/model.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/token_constraint.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -31,6 +34,12 @@ std::optional<uint64_t> repeat_window(const std::string& text) {
     if (n == 0) return std::nullopt;
     return n;
 }
+
+// `--json-schema SCHEMA`'s grammar; an Error naming the option for bad JSON or a schema outside
+// the subset.
+JsonGrammar json_schema_grammar(const std::string& text) {
+    return JsonGrammar::from_schema(parse_ordered_json(text, "--json-schema"), "--json-schema");
+}
 }  // namespace
 
 Runner register_generate(CLI::App& app, CommonOptions& common) {
@@ -42,6 +51,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         std::string repeat_last_n = "64";
         uint32_t top_k = 40;
         std::vector<std::string> logit_bias;
+        std::string json_schema;
         bool greedy = false;
         bool raw = false;
         bool ignore_eos = false;
@@ -86,6 +96,11 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "ID=BIAS: add BIAS (in [-100, 100]) to token ID's logit before each choice "
                    "(the OpenAI API's logit_bias; repeatable)")
         ->check(parsed_by([](const std::string& s) { parse_logit_bias(s); }));
+    app.add_option("-j,--json-schema", a->json_schema,
+                   "SCHEMA: generate a JSON document of this JSON schema (llama.cpp's option; "
+                   "'{\"type\": \"object\"}': any object, '{}': any JSON value); the subset "
+                   "and its bounds: runtime/json_grammar.hpp")
+        ->check(parsed_by([](const std::string& s) { json_schema_grammar(s); }));
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     app.add_flag("--ignore-eos", a->ignore_eos,
                  "go on past end-of-sequence tokens (printed as their text) until -n tokens or a "
@@ -158,6 +173,15 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.max_new_tokens = a->n;
         o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         if (a->ignore_eos) o.stop_ids.clear();
+        if (!a->json_schema.empty()) {
+            if (a->ignore_eos)
+                throw UsageError(
+                    "--json-schema: a document ends with a stop token, which "
+                    "--ignore-eos takes away");
+            o.sampling.grammar = std::make_shared<const TokenGrammar>(
+                TokenGrammar{json_schema_grammar(a->json_schema),
+                             std::make_shared<const TokenTexts>(tok), o.stop_ids});
+        }
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled
 
         ThreadPool pool(resolved_threads(common));
@@ -176,6 +200,7 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         if (common.quiet) return 0;
         const char* why = r.stop == GenerateResult::Stop::stop_id        ? "stop token"
                           : r.stop == GenerateResult::Stop::context_full ? "context full"
+                          : r.stop == GenerateResult::Stop::document     ? "document complete"
                                                                          : "token limit";
         std::fprintf(
             stderr,

@@ -140,12 +140,29 @@ void throw_json_backstop(const std::string& file, const nlohmann::json::exceptio
     throw Error(file, {}, "unexpected JSON content: " + json_exception_text(e));
 }
 
-json parse_json(std::string_view text, const std::string& file, const JsonParseOptions& options) {
+namespace {
+// Parses with `parse` after the depth check, a library exception an Error naming the file.
+template <class F>
+auto parse_checked(std::string_view text, const std::string& file, const JsonParseOptions& options,
+                   F&& parse) {
     const std::string what = document(options.what, "JSON");
     if (const size_t at = too_deep_at(text, options.max_depth); at != std::string_view::npos)
         throw Error(file, {},
                     what + " nested deeper than " + std::to_string(options.max_depth) +
                         " levels at byte " + std::to_string(at));
+    try {
+        return parse();
+    } catch (const json::exception& e) {
+        throw Error(file, {},
+                    (options.what.empty() ? std::string("not valid JSON: ")
+                                          : what + " is not valid JSON: ") +
+                        json_exception_text(e));
+    }
+}
+}  // namespace
+
+json parse_json(std::string_view text, const std::string& file, const JsonParseOptions& options) {
+    const std::string what = document(options.what, "JSON");
     json::parser_callback_t check_keys = nullptr;
     std::vector<std::set<std::string>> open_objects;
     if (options.reject_duplicate_keys) {
@@ -169,14 +186,14 @@ json parse_json(std::string_view text, const std::string& file, const JsonParseO
             return true;
         };
     }
-    try {
-        return json::parse(text.begin(), text.end(), check_keys);
-    } catch (const json::exception& e) {
-        throw Error(file, {},
-                    (options.what.empty() ? std::string("not valid JSON: ")
-                                          : what + " is not valid JSON: ") +
-                        json_exception_text(e));
-    }
+    return parse_checked(text, file, options,
+                         [&] { return json::parse(text.begin(), text.end(), check_keys); });
+}
+
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& file,
+                                          const JsonParseOptions& options) {
+    return parse_checked(text, file, options,
+                         [&] { return nlohmann::ordered_json::parse(text.begin(), text.end()); });
 }
 
 json read_json_file(const std::string& path, const JsonParseOptions& options) {

@@ -38,6 +38,10 @@ struct JsonParseOptions {
 // than options.max_depth ("<file>: JSON nested deeper than 256 levels at byte 1234").
 nlohmann::json parse_json(std::string_view text, const std::string& file,
                           const JsonParseOptions& options = {});
+// parse_json's checks, keeping each object's keys in the text's order (a JSON schema's
+// properties); duplicate keys are not looked for.
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& file,
+                                          const JsonParseOptions& options = {});
 // Maps the file at `path` and parses it.
 nlohmann::json read_json_file(const std::string& path, const JsonParseOptions& options = {});
 // Parses untrusted CBOR (strict: the bytes hold exactly one value), with the same depth limit.

@@ -58,6 +58,10 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
         }
         result.tokens.push_back(next);
         if (on_token) on_token(next);
+        if (sampler.finished()) {
+            result.stop = GenerateResult::Stop::document;
+            break;
+        }
         if (result.tokens.size() == options.max_new_tokens) break;
         if (cache->size() == cache->capacity()) {
             result.stop = GenerateResult::Stop::context_full;

@@ -86,6 +86,7 @@ Sampler::Sampler(SamplingParams params, std::span<const int32_t> context)
         if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
             throw Error("logit bias " + std::to_string(bias) + " for token " + std::to_string(id) +
                         ": the id must be >= 0 and the bias in [-100, 100]");
+    if (params_.grammar) matcher_.emplace(params_.grammar);
     if (repeats()) {
         const uint64_t n = context.size(), last = params_.repetition_last_n;
         context_.assign(
@@ -124,7 +125,7 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits) {
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-    const int32_t id = choose(adjusted(logits));
+    const int32_t id = matcher_ ? choose_allowed(adjusted(logits)) : choose(adjusted(logits));
     if (repeats()) {
         context_.push_back(id);
         // The window's tokens stay at the end; the ones before it go once they are as many.
@@ -136,6 +137,25 @@ int32_t Sampler::sample(std::span<const float> logits) {
     const auto i = static_cast<size_t>(id);
     if (i >= counts_.size()) counts_.resize(i + 1, 0);
     if (counts_[i]++ == 0) chosen_.push_back(id);
+    return id;
+}
+
+int32_t Sampler::choose_allowed(std::span<const float> logits) {
+    // Greedy: the most likely token is the masked logits' first maximum too when it is allowed
+    // (no earlier id holds its value), which it mostly is; the mask only when it is not.
+    if (params_.temperature == 0.0f || logits.size() == 1) {
+        const int32_t best = argmax(logits);
+        if (matcher_->allows(best)) {
+            matcher_->accept(best);
+            return best;
+        }
+    }
+    masked_.assign(logits.begin(), logits.end());
+    if (matcher_->mask(masked_) == 0)
+        throw Error(
+            "constrained generation: no token of the vocabulary continues the document here");
+    const int32_t id = choose(masked_);
+    matcher_->accept(id);
     return id;
 }
 

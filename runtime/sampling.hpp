@@ -18,11 +18,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "runtime/token_constraint.hpp"
 
 namespace qforge {
 
@@ -40,6 +44,9 @@ struct SamplingParams {
     // > 0 (finite); 1: none. Above 1 discourages repeats of the context's tokens.
     float repetition_penalty = 1.0f;
     uint64_t repetition_last_n = 0;  // the context's last tokens it looks at; 0: all of them
+    // Set: only tokens that keep the text a document of the grammar (runtime/token_constraint.hpp)
+    // have a chance, after everything above; the stop tokens once the document is whole.
+    std::shared_ptr<const TokenGrammar> grammar = nullptr;
 };
 
 // One `--logit-bias ID=BIAS` (qforge generate): a token id and a bias in [-100, 100]; throws
@@ -55,6 +62,8 @@ class Sampler {
     // (the rest of the sampling never looks at them).
     explicit Sampler(SamplingParams params, std::span<const int32_t> context = {});
     int32_t sample(std::span<const float> logits);
+    // With a grammar: the document is whole and no token may continue it (generation ends).
+    bool finished() const { return matcher_ && matcher_->finished(); }
     // A uniform double in [0, 1) from the generator (exposed for tests).
     double uniform();
 
@@ -63,6 +72,8 @@ class Sampler {
     // logits, or (with a bias, or a penalty on a token already chosen) an adjusted copy.
     std::span<const float> adjusted(std::span<const float> logits);
     int32_t choose(std::span<const float> logits);
+    // choose() over the tokens the grammar allows.
+    int32_t choose_allowed(std::span<const float> logits);
 
     SamplingParams params_;
     std::mt19937_64 rng_;
@@ -75,6 +86,8 @@ class Sampler {
     // With a repetition penalty: the context's tokens (the prompt's, then the chosen ones; the
     // older ones past the window are dropped now and then), and per id the last choice (counted
     // in `choice_`) whose logits it was penalised in, so each distinct id is penalised once.
+    std::optional<TokenMatcher> matcher_;  // with a grammar
+    std::vector<float> masked_;
     std::vector<int32_t> context_;
     std::vector<uint64_t> penalised_;
     uint64_t choice_ = 0;

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "runtime/token_constraint.hpp"
 #include "serve/metrics.hpp"
 #include "serve/openai_request.hpp"
 #include "serve/text_stream.hpp"
@@ -362,7 +363,10 @@ bool token_matches(std::string_view given, std::string_view key) {
 
 struct HttpServer::Impl {
     Impl(Scheduler& s, const Tokenizer& t, ServerOptions o)
-        : sched(s), tok(t), opts(std::move(o)) {}
+        : sched(s),
+          tok(t),
+          token_texts(std::make_shared<const TokenTexts>(t)),
+          opts(std::move(o)) {}
 
     void log(const std::string& line) const {
         if (opts.log) opts.log(line);
@@ -433,6 +437,7 @@ struct HttpServer::Impl {
 
     Scheduler& sched;
     const Tokenizer& tok;
+    std::shared_ptr<const TokenTexts> token_texts;  // every constrained request's
     // A request's token id (of `param`) the tokenizer has, or a 400 naming param.
     void check_token(int32_t id, const std::string& param) const {
         if (id < 0 || static_cast<uint64_t>(id) >= tok.vocab_size())
@@ -568,6 +573,9 @@ SequenceRequest HttpServer::Impl::sequence_request(const CompletionRequest& r) c
         check_token(stop, "stop_token_ids");
         sr.stop_ids.push_back(stop);
     }
+    if (r.grammar)  // stop tokens end the document once it is whole
+        sr.sampling.grammar = std::make_shared<const TokenGrammar>(
+            TokenGrammar{*r.grammar, token_texts, sr.stop_ids});
     sr.token_count = tok.vocab_size();
     sr.logprobs = r.logprobs;
     sr.prompt_logprobs = r.echo && r.logprobs;

@@ -178,9 +178,11 @@ void refuse_extensions(const json& body) {
                             "top_p and min_p are");
     if (const json* b = field(body, "use_beam_search"); b && boolean(*b, "use_beam_search"))
         bad("use_beam_search", "is not supported");
-    for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                             "grammar", "json_schema"})
-        if (field(body, name)) bad(name, "is not supported: no constrained decoding");
+    for (const char* name : {"guided_regex", "guided_choice", "guided_grammar", "grammar"})
+        if (field(body, name) && !field(body, name)->is_null())
+            bad(name,
+                "is not supported: constrained generation takes JSON schemas "
+                "(response_format, guided_json, json_schema)");
 }
 
 // Fields of the API whose non-default values this server cannot honour: refused, not ignored.
@@ -197,11 +199,6 @@ void refuse_unsupported(const json& body) {
         if (const json* c = field(body, name);
             c && !(c->is_string() && (*c == "none" || *c == "auto")))
             bad(name, "must be \"none\" or \"auto\": no tools are supported");
-    if (const json* f = field(body, "response_format")) {
-        const json* type = f->is_object() ? field(*f, "type") : nullptr;
-        if (!type || !type->is_string()) bad("response_format", "must be an object with a type");
-        if (*type != "text") bad("response_format", "type " + type->dump() + " is not supported");
-    }
     if (const json* x = field(body, "suffix"); x && string(*x, "suffix") != "")
         bad("suffix", "is not supported");
     refuse_extensions(body);
@@ -251,6 +248,64 @@ void parse_repetition_penalty(const json& body, CompletionRequest& r) {
         r.repetition_penalty = *llama;
         r.repetition_last_n = last_n < 0 ? 0 : static_cast<uint64_t>(last_n);
     }
+}
+
+// The document a response must be (runtime/json_grammar.hpp), by any of three names: the API's
+// response_format ({"type": "json_object"}, or "json_schema" with json_schema.schema), vLLM's
+// guided_json (a schema, or its text) and llama.cpp's server's json_schema. The schema is read
+// again from the body's text with its keys in order (the properties' order is the output's).
+void parse_grammar(const json& body, std::string_view text, CompletionRequest& r) {
+    const json* format = field(body, "response_format");
+    const json* guided = field(body, "guided_json");
+    const json* llama = field(body, "json_schema");
+    if (guided && guided->is_null()) guided = nullptr;
+    if (llama && llama->is_null()) llama = nullptr;
+    std::string param;
+    nlohmann::ordered_json schema;
+    const auto ordered = [&]() { return parse_ordered_json(text, "request body"); };
+    if (format && !format->is_null()) {
+        const json* type = format->is_object() ? field(*format, "type") : nullptr;
+        if (!type || !type->is_string()) bad("response_format", "must be an object with a type");
+        if (*type == "json_object") {
+            r.grammar = std::make_shared<const JsonGrammar>(JsonGrammar::any_object());
+        } else if (*type == "json_schema") {
+            const json* js = field(*format, "json_schema");
+            if (!js || !js->is_object() || !field(*js, "schema"))
+                bad("response_format", "json_schema needs json_schema.schema");
+            param = "response_format.json_schema.schema";
+            schema = ordered()["response_format"]["json_schema"]["schema"];
+        } else if (*type != "text") {
+            bad("response_format",
+                "type " + type->dump() + " is not supported (text, json_object, json_schema)");
+        }
+    }
+    for (const auto& [name, value] : {std::pair{"guided_json", guided}, {"json_schema", llama}}) {
+        if (!value) continue;
+        if (r.grammar || !param.empty())
+            bad(name, "give one of response_format, guided_json and json_schema");
+        param = name;
+        if (value->is_string()) {  // vLLM takes the schema's text too
+            try {
+                schema = parse_ordered_json(value->get<std::string>(), name);
+            } catch (const Error& e) {
+                bad(name, e.what());
+            }
+        } else {
+            schema = ordered()[name];
+        }
+    }
+    if (!param.empty()) {
+        try {
+            r.grammar =
+                std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(schema, param));
+        } catch (const Error& e) {
+            throw ApiError(400, e.what(), param);
+        }
+    }
+    if (r.grammar && r.ignore_eos)
+        bad("ignore_eos",
+            "cannot be true with a JSON response: its document ends with a stop "
+            "token");
 }
 
 // logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (the API's form);
@@ -410,6 +465,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     if (const json* e = field(body, "ignore_eos")) r.ignore_eos = boolean(*e, "ignore_eos");
     if (const json* t = field(body, "stop_token_ids"))
         r.stop_token_ids = token_ids(*t, "stop_token_ids", false, 64);
+    parse_grammar(body, text, r);
     if (const json* s = field(body, "stream")) r.stream = boolean(*s, "stream");
     if (const json* o = field(body, "stream_options")) {
         if (!o->is_object()) bad("stream_options", "must be an object");

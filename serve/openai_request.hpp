@@ -4,19 +4,21 @@
 //   {"error": {"message": ..., "type": "invalid_request_error", "param": "max_tokens",
 //              "code": null}}
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
-// whose non-default values we cannot honour (n > 1, best_of, tools, JSON mode), and other
+// whose non-default values we cannot honour (n > 1, best_of, tools), and other
 // servers' sampling extensions that we do not implement (vLLM's, llama.cpp's: typical_p,
 // mirostat, guided_json, ...) set to anything but their neutral value, are refused rather than
 // silently ignored.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "runtime/json_grammar.hpp"
 #include "tokenizer/chat_template.hpp"
 
 namespace qforge::serve {
@@ -79,6 +81,9 @@ struct CompletionRequest {
     // stop_token_ids (vLLM's extension): more token ids that end generation (not emitted), with
     // or without ignore_eos; ids not yet checked against the vocabulary.
     std::vector<int32_t> stop_token_ids;
+    // Constrained generation (runtime/json_grammar.hpp): response_format json_object or
+    // json_schema, vLLM's guided_json, llama.cpp's server's json_schema; null: none.
+    std::shared_ptr<const JsonGrammar> grammar;
 };
 
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request

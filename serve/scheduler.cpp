@@ -435,6 +435,8 @@ void Scheduler::deliver(Sequence& s, const Choice& choice) {
     s.stream->push(next, s.request.logprobs ? &choice.logprobs : nullptr);
     if (options_.kept_caches > 0 || options_.share_prefixes) s.chosen.push_back(next);
     s.last = next;
+    if (s.sampler->finished())  // a whole document nothing may continue: as a stop token
+        return finish(s, FinishReason::stop);
     if (++s.generated == s.request.max_tokens || s.cache->size() == s.limit)
         finish(s, FinishReason::length);
 }

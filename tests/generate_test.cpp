@@ -1,22 +1,29 @@
 // generate() and `qforge generate` with a repetition penalty, on the tiny Qwen3 checkpoint of
 // tests/data/hf_models (no ../shared needed): the tokens equal a float64 reference that applies
 // transformers' definition to the model's own logits, step by step, over the prompt and the
-// generated tokens; the CLI's llama.cpp-style options map onto it.
+// generated tokens; the CLI's llama.cpp-style options map onto it. And constrained generation:
+// a JSON schema's documents, checked by nlohmann's parser and a validator of the test's own.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cli_support.hpp"
 #include "convert/convert.hpp"
+#include "json_schema_check.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/generate.hpp"
+#include "runtime/json_grammar.hpp"
 #include "runtime/model.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/token_constraint.hpp"
 #include "test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace qforge;
 namespace fs = std::filesystem;
@@ -119,4 +126,79 @@ TEST_CASE("qforge generate --repeat-penalty and --repeat-last-n, llama.cpp's opt
         CHECK(r.exit_code == 2);
         CHECK_THAT(r.output, Catch::Contains(std::string(bad).substr(1, 16)));
     }
+}
+
+TEST_CASE("generate: a JSON schema's document, each token the most likely the grammar allows",
+          "[runtime][generate][json_grammar]") {
+    test::ScratchDir dir("generate-json");
+    std::vector<fs::path> models = {tiny_qwen3(dir)};
+    if (auto data = test::shared_data_dir())
+        models.push_back(test::convert_stories(*data, "hf", dir));
+    const char* schemas[] = {
+        R"({"type": "object"})",
+        R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+            "required": ["name", "n", "tags"]})",
+        R"({"type": "array", "items": {"type": ["number", "boolean"]}, "minItems": 1,
+            "maxItems": 3})"};
+    int whole = 0;
+    for (const fs::path& path : models) {
+        const Model model(path.string());
+        const Tokenizer tok = Tokenizer::from_schema(model.file().tokenizer(), path.string());
+        ThreadPool pool(2);
+        auto cpu = make_cpu_backend(model, pool);
+        const auto texts = std::make_shared<const TokenTexts>(tok);
+        const std::vector<int32_t> prompt = tok.encode("The answer as JSON:", true);
+        for (const char* text : schemas)
+            for (const float temperature : {0.0f, 0.9f}) {
+                const auto schema = nlohmann::ordered_json::parse(text);
+                INFO(path.filename() << " " << schema.dump() << " temperature " << temperature);
+                GenerateOptions o;
+                o.sampling = {temperature, 0, 1.0f, 17};
+                o.max_new_tokens = 100;
+                o.stop_ids = tok.stop_ids();
+                o.token_count = tok.vocab_size();
+                o.sampling.grammar = std::make_shared<const TokenGrammar>(
+                    TokenGrammar{JsonGrammar::from_schema(schema, "schema"), texts, o.stop_ids});
+                const GenerateResult r = generate(*cpu, prompt, o);
+                std::string out;
+                for (int32_t id : r.tokens) out += texts->text[static_cast<size_t>(id)];
+                INFO(out);
+                // The byte matcher (tested against nlohmann) takes the text; stopped, whole.
+                const JsonGrammar g = JsonGrammar::from_schema(schema, "schema");
+                JsonMatcher m(g);
+                REQUIRE(m.feed(out));
+                if (r.stop == GenerateResult::Stop::stop_id ||
+                    r.stop == GenerateResult::Stop::document) {
+                    REQUIRE(m.complete());
+                    REQUIRE(nlohmann::json::accept(out));
+                    CHECK(test::schema_valid(nlohmann::ordered_json::parse(out), schema));
+                    ++whole;
+                }
+                if (temperature > 0.0f) continue;
+                // Greedy: at every step each token more likely than the chosen one would have
+                // left a text no document begins with (each checked alone on the bytes).
+                auto cache = cpu->new_cache(prompt.size() + o.max_new_tokens);
+                std::vector<float> logits(model.config().vocab_size);
+                cpu->forward(prompt, *cache, prompt.size() - 1, logits);
+                JsonMatcher so_far(g);
+                for (size_t step = 0; step < r.tokens.size(); ++step) {
+                    const int32_t chosen = r.tokens[step];
+                    for (size_t id = 0; id < tok.vocab_size(); ++id) {
+                        if (!(logits[id] > logits[static_cast<size_t>(chosen)])) continue;
+                        const bool stop = std::count(o.stop_ids.begin(), o.stop_ids.end(),
+                                                     static_cast<int32_t>(id)) > 0;
+                        JsonMatcher t = so_far;
+                        const bool fits = stop
+                                              ? t.complete()
+                                              : !texts->text[id].empty() && t.feed(texts->text[id]);
+                        INFO("step " << step << " id " << id);
+                        REQUIRE_FALSE(fits);
+                    }
+                    REQUIRE(so_far.feed(texts->text[static_cast<size_t>(chosen)]));
+                    cpu->forward({&chosen, 1}, *cache, 0, logits);
+                }
+            }
+    }
+    CHECK(whole >= 2);  // documents were finished, not only cut at max_tokens
 }

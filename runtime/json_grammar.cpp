@@ -1,0 +1,738 @@
+#include "runtime/json_grammar.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <set>
+
+#include "core/error.hpp"
+
+namespace qforge {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+int hex_value(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// Phases of an object frame, an array frame and a string frame.
+enum : uint8_t { kObjOpen, kObjKeyNext, kObjColon, kObjValue, kObjAfter };
+enum : uint8_t { kArrOpen, kArrValue, kArrAfter };
+enum : uint8_t {
+    kStrChar,
+    kStrEscape,
+    kStrU1,                         // the four digits of \uXXXX: kStrU1 .. kStrU1 + 3
+    kStrLowBackslash = kStrU1 + 4,  // a high surrogate was read: its low half must follow
+    kStrLowU,
+    kStrL1,  // the low half's four digits: kStrL1 .. kStrL1 + 3
+};
+// A number's states (RFC 8259's grammar); the complete ones are zero, int, frac and exp.
+enum : uint8_t {
+    kNumStart,
+    kNumMinus,
+    kNumZero,
+    kNumInt,
+    kNumDot,
+    kNumFrac,
+    kNumE,
+    kNumESign,
+    kNumExp
+};
+bool number_complete(uint8_t s) {
+    return s == kNumZero || s == kNumInt || s == kNumFrac || s == kNumExp;
+}
+constexpr uint32_t kMaxExponentDigits = 2;
+
+}  // namespace
+
+// ---- grammar -------------------------------------------------------------------------------
+
+JsonGrammar::JsonGrammar() {
+    nodes_.resize(7);
+    nodes_[kAny].kind = Kind::any;
+    nodes_[kBoolean].kind = Kind::literals;
+    nodes_[kBoolean].literals = {"true", "false"};
+    nodes_[kNull].kind = Kind::literals;
+    nodes_[kNull].literals = {"null"};
+    nodes_[kAnyObject].kind = Kind::object;
+    nodes_[kAnyObject].free_keys = true;
+    nodes_[kAnyObject].values = kAny;
+    nodes_[kAnyArray].kind = Kind::array;
+    nodes_[kAnyArray].values = kAny;
+    nodes_[kString].kind = Kind::string;
+    nodes_[kNumber].kind = Kind::number;
+}
+
+JsonGrammar JsonGrammar::any_object() {
+    JsonGrammar g;
+    g.root_ = kAnyObject;
+    return g;
+}
+
+bool JsonGrammar::starts(uint32_t node, uint8_t c, int depth) const {
+    const Node& n = nodes_[node];
+    switch (n.kind) {
+        case Kind::any:
+            return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' ||
+                   c == 'f' || c == 'n';
+        case Kind::object:
+            return c == '{';
+        case Kind::array:
+            return c == '[';
+        case Kind::string:
+            return c == '"';
+        case Kind::number:
+        case Kind::integer:
+            return c == '-' || is_digit(c);
+        case Kind::literals:
+            return std::any_of(n.literals.begin(), n.literals.end(), [&](const std::string& t) {
+                return static_cast<uint8_t>(t[0]) == c;
+            });
+        case Kind::choice:
+            if (depth > 64) return false;  // alternatives that refer to themselves
+            return std::any_of(n.options.begin(), n.options.end(),
+                               [&](uint32_t o) { return starts(o, c, depth + 1); });
+    }
+    return false;
+}
+
+// A schema into a grammar's nodes (the subset in json_grammar.hpp).
+class SchemaCompiler {
+  public:
+    SchemaCompiler(JsonGrammar& g, const ojson& root, std::string where)
+        : g_(g), root_(root), where_(std::move(where)) {}
+
+    uint32_t compile(const ojson& s, const std::string& path) {
+        if (s.is_boolean()) {
+            if (s.get<bool>()) return JsonGrammar::kAny;
+            fail(path, "false matches nothing");
+        }
+        if (!s.is_object()) fail(path, "must be a schema (an object or a boolean)");
+        static const std::set<std::string> kKnown = {
+            "type",  "properties", "required", "additionalProperties",
+            "items", "minItems",   "maxItems", "enum",
+            "const", "anyOf",      "oneOf",    "$ref",
+            "$defs", "definitions"};
+        static const std::set<std::string> kAnnotations = {
+            "title",   "description", "$schema",    "$id",      "$comment",
+            "default", "examples",    "deprecated", "readOnly", "writeOnly"};
+        for (const auto& [key, value] : s.items())
+            if (!kKnown.count(key) && !kAnnotations.count(key))
+                fail(path + "." + key, "is not supported by constrained generation");
+        if (const auto r = s.find("$ref"); r != s.end()) {
+            for (const char* other :
+                 {"type", "properties", "items", "enum", "const", "anyOf", "oneOf"})
+                if (s.contains(other))
+                    fail(path + ".$ref", "beside other constraints is not supported");
+            return reference(*r, path + ".$ref");
+        }
+        if (s.contains("enum") || s.contains("const")) return literals(s, path);
+        for (const char* name : {"anyOf", "oneOf"})
+            if (const auto a = s.find(name); a != s.end()) {
+                if (s.contains("type")) fail(path + "." + name, "beside a type is not supported");
+                if (!a->is_array() || a->empty())
+                    fail(path + "." + name, "must be a non-empty array");
+                std::vector<uint32_t> options;
+                for (size_t i = 0; i < a->size(); ++i)
+                    options.push_back(
+                        compile((*a)[i], path + "." + name + "[" + std::to_string(i) + "]"));
+                return choice(std::move(options), path + "." + name);
+            }
+        const auto type = s.find("type");
+        if (type == s.end()) {
+            if (s.contains("properties") || s.contains("required") ||
+                s.contains("additionalProperties"))
+                return typed(s, "object", path);
+            if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+                return typed(s, "array", path);
+            return JsonGrammar::kAny;
+        }
+        if (type->is_string()) return typed(s, type->get<std::string>(), path);
+        if (!type->is_array() || type->empty())
+            fail(path + ".type", "must be a type name or a non-empty array of them");
+        std::vector<uint32_t> options;
+        for (const auto& t : *type) {
+            if (!t.is_string()) fail(path + ".type", "must hold type names");
+            options.push_back(typed(s, t.get<std::string>(), path));
+        }
+        return options.size() == 1 ? options[0] : choice(std::move(options), path + ".type");
+    }
+
+  private:
+    [[noreturn]] void fail(const std::string& path, const std::string& why) const {
+        throw Error(where_ + path + ": " + why);
+    }
+
+    static JsonGrammar::Node of_kind(JsonGrammar::Kind kind) {
+        JsonGrammar::Node n;
+        n.kind = kind;
+        return n;
+    }
+
+    uint32_t add(JsonGrammar::Node n) {
+        g_.nodes_.push_back(std::move(n));
+        return static_cast<uint32_t>(g_.nodes_.size() - 1);
+    }
+
+    uint32_t typed(const ojson& s, const std::string& type, const std::string& path) {
+        using Kind = JsonGrammar::Kind;
+        if (type == "string") return JsonGrammar::kString;
+        if (type == "number") return JsonGrammar::kNumber;
+        if (type == "boolean") return JsonGrammar::kBoolean;
+        if (type == "null") return JsonGrammar::kNull;
+        if (type == "integer") return add(of_kind(Kind::integer));
+        if (type == "array") {
+            JsonGrammar::Node n = of_kind(Kind::array);
+            n.values = JsonGrammar::kAny;
+            if (const auto i = s.find("items"); i != s.end())
+                n.values = compile(*i, path + ".items");
+            n.min_items = count(s, "minItems", path, 0);
+            n.max_items = count(s, "maxItems", path, UINT64_MAX);
+            if (n.min_items > n.max_items) fail(path + ".minItems", "is above maxItems");
+            return add(std::move(n));
+        }
+        if (type != "object")
+            fail(path + ".type", "\"" + type +
+                                     "\" is not a type (object, array, string, number, integer, "
+                                     "boolean, null)");
+        JsonGrammar::Node n = of_kind(Kind::object);
+        std::vector<std::string> required;
+        if (const auto r = s.find("required"); r != s.end()) {
+            if (!r->is_array()) fail(path + ".required", "must be an array of property names");
+            for (const auto& name : *r) {
+                if (!name.is_string()) fail(path + ".required", "must hold property names");
+                required.push_back(name.get<std::string>());
+            }
+        }
+        const auto is_required = [&](const std::string& key) {
+            return std::find(required.begin(), required.end(), key) != required.end();
+        };
+        std::set<std::string> keys;
+        if (const auto p = s.find("properties"); p != s.end()) {
+            if (!p->is_object()) fail(path + ".properties", "must be an object of schemas");
+            for (const auto& [key, schema] : p->items()) {
+                n.properties.push_back({ojson(key).dump(),
+                                        compile(schema, path + ".properties." + key),
+                                        is_required(key)});
+                keys.insert(key);
+            }
+        }
+        uint32_t values = JsonGrammar::kAny;
+        bool extra = true;
+        if (const auto a = s.find("additionalProperties"); a != s.end()) {
+            if (a->is_boolean())
+                extra = a->get<bool>();
+            else
+                values = compile(*a, path + ".additionalProperties");
+        }
+        // A required name that no property declares: an additional property, required.
+        for (const std::string& key : required)
+            if (keys.insert(key).second) {
+                if (!extra)
+                    fail(path + ".required",
+                         "names \"" + key + "\", which additionalProperties false forbids");
+                n.properties.push_back({ojson(key).dump(), values, true});
+            }
+        if (n.properties.size() > JsonGrammar::kMaxLiterals)
+            fail(path + ".properties",
+                 "has more than " + std::to_string(JsonGrammar::kMaxLiterals) + " properties");
+        // Beside declared properties only they are generated (a valid instance either way).
+        n.free_keys = n.properties.empty() && extra;
+        n.values = values;
+        return add(std::move(n));
+    }
+
+    uint64_t count(const ojson& s, const char* name, const std::string& path, uint64_t fallback) {
+        const auto v = s.find(name);
+        if (v == s.end()) return fallback;
+        if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
+            fail(path + "." + name, "must be a non-negative integer");
+        return v->get<uint64_t>();
+    }
+
+    uint32_t literals(const ojson& s, const std::string& path) {
+        if (s.contains("enum") && s.contains("const")) fail(path + ".const", "beside enum");
+        std::vector<ojson> values;
+        if (const auto c = s.find("const"); c != s.end()) values.push_back(*c);
+        if (const auto e = s.find("enum"); e != s.end()) {
+            if (!e->is_array() || e->empty()) fail(path + ".enum", "must be a non-empty array");
+            values.assign(e->begin(), e->end());
+        }
+        // A type beside them keeps the values of that type (the instance must be both).
+        std::vector<std::string> types;
+        if (const auto t = s.find("type"); t != s.end()) {
+            if (t->is_string()) types.push_back(t->get<std::string>());
+            if (t->is_array())
+                for (const auto& x : *t)
+                    if (x.is_string()) types.push_back(x.get<std::string>());
+        }
+        const auto of_type = [&](const ojson& v) {
+            if (types.empty()) return true;
+            for (const std::string& t : types)
+                if ((t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) ||
+                    (t == "null" && v.is_null()) || (t == "object" && v.is_object()) ||
+                    (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
+                    (t == "integer" && v.is_number_integer()))
+                    return true;
+            return false;
+        };
+        JsonGrammar::Node n = of_kind(JsonGrammar::Kind::literals);
+        for (const ojson& v : values) {
+            const std::string text = v.dump();
+            if (of_type(v) &&
+                std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
+                n.literals.push_back(text);
+        }
+        if (n.literals.empty()) fail(path + ".enum", "holds no value of the schema's type");
+        if (n.literals.size() > JsonGrammar::kMaxLiterals)
+            fail(path + ".enum",
+                 "holds more than " + std::to_string(JsonGrammar::kMaxLiterals) + " values");
+        return add(std::move(n));
+    }
+
+    uint32_t choice(std::vector<uint32_t> options, const std::string& path) {
+        JsonGrammar::Node n = of_kind(JsonGrammar::Kind::choice);
+        n.options = std::move(options);
+        const uint32_t i = add(std::move(n));
+        choices_.emplace_back(i, path);
+        return i;
+    }
+
+  public:
+    // The matcher follows one alternative, chosen by the value's first byte: checked once every
+    // node is in place (an alternative may be a definition still being compiled before).
+    void check_choices() const {
+        for (const auto& [node, path] : choices_)
+            for (int c = 0; c < 256; ++c) {
+                int starting = 0;
+                for (uint32_t o : g_.nodes_[node].options)
+                    starting += g_.starts(o, static_cast<uint8_t>(c));
+                if (starting > 1)
+                    fail(path,
+                         "alternatives that can start alike (the same type) are not supported");
+            }
+    }
+
+  private:
+    uint32_t reference(const ojson& ref, const std::string& path) {
+        if (!ref.is_string()) fail(path, "must be a string");
+        const std::string r = ref.get<std::string>();
+        if (const auto seen = refs_.find(r); seen != refs_.end()) return seen->second;
+        const ojson* target = nullptr;
+        for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+            const std::string p = prefix;
+            if (r.rfind(p, 0) != 0) continue;
+            const auto defs = root_.find(p.substr(2, p.size() - 3));
+            if (defs != root_.end() && defs->is_object())
+                if (const auto t = defs->find(r.substr(p.size())); t != defs->end()) target = &*t;
+        }
+        if (!target)
+            fail(path, "\"" + r + "\" is not a #/$defs/NAME or #/definitions/NAME of the schema");
+        // Reserved first, so a definition that refers to itself finds its own node.
+        const uint32_t slot = add({});
+        refs_[r] = slot;
+        const uint32_t compiled = compile(*target, path + "(" + r + ")");
+        g_.nodes_[slot] = g_.nodes_[compiled];
+        return slot;
+    }
+
+    JsonGrammar& g_;
+    const ojson& root_;
+    std::string where_;
+    std::map<std::string, uint32_t> refs_;
+    std::vector<std::pair<uint32_t, std::string>> choices_;
+};
+
+JsonGrammar JsonGrammar::from_schema(const nlohmann::ordered_json& schema,
+                                     const std::string& where) {
+    JsonGrammar g;
+    SchemaCompiler compiler(g, schema, where);
+    g.root_ = compiler.compile(schema, "");
+    compiler.check_choices();
+    return g;
+}
+
+// ---- matcher -------------------------------------------------------------------------------
+
+bool JsonMatcher::feed(uint8_t c) {
+    if (dead_) return false;
+    for (;;) {
+        if (stack_.empty()) {
+            if (done_) break;
+            if (space(c)) return true;
+            end_spaces();
+            if (start_value(g_->root(), c)) return true;
+            break;
+        }
+        Entry& e = stack_.back();
+        if (e.frame == Frame::object) {
+            if (object_byte(e, c)) return true;
+            break;
+        }
+        if (e.frame == Frame::array) {
+            if (array_byte(e, c)) return true;
+            break;
+        }
+        if (e.frame == Frame::string || e.frame == Frame::key) {
+            if (string_byte(e, c)) return true;
+            break;
+        }
+        const int r = e.frame == Frame::number ? number_byte(e, c) : literal_byte(e, c);
+        if (r > 0) return true;
+        if (r < 0) break;
+        // The number (or a literal that is one) ended before c: c is its parent's.
+        stack_.pop_back();
+        if (!value_done()) break;
+    }
+    dead_ = true;
+    return false;
+}
+
+bool JsonMatcher::complete() const {
+    if (dead_) return false;
+    if (done_) return true;
+    if (stack_.size() != 1) return false;
+    const Entry& e = stack_.back();
+    if (e.frame == Frame::number) return number_complete(e.phase);
+    if (e.frame != Frame::literal) return false;
+    const auto& texts = g_->node(e.node).literals;
+    for (uint64_t m = e.mask; m; m &= m - 1)
+        if (texts[static_cast<size_t>(std::countr_zero(m))].size() == e.index) return true;
+    return false;
+}
+
+bool JsonMatcher::space(uint8_t c) {
+    if (c == '\n') {
+        if (line_break_) return false;
+        line_break_ = true;
+        spaces_ = 0;
+        return true;
+    }
+    if ((c != ' ' && c != '\t') || spaces_ >= JsonGrammar::kMaxSpaces) return false;
+    ++spaces_;
+    return true;
+}
+
+bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
+    using Kind = JsonGrammar::Kind;
+    const JsonGrammar::Node& n = g_->node(node);
+    const bool room = stack_.size() < JsonGrammar::kMaxDepth;
+    switch (n.kind) {
+        case Kind::any:
+            if (c == '{') return start_value(JsonGrammar::kAnyObject, c);
+            if (c == '[') return start_value(JsonGrammar::kAnyArray, c);
+            if (c == '"') return start_value(JsonGrammar::kString, c);
+            if (c == 't' || c == 'f') return start_value(JsonGrammar::kBoolean, c);
+            if (c == 'n') return start_value(JsonGrammar::kNull, c);
+            return start_value(JsonGrammar::kNumber, c);
+        case Kind::object:
+            if (c != '{' || !room) return false;
+            stack_.push_back({.frame = Frame::object, .phase = kObjOpen, .node = node});
+            return true;
+        case Kind::array:
+            if (c != '[' || !room) return false;
+            stack_.push_back({.frame = Frame::array, .phase = kArrOpen, .node = node});
+            return true;
+        case Kind::string:
+            if (c != '"' || !room) return false;
+            stack_.push_back({.frame = Frame::string, .phase = kStrChar, .node = node});
+            return true;
+        case Kind::number:
+        case Kind::integer:
+            if ((c != '-' && !is_digit(c)) || !room) return false;
+            stack_.push_back({.frame = Frame::number, .phase = kNumStart, .node = node});
+            return number_byte(stack_.back(), c) > 0;
+        case Kind::literals: {
+            uint64_t mask = 0;
+            for (size_t j = 0; j < n.literals.size(); ++j)
+                if (static_cast<uint8_t>(n.literals[j][0]) == c) mask |= uint64_t{1} << j;
+            if (!mask || !room) return false;
+            stack_.push_back({.frame = Frame::literal, .node = node, .mask = mask});
+            return literal_byte(stack_.back(), c) > 0;
+        }
+        case Kind::choice:
+            for (uint32_t o : n.options)
+                if (g_->starts(o, c)) return start_value(o, c);
+            return false;
+    }
+    return false;
+}
+
+bool JsonMatcher::value_done() {
+    if (stack_.empty()) {
+        done_ = true;
+        return true;
+    }
+    Entry& p = stack_.back();
+    if (p.frame == Frame::object) {
+        p.phase = kObjAfter;
+        return true;
+    }
+    if (p.frame == Frame::array) {
+        ++p.index;
+        p.phase = kArrAfter;
+        return true;
+    }
+    return false;
+}
+
+bool JsonMatcher::closable(const Entry& e) const {
+    const JsonGrammar::Node& n = g_->node(e.node);
+    for (size_t j = e.index; j < n.properties.size(); ++j)
+        if (n.properties[j].required) return false;
+    return true;
+}
+
+bool JsonMatcher::more_keys(const Entry& e) const {
+    const JsonGrammar::Node& n = g_->node(e.node);
+    return n.free_keys || e.index < n.properties.size();
+}
+
+bool JsonMatcher::open_keys(Entry& e) {
+    const JsonGrammar::Node& n = g_->node(e.node);
+    const uint32_t node = e.node;
+    if (n.free_keys) {
+        stack_.push_back({.frame = Frame::key, .phase = kStrChar, .node = node});
+        return true;
+    }
+    // The next property, or any later one when those before it are optional.
+    uint64_t mask = 0;
+    for (size_t j = e.index; j < n.properties.size(); ++j) {
+        mask |= uint64_t{1} << j;
+        if (n.properties[j].required) break;
+    }
+    if (!mask) return false;
+    stack_.push_back({.frame = Frame::key_literal, .node = node, .index = 1, .mask = mask});
+    return true;
+}
+
+bool JsonMatcher::object_byte(Entry& e, uint8_t c) {
+    if (space(c)) return true;
+    end_spaces();
+    switch (e.phase) {
+        case kObjOpen:
+        case kObjKeyNext:
+            if (c == '}' && e.phase == kObjOpen && closable(e)) {
+                stack_.pop_back();
+                return value_done();
+            }
+            return c == '"' && open_keys(e);
+        case kObjColon:
+            if (c != ':') return false;
+            e.phase = kObjValue;
+            return true;
+        case kObjValue:
+            return start_value(e.value, c);
+        case kObjAfter:
+            if (c == ',' && more_keys(e)) {
+                e.phase = kObjKeyNext;
+                return true;
+            }
+            if (c == '}' && closable(e)) {
+                stack_.pop_back();
+                return value_done();
+            }
+            return false;
+    }
+    return false;
+}
+
+bool JsonMatcher::array_byte(Entry& e, uint8_t c) {
+    if (space(c)) return true;
+    end_spaces();
+    const JsonGrammar::Node& n = g_->node(e.node);
+    if (e.phase == kArrAfter) {
+        if (c == ',' && e.index < n.max_items) {
+            e.phase = kArrValue;
+            return true;
+        }
+        if (c == ']' && e.index >= n.min_items) {
+            stack_.pop_back();
+            return value_done();
+        }
+        return false;
+    }
+    if (c == ']' && e.phase == kArrOpen && n.min_items == 0) {
+        stack_.pop_back();
+        return value_done();
+    }
+    return n.max_items > 0 && start_value(n.values, c);
+}
+
+bool JsonMatcher::string_byte(Entry& e, uint8_t c) {
+    end_spaces();
+    if (e.utf8_need > 0) {  // a continuation byte of a UTF-8 character
+        if (c < e.utf8_lo || c > e.utf8_hi) return false;
+        --e.utf8_need;
+        e.utf8_lo = 0x80;
+        e.utf8_hi = 0xBF;
+        return true;
+    }
+    const int h = hex_value(c);
+    switch (e.phase) {
+        case kStrChar:
+            if (c == '"') {
+                const bool key = e.frame == Frame::key;
+                stack_.pop_back();
+                if (!key) return value_done();
+                Entry& object = stack_.back();
+                object.phase = kObjColon;
+                object.value = g_->node(object.node).values;
+                return true;
+            }
+            if (c == '\\') {
+                e.phase = kStrEscape;
+                return true;
+            }
+            if (c < 0x20) return false;
+            if (c < 0x80) return true;
+            // RFC 3629's well-formed sequences: no overlong forms, surrogates or code points
+            // past U+10FFFF.
+            if (c >= 0xC2 && c <= 0xDF) {
+                e.utf8_need = 1;
+            } else if (c >= 0xE0 && c <= 0xEF) {
+                e.utf8_need = 2;
+                if (c == 0xE0) e.utf8_lo = 0xA0;
+                if (c == 0xED) e.utf8_hi = 0x9F;
+            } else if (c >= 0xF0 && c <= 0xF4) {
+                e.utf8_need = 3;
+                if (c == 0xF0) e.utf8_lo = 0x90;
+                if (c == 0xF4) e.utf8_hi = 0x8F;
+            } else {
+                return false;
+            }
+            return true;
+        case kStrEscape:
+            if (c == 'u') {
+                e.phase = kStrU1;
+                e.value = 0;
+                return true;
+            }
+            if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+                c == 't') {
+                e.phase = kStrChar;
+                return true;
+            }
+            return false;
+        case kStrLowBackslash:
+            if (c != '\\') return false;
+            e.phase = kStrLowU;
+            return true;
+        case kStrLowU:
+            if (c != 'u') return false;
+            e.phase = kStrL1;
+            return true;
+        default:
+            break;
+    }
+    if (h < 0) return false;
+    if (e.phase >= kStrU1 && e.phase < kStrU1 + 4) {
+        e.value = e.value * 16 + static_cast<uint32_t>(h);
+        // A low surrogate alone (DC00-DFFF) is refused at its second digit, so no prefix taken
+        // is a dead end.
+        if (e.phase == kStrU1 + 1 && e.value >= 0xDC && e.value <= 0xDF) return false;
+        if (e.phase == kStrU1 + 3) {
+            e.phase = e.value >= 0xD800 && e.value <= 0xDBFF ? kStrLowBackslash : kStrChar;
+            return true;
+        }
+        ++e.phase;
+        return true;
+    }
+    // The low half of a surrogate pair: DC00-DFFF.
+    if (e.phase == kStrL1 && h != 0xD) return false;
+    if (e.phase == kStrL1 + 1 && h < 0xC) return false;
+    e.phase = e.phase == kStrL1 + 3 ? kStrChar : e.phase + 1;
+    return true;
+}
+
+int JsonMatcher::number_byte(Entry& e, uint8_t c) {
+    const bool integer = g_->node(e.node).kind == JsonGrammar::Kind::integer;
+    int next = -1;
+    switch (e.phase) {
+        case kNumStart:
+            next = c == '-' ? kNumMinus : c == '0' ? kNumZero : is_digit(c) ? kNumInt : -1;
+            break;
+        case kNumMinus:
+            next = c == '0' ? kNumZero : is_digit(c) ? kNumInt : -1;
+            break;
+        case kNumZero:
+        case kNumInt:
+            if (is_digit(c) && e.phase == kNumInt) next = kNumInt;
+            if (!integer && c == '.') next = kNumDot;
+            if (!integer && (c == 'e' || c == 'E')) next = kNumE;
+            break;
+        case kNumDot:
+            next = is_digit(c) ? kNumFrac : -1;
+            break;
+        case kNumFrac:
+            next = is_digit(c) ? kNumFrac : (c == 'e' || c == 'E') ? kNumE : -1;
+            break;
+        case kNumE:
+            next = c == '+' || c == '-' ? kNumESign : is_digit(c) ? kNumExp : -1;
+            break;
+        case kNumESign:
+            next = is_digit(c) ? kNumExp : -1;
+            break;
+        case kNumExp:
+            next = is_digit(c) && e.value < kMaxExponentDigits ? kNumExp : -1;
+            break;
+        default:
+            break;
+    }
+    const uint32_t bytes = e.index + 1;
+    // At the length bound a byte is taken only if the number is then whole, so that a number
+    // taken so far can always be finished.
+    if (next < 0 || bytes > JsonGrammar::kMaxNumberBytes ||
+        (bytes == JsonGrammar::kMaxNumberBytes && !number_complete(static_cast<uint8_t>(next))))
+        return number_complete(e.phase) ? 0 : -1;
+    if (next == kNumExp) ++e.value;  // exponent digits
+    e.phase = static_cast<uint8_t>(next);
+    e.index = bytes;
+    return 1;
+}
+
+int JsonMatcher::literal_byte(Entry& e, uint8_t c) {
+    end_spaces();
+    const bool key = e.frame == Frame::key_literal;
+    const JsonGrammar::Node& n = g_->node(e.node);
+    const auto text = [&](uint64_t j) -> const std::string& {
+        return key ? n.properties[j].key : n.literals[j];
+    };
+    uint64_t next = 0;
+    bool whole = false;  // a candidate ended before c
+    for (uint64_t m = e.mask; m; m &= m - 1) {
+        const auto j = static_cast<uint64_t>(std::countr_zero(m));
+        const std::string& t = text(j);
+        if (t.size() == e.index)
+            whole = true;
+        else if (static_cast<uint8_t>(t[e.index]) == c)
+            next |= uint64_t{1} << j;
+    }
+    if (!next) return whole ? 0 : -1;
+    e.mask = next;
+    ++e.index;
+    // A candidate that ends here with a byte other than a digit ends the value: no other JSON
+    // value's text continues past a closing quote, bracket or a literal name (a number may).
+    for (uint64_t m = next; m; m &= m - 1) {
+        const auto j = static_cast<uint64_t>(std::countr_zero(m));
+        const std::string& t = text(j);
+        if (t.size() != e.index || is_digit(static_cast<uint8_t>(t.back()))) continue;
+        stack_.pop_back();
+        if (!key) return value_done() ? 1 : -1;
+        Entry& object = stack_.back();
+        object.index = static_cast<uint32_t>(j + 1);
+        object.value = n.properties[j].node;
+        object.phase = kObjColon;
+        return 1;
+    }
+    return 1;
+}
+
+}  // namespace qforge

@@ -1,0 +1,77 @@
+#include "runtime/token_constraint.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace qforge {
+
+TokenTexts::TokenTexts(const Tokenizer& tok) {
+    const auto n = static_cast<int32_t>(tok.vocab_size());
+    text.resize(static_cast<size_t>(n));
+    // Any id but BOS as the one before: the text a token adds inside a stream.
+    const int32_t before = tok.bos_id() && *tok.bos_id() == 0 ? 1 : 0;
+    for (int32_t id = 0; id < n; ++id) {
+        if (tok.is_special(id)) continue;
+        std::string t = tok.decode_piece(before, id);
+        if (t.empty()) continue;
+        by_first[static_cast<uint8_t>(t[0])].push_back(id);
+        text[static_cast<size_t>(id)] = std::move(t);
+    }
+}
+
+bool TokenMatcher::is_stop(int32_t id) const {
+    return std::find(g_->stop_ids.begin(), g_->stop_ids.end(), id) != g_->stop_ids.end();
+}
+
+bool TokenMatcher::allows(int32_t id) {
+    if (is_stop(id)) return state_.complete();
+    const auto& text = g_->texts->text;
+    if (id < 0 || static_cast<size_t>(id) >= text.size() || text[static_cast<size_t>(id)].empty())
+        return false;
+    scratch_ = state_;
+    return scratch_.feed(text[static_cast<size_t>(id)]);
+}
+
+size_t TokenMatcher::mask(std::span<float> logits) {
+    allowed_.assign(logits.size(), 0);
+    size_t count = 0;
+    const auto& texts = g_->texts->text;
+    for (int first = 0; first < 256; ++first) {
+        const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
+        if (ids.empty()) continue;
+        JsonMatcher after_first = state_;  // most bytes end here: one try for all their ids
+        if (!after_first.feed(static_cast<uint8_t>(first))) continue;
+        for (int32_t id : ids) {
+            if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
+            const std::string& t = texts[static_cast<size_t>(id)];
+            scratch_ = after_first;
+            if (scratch_.feed(std::string_view(t).substr(1))) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+            }
+        }
+    }
+    if (state_.complete())
+        for (int32_t id : g_->stop_ids)
+            if (id >= 0 && static_cast<size_t>(id) < logits.size() &&
+                !allowed_[static_cast<size_t>(id)]) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+            }
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (!allowed_[i]) logits[i] = -std::numeric_limits<float>::infinity();
+    return count;
+}
+
+void TokenMatcher::accept(int32_t id) {
+    if (is_stop(id)) return;
+    if (!allows(id))
+        throw Error("constrained generation: token " + std::to_string(id) +
+                    " does not continue the document");
+    std::swap(state_, scratch_);
+}
+
+}  // namespace qforge

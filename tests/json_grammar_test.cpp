@@ -1,0 +1,232 @@
+// runtime/json_grammar.hpp against independent references: nlohmann's JSON parser (is a
+// matched text JSON at all), and a validator written here for the schema subset from the JSON
+// Schema specification (is it a value of the schema); random documents must be taken whole,
+// random walks over the bytes the matcher allows must always be finishable and, finished, parse
+// and validate; texts just outside the schema are refused.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "json_schema_check.hpp"
+#include "runtime/json_grammar.hpp"
+
+using namespace qforge;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+bool matches(const JsonGrammar& g, const std::string& text) {
+    JsonMatcher m(g);
+    return m.feed(text) && m.complete();
+}
+
+// A random walk over the bytes the matcher allows (each byte tried by copy), leaning to the
+// bytes that close things after `len` bytes; then finished by always taking the first allowed
+// byte in an order that closes. Returns the text, which must be complete.
+std::string walk(const JsonGrammar& g, std::mt19937& rng, size_t len) {
+    JsonMatcher m(g);
+    std::string text;
+    const std::string closers = "\"}]0,:1tfnrueals";
+    for (size_t step = 0; step < 4000 && !(text.size() >= len && m.complete()); ++step) {
+        std::vector<uint8_t> ok;
+        for (int c = 0; c < 256; ++c) {
+            JsonMatcher t = m;
+            if (t.feed(static_cast<uint8_t>(c))) ok.push_back(static_cast<uint8_t>(c));
+        }
+        INFO(text);
+        if (ok.empty() && m.complete()) break;  // a whole document that nothing continues
+        REQUIRE(!ok.empty());                   // never a dead end
+        uint8_t c = ok[rng() % ok.size()];
+        if (text.size() >= len)
+            for (char p : closers)
+                if (std::find(ok.begin(), ok.end(), static_cast<uint8_t>(p)) != ok.end()) {
+                    c = static_cast<uint8_t>(p);
+                    break;
+                }
+        REQUIRE(m.feed(c));
+        text += static_cast<char>(c);
+    }
+    INFO(text);
+    REQUIRE(m.complete());
+    return text;
+}
+
+// Random JSON values (nlohmann's own dump: the reference's text), within the matcher's bounds.
+ojson random_value(std::mt19937& rng, int depth) {
+    switch (rng() % (depth > 3 ? 5 : 7)) {
+        case 0:
+            return nullptr;
+        case 1:
+            return rng() % 2 == 0;
+        case 2:
+            return static_cast<int64_t>(rng() % 2000000) - 1000000;
+        case 3:
+            return std::ldexp(static_cast<double>(rng() % 100000), -static_cast<int>(rng() % 12));
+        case 4: {
+            std::string s;
+            const char* pieces[] = {"a", "Z", " ", "\"", "\\", "\n", "\x01", "é", "€", "😀", "/"};
+            for (size_t i = rng() % 6; i > 0; --i) s += pieces[rng() % 11];
+            return s;
+        }
+        case 5: {
+            ojson a = ojson::array();
+            for (size_t i = rng() % 4; i > 0; --i) a.push_back(random_value(rng, depth + 1));
+            return a;
+        }
+        default: {
+            ojson o = ojson::object();
+            for (size_t i = rng() % 4; i > 0; --i)
+                o["k" + std::to_string(rng() % 6)] = random_value(rng, depth + 1);
+            return o;
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("json grammar: any object takes every JSON object and only JSON objects",
+          "[json_grammar]") {
+    const JsonGrammar g = JsonGrammar::any_object();
+    std::mt19937 rng(11);
+    for (int i = 0; i < 400; ++i) {
+        ojson v = random_value(rng, 0);
+        std::string text = v.dump(i % 3 == 0 ? 2 : -1);
+        INFO(text);
+        CHECK(matches(g, text) == v.is_object());
+        if (!v.is_object()) continue;
+        // Every proper prefix is taken and none is whole.
+        JsonMatcher m(g);
+        for (size_t j = 0; j + 1 < text.size(); ++j) {
+            REQUIRE(m.feed(static_cast<uint8_t>(text[j])));
+            REQUIRE(!m.complete());
+        }
+        // A byte changed or dropped: taken whole only if nlohmann reads it as an object too.
+        for (int k = 0; k < 8; ++k) {
+            std::string bad = text;
+            const size_t at = rng() % bad.size();
+            if (k % 2)
+                bad.erase(at, 1);
+            else
+                bad[at] = "{}[]\",:0-.eE \\u\x7f\xc3"[rng() % 18];
+            INFO(bad);
+            if (matches(g, bad)) {
+                CHECK(nlohmann::json::accept(bad));
+                CHECK(nlohmann::json::parse(bad).is_object());
+            }
+        }
+    }
+    // What RFC 8259 refuses, and the matcher's own bounds.
+    for (const char* bad : {"{\"a\":01}",
+                            "{\"a\":1.}",
+                            "{\"a\":-}",
+                            "{\"a\":.5}",
+                            "{\"a\":1e}",
+                            "{\"a\":+1}",
+                            "{\"a\":\"\\x\"}",
+                            "{\"a\":\"\x01\"}",
+                            "{\"a\":\"\xc0\xaf\"}",
+                            "{\"a\":\"\xed\xa0\x80\"}",
+                            "{\"a\":\"\\udc00\"}",
+                            "{\"a\":\"\\ud800\"}",
+                            "{\"a\":\"\\ud800\\u0041\"}",
+                            "{a:1}",
+                            "{\"a\":1,}",
+                            "{\"a\" 1}",
+                            "[1]",
+                            "\"x\"",
+                            "{\"a\":1e123}",
+                            "{\"a\":tru}",
+                            "{} x"})
+        CHECK_FALSE(matches(g, bad));
+    for (const char* good :
+         {"{\"a\":0}", " {\"a\":-0.5e+12}", "{\"\\ud83d\\ude00\":\"\xf0\x9f\x98\x80\"}",
+          "{\"a\":[1,[],{}],\"b\":{\"c\":null}}", "{}", "{\"a\":\"\\u00e9\\/\"}"})
+        CHECK(matches(g, good));
+    // kMaxSpaces spaces or tabs in a row, and one line break (then kMaxSpaces more).
+    CHECK_FALSE(matches(g, "{" + std::string(21, ' ') + "}"));
+    CHECK(matches(g, "{" + std::string(20, '\t') + "}"));
+    CHECK(matches(g, "{" + std::string(20, ' ') + "\n" + std::string(20, ' ') + "}"));
+    CHECK_FALSE(matches(g, "{\n\n}"));
+    CHECK_FALSE(matches(g, "{\r\n}"));
+    CHECK(matches(g, "{\n \"a\":\n 1 \n}"));
+    CHECK_FALSE(matches(g, "{\"a\":" + std::string(33, '1') + "}"));  // kMaxNumberBytes
+    CHECK(matches(g, "{\"a\":" + std::string(32, '1') + "}"));
+    CHECK_FALSE(matches(g, std::string(65, '[') + std::string(65, ']')));
+    // Random walks: never a dead end, every finished text an object nlohmann reads.
+    for (int i = 0; i < 60; ++i) {
+        const std::string text = walk(g, rng, 5 + rng() % 80);
+        INFO(text);
+        REQUIRE(nlohmann::json::accept(text));
+        CHECK(nlohmann::json::parse(text).is_object());
+    }
+}
+
+TEST_CASE("json grammar: schemas take their instances, refuse others, walk to valid documents",
+          "[json_grammar]") {
+    const char* schemas[] = {
+        R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+            "required": ["name", "age"], "title": "Person"})",
+        R"({"type": "object", "properties": {"kind": {"enum": ["cat", "dog", 3, null]},
+            "score": {"type": ["number", "null"]}, "ok": {"type": "boolean"},
+            "child": {"$ref": "#/$defs/Node"}}, "required": ["kind", "ok"],
+            "$defs": {"Node": {"type": "object", "properties": {"v": {"type": "integer"},
+            "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}}, "required": ["v"]}}})",
+        R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "number"}},
+            "minItems": 2, "maxItems": 4})",
+        R"({"anyOf": [{"type": "string"}, {"type": "integer"}, {"const": [1, "a"]}]})",
+        R"({"properties": {"a": {}, "b": {"const": {"x": [true]}}}, "additionalProperties": false})",
+        R"({"type": "object", "required": ["id"], "additionalProperties": {"type": "string"}})",
+        R"({"type": "integer"})",
+    };
+    std::mt19937 rng(5);
+    for (const char* text : schemas) {
+        const ojson schema = ojson::parse(text);
+        INFO(schema.dump());
+        const JsonGrammar g = JsonGrammar::from_schema(schema, "schema");
+        for (int i = 0; i < 80; ++i) {
+            const std::string doc = walk(g, rng, rng() % 60);
+            INFO(doc);
+            REQUIRE(nlohmann::json::accept(doc));
+            CHECK(test::schema_valid(ojson::parse(doc), schema));
+        }
+    }
+    // Instances in the schema's property order are taken; near misses are refused.
+    const JsonGrammar person = JsonGrammar::from_schema(ojson::parse(schemas[0]), "schema");
+    CHECK(matches(person, R"({"name": "Ann", "age": 41})"));
+    CHECK(matches(person, R"({"name":"Ann","age":41,"tags":["a","b","c"]})"));
+    CHECK(matches(person, "{\n  \"name\": \"\",\n  \"age\": -3\n}"));
+    for (const char* bad :
+         {R"({"age": 41, "name": "Ann"})", R"({"name": "Ann"})", R"({"name": "Ann", "age": 4.5})",
+          R"({"name": 5, "age": 4})", R"({"name": "A", "age": 4, "tags": ["a","b","c","d"]})",
+          R"({"name": "A", "age": 4, "x": 1})", R"({"nam": "A", "age": 4})"})
+        CHECK_FALSE(matches(person, bad));
+    const JsonGrammar pair = JsonGrammar::from_schema(ojson::parse(schemas[2]), "schema");
+    CHECK(matches(pair, R"([{}, {"a": 1.5}])"));
+    CHECK_FALSE(matches(pair, R"([{}])"));
+    CHECK_FALSE(matches(pair, R"([{}, {"a": "x"}])"));
+    const JsonGrammar integer = JsonGrammar::from_schema(ojson::parse(schemas[6]), "schema");
+    CHECK(matches(integer, "-12"));
+    CHECK_FALSE(matches(integer, "1.0"));
+    // Keywords outside the subset name their path; so do bad values.
+    for (auto [schema, where] : std::initializer_list<std::pair<const char*, const char*>>{
+             {R"({"type": "string", "pattern": "a+"})", "s.pattern"},
+             {R"({"properties": {"a": {"type": "integer", "minimum": 3}}})",
+              "s.properties.a.minimum"},
+             {R"({"type": "strin"})", "s.type"},
+             {R"({"anyOf": [{"type": "object"}, {"properties": {}}]})", "s.anyOf"},
+             {R"({"$ref": "#/$defs/missing"})", "s.$ref"},
+             {R"({"enum": []})", "s.enum"},
+             {R"({"type": "array", "minItems": 3, "maxItems": 2})", "s.minItems"},
+             {R"({"type": "string", "enum": [1, 2]})", "s.enum"},
+             {R"({"required": ["id"], "additionalProperties": false})", "s.required"},
+             {"false", "s"}}) {
+        INFO(schema);
+        CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),
+                          Catch::StartsWith(std::string(where) + ":"));
+    }
+}
