@@ -95,6 +95,12 @@ class JsonMatcher {
     // literal name; not a number, which more digits may still continue).
     bool finished() const { return done_ && !dead_; }
     bool dead() const { return dead_; }
+    // Inside a string (a value's or a key's) between characters: any string content comes next.
+    bool in_string_content() const {
+        return !dead_ && !stack_.empty() &&
+               (stack_.back().frame == Frame::string || stack_.back().frame == Frame::key) &&
+               stack_.back().phase == 0 && stack_.back().utf8_need == 0;
+    }
 
   private:
     // What a frame of the stack is following, and where in it.

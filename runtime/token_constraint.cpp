@@ -5,12 +5,32 @@
 
 #include "core/error.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "tokenizer/utf8.hpp"
 
 namespace qforge {
+
+namespace {
+// Whether `t` is string content a JSON string takes as it stands.
+bool plain_string_content(std::string_view t) {
+    for (size_t i = 0; i < t.size();) {
+        const auto c = static_cast<uint8_t>(t[i]);
+        if (c == '"' || c == '\\' || c < 0x20) return false;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        const size_t len = utf8_sequence_length(t, i);  // a whole RFC 3629 character, or 0
+        if (len < 2) return false;
+        i += len;
+    }
+    return true;
+}
+}  // namespace
 
 TokenTexts::TokenTexts(const Tokenizer& tok) {
     const auto n = static_cast<int32_t>(tok.vocab_size());
     text.resize(static_cast<size_t>(n));
+    plain.assign(static_cast<size_t>(n), 0);
     // Any id but BOS as the one before: the text a token adds inside a stream.
     const int32_t before = tok.bos_id() && *tok.bos_id() == 0 ? 1 : 0;
     for (int32_t id = 0; id < n; ++id) {
@@ -18,6 +38,7 @@ TokenTexts::TokenTexts(const Tokenizer& tok) {
         std::string t = tok.decode_piece(before, id);
         if (t.empty()) continue;
         by_first[static_cast<uint8_t>(t[0])].push_back(id);
+        plain[static_cast<size_t>(id)] = plain_string_content(t);
         text[static_cast<size_t>(id)] = std::move(t);
     }
 }
@@ -39,6 +60,8 @@ size_t TokenMatcher::mask(std::span<float> logits) {
     allowed_.assign(logits.size(), 0);
     size_t count = 0;
     const auto& texts = g_->texts->text;
+    const auto& plain = g_->texts->plain;
+    const bool in_string = state_.in_string_content();
     for (int first = 0; first < 256; ++first) {
         const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
         if (ids.empty()) continue;
@@ -47,6 +70,11 @@ size_t TokenMatcher::mask(std::span<float> logits) {
         for (int32_t id : ids) {
             if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
             const std::string& t = texts[static_cast<size_t>(id)];
+            if (in_string && plain[static_cast<size_t>(id)]) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+                continue;
+            }
             scratch_ = after_first;
             if (scratch_.feed(std::string_view(t).substr(1))) {
                 allowed_[static_cast<size_t>(id)] = 1;

@@ -28,6 +28,9 @@ struct TokenTexts {
     explicit TokenTexts(const Tokenizer& tok);
     std::vector<std::string> text;                   // empty: never part of a document
     std::array<std::vector<int32_t>, 256> by_first;  // the ids whose text starts with each byte
+    // 1: the text is string content as it stands (no quote, backslash or control byte; whole,
+    // well-formed UTF-8 characters): inside a string such a token is taken without a try.
+    std::vector<uint8_t> plain;
 };
 
 // What a constrained sequence must be, shared by its sampler's copies.

@@ -5,6 +5,7 @@
 // and validate; texts just outside the schema are refused.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -13,6 +14,9 @@
 #include "core/error.hpp"
 #include "json_schema_check.hpp"
 #include "runtime/json_grammar.hpp"
+#include "runtime/token_constraint.hpp"
+#include "test_support.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace qforge;
 using ojson = nlohmann::ordered_json;
@@ -228,5 +232,47 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
         INFO(schema);
         CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),
                           Catch::StartsWith(std::string(where) + ":"));
+    }
+}
+
+TEST_CASE("token constraint: the mask is each token tried alone, in strings and out of them",
+          "[json_grammar]") {
+    // A byte-level BPE vocabulary (SmolLM2's, trimmed), a SentencePiece one with byte fallback
+    // (Llama 2's) and single bytes (the tiny Qwen3's): random objects encoded, then at each token
+    // the mask against allows() of every id alone; each document's own tokens are taken.
+    const JsonGrammar g = JsonGrammar::any_object();
+    std::mt19937 rng(23);
+    for (const char* path :
+         {"tokenizers/smollm2/tokenizer.json", "tokenizers/llama2/tokenizer.json",
+          "hf_models/qwen3_qknorm_window/tokenizer.json"}) {
+        INFO(path);
+        const Tokenizer tok = Tokenizer::load(test::fixture(path).string());
+        const auto texts = std::make_shared<const TokenTexts>(tok);
+        const auto grammar =
+            std::make_shared<const TokenGrammar>(TokenGrammar{g, texts, tok.stop_ids()});
+        for (int doc = 0; doc < 6; ++doc) {
+            ojson v = random_value(rng, 0);
+            if (!v.is_object()) v = ojson{{"k", v}};
+            const std::string text = v.dump(doc % 2 ? 1 : -1);
+            INFO(text);
+            TokenMatcher m(grammar);
+            std::vector<float> logits(tok.vocab_size());
+            for (int32_t id : tok.encode(text, false)) {
+                std::fill(logits.begin(), logits.end(), 0.0f);
+                const size_t count = m.mask(logits);
+                size_t allowed = 0;
+                for (size_t i = 0; i < logits.size(); ++i) {
+                    const bool alone = m.allows(static_cast<int32_t>(i));
+                    INFO("id " << i << " text " << texts->text[i]);
+                    REQUIRE((logits[i] == 0.0f) == alone);
+                    allowed += alone;
+                }
+                REQUIRE(count == allowed);
+                REQUIRE(m.allows(id));
+                m.accept(id);
+            }
+            CHECK(m.complete());
+            for (int32_t stop : tok.stop_ids()) CHECK(m.allows(stop));
+        }
     }
 }

@@ -13,7 +13,8 @@ each choice the request of its prompt alone), a seeded sampled completion twice 
 client raises as BadRequestError), bad requests the client raises as errors, an API key the
 client must send, and chat through a template given to the server (`--chat-template`, under
 `--served-model-name`: whole, streamed and with logprobs) against `qforge generate
---chat-template`. Exits 0 when every check passes, 1 with the failures
+--chat-template`, and a structured (JSON schema) chat with the schema pydantic writes for a class,
+against `qforge generate --json-schema`. Exits 0 when every check passes, 1 with the failures
 listed otherwise.
 """
 import os
@@ -21,7 +22,10 @@ import subprocess
 import sys
 import tempfile
 
+import json
+
 import openai
+import pydantic
 
 from e2e_support import Checks, start
 
@@ -188,6 +192,18 @@ def main():
         reply = subprocess.run([qforge, "generate", model, "--chat-template", template, "-q",
                                 "--greedy", "-n", "12", "-t", "2", "-p", "Tell a story."],
                                capture_output=True, text=True, check=True).stdout[:-1]
+        # Structured output: the JSON schema pydantic writes for a model class, as the client
+        # sends it in strict mode (additionalProperties false, titles), constrained the same
+        # way by `generate --json-schema`.
+        class Person(pydantic.BaseModel):
+            name: str
+            age: int
+
+        schema = openai.lib._pydantic.to_strict_json_schema(Person)
+        structured = subprocess.run([qforge, "generate", model, "--chat-template", template, "-q",
+                                     "--greedy", "-n", "40", "-t", "2", "-p", "Who is Tom?",
+                                     "--json-schema", json.dumps(schema)],
+                                    capture_output=True, text=True, check=True).stdout[:-1]
         proc, port = start(qforge, model, "--chat-template", template, "--served-model-name",
                            "org/stories-chat")
         try:
@@ -210,6 +226,17 @@ def main():
             streamed = "".join(c.choices[0].delta.content or "" for c in
                                client.chat.completions.create(stream=True, **kw) if c.choices)
             check(streamed == reply, f"streamed chat {streamed!r} != {reply!r}")
+            r = client.chat.completions.create(
+                model="org/stories-chat", messages=[{"role": "user", "content": "Who is Tom?"}],
+                max_tokens=40, temperature=0,
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "Person", "schema": schema,
+                                                 "strict": True}})
+            text = r.choices[0].message.content
+            check(text == structured and text.lstrip().startswith("{"),
+                  f"structured chat {text!r} != generate --json-schema {structured!r}")
+            if r.choices[0].finish_reason == "stop":
+                Person.model_validate_json(text)  # a whole document: the client's class reads it
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
