@@ -83,7 +83,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
     add_real_option(app, "--frequency-penalty", a->frequency_penalty, {-2.0, true}, {2.0, true},
                     "subtracted from a token's logit per time it was generated (the OpenAI "
                     "API's frequency_penalty)");
-    add_real_option(app, "--repeat-penalty", a->repeat_penalty, {0.0, false}, {100.0, true},
+    add_real_option(app, "--repeat-penalty", a->repeat_penalty, {kMinRepetitionPenalty, true},
+                    {kMaxRepetitionPenalty, true},
                     "divide a positive logit, multiply a negative one, by this for every token "
                     "among the context's last --repeat-last-n (prompt and output; llama.cpp's "
                     "--repeat-penalty, transformers' and vLLM's repetition_penalty; 1: none)");

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.hpp"
+#include "runtime/sampling.hpp"
 #include "serve/openai_request.hpp"
 
 using namespace qforge;
@@ -36,8 +37,9 @@ void check_completion(const CompletionRequest& r, bool chat) {
     require(r.temperature >= 0.0f && r.temperature <= 2.0f, "temperature in [0, 2]");
     require(r.top_p > 0.0f && r.top_p <= 1.0f, "top_p in (0, 1]");
     require(r.min_p >= 0.0f && r.min_p <= 1.0f, "min_p in [0, 1]");
-    require(r.repetition_penalty > 0.0f && r.repetition_penalty <= kMaxRepetitionPenalty,
-            "repetition_penalty in (0, kMaxRepetitionPenalty]");
+    require(r.repetition_penalty >= kMinRepetitionPenalty &&
+                r.repetition_penalty <= kMaxRepetitionPenalty,
+            "repetition_penalty in [kMinRepetitionPenalty, kMaxRepetitionPenalty]");
     require(!r.echo || !chat, "echo: completions only");
 }
 

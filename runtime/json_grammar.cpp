@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -73,34 +74,87 @@ JsonGrammar::JsonGrammar() {
 JsonGrammar JsonGrammar::any_object() {
     JsonGrammar g;
     g.root_ = kAnyObject;
+    g.derive();
     return g;
 }
 
-bool JsonGrammar::starts(uint32_t node, uint8_t c, int depth) const {
-    const Node& n = nodes_[node];
-    switch (n.kind) {
-        case Kind::any:
-            return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' ||
-                   c == 'f' || c == 'n';
-        case Kind::object:
-            return c == '{';
-        case Kind::array:
-            return c == '[';
-        case Kind::string:
-            return c == '"';
-        case Kind::number:
-        case Kind::integer:
-            return c == '-' || is_digit(c);
-        case Kind::literals:
-            return std::any_of(n.literals.begin(), n.literals.end(), [&](const std::string& t) {
-                return static_cast<uint8_t>(t[0]) == c;
-            });
-        case Kind::choice:
-            if (depth > 64) return false;  // alternatives that refer to themselves
-            return std::any_of(n.options.begin(), n.options.end(),
-                               [&](uint32_t o) { return starts(o, c, depth + 1); });
+void JsonGrammar::derive() {
+    const size_t n = nodes_.size();
+    // First bytes: the least fixed point (a choice or alias takes its targets').
+    first_.assign(n, {});
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < n; ++i) {
+            const Node& node = nodes_[i];
+            std::bitset<256> f;
+            switch (node.kind) {
+                case Kind::any:
+                    for (uint8_t c : std::string_view("{[\"-0123456789tfn")) f.set(c);
+                    break;
+                case Kind::object:
+                    f.set('{');
+                    break;
+                case Kind::array:
+                    f.set('[');
+                    break;
+                case Kind::string:
+                    f.set('"');
+                    break;
+                case Kind::number:
+                case Kind::integer:
+                    for (uint8_t c : std::string_view("-0123456789")) f.set(c);
+                    break;
+                case Kind::literals:
+                    for (const std::string& t : node.literals) f.set(static_cast<uint8_t>(t[0]));
+                    break;
+                case Kind::choice:
+                    for (uint32_t o : node.options) f |= first_[o];
+                    break;
+                case Kind::alias:
+                    f = first_[node.values];
+                    break;
+            }
+            if (f != first_[i]) {
+                first_[i] = f;
+                changed = true;
+            }
+        }
     }
-    return false;
+    // The fewest nested objects and arrays: the greatest fixed point from "none" (an object
+    // nests its required properties' values, an array its items if it needs one).
+    constexpr uint32_t kNone = UINT32_MAX;
+    min_depth_.assign(n, kNone);
+    const auto plus_one = [](uint32_t d) { return d == kNone ? kNone : d + 1; };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < n; ++i) {
+            const Node& node = nodes_[i];
+            uint32_t d = 0;
+            switch (node.kind) {
+                case Kind::object:
+                    d = 1;
+                    for (const Property& p : node.properties)
+                        if (p.required) d = std::max(d, plus_one(min_depth_[p.node]));
+                    break;
+                case Kind::array:
+                    d = plus_one(node.min_items > 0 ? min_depth_[node.values] : 0);
+                    break;
+                case Kind::choice:
+                    d = kNone;
+                    for (uint32_t o : node.options) d = std::min(d, min_depth_[o]);
+                    break;
+                case Kind::alias:
+                    d = min_depth_[node.values];
+                    break;
+                default:
+                    break;  // scalars and literals open no object or array frame
+            }
+            if (d != min_depth_[i]) {
+                min_depth_[i] = d;
+                changed = true;
+            }
+        }
+    }
 }
 
 // A schema into a grammar's nodes (the subset in json_grammar.hpp).
@@ -110,6 +164,44 @@ class SchemaCompiler {
         : g_(g), root_(root), where_(std::move(where)) {}
 
     uint32_t compile(const ojson& s, const std::string& path) {
+        if (++depth_ > JsonGrammar::kMaxSchemaDepth)
+            fail(path, "nests deeper than " + std::to_string(JsonGrammar::kMaxSchemaDepth) +
+                           " schemas ($ref hops included)");
+        const uint32_t node = compile_one(s, path);
+        --depth_;
+        return node;
+    }
+
+    // The checks that need every node in place: $ref chains that end, values that exist (with
+    // finite nesting), alternatives that start apart; then the grammar's derived tables.
+    void finish(uint32_t root) {
+        JsonGrammar& g = g_;
+        for (size_t i = 0; i < g.nodes_.size(); ++i) {
+            uint32_t at = static_cast<uint32_t>(i);
+            for (size_t hops = 0; g.nodes_[at].kind == JsonGrammar::Kind::alias; ++hops) {
+                if (hops > g.nodes_.size()) fail(paths_[i], "refers to itself and nothing else");
+                at = g.nodes_[at].values;
+            }
+        }
+        g.derive();
+        for (size_t i = 0; i < g.nodes_.size(); ++i)
+            if (g.first_[i].none() || g.min_depth_[i] == UINT32_MAX)
+                fail(paths_[i], "has no value (it requires itself, or refers only to itself)");
+        for (size_t i = 0; i < g.nodes_.size(); ++i) {
+            if (g.nodes_[i].kind != JsonGrammar::Kind::choice) continue;
+            std::bitset<256> seen;
+            for (uint32_t o : g.nodes_[i].options) {
+                if ((seen & g.first_[o]).any())
+                    fail(paths_[i],
+                         "alternatives that can start alike (the same type) are not supported");
+                seen |= g.first_[o];
+            }
+        }
+        g.root_ = root;
+    }
+
+  private:
+    uint32_t compile_one(const ojson& s, const std::string& path) {
         if (s.is_boolean()) {
             if (s.get<bool>()) return JsonGrammar::kAny;
             fail(path, "false matches nothing");
@@ -118,25 +210,21 @@ class SchemaCompiler {
         static const std::set<std::string> kKnown = {
             "type",  "properties", "required", "additionalProperties",
             "items", "minItems",   "maxItems", "enum",
-            "const", "anyOf",      "oneOf",    "$ref",
-            "$defs", "definitions"};
-        static const std::set<std::string> kAnnotations = {
-            "title",   "description", "$schema",    "$id",      "$comment",
-            "default", "examples",    "deprecated", "readOnly", "writeOnly"};
+            "const", "anyOf",      "oneOf",    "$ref"};
         for (const auto& [key, value] : s.items())
-            if (!kKnown.count(key) && !kAnnotations.count(key))
+            if (!kKnown.count(key) && !ignored(key))
                 fail(path + "." + key, "is not supported by constrained generation");
         if (const auto r = s.find("$ref"); r != s.end()) {
-            for (const char* other :
-                 {"type", "properties", "items", "enum", "const", "anyOf", "oneOf"})
-                if (s.contains(other))
-                    fail(path + ".$ref", "beside other constraints is not supported");
+            alone(s, path, "$ref", {});
             return reference(*r, path + ".$ref");
         }
-        if (s.contains("enum") || s.contains("const")) return literals(s, path);
+        if (s.contains("enum") || s.contains("const")) {
+            alone(s, path, s.contains("enum") ? "enum" : "const", {"enum", "const", "type"});
+            return literals(s, path);
+        }
         for (const char* name : {"anyOf", "oneOf"})
             if (const auto a = s.find(name); a != s.end()) {
-                if (s.contains("type")) fail(path + "." + name, "beside a type is not supported");
+                alone(s, path, name, {});
                 if (!a->is_array() || a->empty())
                     fail(path + "." + name, "must be a non-empty array");
                 std::vector<uint32_t> options;
@@ -165,6 +253,23 @@ class SchemaCompiler {
         return options.size() == 1 ? options[0] : choice(std::move(options), path + ".type");
     }
 
+    // Annotations, and the definitions a $ref reads: no constraint on the value.
+    static bool ignored(const std::string& key) {
+        static const std::set<std::string> kIgnored = {
+            "title",    "description", "$schema",  "$id",       "$comment", "default",
+            "examples", "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
+        return kIgnored.count(key) > 0;
+    }
+
+    // `keyword` takes the schema's whole meaning: any other constraint beside it (but `with`)
+    // would be dropped, so it is refused instead.
+    void alone(const ojson& s, const std::string& path, const char* keyword,
+               const std::set<std::string>& with) const {
+        for (const auto& [key, value] : s.items())
+            if (key != keyword && !ignored(key) && !with.count(key))
+                fail(path + "." + key, std::string("beside ") + keyword + " is not supported");
+    }
+
   private:
     [[noreturn]] void fail(const std::string& path, const std::string& why) const {
         throw Error(where_ + path + ": " + why);
@@ -176,8 +281,13 @@ class SchemaCompiler {
         return n;
     }
 
-    uint32_t add(JsonGrammar::Node n) {
+    uint32_t add(JsonGrammar::Node n, const std::string& path) {
+        if (g_.nodes_.size() >= JsonGrammar::kMaxSchemaNodes)
+            fail(path, "makes the schema more than " +
+                           std::to_string(JsonGrammar::kMaxSchemaNodes) + " schemas");
         g_.nodes_.push_back(std::move(n));
+        paths_.resize(g_.nodes_.size());
+        paths_.back() = path;
         return static_cast<uint32_t>(g_.nodes_.size() - 1);
     }
 
@@ -187,7 +297,7 @@ class SchemaCompiler {
         if (type == "number") return JsonGrammar::kNumber;
         if (type == "boolean") return JsonGrammar::kBoolean;
         if (type == "null") return JsonGrammar::kNull;
-        if (type == "integer") return add(of_kind(Kind::integer));
+        if (type == "integer") return add(of_kind(Kind::integer), path);
         if (type == "array") {
             JsonGrammar::Node n = of_kind(Kind::array);
             n.values = JsonGrammar::kAny;
@@ -196,7 +306,7 @@ class SchemaCompiler {
             n.min_items = count(s, "minItems", path, 0);
             n.max_items = count(s, "maxItems", path, UINT64_MAX);
             if (n.min_items > n.max_items) fail(path + ".minItems", "is above maxItems");
-            return add(std::move(n));
+            return add(std::move(n), path);
         }
         if (type != "object")
             fail(path + ".type", "\"" + type +
@@ -246,7 +356,7 @@ class SchemaCompiler {
         // Beside declared properties only they are generated (a valid instance either way).
         n.free_keys = n.properties.empty() && extra;
         n.values = values;
-        return add(std::move(n));
+        return add(std::move(n), path);
     }
 
     uint64_t count(const ojson& s, const char* name, const std::string& path, uint64_t fallback) {
@@ -272,6 +382,8 @@ class SchemaCompiler {
             if (t->is_array())
                 for (const auto& x : *t)
                     if (x.is_string()) types.push_back(x.get<std::string>());
+            if (types.empty() || (t->is_array() && types.size() != t->size()))
+                fail(path + ".type", "must be a type name or a non-empty array of them");
         }
         const auto of_type = [&](const ojson& v) {
             if (types.empty()) return true;
@@ -279,7 +391,9 @@ class SchemaCompiler {
                 if ((t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) ||
                     (t == "null" && v.is_null()) || (t == "object" && v.is_object()) ||
                     (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
-                    (t == "integer" && v.is_number_integer()))
+                    (t == "integer" &&
+                     (v.is_number_integer() ||
+                      (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
                     return true;
             return false;
         };
@@ -294,33 +408,15 @@ class SchemaCompiler {
         if (n.literals.size() > JsonGrammar::kMaxLiterals)
             fail(path + ".enum",
                  "holds more than " + std::to_string(JsonGrammar::kMaxLiterals) + " values");
-        return add(std::move(n));
+        return add(std::move(n), path);
     }
 
     uint32_t choice(std::vector<uint32_t> options, const std::string& path) {
         JsonGrammar::Node n = of_kind(JsonGrammar::Kind::choice);
         n.options = std::move(options);
-        const uint32_t i = add(std::move(n));
-        choices_.emplace_back(i, path);
-        return i;
+        return add(std::move(n), path);
     }
 
-  public:
-    // The matcher follows one alternative, chosen by the value's first byte: checked once every
-    // node is in place (an alternative may be a definition still being compiled before).
-    void check_choices() const {
-        for (const auto& [node, path] : choices_)
-            for (int c = 0; c < 256; ++c) {
-                int starting = 0;
-                for (uint32_t o : g_.nodes_[node].options)
-                    starting += g_.starts(o, static_cast<uint8_t>(c));
-                if (starting > 1)
-                    fail(path,
-                         "alternatives that can start alike (the same type) are not supported");
-            }
-    }
-
-  private:
     uint32_t reference(const ojson& ref, const std::string& path) {
         if (!ref.is_string()) fail(path, "must be a string");
         const std::string r = ref.get<std::string>();
@@ -331,31 +427,46 @@ class SchemaCompiler {
             if (r.rfind(p, 0) != 0) continue;
             const auto defs = root_.find(p.substr(2, p.size() - 3));
             if (defs != root_.end() && defs->is_object())
-                if (const auto t = defs->find(r.substr(p.size())); t != defs->end()) target = &*t;
+                if (const auto t = defs->find(pointer_token(r.substr(p.size()))); t != defs->end())
+                    target = &*t;
         }
         if (!target)
             fail(path, "\"" + r + "\" is not a #/$defs/NAME or #/definitions/NAME of the schema");
-        // Reserved first, so a definition that refers to itself finds its own node.
-        const uint32_t slot = add({});
-        refs_[r] = slot;
+        // An alias, made first, so a definition that refers to itself finds it; its target is
+        // set once compiled (finish() refuses aliases that lead only to aliases).
+        const uint32_t alias = add(of_kind(JsonGrammar::Kind::alias), path);
+        refs_[r] = alias;
         const uint32_t compiled = compile(*target, path + "(" + r + ")");
-        g_.nodes_[slot] = g_.nodes_[compiled];
-        return slot;
+        g_.nodes_[alias].values = compiled;
+        return alias;
+    }
+
+    // A JSON pointer's reference token: ~1 is '/', ~0 is '~'.
+    static std::string pointer_token(const std::string& t) {
+        std::string out;
+        for (size_t i = 0; i < t.size(); ++i) {
+            if (t[i] == '~' && i + 1 < t.size() && (t[i + 1] == '0' || t[i + 1] == '1')) {
+                out += t[++i] == '0' ? '~' : '/';
+                continue;
+            }
+            out += t[i];
+        }
+        return out;
     }
 
     JsonGrammar& g_;
     const ojson& root_;
     std::string where_;
     std::map<std::string, uint32_t> refs_;
-    std::vector<std::pair<uint32_t, std::string>> choices_;
+    std::vector<std::string> paths_ = std::vector<std::string>(7);  // each node's, for errors
+    uint32_t depth_ = 0;                                            // compile()'s nesting
 };
 
 JsonGrammar JsonGrammar::from_schema(const nlohmann::ordered_json& schema,
                                      const std::string& where) {
     JsonGrammar g;
     SchemaCompiler compiler(g, schema, where);
-    g.root_ = compiler.compile(schema, "");
-    compiler.check_choices();
+    compiler.finish(compiler.compile(schema, ""));
     return g;
 }
 
@@ -423,7 +534,8 @@ bool JsonMatcher::space(uint8_t c) {
 bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
     using Kind = JsonGrammar::Kind;
     const JsonGrammar::Node& n = g_->node(node);
-    const bool room = stack_.size() < JsonGrammar::kMaxDepth;
+    // An object or array opens only where the nesting its schema requires still fits.
+    const bool room = containers_ + g_->min_depth(node) <= JsonGrammar::kMaxDepth;
     switch (n.kind) {
         case Kind::any:
             if (c == '{') return start_value(JsonGrammar::kAnyObject, c);
@@ -435,25 +547,29 @@ bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
         case Kind::object:
             if (c != '{' || !room) return false;
             stack_.push_back({.frame = Frame::object, .phase = kObjOpen, .node = node});
+            ++containers_;
             return true;
         case Kind::array:
             if (c != '[' || !room) return false;
             stack_.push_back({.frame = Frame::array, .phase = kArrOpen, .node = node});
+            ++containers_;
             return true;
+        case Kind::alias:
+            return start_value(n.values, c);
         case Kind::string:
-            if (c != '"' || !room) return false;
+            if (c != '"') return false;
             stack_.push_back({.frame = Frame::string, .phase = kStrChar, .node = node});
             return true;
         case Kind::number:
         case Kind::integer:
-            if ((c != '-' && !is_digit(c)) || !room) return false;
+            if (c != '-' && !is_digit(c)) return false;
             stack_.push_back({.frame = Frame::number, .phase = kNumStart, .node = node});
             return number_byte(stack_.back(), c) > 0;
         case Kind::literals: {
             uint64_t mask = 0;
             for (size_t j = 0; j < n.literals.size(); ++j)
                 if (static_cast<uint8_t>(n.literals[j][0]) == c) mask |= uint64_t{1} << j;
-            if (!mask || !room) return false;
+            if (!mask) return false;
             stack_.push_back({.frame = Frame::literal, .node = node, .mask = mask});
             return literal_byte(stack_.back(), c) > 0;
         }
@@ -463,6 +579,22 @@ bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
             return false;
     }
     return false;
+}
+
+bool JsonMatcher::close_container() {
+    stack_.pop_back();
+    --containers_;
+    return value_done();
+}
+
+bool JsonMatcher::finished() const {
+    if (dead_ || !complete()) return false;
+    if (done_) return true;
+    for (int c = 0; c < 256; ++c) {  // a number (or a number literal) that may still grow
+        JsonMatcher next = *this;
+        if (next.feed(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
 }
 
 bool JsonMatcher::value_done() {
@@ -519,10 +651,7 @@ bool JsonMatcher::object_byte(Entry& e, uint8_t c) {
     switch (e.phase) {
         case kObjOpen:
         case kObjKeyNext:
-            if (c == '}' && e.phase == kObjOpen && closable(e)) {
-                stack_.pop_back();
-                return value_done();
-            }
+            if (c == '}' && e.phase == kObjOpen && closable(e)) return close_container();
             return c == '"' && open_keys(e);
         case kObjColon:
             if (c != ':') return false;
@@ -535,10 +664,7 @@ bool JsonMatcher::object_byte(Entry& e, uint8_t c) {
                 e.phase = kObjKeyNext;
                 return true;
             }
-            if (c == '}' && closable(e)) {
-                stack_.pop_back();
-                return value_done();
-            }
+            if (c == '}' && closable(e)) return close_container();
             return false;
     }
     return false;
@@ -553,16 +679,10 @@ bool JsonMatcher::array_byte(Entry& e, uint8_t c) {
             e.phase = kArrValue;
             return true;
         }
-        if (c == ']' && e.index >= n.min_items) {
-            stack_.pop_back();
-            return value_done();
-        }
+        if (c == ']' && e.index >= n.min_items) return close_container();
         return false;
     }
-    if (c == ']' && e.phase == kArrOpen && n.min_items == 0) {
-        stack_.pop_back();
-        return value_done();
-    }
+    if (c == ']' && e.phase == kArrOpen && n.min_items == 0) return close_container();
     return n.max_items > 0 && start_value(n.values, c);
 }
 

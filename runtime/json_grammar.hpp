@@ -14,19 +14,26 @@
 // two digits (so every double parser reads it finitely); whitespace between tokens is spaces
 // and tabs, at most kMaxSpaces in a row, and at most one line break (then kMaxSpaces more), as
 // llama.cpp's JSON grammar bounds it: pretty-printed JSON fits, a model that would pad forever
-// (small models do) cannot; no carriage returns; nesting at most kMaxDepth.
+// (small models do) cannot; no carriage returns; at most kMaxDepth objects and arrays nested
+// (one is opened only where its schema's required nesting still fits, so no prefix taken is a
+// dead end).
 //
 // The schema subset (anything else is an Error naming its path, never ignored):
 //   type: one of object, array, string, number, integer, boolean, null, or a list of them;
 //   properties, required, additionalProperties (true, false or a schema: with no properties,
 //     any keys whose values follow it; beside properties, only the properties are generated);
 //   items (a schema), minItems, maxItems; enum and const (any JSON values, matched as their
-//     compact text); anyOf and oneOf whose alternatives start with different bytes (types);
-//   $ref to #/$defs/NAME or #/definitions/NAME (recursion allowed);
+//     compact text; beside them only a type, which keeps the values of that type);
+//   anyOf and oneOf whose alternatives start with different bytes (types), alone;
+//   $ref to #/$defs/NAME or #/definitions/NAME (recursion allowed), alone;
 //   annotations, ignored: title, description, $schema, $id, $comment, default, examples,
 //     deprecated, readOnly, writeOnly; and an empty schema (or true): any JSON value.
+// A schema nests at most kMaxSchemaDepth levels ($ref hops included) and holds at most
+// kMaxSchemaNodes schemas; one with no finite value (a definition that is only itself, an
+// object that requires itself) is an Error too.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -41,6 +48,8 @@ class JsonGrammar {
     static constexpr uint32_t kMaxNumberBytes = 32;
     static constexpr uint32_t kMaxDepth = 64;
     static constexpr size_t kMaxLiterals = 64;  // in one enum, and properties in one object
+    static constexpr uint32_t kMaxSchemaDepth = 64;
+    static constexpr size_t kMaxSchemaNodes = 4096;
 
     // Any JSON object (the API's response_format json_object).
     static JsonGrammar any_object();
@@ -48,7 +57,18 @@ class JsonGrammar {
     // Properties keep the schema's order, so it is read as an ordered_json.
     static JsonGrammar from_schema(const nlohmann::ordered_json& schema, const std::string& where);
 
-    enum class Kind : uint8_t { any, object, array, string, number, integer, literals, choice };
+    // alias: a $ref, the node `values`.
+    enum class Kind : uint8_t {
+        any,
+        object,
+        array,
+        string,
+        number,
+        integer,
+        literals,
+        choice,
+        alias
+    };
     struct Property {
         std::string key;  // its JSON text, quotes included
         uint32_t node = 0;
@@ -56,9 +76,9 @@ class JsonGrammar {
     };
     struct Node {
         Kind kind = Kind::any;
-        std::vector<Property> properties;                // object: in order
-        bool free_keys = false;                          // object: any keys, values of `values`
-        uint32_t values = 0;                             // object with free keys; array: its items
+        std::vector<Property> properties;  // object: in order
+        bool free_keys = false;            // object: any keys, values of `values`
+        uint32_t values = 0;  // object with free keys; array: its items; alias: its target
         uint64_t min_items = 0, max_items = UINT64_MAX;  // array
         std::vector<std::string> literals;               // literals: compact JSON texts
         std::vector<uint32_t> options;  // choice: alternatives with disjoint first bytes
@@ -69,12 +89,18 @@ class JsonGrammar {
     static constexpr uint32_t kAny = 0, kBoolean = 1, kNull = 2, kAnyObject = 3, kAnyArray = 4,
                               kString = 5, kNumber = 6;
     // Whether a value of `node` may start with byte c.
-    bool starts(uint32_t node, uint8_t c, int depth = 0) const;
+    bool starts(uint32_t node, uint8_t c) const { return first_[node][c]; }
+    // The fewest objects and arrays a value of `node` nests (to open one only where it fits).
+    uint32_t min_depth(uint32_t node) const { return min_depth_[node]; }
 
   private:
     JsonGrammar();
     friend class SchemaCompiler;
+    // Each node's first bytes and min_depth, from the nodes (fixed points over the graph).
+    void derive();
     std::vector<Node> nodes_;
+    std::vector<std::bitset<256>> first_;
+    std::vector<uint32_t> min_depth_;
     uint32_t root_ = kAny;
 };
 
@@ -92,8 +118,8 @@ class JsonMatcher {
     // The text so far is a whole document (a number may still grow: "1" is whole, "12" too).
     bool complete() const;
     // The document is whole and no byte may follow (a closed object or array, a string, a
-    // literal name; not a number, which more digits may still continue).
-    bool finished() const { return done_ && !dead_; }
+    // literal name; a number only once it is as long as it may be).
+    bool finished() const;
     bool dead() const { return dead_; }
     // Inside a string (a value's or a key's) between characters: any string content comes next.
     bool in_string_content() const {
@@ -117,6 +143,7 @@ class JsonMatcher {
     };
     bool start_value(uint32_t node, uint8_t c);
     bool value_done();
+    bool close_container();  // the object or array on top ends
     bool object_byte(Entry& e, uint8_t c);
     bool array_byte(Entry& e, uint8_t c);
     bool string_byte(Entry& e, uint8_t c);
@@ -133,6 +160,7 @@ class JsonMatcher {
 
     const JsonGrammar* g_;
     std::vector<Entry> stack_;
+    uint32_t containers_ = 0;  // objects and arrays open on the stack
     uint32_t spaces_ = 0;      // spaces and tabs in a row (since the line break, if any)
     bool line_break_ = false;  // the whitespace in a row holds a line break
     bool done_ = false, dead_ = false;

@@ -80,8 +80,9 @@ Sampler::Sampler(SamplingParams params, std::span<const int32_t> context)
         throw Error("the presence penalty must be in [-2, 2]");
     if (!(params_.frequency_penalty >= -2.0f && params_.frequency_penalty <= 2.0f))
         throw Error("the frequency penalty must be in [-2, 2]");
-    if (!(params_.repetition_penalty > 0.0f) || !std::isfinite(params_.repetition_penalty))
-        throw Error("the repetition penalty must be a finite number > 0");
+    if (!(params_.repetition_penalty >= kMinRepetitionPenalty &&
+          params_.repetition_penalty <= kMaxRepetitionPenalty))
+        throw Error("the repetition penalty must be in [0.01, 100]");
     for (const auto& [id, bias] : params_.logit_bias)
         if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
             throw Error("logit bias " + std::to_string(bias) + " for token " + std::to_string(id) +

@@ -30,6 +30,11 @@
 
 namespace qforge {
 
+// The repetition penalty's range. vLLM takes any value above 0 and llama.cpp any number; past
+// these bounds a repeated token is all but forced or all but banned either way, and a positive
+// logit divided by a penalty near 0 would overflow to infinity.
+inline constexpr float kMinRepetitionPenalty = 0.01f, kMaxRepetitionPenalty = 100.0f;
+
 struct SamplingParams {
     float temperature = 0.8f;  // 0: greedy
     uint32_t top_k = 40;       // 0: all tokens
@@ -41,7 +46,8 @@ struct SamplingParams {
     // In [0, 1]: after top-k and top-p, tokens less likely than min_p times the most likely one
     // are dropped (vLLM's and llama.cpp's min_p); 0: none.
     float min_p = 0.0f;
-    // > 0 (finite); 1: none. Above 1 discourages repeats of the context's tokens.
+    // In [kMinRepetitionPenalty, kMaxRepetitionPenalty]; 1: none. Above 1 discourages repeats
+    // of the context's tokens, below 1 favours them.
     float repetition_penalty = 1.0f;
     uint64_t repetition_last_n = 0;  // the context's last tokens it looks at; 0: all of them
     // Set: only tokens that keep the text a document of the grammar (runtime/token_constraint.hpp)

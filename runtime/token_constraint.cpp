@@ -53,11 +53,14 @@ bool TokenMatcher::allows(int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= text.size() || text[static_cast<size_t>(id)].empty())
         return false;
     scratch_ = state_;
-    return scratch_.feed(text[static_cast<size_t>(id)]);
+    const bool fits = scratch_.feed(text[static_cast<size_t>(id)]);
+    fed_ = fits ? id : -1;
+    return fits;
 }
 
 size_t TokenMatcher::mask(std::span<float> logits) {
     allowed_.assign(logits.size(), 0);
+    fed_ = -1;  // scratch_ is reused below
     size_t count = 0;
     const auto& texts = g_->texts->text;
     const auto& plain = g_->texts->plain;
@@ -96,10 +99,11 @@ size_t TokenMatcher::mask(std::span<float> logits) {
 
 void TokenMatcher::accept(int32_t id) {
     if (is_stop(id)) return;
-    if (!allows(id))
+    if (fed_ != id && !allows(id))  // (allows() just took it: its state is in scratch_)
         throw Error("constrained generation: token " + std::to_string(id) +
                     " does not continue the document");
     std::swap(state_, scratch_);
+    fed_ = -1;
 }
 
 }  // namespace qforge

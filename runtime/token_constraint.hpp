@@ -57,6 +57,7 @@ class TokenMatcher {
     bool is_stop(int32_t id) const;
     std::shared_ptr<const TokenGrammar> g_;
     JsonMatcher state_, scratch_;
+    int32_t fed_ = -1;  // the id whose text scratch_ holds state_ after, if any
     std::vector<uint8_t> allowed_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "formats/json_io.hpp"
+#include "runtime/sampling.hpp"
 
 namespace qforge::serve {
 
@@ -230,9 +231,9 @@ void parse_repetition_penalty(const json& body, CompletionRequest& r) {
         const json* v = field(body, name);
         if (!v) return std::nullopt;
         const double x = number(*v, name);
-        if (!(x > 0.0 && x <= kMaxRepetitionPenalty))
-            bad(name, "must be in (0, " + std::to_string(int(kMaxRepetitionPenalty)) + "]");
-        return std::max(static_cast<float>(x), std::numeric_limits<float>::min());  // underflow
+        if (!(x >= kMinRepetitionPenalty && x <= kMaxRepetitionPenalty))
+            bad(name, "must be in [0.01, 100]");
+        return static_cast<float>(x);
     };
     const std::optional<float> vllm = penalty("repetition_penalty");
     const std::optional<float> llama = penalty("repeat_penalty");

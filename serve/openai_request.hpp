@@ -87,9 +87,6 @@ struct CompletionRequest {
 };
 
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request
-// vLLM takes any repetition penalty above 0 and llama.cpp any number; beyond this one a repeated
-// token's logit is all but zeroed (or, negative, all but banned) either way.
-inline constexpr double kMaxRepetitionPenalty = 100.0;
 // Stop strings: the API's reference takes 4; vLLM takes any number, and evaluation harnesses
 // send more (lm-eval's HumanEval five). Each is matched against the held text every token.
 inline constexpr int64_t kMaxStops = 16;

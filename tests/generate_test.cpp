@@ -119,7 +119,7 @@ TEST_CASE("qforge generate --repeat-penalty and --repeat-last-n, llama.cpp's opt
     CHECK(text(" --repeat-penalty 1.5") == all);
     CHECK(text(" --repeat-penalty 1.5 --repeat-last-n 2") != all);
     for (const char* bad :
-         {" --repeat-penalty 0", " --repeat-penalty -1", " --repeat-penalty nan",
+         {" --repeat-penalty 0", " --repeat-penalty 0.001", " --repeat-penalty nan",
           " --repeat-last-n -2", " --repeat-last-n x", " --repeat-last-n 2147483648"}) {
         const auto r = test::run_qforge(base + bad);
         INFO(bad << "\n" << r.output);

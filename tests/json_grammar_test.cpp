@@ -216,6 +216,56 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
     const JsonGrammar integer = JsonGrammar::from_schema(ojson::parse(schemas[6]), "schema");
     CHECK(matches(integer, "-12"));
     CHECK_FALSE(matches(integer, "1.0"));
+    // A number root is finished only once nothing may continue it.
+    JsonMatcher digits(integer);
+    REQUIRE(digits.feed("1"));
+    CHECK((digits.complete() && !digits.finished()));
+    REQUIRE(digits.feed(std::string(JsonGrammar::kMaxNumberBytes - 1, '2')));
+    CHECK(digits.finished());
+    // A $ref to a definition still being compiled is that definition, not any value.
+    const JsonGrammar aliased = JsonGrammar::from_schema(
+        ojson::parse(R"({"$defs": {"A": {"type": "object", "properties": {"child":
+            {"$ref": "#/$defs/B"}}, "additionalProperties": false}, "B": {"$ref": "#/$defs/A"}},
+            "$ref": "#/$defs/A"})"),
+        "s");
+    CHECK(matches(aliased, R"({"child": {"child": {}}})"));
+    CHECK_FALSE(matches(aliased, R"({"child": 5})"));
+    CHECK_FALSE(matches(aliased, R"({"x": {}})"));
+    // Hostile sizes are refused at once: a $ref chain past kMaxSchemaDepth, or an anyOf of two
+    // refs to itself (exponential to follow without the derived first bytes).
+    ojson chain = {{"$defs", ojson::object()}, {"$ref", "#/$defs/a0"}};
+    for (int i = 0; i < 8000; ++i)
+        chain["$defs"]["a" + std::to_string(i)] = {{"$ref", "#/$defs/a" + std::to_string(i + 1)}};
+    chain["$defs"]["a8000"] = {{"type", "string"}};
+    CHECK_THROWS_WITH(JsonGrammar::from_schema(chain, "s"), Catch::Contains("nests deeper than"));
+    // Depth: an object or array opens only where its required nesting fits, so the bound is
+    // never a dead end: kMaxDepth objects deep a value is still a scalar, and a tree of required
+    // arrays can still close.
+    std::string deep;
+    for (uint32_t i = 0; i < JsonGrammar::kMaxDepth; ++i) deep += "{\"a\":";
+    const JsonGrammar object = JsonGrammar::any_object();
+    JsonMatcher at_bound(object);
+    REQUIRE(at_bound.feed(deep));
+    CHECK_FALSE(JsonMatcher(at_bound).feed('{'));
+    CHECK(at_bound.feed("1" + std::string(JsonGrammar::kMaxDepth, '}')));
+    CHECK(at_bound.complete());
+    const JsonGrammar tree = JsonGrammar::from_schema(
+        ojson::parse(R"({"$defs": {"N": {"type": "object", "properties": {"c": {"type": "array",
+            "items": {"$ref": "#/$defs/N"}}}, "required": ["c"]}},
+            "type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "required": ["n"]})"),
+        "s");
+    // A node N holds an object and its array: 1 + 2 * 30 + 2 = 63 levels fit, 65 do not.
+    std::string nested = "{\"n\":";
+    for (int i = 0; i < 30; ++i) nested += "{\"c\":[";
+    JsonMatcher in_tree(tree);
+    REQUIRE(in_tree.feed(nested));
+    CHECK(JsonMatcher(in_tree).feed("{\"c\":[]}"));
+    REQUIRE(in_tree.feed("{\"c\":["));            // 63 levels
+    CHECK_FALSE(JsonMatcher(in_tree).feed('{'));  // N would need 65
+    std::string close = "]}";
+    for (int i = 0; i < 30; ++i) close += "]}";
+    CHECK(in_tree.feed(close + "}"));
+    CHECK(in_tree.complete());
     // Keywords outside the subset name their path; so do bad values.
     for (auto [schema, where] : std::initializer_list<std::pair<const char*, const char*>>{
              {R"({"type": "string", "pattern": "a+"})", "s.pattern"},
@@ -228,6 +278,27 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
              {R"({"type": "array", "minItems": 3, "maxItems": 2})", "s.minItems"},
              {R"({"type": "string", "enum": [1, 2]})", "s.enum"},
              {R"({"required": ["id"], "additionalProperties": false})", "s.required"},
+             {R"({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})", "s.$ref"},
+             {R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}]}}, "$ref": "#/$defs/A"})",
+              "s.$ref"},
+             {R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A"}]}},
+                  "$ref": "#/$defs/A"})",
+              "s.$ref"},
+             {R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},
+                  "$ref": "#/$defs/A"})",
+              "s.$ref"},
+             {R"({"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}},
+                  "required": ["n"]}}, "$ref": "#/$defs/N"})",
+              "s.$ref"},
+             // Constraints beside enum/const, anyOf/oneOf or $ref would be dropped: refused.
+             {R"({"anyOf": [{"type": "object"}, {"type": "null"}], "required": ["a"]})",
+              "s.required"},
+             {R"({"enum": [{}], "required": ["a"]})", "s.required"},
+             {R"({"type": "array", "maxItems": 1, "enum": [[1, 2]]})", "s.maxItems"},
+             {R"({"enum": ["a", "b"], "anyOf": [{"const": "a"}]})", "s.anyOf"},
+             {R"({"$defs": {"A": {"type": "object"}}, "$ref": "#/$defs/A", "required": ["x"]})",
+              "s.required"},
+             {R"({"enum": [1], "type": 5})", "s.type"},
              {"false", "s"}}) {
         INFO(schema);
         CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),

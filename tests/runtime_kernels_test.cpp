@@ -407,8 +407,9 @@ TEST_CASE("sampling: the repetition penalty divides or multiplies the context's 
             for (float& v : wide) v += 0.1f * normal(rng);  // the next step's logits
         }
     }
-    // No penalty by default or at 1; a penalty must be finite and above 0.
-    for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+    // No penalty by default or at 1; a penalty must be in [0.01, 100].
+    // (Near 0 a positive logit divided by it would overflow: [0.01, 100].)
+    for (float bad : {0.0f, -1.0f, 0.005f, 100.5f, 1e-38f, std::numeric_limits<float>::infinity(),
                       std::numeric_limits<float>::quiet_NaN()}) {
         SamplingParams sp{0.0f, 0, 1.0f, 1};
         sp.repetition_penalty = bad;

@@ -1048,9 +1048,9 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
     // Other servers' extensions: neutral values pass, others are refused, never ignored.
     check_error(post(C, R"({"prompt": "hi", "typical_p": 0.5})"), 400, "repetition_penalty",
                 "typical_p");
-    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 0})"), 400, "(0, 100]",
+    check_error(post(C, R"({"prompt": "hi", "repetition_penalty": 0.005})"), 400, "[0.01, 100]",
                 "repetition_penalty");
-    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 101})"), 400, "(0, 100]",
+    check_error(post(C, R"({"prompt": "hi", "repeat_penalty": 101})"), 400, "[0.01, 100]",
                 "repeat_penalty");
     check_error(post(C, R"({"prompt": "hi", "repetition_penalty": "x"})"), 400, "must be a number",
                 "repetition_penalty");
