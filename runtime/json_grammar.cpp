@@ -184,9 +184,13 @@ class SchemaCompiler {
             }
         }
         g.derive();
-        for (size_t i = 0; i < g.nodes_.size(); ++i)
-            if (g.first_[i].none() || g.min_depth_[i] == UINT32_MAX)
-                fail(paths_[i], "has no value (it requires itself, or refers only to itself)");
+        // A node with no value (it requires itself, or refers only to itself) is never entered:
+        // no byte starts it and it never fits the nesting. The root must have one.
+        if (g.first_[root].none() || g.min_depth_[root] == UINT32_MAX)
+            fail(paths_[root], "has no value (it requires itself, or refers only to itself)");
+        if (g.min_depth_[root] > JsonGrammar::kMaxDepth)
+            fail(paths_[root], "needs objects and arrays nested deeper than " +
+                                   std::to_string(JsonGrammar::kMaxDepth));
         for (size_t i = 0; i < g.nodes_.size(); ++i) {
             if (g.nodes_[i].kind != JsonGrammar::Kind::choice) continue;
             std::bitset<256> seen;
@@ -272,7 +276,15 @@ class SchemaCompiler {
 
   private:
     [[noreturn]] void fail(const std::string& path, const std::string& why) const {
-        throw Error(where_ + path + ": " + why);
+        throw Error(where_ + shortened(path) + ": " + why);
+    }
+
+    // A path for a message: its start and its end around "...", when long (a long key, or many
+    // $ref hops, would otherwise repeat in every node's and every message's copy).
+    static std::string shortened(const std::string& path) {
+        constexpr size_t kHead = 60, kTail = 140;
+        if (path.size() <= kHead + kTail + 3) return path;
+        return path.substr(0, kHead) + "..." + path.substr(path.size() - kTail);
     }
 
     static JsonGrammar::Node of_kind(JsonGrammar::Kind kind) {
@@ -286,8 +298,7 @@ class SchemaCompiler {
             fail(path, "makes the schema more than " +
                            std::to_string(JsonGrammar::kMaxSchemaNodes) + " schemas");
         g_.nodes_.push_back(std::move(n));
-        paths_.resize(g_.nodes_.size());
-        paths_.back() = path;
+        paths_.push_back(shortened(path));
         return static_cast<uint32_t>(g_.nodes_.size() - 1);
     }
 
@@ -385,6 +396,10 @@ class SchemaCompiler {
             if (types.empty() || (t->is_array() && types.size() != t->size()))
                 fail(path + ".type", "must be a type name or a non-empty array of them");
         }
+        static const std::set<std::string> kTypes = {"object",  "array",   "string", "number",
+                                                     "integer", "boolean", "null"};
+        for (const std::string& t : types)
+            if (!kTypes.count(t)) fail(path + ".type", "\"" + t + "\" is not a type");
         const auto of_type = [&](const ojson& v) {
             if (types.empty()) return true;
             for (const std::string& t : types)
@@ -424,7 +439,7 @@ class SchemaCompiler {
         const ojson* target = nullptr;
         for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
             const std::string p = prefix;
-            if (r.rfind(p, 0) != 0) continue;
+            if (r.rfind(p, 0) != 0 || r.find('/', p.size()) != std::string::npos) continue;
             const auto defs = root_.find(p.substr(2, p.size() - 3));
             if (defs != root_.end() && defs->is_object())
                 if (const auto t = defs->find(pointer_token(r.substr(p.size()))); t != defs->end())
@@ -535,7 +550,7 @@ bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
     using Kind = JsonGrammar::Kind;
     const JsonGrammar::Node& n = g_->node(node);
     // An object or array opens only where the nesting its schema requires still fits.
-    const bool room = containers_ + g_->min_depth(node) <= JsonGrammar::kMaxDepth;
+    const bool room = fits(node);
     switch (n.kind) {
         case Kind::any:
             if (c == '{') return start_value(JsonGrammar::kAnyObject, c);
@@ -622,23 +637,32 @@ bool JsonMatcher::closable(const Entry& e) const {
     return true;
 }
 
-bool JsonMatcher::more_keys(const Entry& e) const {
-    const JsonGrammar::Node& n = g_->node(e.node);
-    return n.free_keys || e.index < n.properties.size();
+bool JsonMatcher::fits(uint32_t node) const {
+    return uint64_t{containers_} + g_->min_depth(node) <= JsonGrammar::kMaxDepth;
 }
 
-bool JsonMatcher::open_keys(Entry& e) {
+uint64_t JsonMatcher::key_candidates(const Entry& e) const {
     const JsonGrammar::Node& n = g_->node(e.node);
-    const uint32_t node = e.node;
-    if (n.free_keys) {
-        stack_.push_back({.frame = Frame::key, .phase = kStrChar, .node = node});
-        return true;
-    }
-    // The next property, or any later one when those before it are optional.
+    if (n.free_keys) return fits(n.values) ? 1 : 0;
+    // The next property, or any later one when those before it are optional; an optional one
+    // only if its value still fits the nesting (a required one always does: its object opened
+    // only where it did).
     uint64_t mask = 0;
     for (size_t j = e.index; j < n.properties.size(); ++j) {
-        mask |= uint64_t{1} << j;
+        if (fits(n.properties[j].node)) mask |= uint64_t{1} << j;
         if (n.properties[j].required) break;
+    }
+    return mask;
+}
+
+bool JsonMatcher::more_keys(const Entry& e) const { return key_candidates(e) != 0; }
+
+bool JsonMatcher::open_keys(Entry& e) {
+    const uint64_t mask = key_candidates(e);
+    const uint32_t node = e.node;
+    if (mask && g_->node(node).free_keys) {
+        stack_.push_back({.frame = Frame::key, .phase = kStrChar, .node = node});
+        return true;
     }
     if (!mask) return false;
     stack_.push_back({.frame = Frame::key_literal, .node = node, .index = 1, .mask = mask});
@@ -675,7 +699,8 @@ bool JsonMatcher::array_byte(Entry& e, uint8_t c) {
     end_spaces();
     const JsonGrammar::Node& n = g_->node(e.node);
     if (e.phase == kArrAfter) {
-        if (c == ',' && e.index < n.max_items) {
+        // Past minItems an item is optional: only where it fits the nesting.
+        if (c == ',' && e.index < n.max_items && (e.index < n.min_items || fits(n.values))) {
             e.phase = kArrValue;
             return true;
         }

@@ -155,6 +155,10 @@ class JsonMatcher {
         line_break_ = false;
     }
     bool open_keys(Entry& e);  // a key starts in object e: its candidates (or a free key)
+    // The properties whose key may come next in object e (bit j: property j); with free keys,
+    // 1 if a key may come.
+    uint64_t key_candidates(const Entry& e) const;
+    bool fits(uint32_t node) const;  // a value of node may open here (its nesting fits)
     bool closable(const Entry& e) const;
     bool more_keys(const Entry& e) const;
 

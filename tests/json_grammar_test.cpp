@@ -31,11 +31,12 @@ bool matches(const JsonGrammar& g, const std::string& text) {
 // A random walk over the bytes the matcher allows (each byte tried by copy), leaning to the
 // bytes that close things after `len` bytes; then finished by always taking the first allowed
 // byte in an order that closes. Returns the text, which must be complete.
-std::string walk(const JsonGrammar& g, std::mt19937& rng, size_t len) {
+std::string walk(const JsonGrammar& g, std::mt19937& rng, size_t len,
+                 const std::string& openers = "") {
     JsonMatcher m(g);
     std::string text;
     const std::string closers = "\"}]0,:1tfnrueals";
-    for (size_t step = 0; step < 4000 && !(text.size() >= len && m.complete()); ++step) {
+    for (size_t step = 0; step < 40000 && !(text.size() >= len && m.complete()); ++step) {
         std::vector<uint8_t> ok;
         for (int c = 0; c < 256; ++c) {
             JsonMatcher t = m;
@@ -45,6 +46,12 @@ std::string walk(const JsonGrammar& g, std::mt19937& rng, size_t len) {
         if (ok.empty() && m.complete()) break;  // a whole document that nothing continues
         REQUIRE(!ok.empty());                   // never a dead end
         uint8_t c = ok[rng() % ok.size()];
+        if (text.size() < len && rng() % 4 != 0)  // leaning to open (to reach the bounds)
+            for (char p : openers)
+                if (std::find(ok.begin(), ok.end(), static_cast<uint8_t>(p)) != ok.end()) {
+                    c = static_cast<uint8_t>(p);
+                    break;
+                }
         if (text.size() >= len)
             for (char p : closers)
                 if (std::find(ok.begin(), ok.end(), static_cast<uint8_t>(p)) != ok.end()) {
@@ -186,6 +193,16 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
         R"({"properties": {"a": {}, "b": {"const": {"x": [true]}}}, "additionalProperties": false})",
         R"({"type": "object", "required": ["id"], "additionalProperties": {"type": "string"}})",
         R"({"type": "integer"})",
+        // Recursive models (pydantic's shapes): a tree with an optional, nullable parent; a
+        // linked list with an optional next; a dict of itself.
+        R"({"$defs": {"Tree": {"type": "object", "properties": {"value": {"type": "integer"},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}},
+            "parent": {"anyOf": [{"$ref": "#/$defs/Tree"}, {"type": "null"}]}},
+            "required": ["value"]}}, "$ref": "#/$defs/Tree"})",
+        R"({"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}},
+            "$ref": "#/$defs/N"})",
+        R"({"$defs": {"T": {"type": "object", "additionalProperties": {"$ref": "#/$defs/T"}}},
+            "$ref": "#/$defs/T"})",
     };
     std::mt19937 rng(5);
     for (const char* text : schemas) {
@@ -194,6 +211,18 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
         const JsonGrammar g = JsonGrammar::from_schema(schema, "schema");
         for (int i = 0; i < 80; ++i) {
             const std::string doc = walk(g, rng, rng() % 60);
+            INFO(doc);
+            REQUIRE(nlohmann::json::accept(doc));
+            CHECK(test::schema_valid(ojson::parse(doc), schema));
+        }
+    }
+    // The recursive schemas walked deep, leaning to open objects, arrays and keys: the nesting
+    // bound is reached and never a dead end.
+    for (size_t i = 7; i < std::size(schemas); ++i) {
+        const ojson schema = ojson::parse(schemas[i]);
+        const JsonGrammar g = JsonGrammar::from_schema(schema, "schema");
+        for (int k = 0; k < 6; ++k) {
+            const std::string doc = walk(g, rng, 1500, "{[\"pnc,:");
             INFO(doc);
             REQUIRE(nlohmann::json::accept(doc));
             CHECK(test::schema_valid(ojson::parse(doc), schema));
@@ -238,6 +267,38 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
         chain["$defs"]["a" + std::to_string(i)] = {{"$ref", "#/$defs/a" + std::to_string(i + 1)}};
     chain["$defs"]["a8000"] = {{"type", "string"}};
     CHECK_THROWS_WITH(JsonGrammar::from_schema(chain, "s"), Catch::Contains("nests deeper than"));
+    // A schema whose only value nests deeper than the bound is refused (its definitions compiled
+    // in three parts, so that no part nests past kMaxSchemaDepth on its own).
+    ojson chained = {{"$defs", ojson::object()},
+                     {"type", "object"},
+                     {"properties",
+                      {{"p1", {{"$ref", "#/$defs/A60"}}},
+                       {"p2", {{"$ref", "#/$defs/A30"}}},
+                       {"p3", {{"$ref", "#/$defs/A0"}}}}},
+                     {"required", {"p1", "p2", "p3"}}};
+    for (int i = 0; i < 90; ++i)
+        chained["$defs"]["A" + std::to_string(i)] = {
+            {"type", "object"},
+            {"properties", {{"a", {{"$ref", "#/$defs/A" + std::to_string(i + 1)}}}}},
+            {"required", {"a"}}};
+    chained["$defs"]["A90"] = {{"type", "object"}};
+    CHECK_THROWS_WITH(JsonGrammar::from_schema(chained, "s"),
+                      Catch::Contains("nested deeper than 64"));
+    // A definition with no value under an optional property: the property is never offered.
+    const JsonGrammar optional_bad = JsonGrammar::from_schema(
+        ojson::parse(R"({"properties": {"o": {"$ref": "#/$defs/Bad"}}, "$defs": {"Bad":
+            {"type": "object", "properties": {"b": {"$ref": "#/$defs/Bad"}}, "required": ["b"]}}})"),
+        "s");
+    CHECK(matches(optional_bad, "{}"));
+    CHECK_FALSE(JsonMatcher(optional_bad).feed("{\"o"));
+    // Messages keep long paths short.
+    ojson long_key = {{"properties", {{std::string(5000, 'k'), {{"pattern", "x"}}}}}};
+    try {
+        JsonGrammar::from_schema(long_key, "s");
+        FAIL("a pattern was taken");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).size() < 400);
+    }
     // Depth: an object or array opens only where its required nesting fits, so the bound is
     // never a dead end: kMaxDepth objects deep a value is still a scalar, and a tree of required
     // arrays can still close.
@@ -266,6 +327,17 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
     for (int i = 0; i < 30; ++i) close += "]}";
     CHECK(in_tree.feed(close + "}"));
     CHECK(in_tree.complete());
+    // An optional key whose value no longer fits is not offered: 63 parents deep, a tree's
+    // children (an array of trees) cannot come, its parent only as null.
+    const JsonGrammar trees = JsonGrammar::from_schema(ojson::parse(schemas[7]), "s");
+    std::string parents;
+    for (int i = 0; i < 63; ++i) parents += "{\"value\":0,\"parent\":";
+    JsonMatcher deepest(trees);
+    REQUIRE(deepest.feed(parents + "{\"value\":0,"));
+    CHECK_FALSE(JsonMatcher(deepest).feed("\"c"));
+    CHECK_FALSE(JsonMatcher(deepest).feed("\"parent\":{"));
+    CHECK(deepest.feed("\"parent\":null}" + std::string(63, '}')));
+    CHECK(deepest.complete());
     // Keywords outside the subset name their path; so do bad values.
     for (auto [schema, where] : std::initializer_list<std::pair<const char*, const char*>>{
              {R"({"type": "string", "pattern": "a+"})", "s.pattern"},
@@ -299,6 +371,8 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
              {R"({"$defs": {"A": {"type": "object"}}, "$ref": "#/$defs/A", "required": ["x"]})",
               "s.required"},
              {R"({"enum": [1], "type": 5})", "s.type"},
+             {R"({"enum": ["a"], "type": ["string", "bogus"]})", "s.type"},
+             {R"({"$defs": {"a": {}}, "$ref": "#/$defs/a/b"})", "s.$ref"},
              {"false", "s"}}) {
         INFO(schema);
         CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),
