@@ -21,8 +21,9 @@
 //   - 8-bit codes are signed: maddubs takes |w| (128 for a code of -128, which GGUF Q8_0
 //     imports carry) against the activation with w's sign, at most 2 * 128 * 127 per int16, so
 //     each vector is widened on its own and the eight are added as int32.
-// Rows go a tile (16 rows) at a time against tiles of up to 4 tokens; per block, each half's code
-// vectors are split once and serve every token of the tile. Neither the token tiles, the split of
+// Rows go a tile (16 rows) at a time against tiles of up to 16 tokens; per block, each half's code
+// vectors are split once and serve every token of the tile (measured on a Zen 3, kernels/README.md
+// "avx2: packed rows": 16-token tiles against 4 cut a 16-token product's time by a sixth). Neither the token tiles, the split of
 // rows over threads nor prefill versus decode can change a bit. The avx512 level sends its
 // one- and two-token products of some types here too (qdot.cpp, decode_kernel: measured faster).
 // Included by two translation units (as qdot_avx2_kernels.hpp is): qpack_avx2.cpp (maddubs) and
@@ -33,6 +34,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "kernels/cpu/qdot_avx2.hpp"
 #include "kernels/cpu/qdot_x86.hpp"
@@ -46,7 +49,7 @@ namespace {
 
 constexpr int kHalves = 2;                      // 8-row halves of a 16-row tile
 constexpr uint64_t kHalfRows = kPackLanes / 2;  // rows per ymm: one per dword lane
-constexpr int kTileTokens = 4;                  // tokens per tile
+constexpr int kTileTokens = 16;                 // tokens per tile
 constexpr int kBothHalvesTokens = 2;  // tiles of up to this many tokens take both halves at once
 // How far ahead of each block its stream is prefetched, into L1 (the avx512 kernel's distance).
 constexpr uint64_t kAhead = 4096;
@@ -204,7 +207,8 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
     for (uint64_t c = 0; c < pl.chunks; ++c) {
         const uint8_t* chunk = tile + pl.header + c * pl.chunk_bytes;
         const uint64_t nb = pl.chunk_blocks(c);
-        const uint8_t* codes = chunk + pl.meta_bytes(nb);
+        const uint64_t meta_bytes = pl.meta_bytes(nb);
+        const uint8_t* codes = chunk + meta_bytes;
         if constexpr (Kind<T>::super)
             for (int h = 0; h < NH; ++h) super_half_meta(chunk, h0 + h, nb, super[h]);
         for (uint64_t i = 0; i < nb; ++i) {
@@ -221,7 +225,7 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
                 for (uint64_t line = 0; line < pl.block_bytes; line += 64)
                     _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line), _MM_HINT_T0);
                 if (i == 0)
-                    for (uint64_t line = 0; line < pl.meta_bytes(nb); line += 64)
+                    for (uint64_t line = 0; line < meta_bytes; line += 64)
                         _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line),
                                      _MM_HINT_T0);
             }
@@ -234,12 +238,10 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
         for (int t = 0; t < NT; ++t) out[h][t] = acc[h][t];
 }
 
-// Tokens [tok, tok + nt) of tile `i`, nt <= kTileTokens; rows [r0, r1) of it stored.
+// Tokens [tok, tok + NT) of tile `i`, NT <= kTileTokens; rows [r0, r1) of it stored.
 template <QType T, int NT>
 QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
-                        uint64_t nt, uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
-    if constexpr (NT > 1)
-        if (nt < NT) return tile_store<T, NT - 1>(m, i, a, tok, nt, r0, r1, out, ldo);
+                        uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
     alignas(32) float lanes[NT][kPackLanes];
     constexpr int kBoth = NT <= kBothHalvesTokens ? kHalves : 1;
     for (int h0 = 0; h0 < kHalves; h0 += kBoth) {
@@ -256,13 +258,23 @@ QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a,
                   out + static_cast<uint64_t>(t) * ldo + (lo - r0));
 }
 
+using TileStore = void (*)(const QPackedRows&, uint64_t, const QActivations&, uint64_t, uint64_t,
+                           uint64_t, float*, uint64_t);
+
+// tile_store<T, nt> for nt = 1 .. kTileTokens, at index nt - 1.
+template <QType T, size_t... N>
+constexpr std::array<TileStore, sizeof...(N)> tile_stores(std::index_sequence<N...>) {
+    return {{tile_store<T, static_cast<int>(N) + 1>...}};
+}
+
 template <QType T>
 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a, uint64_t t0,
                  uint64_t t1, float* out, uint64_t ldo) {
+    static constexpr auto kStores = tile_stores<T>(std::make_index_sequence<kTileTokens>());
     for (uint64_t i = r0 / kPackLanes; i * kPackLanes < r1; ++i)
         for (uint64_t tok = t0; tok < t1; tok += kTileTokens)
-            tile_store<T, kTileTokens>(m, i, a, tok, std::min<uint64_t>(kTileTokens, t1 - tok), r0,
-                                       r1, out + (tok - t0) * ldo, ldo);
+            kStores[std::min<uint64_t>(kTileTokens, t1 - tok) - 1](m, i, a, tok, r0, r1,
+                                                                  out + (tok - t0) * ldo, ldo);
 }
 
 // 4-bit types with integer codes (q4_g*, q4s_g*, q4k_g32) and 8-bit types; level tables keep
