@@ -23,12 +23,12 @@
 //     each vector is widened on its own and the eight are added as int32.
 // Rows go a tile (16 rows) at a time against tiles of up to 16 tokens; per block, each half's code
 // vectors are split once and serve every token of the tile (measured on a Zen 3, kernels/README.md
-// "avx2: packed rows": 16-token tiles against 4 cut a 16-token product's time by a sixth). Neither the token tiles, the split of
-// rows over threads nor prefill versus decode can change a bit. The avx512 level sends its
-// one- and two-token products of some types here too (qdot.cpp, decode_kernel: measured faster).
-// Included by two translation units (as qdot_avx2_kernels.hpp is): qpack_avx2.cpp (maddubs) and
-// qpack_avx_vnni.cpp (QF_INT8_VNNI: AVX-VNNI's vpdpbusd, the same int32 sums, so the same bits),
-// each defining QF_AVX2 first; everything here has internal linkage.
+// "avx2: packed rows": 16-token tiles against 4 cut a 16-token product's time by a sixth). Neither
+// the token tiles, the split of rows over threads nor prefill versus decode can change a bit. The
+// avx512 level sends its one- and two-token products of some types here too (qdot.cpp,
+// decode_kernel: measured faster). Included by two translation units (as qdot_avx2_kernels.hpp is):
+// qpack_avx2.cpp (maddubs) and qpack_avx_vnni.cpp (QF_INT8_VNNI: AVX-VNNI's vpdpbusd, the same
+// int32 sums, so the same bits), each defining QF_AVX2 first; everything here has internal linkage.
 // The bits also rest on -ffp-contract=off (kernels/CMakeLists.txt): the scale products and the
 // add are separate instructions, as the reference's.
 #pragma once
@@ -47,6 +47,11 @@ namespace qforge::detail {
 
 namespace {
 
+#if QF_INT8_VNNI
+constexpr bool kVnni = true;  // vpdpbusd: int32 sums throughout
+#else
+constexpr bool kVnni = false;
+#endif
 constexpr int kHalves = 2;                      // 8-row halves of a 16-row tile
 constexpr uint64_t kHalfRows = kPackLanes / 2;  // rows per ymm: one per dword lane
 constexpr int kTileTokens = 16;                 // tokens per tile
@@ -120,6 +125,19 @@ QF_AVX2 inline __m256i dword(const int8_t* q, uint64_t b, int j) {
     return _mm256_set1_epi32(v);
 }
 
+// The reference's step for one block of 8 rows and one token, from the block's integer sums:
+// acc += (scale * d) * (isum - zero * sum q), super-block types minus min * (d * sum q).
+template <QType T>
+QF_AVX2 inline void step(__m256i sums, const HalfMeta& m, float d, int32_t s, __m256& acc) {
+    __m256 isum = _mm256_cvtepi32_ps(sums);
+    if constexpr (Kind<T>::zero_stored || Kind<T>::implicit_zero != 0)  // exact: header
+        isum = _mm256_fnmadd_ps(m.zero, _mm256_set1_ps(static_cast<float>(s)), isum);
+    const __m256 cs = _mm256_mul_ps(m.scale, _mm256_set1_ps(d));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(cs, isum));
+    if constexpr (Kind<T>::super)  // minus min * (d * sum q), the reference's roundings
+        acc = _mm256_sub_ps(acc, _mm256_mul_ps(m.min, _mm256_set1_ps(d * static_cast<float>(s))));
+}
+
 // Block b of one half (its vectors of 32 bytes, 64 bytes apart, from v) against NT tokens:
 // acc[t] += the block's step of the reference's sum.
 template <QType T, int NT>
@@ -171,17 +189,69 @@ QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b, 
             sums[t] = s32;
         }
     }
-    for (int t = 0; t < NT; ++t) {
-        __m256 isum = _mm256_cvtepi32_ps(sums[t]);
-        if constexpr (Kind<T>::zero_stored || Kind<T>::implicit_zero != 0)  // exact: header
-            isum = _mm256_fnmadd_ps(m.zero, _mm256_set1_ps(static_cast<float>(x.s[t][b])), isum);
-        const __m256 cs = _mm256_mul_ps(m.scale, _mm256_set1_ps(x.d[t][b]));
-        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(cs, isum));
-        if constexpr (Kind<T>::super)  // minus min * (d * sum q), the reference's roundings
-            acc[t] = _mm256_sub_ps(
-                acc[t],
-                _mm256_mul_ps(m.min, _mm256_set1_ps(x.d[t][b] * static_cast<float>(x.s[t][b]))));
+    for (int t = 0; t < NT; ++t) step<T>(sums[t], m, x.d[t][b], x.s[t][b], acc[t]);
+}
+
+// Block b of both halves against NT tokens (more than kBothHalvesTokens): each activation dword
+// is broadcast once for the 16 rows instead of once per half. Both halves' code vectors do not
+// fit the 16 registers with the broadcasts, so the block goes in two passes over the tokens, its
+// first 4 dwords (4-bit: the low nibbles; 8-bit: vectors 0-3) and then the rest, each token's
+// partial sums kept between them (exact integers: the order of their adds changes no bit). On a
+// Zen 3 the broadcasts, not the multiplies, bounded a 16-token product (kernels/README.md).
+template <QType T, int NT>
+QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHalves], uint64_t b,
+                                      const Tokens<NT>& x, __m256 (&acc)[kHalves][NT]) {
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
+    // 4-bit types without VNNI: int16 sums (the 8 products of a half stay below 2^15, as in
+    // half_block), widened once at the end; else int32.
+    constexpr bool kWords = Kind<T>::q4 && !kVnni;
+    __m256i part[kHalves][NT];
+    for (int pass = 0; pass < 2; ++pass) {
+        __m256i u[kHalves][4];  // 4-bit: nibbles of vectors 0-3; 8-bit: |w| of vectors 4 pass + j
+        for (int h = 0; h < kHalves; ++h)
+            for (int j = 0; j < 4; ++j) {
+                const int vj = Kind<T>::q4 ? j : 4 * pass + j;
+                const __m256i c = _mm256_load_si256(
+                    reinterpret_cast<const __m256i*>(v + 32 * static_cast<uint64_t>(h) + 64 * vj));
+                if constexpr (Kind<T>::q4)
+                    u[h][j] = _mm256_and_si256(pass == 0 ? c : _mm256_srli_epi16(c, 4),
+                                               _mm256_set1_epi8(0x0f));
+                else
+                    u[h][j] = _mm256_abs_epi8(c);
+            }
+        for (int t = 0; t < NT; ++t)
+            for (int j = 0; j < 4; ++j) {
+                const __m256i d = dword(x.q[t], b, 4 * pass + j);
+                for (int h = 0; h < kHalves; ++h) {
+                    __m256i prod;
+                    if constexpr (Kind<T>::q4) {
+#if QF_INT8_VNNI
+                        prod = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u[h][j], d);
+#else
+                        prod = _mm256_maddubs_epi16(u[h][j], d);
+#endif
+                    } else {
+                        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                            v + 32 * static_cast<uint64_t>(h) + 64 * (4 * pass + j)));
+                        const __m256i sa = _mm256_sign_epi8(d, w);
+#if QF_INT8_VNNI
+                        prod = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u[h][j], sa);
+#else
+                        prod = _mm256_madd_epi16(_mm256_maddubs_epi16(u[h][j], sa), ones);
+#endif
+                    }
+                    __m256i& p = part[h][t];
+                    if (pass == 0 && j == 0)
+                        p = prod;
+                    else
+                        p = kWords ? _mm256_add_epi16(p, prod) : _mm256_add_epi32(p, prod);
+                }
+            }
     }
+    for (int h = 0; h < kHalves; ++h)
+        for (int t = 0; t < NT; ++t)
+            step<T>(kWords ? _mm256_madd_epi16(part[h][t], ones) : part[h][t], m[h], x.d[t][b],
+                    x.s[t][b], acc[h][t]);
 }
 
 // Halves [h0, h0 + NH) (8 rows each) of tile `tile` against tokens [tok, tok + NT) into
@@ -229,9 +299,12 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
                         _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line),
                                      _MM_HINT_T0);
             }
-            for (int h = 0; h < NH; ++h)
-                half_block<T, NT>(block + 32 * static_cast<uint64_t>(h0 + h), m[h],
-                                  c * kPackChunkBlocks + i, x, acc[h]);
+            if constexpr (NH == kHalves && NT > kBothHalvesTokens)
+                both_halves_block<T, NT>(block, m, c * kPackChunkBlocks + i, x, acc);
+            else
+                for (int h = 0; h < NH; ++h)
+                    half_block<T, NT>(block + 32 * static_cast<uint64_t>(h0 + h), m[h],
+                                      c * kPackChunkBlocks + i, x, acc[h]);
         }
     }
     for (int h = 0; h < NH; ++h)
@@ -243,7 +316,7 @@ template <QType T, int NT>
 QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
                         uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
     alignas(32) float lanes[NT][kPackLanes];
-    constexpr int kBoth = NT <= kBothHalvesTokens ? kHalves : 1;
+    constexpr int kBoth = kHalves;
     for (int h0 = 0; h0 < kHalves; h0 += kBoth) {
         __m256 sums[kBoth][NT];
         halves_tokens<T, NT, kBoth>(m.layout(), m.tile(i), h0, a, tok, sums);
@@ -274,7 +347,7 @@ void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivati
     for (uint64_t i = r0 / kPackLanes; i * kPackLanes < r1; ++i)
         for (uint64_t tok = t0; tok < t1; tok += kTileTokens)
             kStores[std::min<uint64_t>(kTileTokens, t1 - tok) - 1](m, i, a, tok, r0, r1,
-                                                                  out + (tok - t0) * ldo, ldo);
+                                                                   out + (tok - t0) * ldo, ldo);
 }
 
 // 4-bit types with integer codes (q4_g*, q4s_g*, q4k_g32) and 8-bit types; level tables keep
