@@ -55,7 +55,7 @@ constexpr bool kVnni = false;
 constexpr int kHalves = 2;                      // 8-row halves of a 16-row tile
 constexpr uint64_t kHalfRows = kPackLanes / 2;  // rows per ymm: one per dword lane
 constexpr int kTileTokens = 16;                 // tokens per tile
-constexpr int kBothHalvesTokens = 2;  // tiles of up to this many tokens take both halves at once
+constexpr int kBothHalvesTokens = 2;            // tiles of up to this many tokens go half by half
 // How far ahead of each block its stream is prefetched, into L1 (the avx512 kernel's distance).
 constexpr uint64_t kAhead = 4096;
 
@@ -254,13 +254,13 @@ QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHal
                     x.s[t][b], acc[h][t]);
 }
 
-// Halves [h0, h0 + NH) (8 rows each) of tile `tile` against tokens [tok, tok + NT) into
-// out[h - h0][t]. Tiles of many tokens take one half at a time (the second reads the tile's lines
-// from cache), so only one half's accumulators are live: both at once spilled the broadcasts to
-// the stack. Few tokens take both halves block by block, each block's lines read once.
-template <QType T, int NT, int NH>
-QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
-                           const QActivations& a, uint64_t tok, __m256 (&out)[NH][NT]) {
+// Both halves (8 rows each) of tile `tile` against tokens [tok, tok + NT) into out[h][t], block
+// by block, each block's lines read once: one or two tokens half by half (half_block), more with
+// each activation dword broadcast once for both (both_halves_block).
+template <QType T, int NT>
+QF_AVX2 void tile_tokens(const QPackLayout& pl, const uint8_t* tile, const QActivations& a,
+                         uint64_t tok, __m256 (&out)[kHalves][NT]) {
+    constexpr int NH = kHalves;
     Tokens<NT> x;
     __m256 acc[NH][NT];
     for (int t = 0; t < NT; ++t) {
@@ -273,14 +273,14 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
     HalfMeta m[NH]{};
     [[maybe_unused]] HalfMeta super[NH][kPackChunkBlocks];  // super-block types: per chunk
     if constexpr (gb == 0 && !Kind<T>::super)               // the per-row scales' header
-        for (int h = 0; h < NH; ++h) m[h] = half_meta<T>(tile, nullptr, h0 + h);
+        for (int h = 0; h < NH; ++h) m[h] = half_meta<T>(tile, nullptr, h);
     for (uint64_t c = 0; c < pl.chunks; ++c) {
         const uint8_t* chunk = tile + pl.header + c * pl.chunk_bytes;
         const uint64_t nb = pl.chunk_blocks(c);
         const uint64_t meta_bytes = pl.meta_bytes(nb);
         const uint8_t* codes = chunk + meta_bytes;
         if constexpr (Kind<T>::super)
-            for (int h = 0; h < NH; ++h) super_half_meta(chunk, h0 + h, nb, super[h]);
+            for (int h = 0; h < NH; ++h) super_half_meta(chunk, h, nb, super[h]);
         for (uint64_t i = 0; i < nb; ++i) {
             if constexpr (Kind<T>::super)
                 for (int h = 0; h < NH; ++h) m[h] = super[h][i];
@@ -288,22 +288,20 @@ QF_AVX2 void halves_tokens(const QPackLayout& pl, const uint8_t* tile, int h0,
                 if (i % gb == 0) {
                     const uint8_t* meta = chunk + i / gb * pl.group_meta;
                     for (int h = 0; h < NH; ++h)
-                        m[h] = half_meta<T>(meta, meta + 2 * kPackLanes, h0 + h);
+                        m[h] = half_meta<T>(meta, meta + 2 * kPackLanes, h);
                 }
             const uint8_t* block = codes + i * pl.block_bytes;
-            if (h0 == 0) {  // the block's lines kAhead on, and at a chunk's start its meta's
-                for (uint64_t line = 0; line < pl.block_bytes; line += 64)
-                    _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line), _MM_HINT_T0);
-                if (i == 0)
-                    for (uint64_t line = 0; line < meta_bytes; line += 64)
-                        _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line),
-                                     _MM_HINT_T0);
-            }
-            if constexpr (NH == kHalves && NT > kBothHalvesTokens)
+            // The block's lines kAhead on, and at a chunk's start its meta's.
+            for (uint64_t line = 0; line < pl.block_bytes; line += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + line), _MM_HINT_T0);
+            if (i == 0)
+                for (uint64_t line = 0; line < meta_bytes; line += 64)
+                    _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line), _MM_HINT_T0);
+            if constexpr (NT > kBothHalvesTokens)
                 both_halves_block<T, NT>(block, m, c * kPackChunkBlocks + i, x, acc);
             else
                 for (int h = 0; h < NH; ++h)
-                    half_block<T, NT>(block + 32 * static_cast<uint64_t>(h0 + h), m[h],
+                    half_block<T, NT>(block + 32 * static_cast<uint64_t>(h), m[h],
                                       c * kPackChunkBlocks + i, x, acc[h]);
         }
     }
@@ -316,14 +314,11 @@ template <QType T, int NT>
 QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
                         uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
     alignas(32) float lanes[NT][kPackLanes];
-    constexpr int kBoth = kHalves;
-    for (int h0 = 0; h0 < kHalves; h0 += kBoth) {
-        __m256 sums[kBoth][NT];
-        halves_tokens<T, NT, kBoth>(m.layout(), m.tile(i), h0, a, tok, sums);
-        for (int h = 0; h < kBoth; ++h)
-            for (int t = 0; t < NT; ++t)
-                _mm256_store_ps(lanes[t] + kHalfRows * static_cast<uint64_t>(h0 + h), sums[h][t]);
-    }
+    __m256 sums[kHalves][NT];
+    tile_tokens<T, NT>(m.layout(), m.tile(i), a, tok, sums);
+    for (int h = 0; h < kHalves; ++h)
+        for (int t = 0; t < NT; ++t)
+            _mm256_store_ps(lanes[t] + kHalfRows * static_cast<uint64_t>(h), sums[h][t]);
     const uint64_t first = i * kPackLanes;
     const uint64_t lo = std::max(first, r0), hi = std::min(first + kPackLanes, r1);
     for (int t = 0; t < NT; ++t)
