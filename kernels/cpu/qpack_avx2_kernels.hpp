@@ -313,14 +313,22 @@ QF_AVX2 void tile_tokens(const QPackLayout& pl, const uint8_t* tile, const QActi
 template <QType T, int NT>
 QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
                         uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
-    alignas(32) float lanes[NT][kPackLanes];
     __m256 sums[kHalves][NT];
     tile_tokens<T, NT>(m.layout(), m.tile(i), a, tok, sums);
+    const uint64_t first = i * kPackLanes;
+    const uint64_t lo = std::max(first, r0), hi = std::min(first + kPackLanes, r1);
+    if (lo == first && hi == first + kPackLanes) {  // the whole tile: straight to the outputs
+        for (int t = 0; t < NT; ++t)
+            for (int h = 0; h < kHalves; ++h)
+                _mm256_storeu_ps(out + static_cast<uint64_t>(t) * ldo + (first - r0) +
+                                     kHalfRows * static_cast<uint64_t>(h),
+                                 sums[h][t]);
+        return;
+    }
+    alignas(32) float lanes[NT][kPackLanes];
     for (int h = 0; h < kHalves; ++h)
         for (int t = 0; t < NT; ++t)
             _mm256_store_ps(lanes[t] + kHalfRows * static_cast<uint64_t>(h), sums[h][t]);
-    const uint64_t first = i * kPackLanes;
-    const uint64_t lo = std::max(first, r0), hi = std::min(first + kPackLanes, r1);
     for (int t = 0; t < NT; ++t)
         std::copy(lanes[t] + (lo - first), lanes[t] + (hi - first),
                   out + static_cast<uint64_t>(t) * ldo + (lo - r0));
