@@ -22,8 +22,9 @@
 //     imports carry) against the activation with w's sign, at most 2 * 128 * 127 per int16, so
 //     each vector is widened on its own and the eight are added as int32.
 // Rows go a tile (16 rows) at a time against tiles of up to 16 tokens; per block, each half's code
-// vectors are split once and serve every token of the tile (measured on a Zen 3, kernels/README.md
-// "avx2: packed rows": 16-token tiles against 4 cut a 16-token product's time by a sixth). Neither
+// vectors are split once and serve every token of the tile (kernels/README.md, "Zen 3: 16-token
+// tiles, one broadcast for both halves": against tiles of 4 they cut a 16-token product by a
+// fifth). Neither
 // the token tiles, the split of rows over threads nor prefill versus decode can change a bit. The
 // avx512 level sends its one- and two-token products of some types here too (qdot.cpp,
 // decode_kernel: measured faster). Included by two translation units (as qdot_avx2_kernels.hpp is):
@@ -125,17 +126,26 @@ QF_AVX2 inline __m256i dword(const int8_t* q, uint64_t b, int j) {
     return _mm256_set1_epi32(v);
 }
 
+// A token's block scale d and code sum (as a float: exact, below 2^24) in every lane.
+struct TokenBlock {
+    __m256 d, s;
+};
+template <int NT>
+QF_AVX2 inline TokenBlock token_block(const Tokens<NT>& x, int t, uint64_t b) {
+    return {_mm256_set1_ps(x.d[t][b]), _mm256_set1_ps(static_cast<float>(x.s[t][b]))};
+}
+
 // The reference's step for one block of 8 rows and one token, from the block's integer sums:
 // acc += (scale * d) * (isum - zero * sum q), super-block types minus min * (d * sum q).
 template <QType T>
-QF_AVX2 inline void step(__m256i sums, const HalfMeta& m, float d, int32_t s, __m256& acc) {
+QF_AVX2 inline void step(__m256i sums, const HalfMeta& m, const TokenBlock& tb, __m256& acc) {
     __m256 isum = _mm256_cvtepi32_ps(sums);
     if constexpr (Kind<T>::zero_stored || Kind<T>::implicit_zero != 0)  // exact: header
-        isum = _mm256_fnmadd_ps(m.zero, _mm256_set1_ps(static_cast<float>(s)), isum);
-    const __m256 cs = _mm256_mul_ps(m.scale, _mm256_set1_ps(d));
+        isum = _mm256_fnmadd_ps(m.zero, tb.s, isum);
+    const __m256 cs = _mm256_mul_ps(m.scale, tb.d);
     acc = _mm256_add_ps(acc, _mm256_mul_ps(cs, isum));
     if constexpr (Kind<T>::super)  // minus min * (d * sum q), the reference's roundings
-        acc = _mm256_sub_ps(acc, _mm256_mul_ps(m.min, _mm256_set1_ps(d * static_cast<float>(s))));
+        acc = _mm256_sub_ps(acc, _mm256_mul_ps(m.min, _mm256_mul_ps(tb.d, tb.s)));
 }
 
 // Block b of one half (its vectors of 32 bytes, 64 bytes apart, from v) against NT tokens:
@@ -189,7 +199,7 @@ QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b, 
             sums[t] = s32;
         }
     }
-    for (int t = 0; t < NT; ++t) step<T>(sums[t], m, x.d[t][b], x.s[t][b], acc[t]);
+    for (int t = 0; t < NT; ++t) step<T>(sums[t], m, token_block(x, t, b), acc[t]);
 }
 
 // Block b of both halves against NT tokens (more than kBothHalvesTokens): each activation dword
@@ -248,10 +258,11 @@ QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHal
                 }
             }
     }
-    for (int h = 0; h < kHalves; ++h)
-        for (int t = 0; t < NT; ++t)
-            step<T>(kWords ? _mm256_madd_epi16(part[h][t], ones) : part[h][t], m[h], x.d[t][b],
-                    x.s[t][b], acc[h][t]);
+    for (int t = 0; t < NT; ++t) {
+        const TokenBlock tb = token_block(x, t, b);  // once for both halves
+        for (int h = 0; h < kHalves; ++h)
+            step<T>(kWords ? _mm256_madd_epi16(part[h][t], ones) : part[h][t], m[h], tb, acc[h][t]);
+    }
 }
 
 // Both halves (8 rows each) of tile `tile` against tokens [tok, tok + NT) into out[h][t], block
