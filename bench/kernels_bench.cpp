@@ -431,15 +431,6 @@ void register_all() {
                         bm_quant(st, t, s, 16, QActivations::Mode::int8, 2, uint64_t{8} << 20,
                                  true);
                     });
-    // One core's arithmetic on a 16-token product: SmolLM2's gate/up shape (1536 x 576, under 1
-    // MB packed) kept in L2, one thread, so the host's other core and DRAM are out of the figure
-    // (the probe behind kernels/README.md "Zen 3: 16-token tiles, one broadcast for both halves").
-    for (QType t : {QType::q4_g128, QType::q8_g32})
-        if (qmatmul_packed_serves(cpu_isa(), t))
-            reg("l2/" + std::string(qtype_traits(t).name) + "/1536x576/m:16/packed/threads:1",
-                [=](benchmark::State& st) {
-                    bm_quant(st, t, {1536, 576}, 16, QActivations::Mode::int8, 1, 0, true);
-                });
     // A 16-stream step's output head: SmolLM2's tied 49152 x 576 embedding as q8_g32 (30 MiB,
     // from DRAM), and a 4096-row slice of it that stays in L3 (the same rows and tokens: what the
     // whole head would take if its stream arrived in time).
