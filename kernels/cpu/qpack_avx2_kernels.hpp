@@ -35,7 +35,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <utility>
 
 #include "kernels/cpu/qdot_avx2.hpp"
@@ -202,15 +201,17 @@ QF_AVX2 inline void half_block(const uint8_t* v, const HalfMeta& m, uint64_t b, 
     for (int t = 0; t < NT; ++t) step<T>(sums[t], m, token_block(x, t, b), acc[t]);
 }
 
-// Block b of both halves against NT tokens (more than kBothHalvesTokens): each activation dword
-// is broadcast once for the 16 rows instead of once per half. Both halves' code vectors do not
+// Block b of both halves against the first n of NT tokens (more than kBothHalvesTokens; n at run
+// time: the partial sums and accumulators live in memory either way, 2 x 16 vectors each, so
+// one instantiation serves every n): each activation dword is broadcast once for the 16 rows
+// instead of once per half. Both halves' code vectors do not
 // fit the 16 registers with the broadcasts, so the block goes in two passes over the tokens, its
 // first 4 dwords (4-bit: the low nibbles; 8-bit: vectors 0-3) and then the rest, each token's
 // partial sums kept between them (exact integers: the order of their adds changes no bit). On a
 // Zen 3 the broadcasts, not the multiplies, bounded a 16-token product (kernels/README.md).
 template <QType T, int NT>
 QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHalves], uint64_t b,
-                                      const Tokens<NT>& x, __m256 (&acc)[kHalves][NT]) {
+                                      const Tokens<NT>& x, int n, __m256 (&acc)[kHalves][NT]) {
     [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // maddubs path only
     // 4-bit types without VNNI: int16 sums (the 8 products of a half stay below 2^15, as in
     // half_block), widened once at the end; else int32.
@@ -229,7 +230,7 @@ QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHal
                 else
                     u[h][j] = _mm256_abs_epi8(c);
             }
-        for (int t = 0; t < NT; ++t)
+        for (int t = 0; t < n; ++t)
             for (int j = 0; j < 4; ++j) {
                 const __m256i d = dword(x.q[t], b, 4 * pass + j);
                 for (int h = 0; h < kHalves; ++h) {
@@ -258,23 +259,23 @@ QF_AVX2 inline void both_halves_block(const uint8_t* v, const HalfMeta (&m)[kHal
                 }
             }
     }
-    for (int t = 0; t < NT; ++t) {
+    for (int t = 0; t < n; ++t) {
         const TokenBlock tb = token_block(x, t, b);  // once for both halves
         for (int h = 0; h < kHalves; ++h)
             step<T>(kWords ? _mm256_madd_epi16(part[h][t], ones) : part[h][t], m[h], tb, acc[h][t]);
     }
 }
 
-// Both halves (8 rows each) of tile `tile` against tokens [tok, tok + NT) into out[h][t], block
-// by block, each block's lines read once: one or two tokens half by half (half_block), more with
-// each activation dword broadcast once for both (both_halves_block).
+// Both halves (8 rows each) of tile `tile` against tokens [tok, tok + n) into out[h][t], block
+// by block, each block's lines read once: one or two tokens (n == NT) half by half (half_block),
+// up to NT = kTileTokens with each activation dword broadcast once for both (both_halves_block).
 template <QType T, int NT>
 QF_AVX2 void tile_tokens(const QPackLayout& pl, const uint8_t* tile, const QActivations& a,
-                         uint64_t tok, __m256 (&out)[kHalves][NT]) {
+                         uint64_t tok, int n, __m256 (&out)[kHalves][NT]) {
     constexpr int NH = kHalves;
     Tokens<NT> x;
     __m256 acc[NH][NT];
-    for (int t = 0; t < NT; ++t) {
+    for (int t = 0; t < n; ++t) {
         x.q[t] = a.codes(tok + static_cast<uint64_t>(t));
         x.d[t] = a.scales(tok + static_cast<uint64_t>(t));
         x.s[t] = a.sums(tok + static_cast<uint64_t>(t));
@@ -309,7 +310,7 @@ QF_AVX2 void tile_tokens(const QPackLayout& pl, const uint8_t* tile, const QActi
                 for (uint64_t line = 0; line < meta_bytes; line += 64)
                     _mm_prefetch(reinterpret_cast<const char*>(chunk + kAhead + line), _MM_HINT_T0);
             if constexpr (NT > kBothHalvesTokens)
-                both_halves_block<T, NT>(block, m, c * kPackChunkBlocks + i, x, acc);
+                both_halves_block<T, NT>(block, m, c * kPackChunkBlocks + i, x, n, acc);
             else
                 for (int h = 0; h < NH; ++h)
                     half_block<T, NT>(block + 32 * static_cast<uint64_t>(h), m[h],
@@ -317,19 +318,19 @@ QF_AVX2 void tile_tokens(const QPackLayout& pl, const uint8_t* tile, const QActi
         }
     }
     for (int h = 0; h < NH; ++h)
-        for (int t = 0; t < NT; ++t) out[h][t] = acc[h][t];
+        for (int t = 0; t < n; ++t) out[h][t] = acc[h][t];
 }
 
-// Tokens [tok, tok + NT) of tile `i`, NT <= kTileTokens; rows [r0, r1) of it stored.
+// Tokens [tok, tok + n) of tile `i`, n <= NT; rows [r0, r1) of it stored.
 template <QType T, int NT>
 QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a, uint64_t tok,
-                        uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
+                        int n, uint64_t r0, uint64_t r1, float* out, uint64_t ldo) {
     __m256 sums[kHalves][NT];
-    tile_tokens<T, NT>(m.layout(), m.tile(i), a, tok, sums);
+    tile_tokens<T, NT>(m.layout(), m.tile(i), a, tok, n, sums);
     const uint64_t first = i * kPackLanes;
     const uint64_t lo = std::max(first, r0), hi = std::min(first + kPackLanes, r1);
     if (lo == first && hi == first + kPackLanes) {  // the whole tile: straight to the outputs
-        for (int t = 0; t < NT; ++t)
+        for (int t = 0; t < n; ++t)
             for (int h = 0; h < kHalves; ++h)
                 _mm256_storeu_ps(out + static_cast<uint64_t>(t) * ldo + (first - r0) +
                                      kHalfRows * static_cast<uint64_t>(h),
@@ -338,30 +339,31 @@ QF_AVX2 void tile_store(const QPackedRows& m, uint64_t i, const QActivations& a,
     }
     alignas(32) float lanes[NT][kPackLanes];
     for (int h = 0; h < kHalves; ++h)
-        for (int t = 0; t < NT; ++t)
+        for (int t = 0; t < n; ++t)
             _mm256_store_ps(lanes[t] + kHalfRows * static_cast<uint64_t>(h), sums[h][t]);
-    for (int t = 0; t < NT; ++t)
+    for (int t = 0; t < n; ++t)
         std::copy(lanes[t] + (lo - first), lanes[t] + (hi - first),
                   out + static_cast<uint64_t>(t) * ldo + (lo - r0));
 }
 
-using TileStore = void (*)(const QPackedRows&, uint64_t, const QActivations&, uint64_t, uint64_t,
-                           uint64_t, float*, uint64_t);
-
-// tile_store<T, nt> for nt = 1 .. kTileTokens, at index nt - 1.
-template <QType T, size_t... N>
-constexpr std::array<TileStore, sizeof...(N)> tile_stores(std::index_sequence<N...>) {
-    return {{tile_store<T, static_cast<int>(N) + 1>...}};
-}
-
+// Rows [r0, r1) against tokens [t0, t1), a tile of rows against up to kTileTokens tokens at a
+// time: one or two tokens (the decode of one or two sequences) with their own instantiations,
+// the accumulators in registers; more through the one instantiation for any n.
 template <QType T>
 void packed_rows(const QPackedRows& m, uint64_t r0, uint64_t r1, const QActivations& a, uint64_t t0,
                  uint64_t t1, float* out, uint64_t ldo) {
-    static constexpr auto kStores = tile_stores<T>(std::make_index_sequence<kTileTokens>());
     for (uint64_t i = r0 / kPackLanes; i * kPackLanes < r1; ++i)
-        for (uint64_t tok = t0; tok < t1; tok += kTileTokens)
-            kStores[std::min<uint64_t>(kTileTokens, t1 - tok) - 1](m, i, a, tok, r0, r1,
-                                                                   out + (tok - t0) * ldo, ldo);
+        for (uint64_t tok = t0; tok < t1; tok += kTileTokens) {
+            const int n = static_cast<int>(std::min<uint64_t>(kTileTokens, t1 - tok));
+            float* o = out + (tok - t0) * ldo;
+            static_assert(kBothHalvesTokens == 2);
+            if (n == 1)
+                tile_store<T, 1>(m, i, a, tok, n, r0, r1, o, ldo);
+            else if (n == 2)
+                tile_store<T, 2>(m, i, a, tok, n, r0, r1, o, ldo);
+            else
+                tile_store<T, kTileTokens>(m, i, a, tok, n, r0, r1, o, ldo);
+        }
 }
 
 // 4-bit types with integer codes (q4_g*, q4s_g*, q4k_g32) and 8-bit types; level tables keep
