@@ -43,49 +43,42 @@ TokenTexts::TokenTexts(const Tokenizer& tok) {
     }
 }
 
+TokenMatcher::TokenMatcher(std::shared_ptr<const TokenGrammar> g) : g_(std::move(g)) {
+    if (const auto* dfa = std::get_if<RegexDfa>(&g_->grammar)) {
+        dfa_ = dfa;
+        dfa_state_ = dfa->start();
+    } else {
+        state_.emplace(std::get<JsonGrammar>(g_->grammar));
+        scratch_.emplace(*state_);
+    }
+}
+
 bool TokenMatcher::is_stop(int32_t id) const {
     return std::find(g_->stop_ids.begin(), g_->stop_ids.end(), id) != g_->stop_ids.end();
 }
 
 bool TokenMatcher::allows(int32_t id) {
-    if (is_stop(id)) return state_.complete();
+    if (is_stop(id)) return complete();
     const auto& text = g_->texts->text;
     if (id < 0 || static_cast<size_t>(id) >= text.size() || text[static_cast<size_t>(id)].empty())
         return false;
-    scratch_ = state_;
-    const bool fits = scratch_.feed(text[static_cast<size_t>(id)]);
+    bool fits = false;
+    if (dfa_) {
+        dfa_scratch_ = dfa_->walk(dfa_state_, text[static_cast<size_t>(id)]);
+        fits = dfa_scratch_ != RegexDfa::kDead;
+    } else {
+        *scratch_ = *state_;
+        fits = scratch_->feed(text[static_cast<size_t>(id)]);
+    }
     fed_ = fits ? id : -1;
     return fits;
 }
 
 size_t TokenMatcher::mask(std::span<float> logits) {
     allowed_.assign(logits.size(), 0);
-    fed_ = -1;  // scratch_ is reused below
-    size_t count = 0;
-    const auto& texts = g_->texts->text;
-    const auto& plain = g_->texts->plain;
-    const bool in_string = state_.in_string_content();
-    for (int first = 0; first < 256; ++first) {
-        const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
-        if (ids.empty()) continue;
-        JsonMatcher after_first = state_;  // most bytes end here: one try for all their ids
-        if (!after_first.feed(static_cast<uint8_t>(first))) continue;
-        for (int32_t id : ids) {
-            if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
-            const std::string& t = texts[static_cast<size_t>(id)];
-            if (in_string && plain[static_cast<size_t>(id)]) {
-                allowed_[static_cast<size_t>(id)] = 1;
-                ++count;
-                continue;
-            }
-            scratch_ = after_first;
-            if (scratch_.feed(std::string_view(t).substr(1))) {
-                allowed_[static_cast<size_t>(id)] = 1;
-                ++count;
-            }
-        }
-    }
-    if (state_.complete())
+    fed_ = -1;  // the scratch state is reused below
+    size_t count = dfa_ ? mask_pattern(logits) : mask_json(logits);
+    if (complete())
         for (int32_t id : g_->stop_ids)
             if (id >= 0 && static_cast<size_t>(id) < logits.size() &&
                 !allowed_[static_cast<size_t>(id)]) {
@@ -97,12 +90,66 @@ size_t TokenMatcher::mask(std::span<float> logits) {
     return count;
 }
 
+// Each token's bytes walked from the state after its first byte (one step for all the ids that
+// start with it).
+size_t TokenMatcher::mask_pattern(std::span<float> logits) {
+    size_t count = 0;
+    const auto& texts = g_->texts->text;
+    for (int first = 0; first < 256; ++first) {
+        const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
+        if (ids.empty()) continue;
+        const uint32_t after_first = dfa_->next(dfa_state_, static_cast<uint8_t>(first));
+        if (after_first == RegexDfa::kDead) continue;
+        for (int32_t id : ids) {
+            if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
+            const std::string_view t = texts[static_cast<size_t>(id)];
+            if (dfa_->walk(after_first, t.substr(1)) != RegexDfa::kDead) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+            }
+        }
+    }
+    return count;
+}
+
+size_t TokenMatcher::mask_json(std::span<float> logits) {
+    size_t count = 0;
+    JsonMatcher& scratch = *scratch_;
+    const auto& texts = g_->texts->text;
+    const auto& plain = g_->texts->plain;
+    const bool in_string = state_->in_string_content();
+    for (int first = 0; first < 256; ++first) {
+        const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
+        if (ids.empty()) continue;
+        JsonMatcher after_first = *state_;  // most bytes end here: one try for all their ids
+        if (!after_first.feed(static_cast<uint8_t>(first))) continue;
+        for (int32_t id : ids) {
+            if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
+            const std::string& t = texts[static_cast<size_t>(id)];
+            if (in_string && plain[static_cast<size_t>(id)]) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+                continue;
+            }
+            scratch = after_first;
+            if (scratch.feed(std::string_view(t).substr(1))) {
+                allowed_[static_cast<size_t>(id)] = 1;
+                ++count;
+            }
+        }
+    }
+    return count;
+}
+
 void TokenMatcher::accept(int32_t id) {
     if (is_stop(id)) return;
     if (fed_ != id && !allows(id))  // (allows() just took it: its state is in scratch_)
         throw Error("constrained generation: token " + std::to_string(id) +
-                    " does not continue the document");
-    std::swap(state_, scratch_);
+                    " does not continue the constrained text");
+    if (dfa_)
+        dfa_state_ = dfa_scratch_;
+    else
+        std::swap(state_, scratch_);
     fed_ = -1;
 }
 

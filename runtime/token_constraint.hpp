@@ -1,23 +1,30 @@
-// Constrained generation on tokens (the API's response_format json_object / json_schema): which
-// tokens may come next so that the generated text stays the beginning of a document of a
-// JsonGrammar (runtime/json_grammar.hpp), and that a stop token ends it only once it is whole.
+// Constrained generation on tokens (the API's response_format json_object / json_schema, vLLM's
+// guided_regex and guided_choice): which tokens may come next so that the generated text stays
+// the beginning of a document of a JsonGrammar (runtime/json_grammar.hpp) or of a whole match
+// of a RegexDfa (runtime/regex_dfa.hpp), and that a stop token ends it only once it is whole.
 // The Sampler (runtime/sampling.hpp) gives every other token probability 0 before it chooses,
 // so greedy takes the most likely allowed token and sampling draws from the allowed ones.
 //
 // A token's bytes are what it adds to the decoded text (Tokenizer::decode_piece after a token
 // other than BOS; after BOS a SentencePiece tokenizer drops a leading space, which JSON reads as
-// whitespace either way). Special tokens other than the stop tokens, and tokens of no bytes,
-// never come; so a document ends with a stop token or at max_tokens, as any generation does.
+// whitespace either way; a pattern's text is what the tokens add, so a constrained sequence
+// starts after a token other than BOS, as every serve and generate prompt's last token is).
+// Special tokens other than the stop tokens, and tokens of no bytes, never come; so a text ends
+// with a stop token, when the grammar lets nothing follow, or at max_tokens, as any generation
+// does.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "runtime/json_grammar.hpp"
+#include "runtime/regex_dfa.hpp"
 
 namespace qforge {
 
@@ -33,30 +40,37 @@ struct TokenTexts {
     std::vector<uint8_t> plain;
 };
 
+// What constrained text must be: a document of a JSON schema, or a whole match of a pattern.
+using TextGrammar = std::variant<JsonGrammar, RegexDfa>;
+
 // What a constrained sequence must be, shared by its sampler's copies.
 struct TokenGrammar {
-    JsonGrammar grammar;
+    TextGrammar grammar;
     std::shared_ptr<const TokenTexts> texts;
     std::vector<int32_t> stop_ids;  // allowed once the document is whole
 };
 
 class TokenMatcher {
   public:
-    explicit TokenMatcher(std::shared_ptr<const TokenGrammar> g)
-        : g_(std::move(g)), state_(g_->grammar), scratch_(g_->grammar) {}
+    explicit TokenMatcher(std::shared_ptr<const TokenGrammar> g);
     // Whether id may come next.
     bool allows(int32_t id);
     // Every id that may not come next gets -inf; returns how many may.
     size_t mask(std::span<float> logits);
     // id, which allows() allowed, comes next (a stop token changes nothing: the text ends).
     void accept(int32_t id);
-    bool complete() const { return state_.complete(); }
-    bool finished() const { return state_.finished(); }
+    bool complete() const { return dfa_ ? dfa_->accepting(dfa_state_) : state_->complete(); }
+    bool finished() const { return dfa_ ? dfa_->finished(dfa_state_) : state_->finished(); }
 
   private:
     bool is_stop(int32_t id) const;
+    size_t mask_json(std::span<float> logits);
+    size_t mask_pattern(std::span<float> logits);
     std::shared_ptr<const TokenGrammar> g_;
-    JsonMatcher state_, scratch_;
+    // A pattern's: the state so far and, after allows(), the state after that token.
+    const RegexDfa* dfa_ = nullptr;
+    uint32_t dfa_state_ = RegexDfa::kDead, dfa_scratch_ = RegexDfa::kDead;
+    std::optional<JsonMatcher> state_, scratch_;  // a JSON schema's, likewise
     int32_t fed_ = -1;  // the id whose text scratch_ holds state_ after, if any
     std::vector<uint8_t> allowed_;
 };
