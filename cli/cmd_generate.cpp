@@ -12,6 +12,7 @@
 #include "runtime/generate.hpp"
 #include "runtime/json_grammar.hpp"
 #include "runtime/model.hpp"
+#include "runtime/regex_dfa.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/token_constraint.hpp"
@@ -40,6 +41,16 @@ std::optional<uint64_t> repeat_window(const std::string& text) {
 JsonGrammar json_schema_grammar(const std::string& text) {
     return JsonGrammar::from_schema(parse_ordered_json(text, "--json-schema"), "--json-schema");
 }
+
+// The constraint one of --json-schema, --regex and --choice gives (CLI11 lets one through), or
+// none.
+std::optional<TextGrammar> text_grammar(const std::string& schema, const std::string& regex,
+                                        const std::vector<std::string>& choices) {
+    if (!schema.empty()) return json_schema_grammar(schema);
+    if (!regex.empty()) return RegexDfa::compile(regex, "--regex");
+    if (!choices.empty()) return RegexDfa::choice(choices, "--choice");
+    return std::nullopt;
+}
 }  // namespace
 
 Runner register_generate(CLI::App& app, CommonOptions& common) {
@@ -51,7 +62,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         std::string repeat_last_n = "64";
         uint32_t top_k = 40;
         std::vector<std::string> logit_bias;
-        std::string json_schema;
+        std::string json_schema, regex;
+        std::vector<std::string> choices;
         bool greedy = false;
         bool raw = false;
         bool ignore_eos = false;
@@ -102,6 +114,17 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
                    "'{\"type\": \"object\"}': any object, '{}': any JSON value); the subset "
                    "and its bounds: runtime/json_grammar.hpp")
         ->check(parsed_by([](const std::string& s) { json_schema_grammar(s); }));
+    auto* regex =
+        app.add_option("--regex", a->regex,
+                       "PATTERN: generate a whole match of this regular expression (Python's "
+                       "syntax and re.fullmatch's matches with re.ASCII, vLLM's guided_regex; "
+                       "what is refused: runtime/regex_dfa.hpp)")
+            ->check(parsed_by([](const std::string& s) { RegexDfa::compile(s, "--regex"); }))
+            ->excludes("--json-schema");
+    app.add_option("--choice", a->choices,
+                   "TEXT: generate exactly one of the texts (repeatable; vLLM's guided_choice)")
+        ->excludes("--json-schema")
+        ->excludes(regex);
     app.add_flag("--greedy", a->greedy, "always take the most likely token (same as --temp 0)");
     app.add_flag("--ignore-eos", a->ignore_eos,
                  "go on past end-of-sequence tokens (printed as their text) until -n tokens or a "
@@ -174,14 +197,13 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         o.max_new_tokens = a->n;
         o.stop_ids = chat_template.empty() ? tok.stop_ids() : chat_stop_ids(tok, chat_template);
         if (a->ignore_eos) o.stop_ids.clear();
-        if (!a->json_schema.empty()) {
+        if (auto g = text_grammar(a->json_schema, a->regex, a->choices)) {
             if (a->ignore_eos)
                 throw UsageError(
-                    "--json-schema: a document ends with a stop token, which "
+                    "--json-schema, --regex, --choice: the text ends with a stop token, which "
                     "--ignore-eos takes away");
             o.sampling.grammar = std::make_shared<const TokenGrammar>(
-                TokenGrammar{json_schema_grammar(a->json_schema),
-                             std::make_shared<const TokenTexts>(tok), o.stop_ids});
+                TokenGrammar{std::move(*g), std::make_shared<const TokenTexts>(tok), o.stop_ids});
         }
         o.token_count = tok.vocab_size();  // padding rows past the tokenizer are never sampled
 

@@ -212,9 +212,10 @@ class SchemaCompiler {
         }
         if (!s.is_object()) fail(path, "must be a schema (an object or a boolean)");
         static const std::set<std::string> kKnown = {
-            "type",  "properties", "required", "additionalProperties",
-            "items", "minItems",   "maxItems", "enum",
-            "const", "anyOf",      "oneOf",    "$ref"};
+            "type",    "properties", "required",  "additionalProperties",
+            "items",   "minItems",   "maxItems",  "enum",
+            "const",   "anyOf",      "oneOf",     "$ref",
+            "pattern", "format",     "minLength", "maxLength"};
         for (const auto& [key, value] : s.items())
             if (!kKnown.count(key) && !ignored(key))
                 fail(path + "." + key, "is not supported by constrained generation");
@@ -244,6 +245,8 @@ class SchemaCompiler {
                 return typed(s, "object", path);
             if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
                 return typed(s, "array", path);
+            for (const char* k : {"pattern", "format", "minLength", "maxLength"})
+                if (s.contains(k)) return typed(s, "string", path);
             return JsonGrammar::kAny;
         }
         if (type->is_string()) return typed(s, type->get<std::string>(), path);
@@ -304,7 +307,7 @@ class SchemaCompiler {
 
     uint32_t typed(const ojson& s, const std::string& type, const std::string& path) {
         using Kind = JsonGrammar::Kind;
-        if (type == "string") return JsonGrammar::kString;
+        if (type == "string") return string_node(s, path);
         if (type == "number") return JsonGrammar::kNumber;
         if (type == "boolean") return JsonGrammar::kBoolean;
         if (type == "null") return JsonGrammar::kNull;
@@ -369,6 +372,85 @@ class SchemaCompiler {
         n.values = values;
         return add(std::move(n), path);
     }
+
+    // A string; with pattern, format, minLength or maxLength, one whose content (the characters
+    // its escapes stand for) a DFA takes: theirs together, less the control characters a JSON
+    // string could carry only as \u escapes (which such a string does not take: its matcher
+    // follows the characters as they come, so no prefix it takes is a dead end).
+    uint32_t string_node(const ojson& s, const std::string& path) {
+        std::optional<RegexDfa> dfa;
+        const std::string at = where_ + shortened(path);
+        const auto with = [&](RegexDfa d, const std::string& where) {
+            dfa = dfa ? RegexDfa::both(*dfa, d, where) : std::move(d);
+        };
+        if (const auto p = s.find("pattern"); p != s.end()) {
+            if (!p->is_string()) fail(path + ".pattern", "must be a string");
+            with(RegexDfa::compile(p->get<std::string>(), at + ".pattern",
+                                   RegexDfa::Syntax::json_schema),
+                 at + ".pattern");
+        }
+        if (const auto f = s.find("format"); f != s.end()) {
+            const std::string name = f->is_string() ? f->get<std::string>() : f->dump();
+            const auto known = std::find_if(std::begin(kFormats), std::end(kFormats),
+                                            [&](const Format& k) { return name == k.name; });
+            if (known == std::end(kFormats))
+                fail(path + ".format", "\"" + name +
+                                           "\" is not supported (date, time, date-time, uuid, "
+                                           "email, ipv4)");
+            with(RegexDfa::compile(known->pattern, at + ".format"), at + ".format");
+        }
+        const uint64_t lo = count(s, "minLength", path, 0);
+        const uint64_t hi = count(s, "maxLength", path, UINT64_MAX);
+        if (lo > hi) fail(path + ".minLength", "is above maxLength");
+        if (lo > 0 || hi != UINT64_MAX) {
+            if (lo > RegexDfa::kMaxRepeat || (hi != UINT64_MAX && hi > RegexDfa::kMaxRepeat))
+                fail(path + (lo > RegexDfa::kMaxRepeat ? ".minLength" : ".maxLength"),
+                     "is above " + std::to_string(RegexDfa::kMaxRepeat) +
+                         ", more than constrained generation bounds");
+            const std::string bound = "[\\s\\S]{" + std::to_string(lo) + "," +
+                                      (hi == UINT64_MAX ? "" : std::to_string(hi)) + "}";
+            with(RegexDfa::compile(bound, at + ".minLength"), at + ".minLength");
+        }
+        if (!dfa) return JsonGrammar::kString;
+        with(RegexDfa::compile(kJsonWritable, at), at);
+        JsonGrammar::Node n = of_kind(JsonGrammar::Kind::string);
+        n.pattern = static_cast<uint32_t>(g_.patterns_.size());
+        g_.patterns_.push_back(std::move(*dfa));
+        return add(std::move(n), path);
+    }
+
+    // The formats a string may name, as whole-match patterns that take only valid values
+    // (RFC 3339's date, time and date-time with upper-case T and Z, no leap seconds and no
+    // 29 February; RFC 4122's uuid; RFC 5321's dot-atom addresses with domain names; dotted
+    // decimal IPv4): fewer texts than the format allows, never more.
+    struct Format {
+        const char* name;
+        const char* pattern;
+    };
+#define QF_DATE                                                                                  \
+    "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|" \
+    "02-(?:0[1-9]|1\\d|2[0-8]))"
+#define QF_TIME \
+    "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"
+#define QF_OCTET "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+#define QF_ATOM "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+#define QF_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    static constexpr Format kFormats[] = {
+        {"date", QF_DATE},
+        {"time", QF_TIME},
+        {"date-time", QF_DATE "T" QF_TIME},
+        {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+        {"email", QF_ATOM "(?:\\." QF_ATOM ")*@(?:" QF_LABEL "\\.)+[A-Za-z]{2,63}"},
+        {"ipv4", QF_OCTET "(?:\\." QF_OCTET "){3}"},
+    };
+#undef QF_DATE
+#undef QF_TIME
+#undef QF_OCTET
+#undef QF_ATOM
+#undef QF_LABEL
+    // A JSON string's content without \u escapes: any character but the controls that only
+    // \u00XX can write (\b \t \n \f \r have escapes of their own).
+    static constexpr const char* kJsonWritable = "[^\\x00-\\x07\\x0b\\x0e-\\x1f]*";
 
     uint64_t count(const ojson& s, const char* name, const std::string& path, uint64_t fallback) {
         const auto v = s.find(name);
@@ -573,7 +655,11 @@ bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
             return start_value(n.values, c);
         case Kind::string:
             if (c != '"') return false;
-            stack_.push_back({.frame = Frame::string, .phase = kStrChar, .node = node});
+            stack_.push_back(
+                {.frame = Frame::string,
+                 .phase = kStrChar,
+                 .node = node,
+                 .re = n.pattern == JsonGrammar::kNoPattern ? 0 : g_->pattern(n.pattern).start()});
             return true;
         case Kind::number:
         case Kind::integer:
@@ -711,8 +797,56 @@ bool JsonMatcher::array_byte(Entry& e, uint8_t c) {
     return n.max_items > 0 && start_value(n.values, c);
 }
 
+// A string whose content a pattern constrains: each character, as its escape stands for it or
+// as its bytes come, steps the pattern's DFA; a byte whose step dies is refused, the closing
+// quote only where the content is a whole match, and \u escapes are not taken (the DFA was cut
+// to the characters that need none).
+bool JsonMatcher::pattern_step(Entry& e, uint8_t c) {
+    const uint32_t p =
+        e.frame == Frame::string ? g_->node(e.node).pattern : JsonGrammar::kNoPattern;
+    if (p == JsonGrammar::kNoPattern) return true;
+    const RegexDfa& dfa = g_->pattern(p);
+    if (e.utf8_need == 0 && e.phase == kStrChar) {
+        if (c == '"') return dfa.accepting(e.re);
+        if (c == '\\') {  // only where some escape's character may come
+            for (uint8_t x : std::string_view("\"\\/\b\f\n\r\t"))
+                if (dfa.next(e.re, x) != RegexDfa::kDead) return true;
+            return false;
+        }
+    }
+    uint8_t stands_for = c;
+    if (e.phase == kStrEscape) {
+        switch (c) {
+            case 'b':
+                stands_for = '\b';
+                break;
+            case 'f':
+                stands_for = '\f';
+                break;
+            case 'n':
+                stands_for = '\n';
+                break;
+            case 'r':
+                stands_for = '\r';
+                break;
+            case 't':
+                stands_for = '\t';
+                break;
+            case 'u':
+                return false;
+            default:
+                break;  // " \ /: themselves
+        }
+    }
+    const uint32_t next = dfa.next(e.re, stands_for);
+    if (next == RegexDfa::kDead) return false;
+    e.re = next;
+    return true;
+}
+
 bool JsonMatcher::string_byte(Entry& e, uint8_t c) {
     end_spaces();
+    if (!pattern_step(e, c)) return false;
     if (e.utf8_need > 0) {  // a continuation byte of a UTF-8 character
         if (c < e.utf8_lo || c > e.utf8_hi) return false;
         --e.utf8_need;

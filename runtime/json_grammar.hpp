@@ -22,7 +22,13 @@
 //   type: one of object, array, string, number, integer, boolean, null, or a list of them;
 //   properties, required, additionalProperties (true, false or a schema: with no properties,
 //     any keys whose values follow it; beside properties, only the properties are generated);
-//   items (a schema), minItems, maxItems; enum and const (any JSON values, matched as their
+//   items (a schema), minItems, maxItems;
+//   for strings, pattern (ECMA-262 syntax within what runtime/regex_dfa.hpp follows, searched
+//     for as validators do), format (date, time, date-time, uuid, email, ipv4: patterns that
+//     take only valid values, fewer than the format allows), minLength and maxLength (code
+//     points, at most RegexDfa::kMaxRepeat); such a string's content is followed by a DFA, so
+//     it takes no \u escapes (its control characters are those with escapes of their own);
+//   enum and const (any JSON values, matched as their
 //     compact text; beside them only a type, which keeps the values of that type);
 //   anyOf and oneOf whose alternatives start with different bytes (types), alone;
 //   $ref to #/$defs/NAME or #/definitions/NAME (recursion allowed), alone;
@@ -39,6 +45,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "runtime/regex_dfa.hpp"
 
 namespace qforge {
 
@@ -82,7 +90,10 @@ class JsonGrammar {
         uint64_t min_items = 0, max_items = UINT64_MAX;  // array
         std::vector<std::string> literals;               // literals: compact JSON texts
         std::vector<uint32_t> options;  // choice: alternatives with disjoint first bytes
+        uint32_t pattern = kNoPattern;  // string: its content's DFA, pattern(i), if constrained
     };
+    static constexpr uint32_t kNoPattern = UINT32_MAX;
+    const RegexDfa& pattern(uint32_t i) const { return patterns_[i]; }
     const Node& node(uint32_t i) const { return nodes_[i]; }
     uint32_t root() const { return root_; }
     // Built-in nodes every grammar has.
@@ -99,6 +110,7 @@ class JsonGrammar {
     // Each node's first bytes and min_depth, from the nodes (fixed points over the graph).
     void derive();
     std::vector<Node> nodes_;
+    std::vector<RegexDfa> patterns_;
     std::vector<std::bitset<256>> first_;
     std::vector<uint32_t> min_depth_;
     uint32_t root_ = kAny;
@@ -121,10 +133,13 @@ class JsonMatcher {
     // literal name; a number only once it is as long as it may be).
     bool finished() const;
     bool dead() const { return dead_; }
-    // Inside a string (a value's or a key's) between characters: any string content comes next.
+    // Inside a string (a value's or a key's) between characters, any string content may come
+    // next (not in a string whose content a pattern constrains).
     bool in_string_content() const {
         return !dead_ && !stack_.empty() &&
-               (stack_.back().frame == Frame::string || stack_.back().frame == Frame::key) &&
+               (stack_.back().frame == Frame::key ||
+                (stack_.back().frame == Frame::string &&
+                 g_->node(stack_.back().node).pattern == JsonGrammar::kNoPattern)) &&
                stack_.back().phase == 0 && stack_.back().utf8_need == 0;
     }
 
@@ -140,6 +155,7 @@ class JsonMatcher {
         uint32_t index = 0;  // object: next property; array: items so far; literal: bytes so far
         uint32_t value = 0;  // object: the node of the value after the key; string: \u digits
         uint64_t mask = 0;   // literal / key_literal: candidates still matching
+        uint32_t re = 0;     // string with a pattern: its DFA's state
     };
     bool start_value(uint32_t node, uint8_t c);
     bool value_done();
@@ -147,9 +163,10 @@ class JsonMatcher {
     bool object_byte(Entry& e, uint8_t c);
     bool array_byte(Entry& e, uint8_t c);
     bool string_byte(Entry& e, uint8_t c);
-    int number_byte(Entry& e, uint8_t c);   // 1 taken, 0 ends the number (re-feed), -1 refused
-    int literal_byte(Entry& e, uint8_t c);  // as number_byte
-    bool space(uint8_t c);                  // whitespace between tokens, within the bounds
+    bool pattern_step(Entry& e, uint8_t c);  // a string's pattern, if it has one
+    int number_byte(Entry& e, uint8_t c);    // 1 taken, 0 ends the number (re-feed), -1 refused
+    int literal_byte(Entry& e, uint8_t c);   // as number_byte
+    bool space(uint8_t c);                   // whitespace between tokens, within the bounds
     void end_spaces() {
         spaces_ = 0;
         line_break_ = false;

@@ -62,6 +62,14 @@ CodeSet complement(const CodeSet& s) {
 CodeSet digits() { return {{'0', '9'}}; }
 CodeSet word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
 CodeSet spaces() { return {{'\t', '\r'}, {' ', ' '}}; }  // \t \n \v \f \r and space
+// ECMAScript's \s (WhiteSpace and LineTerminator) and what its . leaves out.
+CodeSet ecma_spaces() {
+    return {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680},
+            {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+            {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+}
+CodeSet ecma_line_ends() { return {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}; }
+CodeSet any_character() { return {{0, kMaxCodePoint}}; }
 
 struct Ast {
     enum class Kind : uint8_t { set, concat, alt, repeat };
@@ -88,7 +96,8 @@ struct Ast {
 // The pattern's syntax (header comment) into an Ast.
 class Parser {
   public:
-    Parser(std::string_view p, const std::string& where) : p_(p), where_(where) {}
+    Parser(std::string_view p, const std::string& where, RegexDfa::Syntax syntax)
+        : p_(p), where_(where), ecma_(syntax == RegexDfa::Syntax::json_schema) {}
 
     Ast parse() {
         Ast a = alternation();
@@ -115,26 +124,39 @@ class Parser {
         return Ast::of(Ast::Kind::alt, std::move(alts));
     }
 
+    static Ast any_text() {
+        Ast r;
+        r.kind = Ast::Kind::repeat;
+        r.max = kUnbounded;
+        r.kids.push_back(Ast::of(any_character()));
+        return r;
+    }
+
     // Whether a top-level alternative ends here (where $ and \Z may stand).
     bool alternative_ends() const { return depth_ == 0 && (at_end() || peek() == '|'); }
 
+    // A JSON schema's pattern is searched for (ECMA-262's RegExp test): a top-level alternative
+    // without ^ may start anywhere in the text, one without $ end anywhere.
     Ast sequence() {
         std::vector<Ast> items;
         const size_t begin = pos_;
+        bool first = false, last = false;  // anchored to the text's start, its end
         while (!at_end() && peek() != '|' && peek() != ')') {
             const size_t here = pos_;
-            if (take("^") || take("\\A")) {
+            if (take("^") || (!ecma_ && take("\\A"))) {
                 if (depth_ != 0 || here != begin) {
                     pos_ = here;
-                    fail("an anchor inside the pattern is not supported (^ and \\A only first)");
+                    fail("an anchor inside the pattern is not supported (^ only first)");
                 }
+                first = true;
                 continue;
             }
-            if (take("$") || take("\\Z")) {
+            if (take("$") || (!ecma_ && take("\\Z"))) {
                 if (!alternative_ends()) {
                     pos_ = here;
-                    fail("an anchor inside the pattern is not supported ($ and \\Z only last)");
+                    fail("an anchor inside the pattern is not supported ($ only last)");
                 }
+                last = true;
                 continue;
             }
             if (take("(?#")) {  // a comment
@@ -144,6 +166,10 @@ class Parser {
             }
             Ast atom = this->atom();
             items.push_back(quantified(std::move(atom)));
+        }
+        if (ecma_ && depth_ == 0) {
+            if (!first) items.insert(items.begin(), any_text());
+            if (!last) items.push_back(any_text());
         }
         return Ast::of(Ast::Kind::concat, std::move(items));
     }
@@ -164,6 +190,7 @@ class Parser {
         };
         uint32_t lo = 0, hi = 0;
         const bool has_lo = number(lo);
+        if (ecma_ && !has_lo) return false;  // ECMAScript's {,n} is text
         if (i < p_.size() && p_[i] == '}') {
             if (!has_lo) return false;
             pos_ = i + 1;
@@ -229,7 +256,7 @@ class Parser {
         if (c == '[') return Ast::of(char_class());
         if (c == '.') {
             ++pos_;
-            return Ast::of(complement({{'\n', '\n'}}));
+            return Ast::of(complement(ecma_ ? ecma_line_ends() : CodeSet{{'\n', '\n'}}));
         }
         if (c == '*' || c == '+' || c == '?') fail("nothing to repeat");
         if (c == '{') {
@@ -261,7 +288,8 @@ class Parser {
         ++pos_;  // (
         if (take("?")) {
             if (take(":")) {
-            } else if (take("P<")) {
+            } else if (take("P<") ||
+                       (ecma_ && peek() == '<' && peek(1) != '=' && peek(1) != '!' && take("<"))) {
                 const size_t name = pos_;
                 while (!at_end() &&
                        (std::isalnum(static_cast<unsigned char>(peek())) || peek() == '_'))
@@ -324,9 +352,9 @@ class Parser {
             case 'W':
                 return ++pos_, complement(word());
             case 's':
-                return ++pos_, spaces();
+                return ++pos_, ecma_ ? ecma_spaces() : spaces();
             case 'S':
-                return ++pos_, complement(spaces());
+                return ++pos_, complement(ecma_ ? ecma_spaces() : spaces());
             case 'n':
                 return ++pos_, single('\n');
             case 't':
@@ -344,6 +372,7 @@ class Parser {
             case 'u':
                 return ++pos_, single(hex(4));
             case 'U':
+                if (ecma_) break;
                 return ++pos_, single(hex(8));
             case '0': {  // \0, \0o, \0oo: octal
                 ++pos_;
@@ -375,7 +404,7 @@ class Parser {
                 pos_ = open;
                 fail("unterminated character set");
             }
-            if (peek() == ']' && !first) {
+            if (peek() == ']' && (!first || ecma_)) {  // ECMAScript: [] none, [^] any
                 ++pos_;
                 break;
             }
@@ -399,6 +428,7 @@ class Parser {
 
     std::string_view p_;
     const std::string& where_;
+    const bool ecma_;  // a JSON schema's pattern: ECMA-262's classes, searched for
     size_t pos_ = 0;
     uint32_t depth_ = 0;
 };
@@ -615,6 +645,45 @@ class DfaBuilder {
         return d;
     }
 
+    // The texts both take: the product of their states that the start pair reaches.
+    static RegexDfa both(const RegexDfa& a, const RegexDfa& b, const std::string& where) {
+        RegexDfa d;
+        std::map<std::pair<uint8_t, uint8_t>, uint8_t> classes;  // (a's, b's) -> the product's
+        std::vector<uint8_t> representative;
+        for (int x = 0; x < 256; ++x) {
+            const auto key =
+                std::pair{a.class_of_[static_cast<size_t>(x)], b.class_of_[static_cast<size_t>(x)]};
+            auto [it, fresh] = classes.emplace(key, static_cast<uint8_t>(representative.size()));
+            if (fresh) representative.push_back(static_cast<uint8_t>(x));
+            d.class_of_[static_cast<size_t>(x)] = it->second;
+        }
+        d.classes_ = static_cast<uint32_t>(representative.size());
+        std::map<std::pair<uint32_t, uint32_t>, uint32_t> ids;
+        std::vector<std::pair<uint32_t, uint32_t>> pairs = {{RegexDfa::kDead, RegexDfa::kDead}};
+        const auto id_of = [&](uint32_t i, uint32_t j) {
+            if (i == RegexDfa::kDead || j == RegexDfa::kDead) return RegexDfa::kDead;
+            auto [it, fresh] = ids.emplace(std::pair{i, j}, static_cast<uint32_t>(pairs.size()));
+            if (fresh) {
+                if (pairs.size() > RegexDfa::kMaxDfaStates)
+                    throw Error(where +
+                                ": the constraints together are too complex (their "
+                                "automaton passes " +
+                                std::to_string(RegexDfa::kMaxDfaStates) + " states)");
+                pairs.emplace_back(i, j);
+            }
+            return it->second;
+        };
+        d.start_ = id_of(a.start_, b.start_);
+        for (uint32_t s = 0; s < pairs.size(); ++s) {
+            const auto [i, j] = pairs[s];
+            d.accepting_.push_back(a.accepting(i) && b.accepting(j) ? 1 : 0);
+            for (uint8_t x : representative) d.next_.push_back(id_of(a.next(i, x), b.next(j, x)));
+        }
+        if (d.start_ == RegexDfa::kDead) throw Error(where + ": the constraints match no text");
+        prune(d, where);
+        return d;
+    }
+
   private:
     // States from which no match can be reached lead nowhere: every edge into them goes to
     // kDead, so a matcher stops at the first byte that cannot begin a match.
@@ -648,11 +717,15 @@ class DfaBuilder {
     }
 };
 
-RegexDfa RegexDfa::compile(std::string_view pattern, const std::string& where) {
+RegexDfa RegexDfa::compile(std::string_view pattern, const std::string& where, Syntax syntax) {
     if (pattern.size() > kMaxPatternBytes)
         throw Error(where + ": the pattern is longer than " + std::to_string(kMaxPatternBytes) +
                     " bytes");
-    return DfaBuilder::build(Parser(pattern, where).parse(), where);
+    return DfaBuilder::build(Parser(pattern, where, syntax).parse(), where);
+}
+
+RegexDfa RegexDfa::both(const RegexDfa& a, const RegexDfa& b, const std::string& where) {
+    return DfaBuilder::both(a, b, where);
 }
 
 RegexDfa RegexDfa::choice(const std::vector<std::string>& texts, const std::string& where) {

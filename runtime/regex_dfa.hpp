@@ -41,10 +41,20 @@ class RegexDfa {
     static constexpr size_t kMaxDfaStates = 10000;
     static constexpr size_t kMaxChoices = 1024;
 
+    // python: the header's syntax, the text matched whole. json_schema: a JSON schema's
+    // `pattern` (ECMA-262's, searched for, as JSON Schema validators test it): the same syntax
+    // but for ECMAScript's classes (\s its Unicode spaces, . every character but line ends
+    // \n \r U+2028 U+2029), [] matching nothing and [^] anything, (?<name>...) groups, {,n}
+    // as text and no \A \Z \U; a top-level alternative without ^ may begin anywhere in the
+    // text and one without $ end anywhere.
+    enum class Syntax : uint8_t { python, json_schema };
     // `where` names the pattern in errors ("guided_regex", "--regex").
-    static RegexDfa compile(std::string_view pattern, const std::string& where);
+    static RegexDfa compile(std::string_view pattern, const std::string& where,
+                            Syntax syntax = Syntax::python);
     // Exactly one of `texts` (vLLM's guided_choice): at least one, each valid UTF-8.
     static RegexDfa choice(const std::vector<std::string>& texts, const std::string& where);
+    // The texts both a and b take (an Error if none, or if the product passes kMaxDfaStates).
+    static RegexDfa both(const RegexDfa& a, const RegexDfa& b, const std::string& where);
 
     // The state no text leads out of: the bytes so far cannot begin a match.
     static constexpr uint32_t kDead = 0;

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all=(safetensors config_json tokenizer_json gguf qf zstd llama2c llama2c_vocab hf_import calibration
-     openai_request json_schema)
+     openai_request json_schema regex)
 build=${FUZZ_BUILD:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++}
 

@@ -179,11 +179,12 @@ void refuse_extensions(const json& body) {
                             "top_p and min_p are");
     if (const json* b = field(body, "use_beam_search"); b && boolean(*b, "use_beam_search"))
         bad("use_beam_search", "is not supported");
-    for (const char* name : {"guided_regex", "guided_choice", "guided_grammar", "grammar"})
-        if (field(body, name) && !field(body, name)->is_null())
+    for (const char* name : {"guided_grammar", "grammar"})
+        if (field(body, name))
             bad(name,
-                "is not supported: constrained generation takes JSON schemas "
-                "(response_format, guided_json, json_schema)");
+                "is not supported: constrained generation takes JSON schemas (response_format, "
+                "guided_json, json_schema), regular expressions (guided_regex) and choices "
+                "(guided_choice)");
 }
 
 // Fields of the API whose non-default values this server cannot honour: refused, not ignored.
@@ -252,61 +253,98 @@ void parse_repetition_penalty(const json& body, CompletionRequest& r) {
 }
 
 // The document a response must be (runtime/json_grammar.hpp), by any of three names: the API's
-// response_format ({"type": "json_object"}, or "json_schema" with json_schema.schema), vLLM's
-// guided_json (a schema, or its text) and llama.cpp's server's json_schema. The schema is read
-// again from the body's text with its keys in order (the properties' order is the output's).
+// Constrained generation, one way per request: a JSON schema (response_format's json_object or
+// json_schema, vLLM's guided_json, llama.cpp's server's json_schema), a regular expression
+// (vLLM's guided_regex) or a choice of texts (guided_choice), or the same three in vLLM's newer
+// structured_outputs object (json, regex, choice; json_object true). A schema is read again from
+// the body's text with its keys in order (the properties' order is the output's).
 void parse_grammar(const json& body, std::string_view text, CompletionRequest& r) {
-    const json* format = field(body, "response_format");
-    const json* guided = field(body, "guided_json");
-    const json* llama = field(body, "json_schema");
-    if (guided && guided->is_null()) guided = nullptr;
-    if (llama && llama->is_null()) llama = nullptr;
-    std::string param;
-    nlohmann::ordered_json schema;
-    const auto ordered = [&]() { return parse_ordered_json(text, "request body"); };
-    if (format && !format->is_null()) {
+    std::string given;  // the parameter that set r.grammar
+    const auto set = [&](const std::string& param, const auto& make) {
+        if (!given.empty())
+            bad(param, "cannot be given with '" + given + "': give one of the constraints");
+        given = param;
+        try {
+            r.grammar = std::make_shared<const TextGrammar>(make());
+        } catch (const Error& e) {
+            throw ApiError(400, e.what(), param);
+        }
+    };
+    // A schema at body[a][b] (b empty: body[a]), or its text there (vLLM takes either).
+    const auto schema = [&](const json& v, const std::string& param, const char* a,
+                            const char* b = nullptr) {
+        set(param, [&] {
+            const nlohmann::ordered_json s = v.is_string()
+                                                 ? parse_ordered_json(v.get<std::string>(), param)
+                                             : b ? parse_ordered_json(text, "request body")[a][b]
+                                                 : parse_ordered_json(text, "request body")[a];
+            return JsonGrammar::from_schema(s, param);
+        });
+    };
+    const auto regex = [&](const json& v, const std::string& param) {
+        if (!v.is_string()) bad(param, "must be a string (a regular expression)");
+        set(param, [&] { return RegexDfa::compile(v.get<std::string>(), param); });
+    };
+    const auto choice = [&](const json& v, const std::string& param) {
+        if (!v.is_array()) bad(param, "must be an array of strings");
+        std::vector<std::string> texts;
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (!v[i].is_string())
+                bad(param + "[" + std::to_string(i) + "]",
+                    "must be a string, found " + describe_json(v[i]));
+            texts.push_back(v[i].get<std::string>());
+        }
+        set(param, [&] { return RegexDfa::choice(texts, param); });
+    };
+    const auto any_object = [] { return JsonGrammar::any_object(); };
+
+    if (const json* format = field(body, "response_format")) {
         const json* type = format->is_object() ? field(*format, "type") : nullptr;
         if (!type || !type->is_string()) bad("response_format", "must be an object with a type");
         if (*type == "json_object") {
-            r.grammar = std::make_shared<const JsonGrammar>(JsonGrammar::any_object());
+            set("response_format", any_object);
         } else if (*type == "json_schema") {
             const json* js = field(*format, "json_schema");
             if (!js || !js->is_object() || !field(*js, "schema"))
                 bad("response_format", "json_schema needs json_schema.schema");
-            param = "response_format.json_schema.schema";
-            schema = ordered()["response_format"]["json_schema"]["schema"];
+            set("response_format.json_schema.schema", [&] {
+                return JsonGrammar::from_schema(
+                    parse_ordered_json(text,
+                                       "request body")["response_format"]["json_schema"]["schema"],
+                    "response_format.json_schema.schema");
+            });
         } else if (*type != "text") {
             bad("response_format",
                 "type " + type->dump() + " is not supported (text, json_object, json_schema)");
         }
     }
-    for (const auto& [name, value] : {std::pair{"guided_json", guided}, {"json_schema", llama}}) {
-        if (!value) continue;
-        if (r.grammar || !param.empty())
-            bad(name, "give one of response_format, guided_json and json_schema");
-        param = name;
-        if (value->is_string()) {  // vLLM takes the schema's text too
-            try {
-                schema = parse_ordered_json(value->get<std::string>(), name);
-            } catch (const Error& e) {
-                bad(name, e.what());
-            }
-        } else {
-            schema = ordered()[name];
-        }
-    }
-    if (!param.empty()) {
-        try {
-            r.grammar =
-                std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(schema, param));
-        } catch (const Error& e) {
-            throw ApiError(400, e.what(), param);
+    if (const json* v = field(body, "guided_json")) schema(*v, "guided_json", "guided_json");
+    if (const json* v = field(body, "json_schema")) schema(*v, "json_schema", "json_schema");
+    if (const json* v = field(body, "guided_regex")) regex(*v, "guided_regex");
+    if (const json* v = field(body, "guided_choice")) choice(*v, "guided_choice");
+    if (const json* so = field(body, "structured_outputs")) {
+        if (!so->is_object()) bad("structured_outputs", "must be an object");
+        for (const auto& [key, v] : so->items()) {
+            const std::string param = "structured_outputs." + key;
+            if (v.is_null()) continue;
+            if (key == "json")
+                schema(v, param, "structured_outputs", "json");
+            else if (key == "regex")
+                regex(v, param);
+            else if (key == "choice")
+                choice(v, param);
+            else if (key == "json_object") {
+                if (!v.is_boolean()) bad(param, "must be true or false");
+                if (v.get<bool>()) set(param, any_object);
+            } else
+                bad(param,
+                    "is not supported (json, regex, choice and json_object are; grammars and "
+                    "structural tags are not)");
         }
     }
     if (r.grammar && r.ignore_eos)
         bad("ignore_eos",
-            "cannot be true with a JSON response: its document ends with a stop "
-            "token");
+            "cannot be true with constrained generation: its text ends with a stop token");
 }
 
 // logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (the API's form);

@@ -6,7 +6,7 @@
 // Fields of the API that we do not read are ignored (clients send many, often null); the ones
 // whose non-default values we cannot honour (n > 1, best_of, tools), and other
 // servers' sampling extensions that we do not implement (vLLM's, llama.cpp's: typical_p,
-// mirostat, guided_json, ...) set to anything but their neutral value, are refused rather than
+// mirostat, guided_grammar, ...) set to anything but their neutral value, are refused rather than
 // silently ignored.
 #pragma once
 
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/json_grammar.hpp"
+#include "runtime/token_constraint.hpp"
 #include "tokenizer/chat_template.hpp"
 
 namespace qforge::serve {
@@ -81,9 +81,11 @@ struct CompletionRequest {
     // stop_token_ids (vLLM's extension): more token ids that end generation (not emitted), with
     // or without ignore_eos; ids not yet checked against the vocabulary.
     std::vector<int32_t> stop_token_ids;
-    // Constrained generation (runtime/json_grammar.hpp): response_format json_object or
-    // json_schema, vLLM's guided_json, llama.cpp's server's json_schema; null: none.
-    std::shared_ptr<const JsonGrammar> grammar;
+    // Constrained generation (runtime/token_constraint.hpp): a JSON schema (response_format
+    // json_object or json_schema, vLLM's guided_json, llama.cpp's server's json_schema), a
+    // regular expression (guided_regex) or a choice of texts (guided_choice), or vLLM's
+    // structured_outputs with one of them; null: none.
+    std::shared_ptr<const TextGrammar> grammar;
 };
 
 inline constexpr int64_t kMaxPrompts = 256;  // in one /v1/completions request

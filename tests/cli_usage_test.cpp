@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -399,6 +400,24 @@ TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
         r = run_split(args, f.io.path());
         INFO("stderr: " << r.err);
         CHECK(r.exit_code == 0);
+    }
+    // Constrained generation: the reply is one of the choices, or a whole match of the pattern
+    // (std::regex checks it: another engine than the one that constrained it).
+    r = run_split("generate " + q(model) + " -n 16 --choice yes --choice 'no way' -q -p hi",
+                  f.io.path());
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(std::regex_search(r.out, std::regex("(yes|no way)\n?$")));
+    r = run_split("generate " + q(model) + " -n 16 --regex '[0-9]{2}x' --seed 4 -q -p hi",
+                  f.io.path());
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(std::regex_search(r.out, std::regex("(^|[^0-9])[0-9]{2}x\n?$")));
+    for (const char* bad : {"--regex '(?=a)'", "--regex a --choice b", "--regex a --ignore-eos"}) {
+        INFO(bad);
+        r = run_split("generate " + q(model) + " -q -p hi " + bad, f.io.path());
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.rfind("qforge: error: ", 0) == 0);
     }
     // A leading zero is decimal (strtoull's base 0 would read 010 as 8).
     r = run_split("ppl " + q(model) + " -f " + q(text) + " --ctx 010 --chunks 1 --json -q",

@@ -32,10 +32,10 @@ bool matches(const JsonGrammar& g, const std::string& text) {
 // bytes that close things after `len` bytes; then finished by always taking the first allowed
 // byte in an order that closes. Returns the text, which must be complete.
 std::string walk(const JsonGrammar& g, std::mt19937& rng, size_t len,
-                 const std::string& openers = "") {
+                 const std::string& openers = "",
+                 const std::string& closers = "\"}]0,:1tfnrueals") {
     JsonMatcher m(g);
     std::string text;
-    const std::string closers = "\"}]0,:1tfnrueals";
     for (size_t step = 0; step < 40000 && !(text.size() >= len && m.complete()); ++step) {
         std::vector<uint8_t> ok;
         for (int c = 0; c < 256; ++c) {
@@ -292,10 +292,10 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
     CHECK(matches(optional_bad, "{}"));
     CHECK_FALSE(JsonMatcher(optional_bad).feed("{\"o"));
     // Messages keep long paths short.
-    ojson long_key = {{"properties", {{std::string(5000, 'k'), {{"pattern", "x"}}}}}};
+    ojson long_key = {{"properties", {{std::string(5000, 'k'), {{"minimum", 1}}}}}};
     try {
         JsonGrammar::from_schema(long_key, "s");
-        FAIL("a pattern was taken");
+        FAIL("a minimum was taken");
     } catch (const Error& e) {
         CHECK(std::string(e.what()).size() < 400);
     }
@@ -340,7 +340,13 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
     CHECK(deepest.complete());
     // Keywords outside the subset name their path; so do bad values.
     for (auto [schema, where] : std::initializer_list<std::pair<const char*, const char*>>{
-             {R"({"type": "string", "pattern": "a+"})", "s.pattern"},
+             {R"({"type": "string", "pattern": "(?=a)a"})", "s.pattern"},
+             {R"({"type": "string", "pattern": 5})", "s.pattern"},
+             {R"({"type": "string", "format": "uri"})", "s.format"},
+             {R"({"type": "string", "minLength": 3, "maxLength": 2})", "s.minLength"},
+             {R"({"type": "string", "maxLength": 5000})", "s.maxLength"},
+             {R"({"type": "string", "pattern": "^[0-9]+$", "format": "email"})", "s.format"},
+             {R"({"type": "string", "pattern": "^\u0001$"})", "s"},
              {R"({"properties": {"a": {"type": "integer", "minimum": 3}}})",
               "s.properties.a.minimum"},
              {R"({"type": "strin"})", "s.type"},
@@ -378,6 +384,65 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
         CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),
                           Catch::StartsWith(std::string(where) + ":"));
     }
+}
+
+TEST_CASE("json grammar: string patterns, formats and lengths walk to valid documents",
+          "[json_grammar][regex]") {
+    static const char* const kClose = "\"}]0,:1tfnrueals";  // walk()'s own
+    // Each walked document is checked by the validator of json_schema_check.hpp: std::regex's
+    // ECMAScript search for the patterns, the RFCs' rules (a real calendar) for the formats.
+    // Each with the bytes its walks close with, in order (an address's local part takes '}',
+    // so '@' comes before it; a searched pattern's text must come before the quote).
+    const std::pair<const char*, const char*> cases[] = {
+        {R"({"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "date-time"}, "t": {"type": "string",
+            "format": "time"}, "id": {"type": "string", "format": "uuid"}, "mail": {"type":
+            "string", "format": "email"}, "ip": {"type": "string", "format": "ipv4"}},
+            "required": ["day", "at", "t", "id", "mail", "ip"]})",
+         "\"@}],:a0.-TZ"},
+        {R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"})", kClose},
+        {R"({"type": "string", "pattern": "x|^c"})", "\"x"},
+        {R"({"type": "string", "minLength": 2, "maxLength": 5})", kClose},
+        {R"({"type": ["string", "null"], "pattern": "^[a-z ]+$", "minLength": 3, "maxLength": 8})",
+         kClose},
+        {R"({"type": "array", "items": {"type": "string", "pattern": "^\\w+$"}, "maxItems": 3})",
+         kClose},
+        {R"({"type": "string", "pattern": "^a\\nb\\t?$"})", "\"\\"},
+        {R"({"type": "string", "pattern": "^\"x\\\\/?$"})", "\"x\\/"},
+        {R"({"properties": {"code": {"pattern": "^[0-9a-f]{4}$"}}, "required": ["code"]})", kClose},
+    };
+    std::mt19937 rng(13);
+    for (const auto& [text, close] : cases) {
+        const ojson schema = ojson::parse(text);
+        INFO(schema.dump());
+        const JsonGrammar g = JsonGrammar::from_schema(schema, "schema");
+        for (int i = 0; i < 60; ++i) {
+            const std::string doc = walk(g, rng, rng() % 40, "", close);
+            INFO(doc);
+            REQUIRE(nlohmann::json::accept(doc));
+            CHECK(test::schema_valid(ojson::parse(doc), schema));
+        }
+    }
+    const auto grammar = [&](size_t i) {
+        return JsonGrammar::from_schema(ojson::parse(cases[i].first), "s");
+    };
+    const JsonGrammar code = grammar(1), two_to_five = grammar(3), line = grammar(6);
+    CHECK(matches(code, "\"AB-123\""));
+    CHECK_FALSE(matches(code, "\"AB-12\""));
+    CHECK_FALSE(matches(code, "\"\\u0041B-123\""));    // no \u escapes in a constrained string
+    CHECK_FALSE(JsonMatcher(code).feed("\"AB-1234"));  // refused at the byte that dies
+    CHECK(matches(two_to_five, "\"\xc3\xa9\xf0\x9f\x98\x80\""));  // code points, not bytes
+    CHECK_FALSE(matches(two_to_five, "\"\xc3\xa9\""));
+    CHECK(matches(line, "\"a\\nb\""));
+    CHECK_FALSE(matches(line, "\"a\\u000ab\""));
+    const JsonGrammar dates =
+        JsonGrammar::from_schema(ojson::parse(R"({"type": "string", "format": "date"})"), "s");
+    for (const char* ok : {"\"2023-02-28\"", "\"2024-12-31\"", "\"0001-04-30\""})
+        CHECK(matches(dates, ok));
+    // Fewer than the format allows, never more: 29 February is not generated (leap years).
+    for (const char* bad :
+         {"\"2023-02-29\"", "\"2024-02-29\"", "\"2023-04-31\"", "\"2023-13-01\"", "\"2023-1-01\""})
+        CHECK_FALSE(matches(dates, bad));
 }
 
 TEST_CASE("token constraint: the mask is each token tried alone, in strings and out of them",

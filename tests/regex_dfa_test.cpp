@@ -148,7 +148,7 @@ TEST_CASE("regex: a choice takes exactly its texts", "[regex]") {
                       Catch::Contains("guided_choice[1]: is not valid UTF-8"));
 }
 
-TEST_CASE("token constraint: a pattern's mask is each token tried alone; walks end in matches",
+TEST_CASE("token constraint: a pattern's mask is each token tried alone, and walks end in matches",
           "[regex]") {
     std::mt19937 rng(29);
     for (const char* path :

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -44,6 +45,21 @@ namespace {
 constexpr const char* kTemplate =
     "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
     "{% if add_generation_prompt %}[assistant] {% endif %}";
+
+// A request's body asking `text` (a completion's prompt, or a chat's one user message), and the
+// prompt tokens the server makes of it (the chat's through kTemplate).
+json asking(bool chat, const std::string& text) {
+    if (chat) return {{"messages", {{{"role", "user"}, {"content", text}}}}};
+    return {{"prompt", text}};
+}
+std::vector<int32_t> asked_prompt(const Tokenizer& tok, bool chat, const std::string& text) {
+    if (!chat) return tok.encode(text, true);
+    ChatTemplateInputs in;
+    in.messages = {{"user", text}};
+    if (tok.bos_id()) in.bos_token = std::string(tok.piece(*tok.bos_id()));
+    if (tok.eos_id()) in.eos_token = std::string(tok.piece(*tok.eos_id()));
+    return tok.encode(render_chat_template(kTemplate, in), false);
+}
 
 struct TestServer {
     // `before_step`, when given, runs before each batched step (test::HookedBackend).
@@ -1008,8 +1024,9 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 400, "json_schema.schema", "response_format");
     check_error(post(Chat, R"({"messages": [{"role": "user", "content": "hi"}],
                                "response_format": {"type": "json_schema", "json_schema":
-                               {"name": "x", "schema": {"type": "string", "format": "date"}}}})"),
-                400, "schema.format: is not supported", "response_format.json_schema.schema");
+                               {"name": "x", "schema": {"type": "string", "format": "uri"}}}})"),
+                400, "schema.format: \"uri\" is not supported",
+                "response_format.json_schema.schema");
     check_error(post(C, R"({"prompt": "hi", "response_format": {"type": "json_object"},
                             "guided_json": {}})"),
                 400, "one of", "guided_json");
@@ -1064,10 +1081,35 @@ TEST_CASE("serve HTTP: every bad request is a 4xx with an OpenAI error object", 
                 "typical_p");
     check_error(post(C, R"({"prompt": "hi", "use_beam_search": true})"), 400, "not supported",
                 "use_beam_search");
-    check_error(post(C, R"({"prompt": "hi", "guided_regex": "a+"})"), 400, "takes JSON schemas",
+    check_error(post(C, R"({"prompt": "hi", "guided_grammar": "root ::= \"a\""})"), 400,
+                "regular expressions (guided_regex)", "guided_grammar");
+    check_error(post(C, R"({"prompt": "hi", "guided_regex": "(?=a)a"})"), 400,
+                "guided_regex: lookahead is not supported", "guided_regex");
+    check_error(post(C, R"({"prompt": "hi", "guided_regex": 5})"), 400, "must be a string",
                 "guided_regex");
+    check_error(post(C, R"({"prompt": "hi", "guided_choice": []})"), 400, "at least one",
+                "guided_choice");
+    check_error(post(C, R"({"prompt": "hi", "guided_choice": ["a", 1]})"), 400, "must be a string",
+                "guided_choice[1]");
+    check_error(post(C, R"({"prompt": "hi", "guided_choice": "yes"})"), 400, "array of strings",
+                "guided_choice");
+    check_error(post(C, R"({"prompt": "hi", "guided_regex": "a", "guided_choice": ["a"]})"), 400,
+                "one of", "guided_choice");
+    check_error(post(C, R"({"prompt": "hi", "guided_json": {}, "structured_outputs":
+                            {"regex": "a"}})"),
+                400, "one of", "structured_outputs.regex");
+    check_error(post(C, R"({"prompt": "hi", "structured_outputs": {"grammar": "root ::= x"}})"),
+                400, "not supported", "structured_outputs.grammar");
+    check_error(post(C, R"({"prompt": "hi", "structured_outputs": 3})"), 400, "must be an object",
+                "structured_outputs");
+    check_error(post(C, R"({"prompt": "hi", "structured_outputs": {"json": "{\"type\": "}})"), 400,
+                "not valid JSON", "structured_outputs.json");
+    check_error(post(C, R"({"prompt": "hi", "guided_regex": "a+", "ignore_eos": true})"), 400,
+                "stop token", "ignore_eos");
     auto neutral = post(C, R"({"prompt": "hi", "max_tokens": 2, "repetition_penalty": 1,
-                               "min_p": 0, "guided_json": null, "use_beam_search": false})");
+                               "min_p": 0, "guided_json": null, "use_beam_search": false,
+                               "guided_regex": null, "structured_outputs": {"regex": null,
+                               "json_object": false}})");
     REQUIRE(neutral);
     CHECK(neutral->status == 200);
     check_error(post(C, R"({"prompt": "hi", "echo": false, "max_tokens": 0})"), 400, "1 .. 64",
@@ -1457,11 +1499,8 @@ TEST_CASE("serve HTTP: JSON responses (response_format, guided_json, json_schema
         for (const bool chat : {false, true})
             for (const double temperature : {0.0, 1.0}) {
                 // The schema goes in as text, so its keys keep their order in the body.
-                json body = {{"max_tokens", 40}, {"temperature", temperature}, {"seed", 9}};
-                if (chat)
-                    body["messages"] = {{{"role", "user"}, {"content", "A person as JSON:"}}};
-                else
-                    body["prompt"] = "A person as JSON:";
+                json body = asking(chat, "A person as JSON:");
+                body.update({{"max_tokens", 40}, {"temperature", temperature}, {"seed", 9}});
                 body.update(k.fields);
                 std::string text = body.dump();
                 const std::string placeholder = "\"PERSON\"";
@@ -1478,13 +1517,7 @@ TEST_CASE("serve HTTP: JSON responses (response_format, guided_json, json_schema
                 const auto schema = nlohmann::ordered_json::parse(k.schema);
                 sp.grammar = std::make_shared<const TokenGrammar>(TokenGrammar{
                     JsonGrammar::from_schema(schema, "schema"), texts, s.tok.stop_ids()});
-                ChatTemplateInputs in;
-                in.messages = {{"user", "A person as JSON:"}};
-                if (s.tok.bos_id()) in.bos_token = std::string(s.tok.piece(*s.tok.bos_id()));
-                if (s.tok.eos_id()) in.eos_token = std::string(s.tok.piece(*s.tok.eos_id()));
-                const std::vector<int32_t> prompt =
-                    chat ? s.tok.encode(render_chat_template(kTemplate, in), false)
-                         : s.tok.encode("A person as JSON:", true);
+                const std::vector<int32_t> prompt = asked_prompt(s.tok, chat, "A person as JSON:");
                 INFO(r->body);
                 // The server's text is valid UTF-8 (a character cut at max_tokens: U+FFFD).
                 CHECK(got == sanitize_utf8(s.generate_text(prompt, 40, sp)));
@@ -1496,5 +1529,61 @@ TEST_CASE("serve HTTP: JSON responses (response_format, guided_json, json_schema
             }
     // (stories260K seldom closes a document in 40 tokens; the tiny Qwen3 does: whole >= 2 there.)
     CHECK((whole >= 2 || test::shared_data_dir()));
+    CHECK(s.idle());
+}
+
+TEST_CASE(
+    "serve HTTP: regex and choice responses (guided_regex, guided_choice, "
+    "structured_outputs) are generate's",
+    "[serve][regex]") {
+    test::ScratchDir dir("serve-http-regex");
+    TestServer s(any_model(dir), {4, 128, 8, 16}, {});
+    auto c = s.client();
+    const auto texts = std::make_shared<const TokenTexts>(s.tok);
+    const std::string phone = R"(\d{3}-\d{4})", word = "[a-z]+( [a-z]+)?\\.";
+    const std::vector<std::string> options = {"yes", "no", "maybe not"};
+    struct Case {
+        json fields;
+        RegexDfa dfa;
+        std::regex check;  // the same language in std::regex's own engine (ECMAScript)
+    };
+    const Case cases[] = {
+        {{{"guided_regex", phone}}, RegexDfa::compile(phone, "p"), std::regex(phone)},
+        {{{"structured_outputs", {{"regex", word}}}},
+         RegexDfa::compile(word, "w"),
+         std::regex(word)},
+        {{{"guided_choice", options}},
+         RegexDfa::choice(options, "c"),
+         std::regex("yes|no|maybe not")},
+        {{{"structured_outputs", {{"choice", options}}}},
+         RegexDfa::choice(options, "c"),
+         std::regex("yes|no|maybe not")}};
+    int whole = 0;
+    for (const Case& k : cases)
+        for (const bool chat : {false, true})
+            for (const double temperature : {0.0, 1.0}) {
+                json body = asking(chat, "Answer:");
+                body.update({{"max_tokens", 16}, {"temperature", temperature}, {"seed", 5}});
+                body.update(k.fields);
+                INFO(body.dump());
+                auto r = c.Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                                "application/json");
+                REQUIRE(r);
+                REQUIRE(r->status == 200);
+                const json choice = json::parse(r->body)["choices"][0];
+                const std::string got = chat ? choice["message"]["content"] : choice["text"];
+                SamplingParams sp{static_cast<float>(temperature), 0, 1.0f, 5};
+                sp.grammar = std::make_shared<const TokenGrammar>(
+                    TokenGrammar{k.dfa, texts, s.tok.stop_ids()});
+                const std::vector<int32_t> prompt = asked_prompt(s.tok, chat, "Answer:");
+                INFO(r->body);
+                CHECK(got == sanitize_utf8(s.generate_text(prompt, 16, sp)));
+                CHECK(k.dfa.walk(k.dfa.start(), got) != RegexDfa::kDead);
+                if (choice["finish_reason"] == "stop") {
+                    CHECK(std::regex_match(got, k.check));
+                    ++whole;
+                }
+            }
+    CHECK(whole >= 8);  // the choices end within 16 tokens whatever the model
     CHECK(s.idle());
 }

@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 import json
+import re
 
 import openai
 import pydantic
@@ -237,6 +238,21 @@ def main():
                   f"structured chat {text!r} != generate --json-schema {structured!r}")
             if r.choices[0].finish_reason == "stop":
                 Person.model_validate_json(text)  # a whole document: the client's class reads it
+            # vLLM's extensions through extra_body: a choice is one of its texts; a pattern's
+            # whole match is Python's re.fullmatch's (re.ASCII: runtime/regex_dfa.hpp).
+            options = ["a cat", "a dog", "the sun"]
+            for body in ({"guided_choice": options}, {"structured_outputs": {"choice": options}}):
+                r = client.chat.completions.create(extra_body=body, **kw)
+                text = r.choices[0].message.content
+                check(text in options and r.choices[0].finish_reason == "stop",
+                      f"{body}: {text!r} is one of the choices")
+            pattern = r"[A-Z][a-z]+ (is|was) \d{1,3}\."
+            for body in ({"guided_regex": pattern}, {"structured_outputs": {"regex": pattern}}):
+                r = client.chat.completions.create(extra_body=body, **kw)
+                text = r.choices[0].message.content
+                check(r.choices[0].finish_reason != "stop"
+                      or re.fullmatch(pattern, text, re.ASCII) is not None,
+                      f"{body}: {text!r} matches whole (finish {r.choices[0].finish_reason})")
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
