@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.hpp"
@@ -211,11 +212,26 @@ class SchemaCompiler {
             fail(path, "false matches nothing");
         }
         if (!s.is_object()) fail(path, "must be a schema (an object or a boolean)");
-        static const std::set<std::string> kKnown = {
-            "type",    "properties", "required",  "additionalProperties",
-            "items",   "minItems",   "maxItems",  "enum",
-            "const",   "anyOf",      "oneOf",     "$ref",
-            "pattern", "format",     "minLength", "maxLength"};
+        static const std::set<std::string> kKnown = {"type",
+                                                     "properties",
+                                                     "required",
+                                                     "additionalProperties",
+                                                     "items",
+                                                     "minItems",
+                                                     "maxItems",
+                                                     "enum",
+                                                     "const",
+                                                     "anyOf",
+                                                     "oneOf",
+                                                     "$ref",
+                                                     "pattern",
+                                                     "format",
+                                                     "minLength",
+                                                     "maxLength",
+                                                     "minimum",
+                                                     "maximum",
+                                                     "exclusiveMinimum",
+                                                     "exclusiveMaximum"};
         for (const auto& [key, value] : s.items())
             if (!kKnown.count(key) && !ignored(key))
                 fail(path + "." + key, "is not supported by constrained generation");
@@ -247,6 +263,8 @@ class SchemaCompiler {
                 return typed(s, "array", path);
             for (const char* k : {"pattern", "format", "minLength", "maxLength"})
                 if (s.contains(k)) return typed(s, "string", path);
+            for (const char* k : kBounds)
+                if (s.contains(k)) return typed(s, "integer", path);
             return JsonGrammar::kAny;
         }
         if (type->is_string()) return typed(s, type->get<std::string>(), path);
@@ -308,10 +326,15 @@ class SchemaCompiler {
     uint32_t typed(const ojson& s, const std::string& type, const std::string& path) {
         using Kind = JsonGrammar::Kind;
         if (type == "string") return string_node(s, path);
-        if (type == "number") return JsonGrammar::kNumber;
+        if (type == "number") {
+            for (const char* k : kBounds)
+                if (s.contains(k))
+                    fail(path + "." + k, "is supported for integers only (type integer)");
+            return JsonGrammar::kNumber;
+        }
         if (type == "boolean") return JsonGrammar::kBoolean;
         if (type == "null") return JsonGrammar::kNull;
-        if (type == "integer") return add(of_kind(Kind::integer), path);
+        if (type == "integer") return integer_node(s, path);
         if (type == "array") {
             JsonGrammar::Node n = of_kind(Kind::array);
             n.values = JsonGrammar::kAny;
@@ -417,6 +440,96 @@ class SchemaCompiler {
         n.pattern = static_cast<uint32_t>(g_.patterns_.size());
         g_.patterns_.push_back(std::move(*dfa));
         return add(std::move(n), path);
+    }
+
+    static constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
+                                              "exclusiveMaximum"};
+    static constexpr int64_t kMaxBound = 999999999999999999;  // 18 digits
+
+    // An integer; with bounds, one whose text a DFA takes: the decimal texts of the integers in
+    // range (no leading zeros, no -0), so a number taken so far can always end in range.
+    uint32_t integer_node(const ojson& s, const std::string& path) {
+        std::optional<int64_t> lo, hi;
+        const auto bound = [&](const char* name, bool upper, bool exclusive) {
+            const auto v = s.find(name);
+            if (v == s.end()) return;
+            if (!v->is_number())
+                fail(path + "." + name,
+                     v->is_boolean() ? "must be a number (draft 4's boolean form is not supported)"
+                                     : "must be a number");
+            const double x = v->get<double>();
+            if (!(std::fabs(x) <= static_cast<double>(kMaxBound)))
+                fail(path + "." + name, "is beyond +-" + std::to_string(kMaxBound));
+            // The integers within: ceil for a lower bound, floor for an upper; exclusive ones
+            // step past an integer bound.
+            double b = upper ? std::floor(x) : std::ceil(x);
+            if (exclusive && b == x) b += upper ? -1 : 1;
+            const auto n = static_cast<int64_t>(b);
+            std::optional<int64_t>& side = upper ? hi : lo;
+            side = side ? (upper ? std::min(*side, n) : std::max(*side, n)) : n;
+        };
+        bound("minimum", false, false);
+        bound("exclusiveMinimum", false, true);
+        bound("maximum", true, false);
+        bound("exclusiveMaximum", true, true);
+        JsonGrammar::Node n = of_kind(JsonGrammar::Kind::integer);
+        if (!lo && !hi) return add(std::move(n), path);
+        if (lo && hi && *lo > *hi) fail(path + ".minimum", "leaves no integer below the maximum");
+        n.pattern = static_cast<uint32_t>(g_.patterns_.size());
+        g_.patterns_.push_back(RegexDfa::compile(integer_range(lo, hi), where_ + shortened(path)));
+        return add(std::move(n), path);
+    }
+
+    // The decimal texts of the integers in [lo, hi] (either end open) as a pattern.
+    static std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+        std::vector<std::string> alts;
+        if (!hi || *hi >= 0)
+            alts.push_back(naturals(lo ? static_cast<uint64_t>(std::max<int64_t>(*lo, 0)) : 0,
+                                    hi ? std::optional<uint64_t>(*hi) : std::nullopt));
+        if (!lo || *lo < 0)  // magnitudes from 1: no -0
+            alts.push_back("-" + naturals(hi && *hi < 0 ? static_cast<uint64_t>(-*hi) : 1,
+                                          lo ? std::optional<uint64_t>(-*lo) : std::nullopt));
+        return join(alts);
+    }
+
+    static std::string join(const std::vector<std::string>& alts) {
+        std::string r = "(?:";
+        for (size_t i = 0; i < alts.size(); ++i) r += (i ? "|" : "") + alts[i];
+        return r + ")";
+    }
+
+    // [a, b] (b open: every larger one) of the naturals, by their digit counts.
+    static std::string naturals(uint64_t a, std::optional<uint64_t> b) {
+        const auto digits = [](uint64_t x) { return std::to_string(x).size(); };
+        std::vector<std::string> alts;
+        uint64_t first = 1;  // 10^(len - 1)
+        for (size_t len = 1; len <= (b ? digits(*b) : digits(a)); ++len, first *= 10) {
+            const uint64_t from = std::max(a, len == 1 ? 0 : first);
+            const uint64_t to = std::min(b.value_or(UINT64_MAX), first * 10 - 1);
+            if (from <= to) alts.push_back(same_length(std::to_string(from), std::to_string(to)));
+        }
+        if (!b) alts.push_back("[1-9]\\d{" + std::to_string(digits(a)) + ",}");
+        return join(alts);
+    }
+
+    // The numbers from x to y, texts of the same length, digit by digit.
+    static std::string same_length(const std::string& x, const std::string& y) {
+        if (x.empty() || x == y) return x;
+        if (x[0] == y[0]) return x.substr(0, 1) + same_length(x.substr(1), y.substr(1));
+        const size_t rest = x.size() - 1;
+        const std::string any = rest ? "\\d{" + std::to_string(rest) + "}" : std::string();
+        std::vector<std::string> alts;
+        char from = x[0], to = y[0];
+        if (x.find_first_not_of('0', 1) != std::string::npos) {  // x's tail is not all zeros
+            alts.push_back(x.substr(0, 1) + same_length(x.substr(1), std::string(rest, '9')));
+            ++from;
+        }
+        const bool y_whole = y.find_first_not_of('9', 1) == std::string::npos;
+        if (!y_whole) --to;
+        if (from <= to) alts.push_back(std::string("[") + from + "-" + to + "]" + any);
+        if (!y_whole)
+            alts.push_back(y.substr(0, 1) + same_length(std::string(rest, '0'), y.substr(1)));
+        return join(alts);
     }
 
     // The formats a string may name, as whole-match patterns that take only valid values
@@ -608,7 +721,7 @@ bool JsonMatcher::complete() const {
     if (done_) return true;
     if (stack_.size() != 1) return false;
     const Entry& e = stack_.back();
-    if (e.frame == Frame::number) return number_complete(e.phase);
+    if (e.frame == Frame::number) return number_whole(e);
     if (e.frame != Frame::literal) return false;
     const auto& texts = g_->node(e.node).literals;
     for (uint64_t m = e.mask; m; m &= m - 1)
@@ -664,7 +777,11 @@ bool JsonMatcher::start_value(uint32_t node, uint8_t c) {
         case Kind::number:
         case Kind::integer:
             if (c != '-' && !is_digit(c)) return false;
-            stack_.push_back({.frame = Frame::number, .phase = kNumStart, .node = node});
+            stack_.push_back(
+                {.frame = Frame::number,
+                 .phase = kNumStart,
+                 .node = node,
+                 .re = n.pattern == JsonGrammar::kNoPattern ? 0 : g_->pattern(n.pattern).start()});
             return number_byte(stack_.back(), c) > 0;
         case Kind::literals: {
             uint64_t mask = 0;
@@ -931,7 +1048,23 @@ bool JsonMatcher::string_byte(Entry& e, uint8_t c) {
     return true;
 }
 
+bool JsonMatcher::number_whole(const Entry& e) const {
+    const uint32_t p = g_->node(e.node).pattern;
+    return p == JsonGrammar::kNoPattern ? number_complete(e.phase) : g_->pattern(p).accepting(e.re);
+}
+
 int JsonMatcher::number_byte(Entry& e, uint8_t c) {
+    if (const uint32_t p = g_->node(e.node).pattern; p != JsonGrammar::kNoPattern) {
+        // An integer in bounds: its text's DFA (at most 19 digits and a minus, so within
+        // kMaxNumberBytes).
+        const RegexDfa& dfa = g_->pattern(p);
+        const uint32_t next = dfa.next(e.re, c);
+        if (next == RegexDfa::kDead || e.index + 1 > JsonGrammar::kMaxNumberBytes)
+            return dfa.accepting(e.re) ? 0 : -1;
+        e.re = next;
+        ++e.index;
+        return 1;
+    }
     const bool integer = g_->node(e.node).kind == JsonGrammar::Kind::integer;
     int next = -1;
     switch (e.phase) {

@@ -28,6 +28,8 @@
 //     take only valid values, fewer than the format allows), minLength and maxLength (code
 //     points, at most RegexDfa::kMaxRepeat); such a string's content is followed by a DFA, so
 //     it takes no \u escapes (its control characters are those with escapes of their own);
+//   for integers, minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers within
+//     +-(10^18 - 1)), followed by a DFA of the range's decimal texts (no -0);
 //   enum and const (any JSON values, matched as their
 //     compact text; beside them only a type, which keeps the values of that type);
 //   anyOf and oneOf whose alternatives start with different bytes (types), alone;
@@ -90,7 +92,8 @@ class JsonGrammar {
         uint64_t min_items = 0, max_items = UINT64_MAX;  // array
         std::vector<std::string> literals;               // literals: compact JSON texts
         std::vector<uint32_t> options;  // choice: alternatives with disjoint first bytes
-        uint32_t pattern = kNoPattern;  // string: its content's DFA, pattern(i), if constrained
+        // string: its content's DFA, pattern(i), if constrained; integer: its text's, if bounded
+        uint32_t pattern = kNoPattern;
     };
     static constexpr uint32_t kNoPattern = UINT32_MAX;
     const RegexDfa& pattern(uint32_t i) const { return patterns_[i]; }
@@ -155,7 +158,7 @@ class JsonMatcher {
         uint32_t index = 0;  // object: next property; array: items so far; literal: bytes so far
         uint32_t value = 0;  // object: the node of the value after the key; string: \u digits
         uint64_t mask = 0;   // literal / key_literal: candidates still matching
-        uint32_t re = 0;     // string with a pattern: its DFA's state
+        uint32_t re = 0;     // string with a pattern, integer with bounds: its DFA's state
     };
     bool start_value(uint32_t node, uint8_t c);
     bool value_done();
@@ -165,8 +168,9 @@ class JsonMatcher {
     bool string_byte(Entry& e, uint8_t c);
     bool pattern_step(Entry& e, uint8_t c);  // a string's pattern, if it has one
     int number_byte(Entry& e, uint8_t c);    // 1 taken, 0 ends the number (re-feed), -1 refused
-    int literal_byte(Entry& e, uint8_t c);   // as number_byte
-    bool space(uint8_t c);                   // whitespace between tokens, within the bounds
+    bool number_whole(const Entry& e) const;
+    int literal_byte(Entry& e, uint8_t c);  // as number_byte
+    bool space(uint8_t c);                  // whitespace between tokens, within the bounds
     void end_spaces() {
         spaces_ = 0;
         line_break_ = false;

@@ -292,10 +292,10 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
     CHECK(matches(optional_bad, "{}"));
     CHECK_FALSE(JsonMatcher(optional_bad).feed("{\"o"));
     // Messages keep long paths short.
-    ojson long_key = {{"properties", {{std::string(5000, 'k'), {{"minimum", 1}}}}}};
+    ojson long_key = {{"properties", {{std::string(5000, 'k'), {{"multipleOf", 2}}}}}};
     try {
         JsonGrammar::from_schema(long_key, "s");
-        FAIL("a minimum was taken");
+        FAIL("a multipleOf was taken");
     } catch (const Error& e) {
         CHECK(std::string(e.what()).size() < 400);
     }
@@ -347,8 +347,8 @@ TEST_CASE("json grammar: schemas take their instances, refuse others, walk to va
              {R"({"type": "string", "maxLength": 5000})", "s.maxLength"},
              {R"({"type": "string", "pattern": "^[0-9]+$", "format": "email"})", "s.format"},
              {R"({"type": "string", "pattern": "^\u0001$"})", "s"},
-             {R"({"properties": {"a": {"type": "integer", "minimum": 3}}})",
-              "s.properties.a.minimum"},
+             {R"({"properties": {"a": {"type": "integer", "multipleOf": 3}}})",
+              "s.properties.a.multipleOf"},
              {R"({"type": "strin"})", "s.type"},
              {R"({"anyOf": [{"type": "object"}, {"properties": {}}]})", "s.anyOf"},
              {R"({"$ref": "#/$defs/missing"})", "s.$ref"},
@@ -443,6 +443,64 @@ TEST_CASE("json grammar: string patterns, formats and lengths walk to valid docu
     for (const char* bad :
          {"\"2023-02-29\"", "\"2024-02-29\"", "\"2023-04-31\"", "\"2023-13-01\"", "\"2023-1-01\""})
         CHECK_FALSE(matches(dates, bad));
+}
+
+TEST_CASE("json grammar: integer bounds take exactly the integers in range", "[json_grammar]") {
+    // Every integer near and inside each range, and the walks, against plain comparisons.
+    struct Range {
+        const char* schema;
+        int64_t lo, hi;  // the integers the schema takes
+    };
+    const int64_t big = 999999999999999999;
+    const Range ranges[] = {
+        {R"({"type": "integer", "minimum": 0, "maximum": 100})", 0, 100},
+        {R"({"type": "integer", "minimum": -37, "maximum": 1234})", -37, 1234},
+        {R"({"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 200.5})", 10, 200},
+        {R"({"type": "integer", "minimum": -205, "maximum": -3})", -205, -3},
+        {R"({"type": "integer", "minimum": 7.2, "maximum": 7.9})", 8, 7},  // none: refused
+        {R"({"type": "integer", "minimum": 5})", 5, big},
+        {R"({"type": "integer", "maximum": -12})", -big, -12},
+        {R"({"type": "integer", "minimum": 1999, "maximum": 30001})", 1999, 30001},
+        {R"({"exclusiveMinimum": -1})", 0, big},
+    };
+    std::mt19937 rng(17);
+    for (const Range& r : ranges) {
+        INFO(r.schema);
+        const ojson schema = ojson::parse(r.schema);
+        if (r.lo > r.hi) {
+            CHECK_THROWS_WITH(JsonGrammar::from_schema(schema, "s"), Catch::Contains("s.minimum"));
+            continue;
+        }
+        const JsonGrammar g = JsonGrammar::from_schema(schema, "s");
+        std::vector<int64_t> probes;
+        for (const int64_t edge : {r.lo, r.hi, int64_t{0}, int64_t{-1}, int64_t{1}})
+            for (int64_t d = -60; d <= 60; ++d)
+                if (std::abs(edge) < big - 100) probes.push_back(edge + d);
+        for (int i = 0; i < 2000; ++i)
+            probes.push_back(static_cast<int64_t>(rng() % 4000000) - 2000000);
+        for (const int64_t n : probes) {
+            INFO(n);
+            CHECK(matches(g, std::to_string(n)) == (n >= r.lo && n <= r.hi));
+        }
+        CHECK_FALSE(matches(g, "-0"));
+        CHECK_FALSE(matches(g, "0" + std::to_string(std::max<int64_t>(r.lo, 1))));
+        for (int i = 0; i < 40; ++i) {
+            const std::string doc = walk(g, rng, rng() % 12);
+            INFO(doc);
+            REQUIRE(nlohmann::json::accept(doc));
+            CHECK(test::schema_valid(ojson::parse(doc), schema));
+        }
+    }
+    for (auto [schema, where] : std::initializer_list<std::pair<const char*, const char*>>{
+             {R"({"type": "number", "minimum": 0})", "s.minimum"},
+             {R"({"type": "integer", "maximum": 1e19})", "s.maximum"},
+             {R"({"type": "integer", "exclusiveMinimum": true, "minimum": 0})",
+              "s.exclusiveMinimum"},
+             {R"({"type": "integer", "minimum": "1"})", "s.minimum"}}) {
+        INFO(schema);
+        CHECK_THROWS_WITH(JsonGrammar::from_schema(ojson::parse(schema), "s"),
+                          Catch::StartsWith(std::string(where) + ":"));
+    }
 }
 
 TEST_CASE("token constraint: the mask is each token tried alone, in strings and out of them",

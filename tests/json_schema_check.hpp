@@ -123,6 +123,15 @@ inline bool schema_valid(const nlohmann::ordered_json& v, const nlohmann::ordere
             }
         }
     }
+    if (v.is_number()) {
+        const double x = v.get<double>();
+        if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+        if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+        if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>())
+            return false;
+        if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>())
+            return false;
+    }
     if (v.is_string()) {
         const std::string t = v.get<std::string>();
         // ECMA-262's RegExp test: the pattern found anywhere (std::regex's ECMAScript grammar).

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 
+import datetime
 import json
 import re
 
@@ -198,7 +199,8 @@ def main():
         # way by `generate --json-schema`.
         class Person(pydantic.BaseModel):
             name: str
-            age: int
+            age: int = pydantic.Field(ge=0, le=150)  # minimum, maximum
+            born: datetime.date  # format date
 
         schema = openai.lib._pydantic.to_strict_json_schema(Person)
         structured = subprocess.run([qforge, "generate", model, "--chat-template", template, "-q",
