@@ -600,7 +600,9 @@ class DfaBuilder {
         std::vector<uint32_t> seen(nfa.size(), UINT32_MAX);
         uint32_t stamp = 0;
         uint64_t work = 0;
-        const uint64_t work_bound = 64 * RegexDfa::kMaxNfaStates * 256ull;
+        // The closures' total steps (tens of milliseconds): patterns whose every state's closure
+        // spans most of the NFA ((a?){1000}) stop here, so a request cannot hold a thread.
+        constexpr uint64_t kMaxClosureSteps = 20'000'000;
         const auto closure = [&](std::vector<uint32_t> from) {
             ++stamp;
             Key k{{}, false};
@@ -610,7 +612,7 @@ class DfaBuilder {
                 stack.pop_back();
                 if (seen[s] == stamp) continue;
                 seen[s] = stamp;
-                if (++work > work_bound)
+                if (++work > kMaxClosureSteps)
                     throw Error(where + ": the pattern is too complex to follow");
                 if (s == f.out) k.second = true;
                 if (nfa[s].lo <= nfa[s].hi) k.first.push_back(s);
@@ -623,9 +625,11 @@ class DfaBuilder {
             if (k.first.empty() && !k.second) return RegexDfa::kDead;
             auto [it, fresh] = ids.emplace(k, static_cast<uint32_t>(keys.size()));
             if (fresh) {
-                if (keys.size() > RegexDfa::kMaxDfaStates)
+                if (keys.size() > RegexDfa::kMaxDfaStates ||
+                    keys.size() * d.classes_ > RegexDfa::kMaxDfaCells)
                     throw Error(where + ": the pattern is too complex (its automaton passes " +
-                                std::to_string(RegexDfa::kMaxDfaStates) + " states)");
+                                std::to_string(RegexDfa::kMaxDfaStates) + " states or " +
+                                std::to_string(RegexDfa::kMaxDfaCells) + " transitions)");
                 keys.push_back(std::move(k));
             }
             return it->second;
@@ -664,11 +668,13 @@ class DfaBuilder {
             if (i == RegexDfa::kDead || j == RegexDfa::kDead) return RegexDfa::kDead;
             auto [it, fresh] = ids.emplace(std::pair{i, j}, static_cast<uint32_t>(pairs.size()));
             if (fresh) {
-                if (pairs.size() > RegexDfa::kMaxDfaStates)
+                if (pairs.size() > RegexDfa::kMaxDfaStates ||
+                    pairs.size() * d.classes_ > RegexDfa::kMaxDfaCells)
                     throw Error(where +
                                 ": the constraints together are too complex (their "
                                 "automaton passes " +
-                                std::to_string(RegexDfa::kMaxDfaStates) + " states)");
+                                std::to_string(RegexDfa::kMaxDfaStates) + " states or " +
+                                std::to_string(RegexDfa::kMaxDfaCells) + " transitions)");
                 pairs.emplace_back(i, j);
             }
             return it->second;

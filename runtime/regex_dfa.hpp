@@ -20,8 +20,8 @@
 // Refused, with an Error naming the pattern and the byte offset: backreferences, lookahead and
 // lookbehind, atomic groups and possessive quantifiers, conditionals, inline flags, \b \B and
 // \N{...}, anchors anywhere else, a bound above kMaxRepeat, a pattern that matches no text, and
-// one whose automaton would pass kMaxNfaStates or kMaxDfaStates (a 400 for a request, never a
-// stall or an exhausted memory).
+// one whose automaton would pass kMaxNfaStates, kMaxDfaStates or kMaxDfaCells (a 400 for a request,
+// never a stall or an exhausted memory).
 #pragma once
 
 #include <array>
@@ -38,7 +38,8 @@ class RegexDfa {
     static constexpr uint32_t kMaxRepeat = 1000;  // the largest m or n of {m,n}
     static constexpr uint32_t kMaxGroupDepth = 128;
     static constexpr size_t kMaxNfaStates = 200000;
-    static constexpr size_t kMaxDfaStates = 10000;
+    static constexpr size_t kMaxDfaStates = 50000;
+    static constexpr size_t kMaxDfaCells = size_t{1} << 22;  // states x byte classes (16 MiB)
     static constexpr size_t kMaxChoices = 1024;
 
     // python: the header's syntax, the text matched whole. json_schema: a JSON schema's

@@ -435,6 +435,11 @@ TEST_CASE("json grammar: string patterns, formats and lengths walk to valid docu
     CHECK_FALSE(matches(two_to_five, "\"\xc3\xa9\""));
     CHECK(matches(line, "\"a\\nb\""));
     CHECK_FALSE(matches(line, "\"a\\u000ab\""));
+    // The bounds' largest lengths compile (the any-character DFA of 1000 code points).
+    CHECK(matches(
+        JsonGrammar::from_schema(
+            ojson::parse(R"({"type": "string", "minLength": 999, "maxLength": 1000})"), "s"),
+        "\"" + std::string(999, 'x') + "\""));
     const JsonGrammar dates =
         JsonGrammar::from_schema(ojson::parse(R"({"type": "string", "format": "date"})"), "s");
     for (const char* ok : {"\"2023-02-28\"", "\"2024-12-31\"", "\"0001-04-30\""})
