@@ -223,8 +223,8 @@ Runner register_generate(CLI::App& app, CommonOptions& common) {
         if (common.quiet) return 0;
         const char* why = r.stop == GenerateResult::Stop::stop_id        ? "stop token"
                           : r.stop == GenerateResult::Stop::context_full ? "context full"
-                          : r.stop == GenerateResult::Stop::document     ? "document complete"
-                                                                         : "token limit";
+                          : r.stop == GenerateResult::Stop::document ? "constrained text complete"
+                                                                     : "token limit";
         std::fprintf(
             stderr,
             "prompt: %zu tokens, %.1f tok/s; generated: %zu tokens, %.1f tok/s (%s); %d threads\n",

@@ -25,8 +25,8 @@ struct GenerateOptions {
 
 struct GenerateResult {
     std::vector<int32_t> tokens;  // the new tokens, without the prompt and without a stop id
-    // document: a constrained generation's document is whole and nothing may continue it (as
-    // a stop token would end it, for a vocabulary without one).
+    // document: a constrained generation's text (a JSON document, a pattern's match) is whole and
+    // nothing may continue it (as a stop token would end it, for a vocabulary without one).
     enum class Stop { length, stop_id, context_full, document } stop = Stop::length;
     double prompt_seconds = 0.0;  // prefill
     double decode_seconds = 0.0;  // every decode step
