@@ -40,6 +40,29 @@ TokenTexts::TokenTexts(const Tokenizer& tok) {
         by_first[static_cast<uint8_t>(t[0])].push_back(id);
         plain[static_cast<size_t>(id)] = plain_string_content(t);
         text[static_cast<size_t>(id)] = std::move(t);
+        sorted.push_back(id);
+    }
+    std::sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) {
+        return text[static_cast<size_t>(a)] < text[static_cast<size_t>(b)];
+    });
+    for (size_t k = 0, b = 0; b <= 256; ++b) {  // std::string orders bytes as unsigned char
+        while (k < sorted.size() &&
+               static_cast<uint8_t>(text[static_cast<size_t>(sorted[k])][0]) < b)
+            ++k;
+        first_begin[b] = static_cast<uint32_t>(k);
+    }
+    offsets.push_back(0);
+    for (int32_t id : sorted) {
+        sorted_bytes += text[static_cast<size_t>(id)];
+        offsets.push_back(static_cast<uint32_t>(sorted_bytes.size()));
+    }
+    shared.assign(sorted.size(), 0);
+    for (size_t i = 1; i < sorted.size(); ++i) {
+        const std::string& a = text[static_cast<size_t>(sorted[i - 1])];
+        const std::string& b = text[static_cast<size_t>(sorted[i])];
+        uint32_t same = 0;
+        while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+        shared[i] = same;
     }
 }
 
@@ -90,24 +113,41 @@ size_t TokenMatcher::mask(std::span<float> logits) {
     return count;
 }
 
-// Each token's bytes walked from the state after its first byte (one step for all the ids that
-// start with it).
+// The texts in byte order, each walked on from the state after the prefix it shares with the
+// one before (states_[d]: after d bytes; `filled`: how deep they hold for the last text, whose
+// walk stopped there if that state is dead, and so does every text that shares more).
 size_t TokenMatcher::mask_pattern(std::span<float> logits) {
     size_t count = 0;
-    const auto& texts = g_->texts->text;
-    for (int first = 0; first < 256; ++first) {
-        const auto& ids = g_->texts->by_first[static_cast<size_t>(first)];
-        if (ids.empty()) continue;
-        const uint32_t after_first = dfa_->next(dfa_state_, static_cast<uint8_t>(first));
-        if (after_first == RegexDfa::kDead) continue;
-        for (int32_t id : ids) {
-            if (static_cast<size_t>(id) >= logits.size() || is_stop(id)) continue;
-            const std::string_view t = texts[static_cast<size_t>(id)];
-            if (dfa_->walk(after_first, t.substr(1)) != RegexDfa::kDead) {
-                allowed_[static_cast<size_t>(id)] = 1;
-                ++count;
+    const TokenTexts& tt = *g_->texts;
+    std::vector<uint32_t>& states = depth_states_;
+    states.assign(1, dfa_state_);
+    size_t filled = 0;
+    for (size_t k = 0; k < tt.sorted.size(); ++k) {
+        const size_t common = tt.shared[k];
+        if (common == 0) {  // a new first byte: its texts skipped at once when it is refused
+            const auto first = static_cast<uint8_t>(tt.sorted_bytes[tt.offsets[k]]);
+            if (dfa_->next(dfa_state_, first) == RegexDfa::kDead) {
+                k = tt.first_begin[first + 1] - 1;
+                filled = 0;
+                continue;
             }
         }
+        if (common > filled) continue;  // through the dead state the last walk stopped at
+        const char* t = tt.sorted_bytes.data() + tt.offsets[k];
+        const size_t len = tt.offsets[k + 1] - tt.offsets[k];
+        size_t d = common;
+        uint32_t s = states[d];
+        if (states.size() < len + 1) states.resize(len + 1);
+        while (s != RegexDfa::kDead && d < len) {
+            s = dfa_->next(s, static_cast<uint8_t>(t[d]));
+            states[++d] = s;
+        }
+        const int32_t id = tt.sorted[k];
+        filled = d;
+        if (s == RegexDfa::kDead || static_cast<size_t>(id) >= logits.size() || is_stop(id))
+            continue;
+        allowed_[static_cast<size_t>(id)] = 1;
+        ++count;
     }
     return count;
 }

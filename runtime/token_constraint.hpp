@@ -38,6 +38,15 @@ struct TokenTexts {
     // 1: the text is string content as it stands (no quote, backslash or control byte; whole,
     // well-formed UTF-8 characters): inside a string such a token is taken without a try.
     std::vector<uint8_t> plain;
+    // The ids of non-empty texts in the texts' byte order, their texts in that order in one
+    // buffer (text k from offsets[k] to offsets[k + 1]), and each one's common prefix with the
+    // one before it (bytes, 0 for the first): a pattern's mask walks each shared prefix once,
+    // reading memory in order.
+    std::vector<int32_t> sorted;
+    std::string sorted_bytes;
+    std::vector<uint32_t> offsets, shared;
+    std::array<uint32_t, 257>
+        first_begin{};  // texts starting with byte b: [first_begin[b], [b + 1])
 };
 
 // What constrained text must be: a document of a JSON schema, or a whole match of a pattern.
@@ -71,6 +80,7 @@ class TokenMatcher {
     const RegexDfa* dfa_ = nullptr;
     uint32_t dfa_state_ = RegexDfa::kDead, dfa_scratch_ = RegexDfa::kDead;
     std::optional<JsonMatcher> state_, scratch_;  // a JSON schema's, likewise
+    std::vector<uint32_t> depth_states_;          // mask_pattern's states along a text
     int32_t fed_ = -1;  // the id whose text scratch_ holds state_ after, if any
     std::vector<uint8_t> allowed_;
 };
