@@ -156,13 +156,14 @@ TEST_CASE("token constraint: a pattern's mask is each token tried alone, and wal
         INFO(path);
         const Tokenizer tok = Tokenizer::load(test::fixture(path).string());
         const auto texts = std::make_shared<const TokenTexts>(tok);
+        const std::vector<int32_t> stops = tok.stop_ids();  // (returned by value)
         for (const std::string pattern :
              {"\\d{3}-\\d{4}", "(yes|no|maybe)", "[A-Z][a-z]+( [a-z]+){0,3}\\.",
               "\\{\"name\": \"\\w+\", \"age\": \\d{1,3}\\}", "[^\\n]{0,40}"}) {
             INFO("pattern " << pattern);
             const RegexDfa dfa = RegexDfa::compile(pattern, "pattern");
             const auto grammar =
-                std::make_shared<const TokenGrammar>(TokenGrammar{dfa, texts, tok.stop_ids()});
+                std::make_shared<const TokenGrammar>(TokenGrammar{dfa, texts, stops});
             for (int run = 0; run < 3; ++run) {
                 TokenMatcher m(grammar);
                 std::vector<float> logits(tok.vocab_size());
@@ -180,8 +181,7 @@ TEST_CASE("token constraint: a pattern's mask is each token tried alone, and wal
                     REQUIRE(count == allowed.size());
                     REQUIRE(!allowed.empty());  // never stuck
                     const int32_t id = allowed[rng() % allowed.size()];
-                    const bool stop = std::find(tok.stop_ids().begin(), tok.stop_ids().end(), id) !=
-                                      tok.stop_ids().end();
+                    const bool stop = std::find(stops.begin(), stops.end(), id) != stops.end();
                     if (stop) break;
                     m.accept(id);
                     text += texts->text[static_cast<size_t>(id)];
