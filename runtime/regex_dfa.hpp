@@ -20,8 +20,9 @@
 // Refused, with an Error naming the pattern and the byte offset: backreferences, lookahead and
 // lookbehind, atomic groups and possessive quantifiers, conditionals, inline flags, \b \B and
 // \N{...}, anchors anywhere else, a bound above kMaxRepeat, a pattern that matches no text, and
-// one whose automaton would pass kMaxNfaStates, kMaxDfaStates or kMaxDfaCells (a 400 for a request,
-// never a stall or an exhausted memory).
+// one whose automaton would pass kMaxNfaStates, kMaxDfaStates or kMaxDfaCells, or whose subset
+// construction would take more than 20M closure steps (a 400 for a request, never a stall or an
+// exhausted memory).
 #pragma once
 
 #include <array>
