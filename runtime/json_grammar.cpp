@@ -401,45 +401,70 @@ class SchemaCompiler {
     // string could carry only as \u escapes (which such a string does not take: its matcher
     // follows the characters as they come, so no prefix it takes is a dead end).
     uint32_t string_node(const ojson& s, const std::string& path) {
-        std::optional<RegexDfa> dfa;
-        const std::string at = where_ + shortened(path);
-        const auto with = [&](RegexDfa d, const std::string& where) {
-            dfa = dfa ? RegexDfa::both(*dfa, d, where) : std::move(d);
-        };
-        if (const auto p = s.find("pattern"); p != s.end()) {
-            if (!p->is_string()) fail(path + ".pattern", "must be a string");
-            with(RegexDfa::compile(p->get<std::string>(), at + ".pattern",
-                                   RegexDfa::Syntax::json_schema),
-                 at + ".pattern");
-        }
+        const auto p = s.find("pattern");
+        if (p != s.end() && !p->is_string()) fail(path + ".pattern", "must be a string");
+        const Format* format = nullptr;
         if (const auto f = s.find("format"); f != s.end()) {
             const std::string name = f->is_string() ? f->get<std::string>() : f->dump();
-            const auto known = std::find_if(std::begin(kFormats), std::end(kFormats),
-                                            [&](const Format& k) { return name == k.name; });
-            if (known == std::end(kFormats))
+            format = std::find_if(std::begin(kFormats), std::end(kFormats),
+                                  [&](const Format& k) { return name == k.name; });
+            if (format == std::end(kFormats))
                 fail(path + ".format", "\"" + name +
                                            "\" is not supported (date, time, date-time, uuid, "
                                            "email, ipv4)");
-            with(RegexDfa::compile(known->pattern, at + ".format"), at + ".format");
         }
         const uint64_t lo = count(s, "minLength", path, 0);
         const uint64_t hi = count(s, "maxLength", path, UINT64_MAX);
         if (lo > hi) fail(path + ".minLength", "is above maxLength");
-        if (lo > 0 || hi != UINT64_MAX) {
-            if (lo > RegexDfa::kMaxRepeat || (hi != UINT64_MAX && hi > RegexDfa::kMaxRepeat))
-                fail(path + (lo > RegexDfa::kMaxRepeat ? ".minLength" : ".maxLength"),
-                     "is above " + std::to_string(RegexDfa::kMaxRepeat) +
-                         ", more than constrained generation bounds");
-            const std::string bound = "[\\s\\S]{" + std::to_string(lo) + "," +
-                                      (hi == UINT64_MAX ? "" : std::to_string(hi)) + "}";
-            with(RegexDfa::compile(bound, at + ".minLength"), at + ".minLength");
-        }
-        if (!dfa) return JsonGrammar::kString;
-        with(RegexDfa::compile(kJsonWritable, at), at);
+        const bool lengths = lo > 0 || hi != UINT64_MAX;
+        if (lengths &&
+            (lo > RegexDfa::kMaxRepeat || (hi != UINT64_MAX && hi > RegexDfa::kMaxRepeat)))
+            fail(path + (lo > RegexDfa::kMaxRepeat ? ".minLength" : ".maxLength"),
+                 "is above " + std::to_string(RegexDfa::kMaxRepeat) +
+                     ", more than constrained generation bounds");
+        if (p == s.end() && !format && !lengths) return JsonGrammar::kString;
+        const std::string bound = "[\\s\\S]{" + std::to_string(lo) + "," +
+                                  (hi == UINT64_MAX ? "" : std::to_string(hi)) + "}";
+        const std::string key = std::string("string\x1f") +
+                                (p != s.end() ? "/" + p->get<std::string>() : "") + "\x1f" +
+                                (format ? format->name : "") + "\x1f" + (lengths ? bound : "");
         JsonGrammar::Node n = of_kind(JsonGrammar::Kind::string);
-        n.pattern = static_cast<uint32_t>(g_.patterns_.size());
-        g_.patterns_.push_back(std::move(*dfa));
+        n.pattern = pattern_index(key, path, [&] {
+            const std::string at = where_ + shortened(path);
+            std::optional<RegexDfa> dfa;
+            const auto with = [&](RegexDfa d, const std::string& where) {
+                dfa = dfa ? RegexDfa::both(*dfa, d, where) : std::move(d);
+            };
+            if (p != s.end())
+                with(RegexDfa::compile(p->get<std::string>(), at + ".pattern",
+                                       RegexDfa::Syntax::json_schema),
+                     at + ".pattern");
+            if (format) with(RegexDfa::compile(format->pattern, at + ".format"), at + ".format");
+            if (lengths) with(RegexDfa::compile(bound, at + ".minLength"), at + ".minLength");
+            with(RegexDfa::compile(kJsonWritable, at), at);
+            return std::move(*dfa);
+        });
         return add(std::move(n), path);
+    }
+
+    // A node's DFA by what it is made from: one per distinct constraint, at most
+    // JsonGrammar::kMaxPatterns of them and RegexDfa::kMaxDfaCells transitions in all, so that
+    // a request's schema cannot make thousands of large automata.
+    template <class Make>
+    uint32_t pattern_index(const std::string& key, const std::string& path, const Make& make) {
+        if (const auto it = pattern_ids_.find(key); it != pattern_ids_.end()) return it->second;
+        if (g_.patterns_.size() >= JsonGrammar::kMaxPatterns)
+            fail(path, "makes more than " + std::to_string(JsonGrammar::kMaxPatterns) +
+                           " distinct patterns, formats, lengths and bounds in one schema");
+        RegexDfa d = make();
+        pattern_cells_ += d.cells();
+        if (pattern_cells_ > RegexDfa::kMaxDfaCells)
+            fail(path, "makes the schema's automata pass " +
+                           std::to_string(RegexDfa::kMaxDfaCells) + " transitions in all");
+        const auto index = static_cast<uint32_t>(g_.patterns_.size());
+        g_.patterns_.push_back(std::move(d));
+        pattern_ids_.emplace(key, index);
+        return index;
     }
 
     static constexpr const char* kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
@@ -475,8 +500,10 @@ class SchemaCompiler {
         JsonGrammar::Node n = of_kind(JsonGrammar::Kind::integer);
         if (!lo && !hi) return add(std::move(n), path);
         if (lo && hi && *lo > *hi) fail(path + ".minimum", "leaves no integer below the maximum");
-        n.pattern = static_cast<uint32_t>(g_.patterns_.size());
-        g_.patterns_.push_back(RegexDfa::compile(integer_range(lo, hi), where_ + shortened(path)));
+        const std::string range = integer_range(lo, hi);
+        n.pattern = pattern_index("integer\x1f" + range, path, [&] {
+            return RegexDfa::compile(range, where_ + shortened(path));
+        });
         return add(std::move(n), path);
     }
 
@@ -668,6 +695,8 @@ class SchemaCompiler {
     const ojson& root_;
     std::string where_;
     std::map<std::string, uint32_t> refs_;
+    std::map<std::string, uint32_t> pattern_ids_;  // pattern_index's, by key
+    size_t pattern_cells_ = 0;
     std::vector<std::string> paths_ = std::vector<std::string>(7);  // each node's, for errors
     uint32_t depth_ = 0;                                            // compile()'s nesting
 };

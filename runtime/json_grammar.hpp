@@ -26,8 +26,10 @@
 //   for strings, pattern (ECMA-262 syntax within what runtime/regex_dfa.hpp follows, searched
 //     for as validators do), format (date, time, date-time, uuid, email, ipv4: patterns that
 //     take only valid values, fewer than the format allows), minLength and maxLength (code
-//     points, at most RegexDfa::kMaxRepeat); such a string's content is followed by a DFA, so
-//     it takes no \u escapes (its control characters are those with escapes of their own);
+//     points, at most RegexDfa::kMaxRepeat); such a string's content is followed by a DFA (one
+//     per distinct constraint, at most kMaxPatterns in a schema and RegexDfa::kMaxDfaCells
+//     transitions in all), so it takes no \u escapes (its control characters are those
+//     with escapes of their own);
 //   for integers, minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers within
 //     +-(10^18 - 1)), followed by a DFA of the range's decimal texts (no -0);
 //   enum and const (any JSON values, matched as their
@@ -60,6 +62,7 @@ class JsonGrammar {
     static constexpr size_t kMaxLiterals = 64;  // in one enum, and properties in one object
     static constexpr uint32_t kMaxSchemaDepth = 64;
     static constexpr size_t kMaxSchemaNodes = 4096;
+    static constexpr size_t kMaxPatterns = 64;  // distinct string and integer DFAs in a schema
 
     // Any JSON object (the API's response_format json_object).
     static JsonGrammar any_object();

@@ -77,6 +77,7 @@ class RegexDfa {
     bool finished(uint32_t state) const { return finished_[state] != 0; }
     bool matches(std::string_view text) const { return accepting(walk(start_, text)); }
     size_t states() const { return accepting_.size(); }
+    size_t cells() const { return next_.size(); }  // transitions: states x byte classes
 
   private:
     friend class DfaBuilder;

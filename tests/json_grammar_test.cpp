@@ -435,6 +435,23 @@ TEST_CASE("json grammar: string patterns, formats and lengths walk to valid docu
     CHECK_FALSE(matches(two_to_five, "\"\xc3\xa9\""));
     CHECK(matches(line, "\"a\\nb\""));
     CHECK_FALSE(matches(line, "\"a\\u000ab\""));
+    // A schema's automata are bounded: identical constraints share one DFA (64 properties of
+    // maxLength 1000 make one), and more than kMaxPatterns distinct ones are refused.
+    ojson same = {{"type", "object"}, {"properties", ojson::object()}};
+    ojson distinct = {{"type", "object"}, {"properties", ojson::object()}};
+    for (int i = 0; i < 64; ++i)
+        same["properties"]["p" + std::to_string(i)] = {{"type", "string"}, {"maxLength", 1000}};
+    for (int half = 0; half < 2; ++half) {
+        ojson part = {{"type", "object"}, {"properties", ojson::object()}};
+        for (int i = 0; i < 33; ++i)
+            part["properties"]["p" + std::to_string(i)] = {{"type", "integer"},
+                                                           {"minimum", 100 * half + i}};
+        distinct["properties"]["h" + std::to_string(half)] = part;
+    }
+    CHECK(matches(JsonGrammar::from_schema(same, "s"), "{\"p0\":\"x\"}"));
+    CHECK_THROWS_WITH(JsonGrammar::from_schema(distinct, "s"),
+                      Catch::StartsWith("s.properties.h1.properties.p") &&
+                          Catch::Contains("more than 64 distinct"));
     // The bounds' largest lengths compile (the any-character DFA of 1000 code points).
     CHECK(matches(
         JsonGrammar::from_schema(
