@@ -104,9 +104,9 @@ const Matrix& BlockForward::weight(Weight w) const {
 
 void BlockForward::rms_norm(const float* x, const std::vector<float>& weight, float* out,
                             uint64_t n, NormShape shape, bool accumulate) const {
-    const auto [d, groups] = shape;
+    const uint64_t d = shape.width;  // named: the lambda captures it (clang 14: no bindings)
     const double eps = c_.rms_norm_eps;
-    pool_.parallel_for(n * groups, [&](size_t b, size_t e) {
+    pool_.parallel_for(n * shape.groups, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t)
             rms_norm_row(x + t * d, weight.data(), d, eps, out + t * d, accumulate);
     });

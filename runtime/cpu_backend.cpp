@@ -475,7 +475,10 @@ void CpuBackend::softcap(Rows rows, uint64_t n, uint64_t width, float cap) {
 void CpuBackend::rms_norm(uint64_t layer, Norm which, Rows in, Rows out, uint64_t n,
                           bool accumulate) {
     const std::vector<float>& weight = model_.norm(layer, which);
-    const auto [d, groups] = norm_shape(c_, which);
+    // Named, not a structured binding: the lambda below captures them, which clang 14 (Debian
+    // 12's) refuses for bindings.
+    const NormShape shape = norm_shape(c_, which);
+    const uint64_t d = shape.width, groups = shape.groups;
     const double eps = c_.rms_norm_eps;
     for_tokens(n, [&](uint64_t t) {
         for (uint64_t g = 0; g < groups; ++g)
@@ -537,7 +540,8 @@ void CpuBackend::attend(uint64_t layer, Rows q, Rows k, Rows v, Rows out,
     // prefetcher starts over: from DRAM this reads 1.2-1.4x faster than prefetching each run's
     // values during its scores (kernels bench attention/*/dram, 512-2048 positions).
     auto one = [&](const Task& task, const Task* next, float* scores) {
-        const auto [row, kvh, first, len, cache] = task;
+        const uint64_t row = task.row, kvh = task.kvh, first = task.first, len = task.len;
+        const CpuKvCache* cache = task.cache;  // named: run_at captures them (as rms_norm's)
         const float* qh = q.data + row * q.ld + kvh * group * hd;
         // The stored keys (which = 0) or values (1) of the run that starts at position first + j.
         auto run_at = [&](uint64_t which, uint64_t j) {

@@ -24,12 +24,15 @@ cmake --build build-test -j"$jobs"
 ctest --test-dir build-test --output-on-failure -j"$jobs"
 
 # The products, kernels, dispatch and stories260K end-to-end tests again on emulated CPUs without
-# AVX-512 and without AVX (about 2 minutes; the whole suite takes 11 and 12 under QEMU).
+# AVX-512 and without AVX (about 2 minutes; the whole suite takes 11 and 12 under QEMU; on a host
+# with neither AVX-512 nor AVX-VNNI the first is the native run's level and is skipped).
 stage "emulated CPUs: AVX2 without AVX-512, and no AVX (scripts/test_emulated_cpus.sh)"
 bash scripts/test_emulated_cpus.sh build-test \
   "[isa],[qdot],[kernels],[float_gemm],[attention],[activation],[group_codes],[stories],[llama2c],[bench]"
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
+# Every library with both sanitizers; the tests' own sources with ASan alone (tests/CMakeLists.txt:
+# UBSan made them compile 1.7x as long).
 # At -O0: with the sanitizers' instrumentation, -O1 compiles twice as slowly (cli/cmd_ppl.cpp
 # 32 s against 16 s; kernels/cpu/qdot_avx2.cpp 81 s against 10 s), more than its faster tests
 # would give back. Without -g (assertions stay on): debug info costs about 10% of each compile
@@ -60,7 +63,7 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$
 # (15 minutes each, scripts/fuzz.sh 900) are done by hand, as the CI's 30 minutes have no room.
 stage "libFuzzer smoke: every reader's harness for 5 s (scripts/fuzz.sh)"
 if reason=$(bash scripts/fuzz.sh --probe); then
-  FUZZ_JOBS=$jobs FUZZ_OPT=-O0 bash scripts/fuzz.sh 5
+  FUZZ_JOBS=$jobs FUZZ_OPT=-O0 FUZZ_DEBUG=0 bash scripts/fuzz.sh 5
 else
   echo "SKIPPED: fuzz smoke: $reason"
 fi

@@ -247,9 +247,10 @@ TEST_CASE("export then import gives back the same tensor bytes", "[interop][expo
 
             // (2) every exported linear, dequantized by the formulas, equals our reference.
             const SafetensorsCheckpoint ck(out.string());
+            const bool gptq = format == "gptq";  // the lambda captures this, not the binding
             require_linears_equal(qf, [&](const std::string& hf, const QfTensorInfo& t) {
-                return dequantize_exported(ck, hf, format == "gptq", qtype_traits(t.qtype).bits,
-                                           t.shape[0], t.shape[1]);
+                return dequantize_exported(ck, hf, gptq, qtype_traits(t.qtype).bits, t.shape[0],
+                                           t.shape[1]);
             });
         }
     }

@@ -134,8 +134,9 @@ TEST_CASE("rtn --calib: importance-weighted RTN beats RTN, records it, is determ
 
     const std::string common = " --qtype q4_g32 -q";
     const std::string calibrated = common + " --calib " + q(calib) + " --nsamples 16 --seqlen 128";
-    auto run = [&](const char* out, const std::string& opts) {
-        auto r = test::run_qforge("quantize " + q(f32) + " -o " + q(dir / out) + opts);
+    auto run = [&](const char* out, const std::string& opts) {  // s's members: clang 14 cannot
+        // capture structured bindings
+        auto r = test::run_qforge("quantize " + q(s.f32) + " -o " + q(s.dir / out) + opts);
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
         return r.output;
@@ -169,8 +170,8 @@ TEST_CASE("q4nl_g32 on stories260K: importance RTN and GPTQ beat RTN on held-out
     const auto& [dir, f32, calib, eval] = s;
     const std::string calibrated = " --calib " + q(calib) + " --nsamples 16 --seqlen 128";
     auto run = [&](const char* out, const std::string& opts) {
-        auto r = test::run_qforge("quantize " + q(f32) + " -o " + q(dir / out) +
-                                  " --qtype q4nl_g32 -q" + opts);
+        auto r = test::run_qforge("quantize " + q(s.f32) + " -o " + q(s.dir / out) +
+                                  " --qtype q4nl_g32 -q" + opts);  // s's: as above
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
     };

@@ -27,7 +27,6 @@ using rows::Block;
 using rows::kChains;
 using rows::kGroupStride;
 using rows::panel_start;
-constexpr uint64_t kLanes = 8;  // rows per ymm
 
 // r[i] = row i (8 floats) -> r[c] = column c (8 rows).
 QF_AVX2 inline void transpose8(__m256 r[8]) {
