@@ -21,8 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string_view qname(QType t) { return qtype_traits(t).name; }
-
 double bits_per_weight(uint64_t bytes, uint64_t parameters) {
     return parameters ? 8.0 * static_cast<double>(bytes) / static_cast<double>(parameters) : 0.0;
 }
@@ -31,7 +29,7 @@ void print_plan(const std::vector<TensorPlan>& plan) {
     for (const auto& g : group_plan(plan))
         std::fprintf(stderr, "qforge: quantize: %-10s %3llu tensor%s -> %-8s %s\n",
                      std::string(tensor_class_name(g.cls)).c_str(), (unsigned long long)g.tensors,
-                     g.tensors == 1 ? " " : "s", std::string(qname(g.qtype)).c_str(),
+                     g.tensors == 1 ? " " : "s", std::string(qtype_traits(g.qtype).name).c_str(),
                      g.reason.c_str());
 }
 
@@ -40,8 +38,8 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
     for (const auto& t : r.tensors)
         tensors.push_back({{"name", t.name},
                            {"class", tensor_class_name(t.cls)},
-                           {"source_qtype", qname(t.source)},
-                           {"qtype", qname(t.qtype)},
+                           {"source_qtype", qtype_traits(t.source).name},
+                           {"qtype", qtype_traits(t.qtype).name},
                            {"shape", t.shape},
                            {"parameters", t.parameters},
                            {"bytes", t.bytes},
@@ -50,7 +48,7 @@ json report_json(const QuantizeOptions& o, const QuantizeReport& r, int threads)
     json classes = json::array();
     for (const auto& g : r.groups)
         classes.push_back({{"class", tensor_class_name(g.cls)},
-                           {"qtype", qname(g.qtype)},
+                           {"qtype", qtype_traits(g.qtype).name},
                            {"tensors", g.tensors},
                            {"reason", g.reason}});
     json j = recipe_to_json(o.recipe);
@@ -122,7 +120,7 @@ std::string qtype_families_help() {
     std::string text;
     for (const QTypeFamily& f : kQTypeFamilies)
         text += (text.empty() ? "" : ", ") + std::string(f.name) + " = " +
-                std::string(qname(f.member)) + " (" + std::string(f.why) + ")";
+                std::string(qtype_traits(f.member).name) + " (" + std::string(f.why) + ")";
     return text;
 }
 
@@ -175,7 +173,8 @@ std::vector<QType> parse_type_list(const std::string& text) {
         const size_t comma = std::min(text.find(',', at), text.size());
         const QType q = parse_qtype_name(text.substr(at, comma - at), "--plan-types");
         if (!qtype_is_quantized(q))
-            throw UsageError("--plan-types: " + std::string(qname(q)) + " is not a quantized type");
+            throw UsageError("--plan-types: " + std::string(qtype_traits(q).name) +
+                             " is not a quantized type");
         if (std::find(out.begin(), out.end(), q) == out.end()) out.push_back(q);
         at = comma + 1;
     }
@@ -295,7 +294,8 @@ Runner register_quantize(CLI::App& app, CommonOptions& common) {
     bpw_opt->excludes(size_opt);
     {
         std::string names;
-        for (QType q : kSizePlanTypes) names += (names.empty() ? "" : ",") + std::string(qname(q));
+        for (QType q : kSizePlanTypes)
+            names += (names.empty() ? "" : ",") + std::string(qtype_traits(q).name);
         app.add_option("--plan-types", a->plan_types,
                        "the size plan's candidate types, comma-separated (default: " + names + ")");
     }

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 
 namespace qforge {
 
@@ -160,15 +161,6 @@ std::string temp_name_for(const std::string& final_path) {
     return (p.parent_path() / name).string();
 }
 
-std::string kind_of(mode_t mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISFIFO(mode)) return "a FIFO";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
-}
-
 // Empty when `path` may be replaced by a file: it does not exist, is a regular file, or is a
 // symlink (replaced itself, its target untouched) that does not lead to something else.
 // Otherwise what it is.
@@ -178,9 +170,9 @@ std::string not_replaceable(const std::string& path) {
     if (S_ISREG(st.st_mode)) return {};
     if (S_ISLNK(st.st_mode)) {
         if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};
-        return "a symbolic link to " + kind_of(st.st_mode);
+        return "a symbolic link to " + file_kind(st.st_mode);
     }
-    return kind_of(st.st_mode);
+    return file_kind(st.st_mode);
 }
 
 [[noreturn]] void refuse_to_replace(const std::string& path, const std::string& what) {
@@ -377,7 +369,7 @@ AtomicDirectory::AtomicDirectory(std::string final_path) {
                     "exists and is " +
                         (S_ISREG(st.st_mode)   ? std::string("a regular file")
                          : S_ISLNK(st.st_mode) ? std::string("a symbolic link")
-                                               : kind_of(st.st_mode)) +
+                                               : file_kind(st.st_mode)) +
                         ", not a directory: refusing to replace it");
     CleanupSignalsBlocked blocked;
     for (int attempt = 0;; ++attempt) {

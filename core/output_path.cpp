@@ -30,16 +30,6 @@ std::optional<struct stat> stat_following(const std::string& path) {
 
 FileId id_of(const struct stat& st) { return {st.st_dev, st.st_ino}; }
 
-std::string kind_of(mode_t mode) {
-    if (S_ISREG(mode)) return "a regular file";
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISFIFO(mode)) return "a FIFO";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
-}
-
 // The directory that holds `p` as the kernel resolves it ("" for a bare name is ".").
 std::string parent_of(const fs::path& p) {
     const fs::path parent = p.parent_path();
@@ -96,6 +86,16 @@ void require_parent_directory(const std::string& what, const fs::path& path) {
 
 }  // namespace
 
+std::string file_kind(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs,
                        OutputKind kind) {
     if (output.empty())
@@ -121,11 +121,11 @@ void check_output_path(const std::string& output, const std::vector<std::string>
     }
     if (existing && kind == OutputKind::file && !S_ISREG(existing->st_mode))
         throw Error(output, {},
-                    "exists and is " + kind_of(existing->st_mode) +
+                    "exists and is " + file_kind(existing->st_mode) +
                         ": refusing to write over it (name a regular file or a new path)");
     if (existing && kind == OutputKind::directory && !S_ISDIR(existing->st_mode))
         throw Error(output, {},
-                    "exists and is " + kind_of(existing->st_mode) +
+                    "exists and is " + file_kind(existing->st_mode) +
                         ", not a directory: refusing to replace it");
     for (const std::string& input : inputs) {
         const std::optional<struct stat> in = stat_following(input);
@@ -151,8 +151,9 @@ void check_state_dir(const std::string& dir, const std::string& output,
     require_parent_directory(dir, path);
     const std::optional<struct stat> existing = stat_following(path.string());
     if (existing && !S_ISDIR(existing->st_mode))
-        throw Error(dir, {},
-                    "--resume: exists and is " + kind_of(existing->st_mode) + ", not a directory");
+        throw Error(
+            dir, {},
+            "--resume: exists and is " + file_kind(existing->st_mode) + ", not a directory");
     // By inode when the directory exists; by resolved path when it is still to be made.
     const std::string dir_path = resolved(path), out_path = resolved(fs::path(output));
     const bool output_inside =

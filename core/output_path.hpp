@@ -18,12 +18,17 @@
 // left alone.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
 namespace qforge {
 
 enum class OutputKind { file, directory };
+
+// What a file of this st_mode is, for messages: "a regular file", "a directory", "a FIFO", ...
+std::string file_kind(mode_t mode);
 
 // `inputs`: every file and directory the command reads (a directory means everything under it).
 // Inputs that do not exist are skipped: a missing input is the reader's error to report.

@@ -9,7 +9,7 @@
 
 namespace qforge {
 
-using json = nlohmann::json;
+using nlohmann::json;
 
 namespace {
 

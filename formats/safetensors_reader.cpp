@@ -31,16 +31,17 @@ constexpr std::string_view kUnsupportedDTypes[] = {
 };
 
 // Hostile names and strings can be megabytes long; errors quote at most this much of them.
-std::string excerpt(std::string_view s) {
+std::string header_excerpt(std::string_view s) {
     constexpr size_t kMax = 120;
     if (s.size() <= kMax) return std::string(s);
     return std::string(s.substr(0, kMax)) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
 // What a JSON value is, for "expected X, found Y" messages; never dumps a large document.
-std::string describe(const json& v) {
+std::string describe_header_value(const json& v) {
     if (v.is_number()) return v.dump();
-    if (v.is_string()) return "the string \"" + excerpt(v.get_ref<const std::string&>()) + "\"";
+    if (v.is_string())
+        return "the string \"" + header_excerpt(v.get_ref<const std::string&>()) + "\"";
     return std::string("a JSON ") + v.type_name();
 }
 
@@ -58,7 +59,8 @@ json parse_untrusted_json(std::string_view text, const std::string& file, const 
 
 DType parse_dtype(const json& v, const std::string& file, const std::string& name) {
     if (!v.is_string())
-        throw Error(file, name, "dtype is " + describe(v) + ", expected a string such as \"F32\"");
+        throw Error(file, name,
+                    "dtype is " + describe_header_value(v) + ", expected a string such as \"F32\"");
     const auto& s = v.get_ref<const std::string&>();
     if (auto t = dtype_from_safetensors_name(s)) return *t;
     std::string supported;
@@ -67,20 +69,21 @@ DType parse_dtype(const json& v, const std::string& file, const std::string& nam
     const bool known = std::find(std::begin(kUnsupportedDTypes), std::end(kUnsupportedDTypes), s) !=
                        std::end(kUnsupportedDTypes);
     throw Error(file, name,
-                std::string(known ? "unsupported" : "unknown") + " dtype '" + excerpt(s) +
+                std::string(known ? "unsupported" : "unknown") + " dtype '" + header_excerpt(s) +
                     "' (supported: " + supported + ")");
 }
 
 std::vector<uint64_t> parse_shape(const json& v, const std::string& file, const std::string& name) {
     if (!v.is_array())
         throw Error(file, name,
-                    "shape is " + describe(v) + ", expected an array of non-negative integers");
+                    "shape is " + describe_header_value(v) +
+                        ", expected an array of non-negative integers");
     std::vector<uint64_t> shape;
     shape.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
         if (!v[i].is_number_unsigned())
             throw Error(file, name,
-                        "shape[" + std::to_string(i) + "] is " + describe(v[i]) +
+                        "shape[" + std::to_string(i) + "] is " + describe_header_value(v[i]) +
                             ", expected a non-negative integer");
         shape.push_back(v[i].get<uint64_t>());
     }
@@ -90,16 +93,16 @@ std::vector<uint64_t> parse_shape(const json& v, const std::string& file, const 
 // One header entry -> SafetensorsTensorInfo, with its byte count checked against the data section.
 SafetensorsTensorInfo parse_entry(const std::string& full_name, const json& entry,
                                   uint64_t data_size, const std::string& file) {
-    const std::string name = excerpt(full_name);  // as errors show it
+    const std::string name = header_excerpt(full_name);  // as errors show it
     if (!entry.is_object())
         throw Error(file, name,
-                    "header entry is " + describe(entry) +
+                    "header entry is " + describe_header_value(entry) +
                         ", expected an object with dtype, shape, data_offsets");
     for (const auto& [key, value] : entry.items())
         if (key != "dtype" && key != "shape" && key != "data_offsets")
-            throw Error(
-                file, name,
-                "unexpected key '" + excerpt(key) + "' (expected only dtype, shape, data_offsets)");
+            throw Error(file, name,
+                        "unexpected key '" + header_excerpt(key) +
+                            "' (expected only dtype, shape, data_offsets)");
     for (const char* key : {"dtype", "shape", "data_offsets"})
         if (!entry.contains(key)) throw Error(file, name, std::string("missing key '") + key + "'");
 
@@ -119,10 +122,10 @@ SafetensorsTensorInfo parse_entry(const std::string& full_name, const json& entr
     const json& offsets = entry["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
         !offsets[1].is_number_unsigned()) {
-        const std::string found =
-            offsets.is_array() && offsets.size() == 2
-                ? "[" + describe(offsets[0]) + ", " + describe(offsets[1]) + "]"
-                : describe(offsets);
+        const std::string found = offsets.is_array() && offsets.size() == 2
+                                      ? "[" + describe_header_value(offsets[0]) + ", " +
+                                            describe_header_value(offsets[1]) + "]"
+                                      : describe_header_value(offsets);
         throw Error(file, name,
                     "data_offsets is " + found + ", expected two unsigned integers [begin, end]");
     }
@@ -171,19 +174,20 @@ void SafetensorsFile::parse_header() {
     const std::string_view text(reinterpret_cast<const char*>(mapped_.data() + 8), header_len);
     const json header = parse_untrusted_json(text, file, "header", true);
     if (!header.is_object())
-        throw Error(file, {}, "header is " + describe(header) + ", expected a JSON object");
+        throw Error(file, {},
+                    "header is " + describe_header_value(header) + ", expected a JSON object");
 
     for (const auto& [name, entry] : header.items()) {
         if (name == "__metadata__") {
             if (!entry.is_object())
-                throw Error(
-                    file, {},
-                    "__metadata__ is " + describe(entry) + ", expected an object of strings");
+                throw Error(file, {},
+                            "__metadata__ is " + describe_header_value(entry) +
+                                ", expected an object of strings");
             for (const auto& [key, value] : entry.items()) {
                 if (!value.is_string())
                     throw Error(file, {},
-                                "__metadata__ value for key '" + excerpt(key) + "' is " +
-                                    describe(value) + ", expected a string");
+                                "__metadata__ value for key '" + header_excerpt(key) + "' is " +
+                                    describe_header_value(value) + ", expected a string");
                 metadata_.emplace(key, value.get<std::string>());
             }
             continue;
@@ -202,7 +206,7 @@ void SafetensorsFile::parse_header() {
         if (furthest && t.begin < furthest->end)
             throw Error(file, t.name,
                         "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                            ") overlap tensor '" + excerpt(furthest->name) + "' at [" +
+                            ") overlap tensor '" + header_excerpt(furthest->name) + "' at [" +
                             std::to_string(furthest->begin) + ", " + std::to_string(furthest->end) +
                             ")");
         if (!furthest || t.end > furthest->end) furthest = &t;
@@ -298,12 +302,13 @@ void SafetensorsCheckpoint::open_sharded(const std::string& index_path, const st
                                 index_file.size());
     const json index = parse_untrusted_json(text, index_path, "index", false);
     if (!index.is_object())
-        throw Error(index_path, {}, "index is " + describe(index) + ", expected a JSON object");
+        throw Error(index_path, {},
+                    "index is " + describe_header_value(index) + ", expected a JSON object");
     if (!index.contains("weight_map")) throw Error(index_path, {}, "missing key 'weight_map'");
     const json& weight_map = index["weight_map"];
     if (!weight_map.is_object() || weight_map.empty())
         throw Error(index_path, {},
-                    "weight_map is " + describe(weight_map) +
+                    "weight_map is " + describe_header_value(weight_map) +
                         ", expected a non-empty object of tensor name -> shard file");
 
     std::map<std::string, std::string> shard_of;  // tensor -> shard file name
@@ -311,12 +316,13 @@ void SafetensorsCheckpoint::open_sharded(const std::string& index_path, const st
     for (const auto& [name, shard] : weight_map.items()) {
         if (!shard.is_string())
             throw Error(index_path, name,
-                        "weight_map value is " + describe(shard) + ", expected a shard file name");
+                        "weight_map value is " + describe_header_value(shard) +
+                            ", expected a shard file name");
         const auto& s = shard.get_ref<const std::string&>();
         if (!is_plain_file_name(s))
-            throw Error(
-                index_path, name,
-                "shard '" + excerpt(s) + "' is not a plain file name in the checkpoint directory");
+            throw Error(index_path, name,
+                        "shard '" + header_excerpt(s) +
+                            "' is not a plain file name in the checkpoint directory");
         shard_of.emplace(name, s);
         shard_names.insert(s);
     }
@@ -359,7 +365,7 @@ const SafetensorsCheckpoint::Location& SafetensorsCheckpoint::locate(std::string
     if (it == locations_.end())
         throw Error(
             files_.size() == 1 ? files_.front() : fs::path(files_.front()).parent_path().string(),
-            excerpt(name), "no such tensor in the checkpoint");
+            header_excerpt(name), "no such tensor in the checkpoint");
     return it->second;
 }
 

@@ -29,8 +29,6 @@ std::string value_text(float f) {
     return buf;
 }
 
-std::string_view qname(QType t) { return qtype_traits(t).name; }
-
 std::string failure_text(const RowFailure& f, uint64_t rows, QType target) {
     const std::string where =
         rows == 1 ? "element " + std::to_string(f.col)
@@ -39,8 +37,9 @@ std::string failure_text(const RowFailure& f, uint64_t rows, QType target) {
         return where + " is " + value_text(f.value) + " (weights must be finite)";
     if (qtype_is_quantized(target))
         return where + ": " + value_text(f.value) + " is too large for " +
-               std::string(qname(target)) + " (its group's scale overflows fp16)";
-    return where + " = " + value_text(f.value) + " overflows " + std::string(qname(target));
+               std::string(qtype_traits(target).name) + " (its group's scale overflows fp16)";
+    return where + " = " + value_text(f.value) + " overflows " +
+           std::string(qtype_traits(target).name);
 }
 
 json quantization_record(const QuantRecipe& recipe, const std::vector<PlanGroup>& groups,
@@ -49,11 +48,11 @@ json quantization_record(const QuantRecipe& recipe, const std::vector<PlanGroup>
     json classes = json::array();
     for (const auto& g : groups)
         classes.push_back({{"class", tensor_class_name(g.cls)},
-                           {"qtype", qname(g.qtype)},
+                           {"qtype", qtype_traits(g.qtype).name},
                            {"tensors", g.tensors},
                            {"reason", g.reason}});
     std::map<std::string, uint64_t> counts;
-    for (const auto& p : plan) counts[std::string(qname(p.choice.qtype))] += 1;
+    for (const auto& p : plan) counts[std::string(qtype_traits(p.choice.qtype).name)] += 1;
     q["classes"] = std::move(classes);
     q["qtypes"] = counts;
     q["version"] = QFORGE_VERSION;
@@ -212,7 +211,8 @@ json plan_to_size(const QuantizeOptions& options, const ModelSource& src,
     for (size_t r = 0; r < items.size(); ++r) {
         const SizeCandidate& c = items[r].candidates[(*choice)[r]];
         TensorPlan& p = plan[index[r]];
-        const std::string text = "^" + regex_escaped(p.name) + "$=" + std::string(qname(c.qtype));
+        const std::string text =
+            "^" + regex_escaped(p.name) + "$=" + std::string(qtype_traits(c.qtype).name);
         recipe.overrides.push_back(parse_tensor_type_override(text));
         p.choice.qtype = c.qtype;
         p.choice.override_index = static_cast<int>(recipe.overrides.size()) - 1;
@@ -220,12 +220,15 @@ json plan_to_size(const QuantizeOptions& options, const ModelSource& src,
         predicted += c.kld;
         planned_bytes += c.bytes;
         json kld = json::object();
-        for (const auto& cand : items[r].candidates) kld[std::string(qname(cand.qtype))] = cand.kld;
-        tensors.push_back(
-            {{"name", p.name}, {"qtype", qname(c.qtype)}, {"bytes", c.bytes}, {"kld", kld}});
+        for (const auto& cand : items[r].candidates)
+            kld[std::string(qtype_traits(cand.qtype).name)] = cand.kld;
+        tensors.push_back({{"name", p.name},
+                           {"qtype", qtype_traits(c.qtype).name},
+                           {"bytes", c.bytes},
+                           {"kld", kld}});
     }
     json candidates = json::array();
-    for (QType q : target.qtypes) candidates.push_back(qname(q));
+    for (QType q : target.qtypes) candidates.push_back(qtype_traits(q).name);
     json rec = {{"target_bytes", target_bytes},
                 {"budget_bytes", budget},
                 {"planned_bytes", planned_bytes},
@@ -310,8 +313,8 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
                         "re-plan it; run the imported .qf as it is, or quantize the float model");
         if (qtype_is_quantized(t.qtype) && p.choice.qtype != t.qtype)
             throw Error(src->file_of(i), t.name,
-                        "already quantized as " + std::string(qname(t.qtype)) +
-                            "; re-quantizing to " + std::string(qname(p.choice.qtype)) +
+                        "already quantized as " + std::string(qtype_traits(t.qtype).name) +
+                            "; re-quantizing to " + std::string(qtype_traits(p.choice.qtype).name) +
                             " is not supported (quantize the float model instead)");
         total_bytes += qtype_tensor_bytes(t.qtype, t.shape).value_or(0);
         plan.push_back(std::move(p));
@@ -398,7 +401,7 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const PlanCallback
             if (!size)
                 throw Error(src->file_of(i), p.name,
                             "shape " + shape_to_string(p.shape) + " cannot be stored as " +
-                                std::string(qname(target)));
+                                std::string(qtype_traits(target).name));
             resize_for(out, *size, src->file_of(i), p.name);
             if (auto f = rtn_quantize(p.source, in, rows, k, target, out, &pool))
                 throw Error(src->file_of(i), p.name, failure_text(*f, rows, target));

@@ -45,8 +45,6 @@ static_assert(policies_in_enum_order(), "kClassPolicies rows must follow the enu
 
 const ClassPolicy& policy_of(TensorClass c) { return kClassPolicies[static_cast<size_t>(c)]; }
 
-std::string_view qname(QType t) { return qtype_traits(t).name; }
-
 // Whether a tensor of this shape can be stored as `t`: quantized rows need a matrix.
 bool storable(QType t, std::span<const uint64_t> shape) {
     return !qtype_is_quantized(t) || (shape.size() == 2 && shape[1] > 0 && shape[0] > 0);
@@ -86,7 +84,8 @@ QuantMethod parse_quant_method(std::string_view name) {
 std::string qtype_family_names() {
     std::string s;
     for (const auto& f : kQTypeFamilies)
-        s += (s.empty() ? "" : ", ") + std::string(f.name) + " = " + std::string(qname(f.member));
+        s += (s.empty() ? "" : ", ") + std::string(f.name) + " = " +
+             std::string(qtype_traits(f.member).name);
     return s;
 }
 
@@ -164,7 +163,8 @@ TensorChoice choose_tensor_qtype(const QuantRecipe& recipe, std::string_view nam
         case Rule::output_head:
             if (!def.is_float && def.bits < 8) {
                 c.qtype = kOutputHeadQType;
-                c.reason = std::string(p.why) + ": " + std::string(qname(kOutputHeadQType)) +
+                c.reason = std::string(p.why) + ": " +
+                           std::string(qtype_traits(kOutputHeadQType).name) +
                            ", at least 8 bits (its error moves every logit)";
             } else {
                 c.qtype = recipe.qtype;
@@ -183,8 +183,9 @@ TensorChoice choose_tensor_qtype(const QuantRecipe& recipe, std::string_view nam
         if (packed >= plain) {
             c.reason = std::string(p.why) + ": rows of " + std::to_string(k) +
                        " weights would take " + fixed(packed) + " bits per weight as " +
-                       std::string(qname(c.qtype)) + ", no fewer than as " +
-                       std::string(qname(source)) + "; kept " + std::string(qname(source));
+                       std::string(qtype_traits(c.qtype).name) + ", no fewer than as " +
+                       std::string(qtype_traits(source).name) + "; kept " +
+                       std::string(qtype_traits(source).name);
             c.qtype = source;
         }
     }
@@ -195,7 +196,7 @@ nlohmann::json recipe_to_json(const QuantRecipe& recipe) {
     nlohmann::json overrides = nlohmann::json::array();
     for (const auto& o : recipe.overrides) overrides.push_back(o.text);
     return {{"method", quant_method_info(recipe.method).name},
-            {"qtype", qname(recipe.qtype)},
+            {"qtype", qtype_traits(recipe.qtype).name},
             {"overrides", std::move(overrides)}};
 }
 

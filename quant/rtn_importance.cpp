@@ -33,8 +33,6 @@ int32_t clamp_zero(QType t, double z) {
     return static_cast<int32_t>(std::clamp(std::nearbyint(z), 0.0, double(qtype_max_code(t))));
 }
 
-double weight_of(const double* a, uint64_t j) { return a ? a[j] : 1.0; }
-
 // The N sums of f(j)[i] over j < n, each an InterleavedSum (kernels/cpu/group_codes.hpp).
 template <size_t N, class F>
 std::array<double, N> interleaved_sums(uint64_t n, F&& f) {
@@ -63,7 +61,7 @@ std::optional<QGroupParams> refit(QType t, const QGroupParams& trial, const int3
     double num, den;
     if (qtype_has_levels(t)) {
         const auto sums = interleaved_sums<2>(n, [&](uint64_t j) {
-            const double aj = weight_of(a, j),
+            const double aj = importance_weight(a, j),
                          c = qtype_code_level(t, codes[j], trial.levels) - zero;
             return std::array<double, 2>{aj * w[j] * c, aj * c * c};
         });

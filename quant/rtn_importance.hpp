@@ -49,6 +49,9 @@ namespace qforge {
 
 inline constexpr int kImportanceSteps = 21;  // d from L - 1 to L + 1 in tenths
 
+// Weight j's importance: a[j], or 1 for every weight without importances (a null).
+inline double importance_weight(const double* a, uint64_t j) { return a ? a[j] : 1.0; }
+
 // The weighted least-squares line w ~ scale * c + offset through n (code, weight) pairs with
 // importance a (null: all 1), its sums in float64 in order; scc = sum a c^2 and swc = sum a w c
 // give the best line through the origin (scale = swc / scc). nullopt when the codes do not vary.

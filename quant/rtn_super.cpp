@@ -11,8 +11,6 @@ namespace qforge {
 
 namespace {
 
-double weight_of(const double* a, uint64_t j) { return a ? a[j] : 1.0; }
-
 struct FloatGrid {
     double scale = 0.0, min = 0.0;  // w ~ scale * code - min
 };
@@ -25,7 +23,7 @@ double float_grid_error(const FloatGrid& g, int32_t top, const float* w, const d
             g.scale > 0 ? std::clamp(std::nearbyint((w[j] + g.min) / g.scale), 0.0, double(top))
                         : 0.0;
         const double d = w[j] - (g.scale * c - g.min);
-        e += weight_of(a, j) * d * d;
+        e += importance_weight(a, j) * d * d;
     }
     return e;
 }

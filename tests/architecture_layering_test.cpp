@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+namespace architecture_layering_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -99,3 +101,5 @@ TEST_CASE("layering: every module includes only what docs/ARCHITECTURE.md allows
     CHECK(checked > 100);
     CHECK(violations.empty());
 }
+
+}  // namespace architecture_layering_test

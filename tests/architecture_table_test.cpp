@@ -9,6 +9,8 @@
 #include "formats/architectures.hpp"
 #include "quant/recipe.hpp"
 
+namespace architecture_table_test {
+
 using namespace qforge;
 
 namespace {
@@ -168,3 +170,5 @@ TEST_CASE("the recipe classifies every tensor from the table's class", "[arch][q
             REQUIRE(classify_tensor(s.name, s.shape, true) == TensorClass::tied_embed);
     }
 }
+
+}  // namespace architecture_table_test

@@ -11,6 +11,8 @@
 
 #include "test_support.hpp"
 
+namespace architectures_test {
+
 using namespace qforge;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -173,3 +175,5 @@ TEST_CASE("arch: layer patterns match only canonical indices", "[arch]") {
     CHECK(match_tensor_pattern("model.norm.weight", "model.norm.weight"));
     CHECK_FALSE(match_tensor_pattern("model.norm.weight", "model.norm.weight2"));
 }
+
+}  // namespace architectures_test

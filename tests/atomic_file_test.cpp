@@ -17,6 +17,8 @@
 #include "core/error.hpp"
 #include "test_support.hpp"
 
+namespace atomic_file_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -344,3 +346,5 @@ TEST_CASE("atomic directory: appears on commit, errors and signals remove its te
         }
     }
 }
+
+}  // namespace atomic_file_test

@@ -42,6 +42,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace backend_ops_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -479,3 +481,5 @@ TEST_CASE("backend ops: CUDA matches the float64 reference", "[backend_ops][cuda
         "backend_ops_cuda");
 #endif
 }
+
+}  // namespace backend_ops_test

@@ -13,6 +13,8 @@
 #include "runtime/thread_pool.hpp"
 #include "serve_models.hpp"
 
+namespace batch_forward_test {
+
 using namespace qforge;
 
 namespace {
@@ -239,3 +241,5 @@ TEST_CASE("batched forward: a step's parallel regions do not grow with its seque
     CHECK(regions_of_step(6) == one);
     CHECK(regions_of_step(3) == one);
 }
+
+}  // namespace batch_forward_test

@@ -16,6 +16,8 @@
 #include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
+namespace bench_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -200,3 +202,5 @@ TEST_CASE(
     REQUIRE(r.exit_code == 0);
     REQUIRE_THAT(r.output, !Contains("no bf16 matrices"));
 }
+
+}  // namespace bench_test

@@ -13,6 +13,8 @@
 #include "test_support.hpp"
 #include "tokenizer/jinja_subset.hpp"
 
+namespace chat_template_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 
@@ -143,3 +145,5 @@ TEST_CASE("Jinja subset: namespace objects are shared by every scope", "[chat]")
     CHECK_THROWS_WITH(render("{{ namespace(a=1, 2) }}"),
                       Catch::Contains("positional argument follows keyword argument"));
 }
+
+}  // namespace chat_template_test

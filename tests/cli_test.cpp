@@ -13,6 +13,8 @@
 #include "formats/safetensors.hpp"
 #include "test_support.hpp"
 
+namespace cli_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -227,3 +229,5 @@ TEST_CASE("broken inputs: one-line error, non-zero exit, no output file", "[cli]
         REQUIRE(count_lines(r.output) == 1);
     }
 }
+
+}  // namespace cli_test

@@ -22,6 +22,8 @@
 #include "cli_support.hpp"
 #include "test_support.hpp"
 
+namespace cli_usage_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -426,3 +428,5 @@ TEST_CASE("edge values run for real on a tiny model", "[hostile][cli]") {
     REQUIRE(r.exit_code == 0);
     CHECK(nlohmann::json::parse(r.out).at("ctx") == 10);
 }
+
+}  // namespace cli_usage_test

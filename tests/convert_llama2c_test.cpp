@@ -16,6 +16,8 @@
 #include "sources/source_common.hpp"
 #include "test_support.hpp"
 
+namespace convert_llama2c_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -323,3 +325,5 @@ TEST_CASE("llama2c: CLI errors are one line and leave no file", "[llama2c][broke
     REQUIRE_THAT(r.output, Contains("qforge: error: ") && Contains("(truncated)"));
     require_no_output(dir.path());
 }
+
+}  // namespace convert_llama2c_test

@@ -42,3 +42,5 @@ TEST_CASE("cuBLAS is opened on first use and its entry points reach the library"
     dlclose(lib);
 }
 #endif
+
+namespace cublas_loader_test {}  // namespace cublas_loader_test

@@ -46,6 +46,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace cuda_backend_test {
+
 using namespace qforge;
 using qforge::test::WeightSpread;
 using qforge::test::write_random_model;
@@ -573,3 +575,5 @@ TEST_CASE("CUDA backend matches the reference and the CPU backend on stories260K
 }
 
 #endif  // QFORGE_HAVE_CUDA
+
+}  // namespace cuda_backend_test

@@ -15,6 +15,8 @@
 #include "kernels/cuda/plans.hpp"
 #include "runtime/backend_factory.hpp"
 
+namespace cuda_host_test {
+
 using namespace qforge;
 using namespace qforge::cuda;
 
@@ -546,3 +548,5 @@ TEST_CASE("backend names and auto selection", "[cuda_host]") {
     REQUIRE_FALSE(why.empty());
     REQUIRE((k == BackendKind::cpu || k == BackendKind::cuda));
 }
+
+}  // namespace cuda_host_test

@@ -33,6 +33,8 @@
 #include "kernels/cuda/matmul.hpp"
 #endif
 
+namespace cuda_kernels_test {
+
 using namespace qforge;
 
 #ifndef QFORGE_HAVE_CUDA
@@ -1371,3 +1373,5 @@ TEST_CASE("CUDA fp32 -> fp16 rows saturate beyond +-65504 and count it", "[cuda]
 }
 
 #endif  // QFORGE_HAVE_CUDA
+
+}  // namespace cuda_kernels_test

@@ -22,6 +22,8 @@
 #include "serve_check.hpp"
 #include "test_support.hpp"
 
+namespace cuda_serve_test {
+
 using namespace qforge;
 
 TEST_CASE("scheduler on the CUDA backend's batched step gives generate's tokens",
@@ -61,3 +63,5 @@ TEST_CASE("scheduler on the CUDA backend's batched step gives generate's tokens"
     CHECK(caches->free_blocks() == caches->total_blocks());
 #endif
 }
+
+}  // namespace cuda_serve_test

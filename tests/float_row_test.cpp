@@ -12,6 +12,8 @@
 #include "core/half.hpp"
 #include "formats/qtype.hpp"
 
+namespace float_row_test {
+
 using namespace qforge;
 
 namespace {
@@ -44,3 +46,5 @@ TEST_CASE("store_float_row: one overflow rule for f16 and bf16", "[qtype][float_
         REQUIRE(store(t, {}, out) == 0);
     }
 }
+
+}  // namespace float_row_test

@@ -25,6 +25,8 @@
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace generate_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 
@@ -202,3 +204,5 @@ TEST_CASE("generate: a JSON schema's document, each token the most likely the gr
     }
     CHECK(whole >= 2);  // documents were finished, not only cut at max_tokens
 }
+
+}  // namespace generate_test

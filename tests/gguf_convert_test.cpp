@@ -30,6 +30,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace gguf_convert_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -408,3 +410,5 @@ TEST_CASE("GGUF pre-tokenizers: llama.cpp's GPT-2 pattern splits as the original
         }
     }
 }
+
+}  // namespace gguf_convert_test

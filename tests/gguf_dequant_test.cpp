@@ -15,6 +15,8 @@
 #include "formats/gguf.hpp"
 #include "test_support.hpp"
 
+namespace gguf_dequant_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 
@@ -174,3 +176,5 @@ TEST_CASE("GGUF dequantization refuses unsupported types and wrong sizes", "[ggu
     CHECK_THROWS_WITH(gguf_dequantize(GgmlType::q4_0, q4, short_out, "m.gguf", "t"),
                       Catch::Contains("36 bytes of Q4_0 do not dequantize to 63 floats"));
 }
+
+}  // namespace gguf_dequant_test

@@ -22,6 +22,8 @@
 #include "tokenizer/gguf_writer.hpp"
 #include "tokenizer/source.hpp"
 
+namespace gguf_export_reference_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -177,3 +179,5 @@ TEST_CASE("GGUF export: the gguf package reads the tokenizer metadata as written
     CHECK(g.tensors().empty());
     CHECK(expected.at("tensors").empty());
 }
+
+}  // namespace gguf_export_reference_test

@@ -20,6 +20,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace gguf_export_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -329,3 +331,5 @@ TEST_CASE("GGUF export: a short vocabulary is padded with unused [PAD] tokens",
         CHECK(b.encode(t.text) == a.encode(t.text));
     }
 }
+
+}  // namespace gguf_export_test

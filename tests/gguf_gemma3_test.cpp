@@ -29,6 +29,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace gguf_gemma3_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -175,3 +177,5 @@ TEST_CASE("Gemma 3 270M: converted logits equal transformers reading the same GG
         CHECK(worst < 1e-3);
     }
 }
+
+}  // namespace gguf_gemma3_test

@@ -22,6 +22,8 @@
 #include "kernels/cpu/qdot.hpp"
 #include "test_support.hpp"
 
+namespace gguf_keep_quant_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -249,3 +251,5 @@ TEST_CASE(
     const auto j = nlohmann::json::parse(r.output);
     CHECK(std::isfinite(j.at("ppl").get<double>()));
 }
+
+}  // namespace gguf_keep_quant_test

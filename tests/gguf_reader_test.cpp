@@ -12,6 +12,8 @@
 #include "gguf_builder.hpp"
 #include "test_support.hpp"
 
+namespace gguf_reader_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -302,3 +304,5 @@ TEST_CASE("GGUF reader: the type table", "[gguf]") {
         CHECK(&ggml_type_traits(row.type) == &row);
     }
 }
+
+}  // namespace gguf_reader_test

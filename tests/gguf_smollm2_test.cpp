@@ -23,6 +23,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace gguf_smollm2_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -96,3 +98,5 @@ TEST_CASE("SmolLM2-135M: converted logits equal transformers on the dequantized 
     INFO("worst relative L2 error " << worst);
     CHECK(worst < 1e-3);
 }
+
+}  // namespace gguf_smollm2_test

@@ -9,6 +9,8 @@
 #include "core/error.hpp"
 #include "test_support.hpp"
 
+namespace gguf_writer_test {
+
 using namespace qforge;
 using namespace qforge::test;
 
@@ -67,3 +69,5 @@ TEST_CASE("GGUF writer: long names and partial blocks are refused by name",
     CHECK_THROWS_WITH(w.add_tensor("odd", GgmlType::q4_0, std::vector<uint64_t>{2, 48}),
                       Catch::Contains("'odd'") && Catch::Contains("whole Q4_0 blocks of 32"));
 }
+
+}  // namespace gguf_writer_test

@@ -11,6 +11,8 @@
 
 #include "core/half.hpp"
 
+namespace half_test {
+
 using namespace qforge;
 
 // Through the vector form: clang's _cvtss_sh is a macro with a compound literal (-Wpedantic).
@@ -99,3 +101,5 @@ TEST_CASE("f16 overflow detection", "[core][half]") {
     REQUIRE(f16_overflows(-1e10f));
     REQUIRE_FALSE(f16_overflows(INFINITY));  // already infinite: not an overflow of conversion
 }
+
+}  // namespace half_test

@@ -26,6 +26,8 @@
 #include "tokenizer/hf_writer.hpp"
 #include "tokenizer/source.hpp"
 
+namespace hf_export_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -554,3 +556,5 @@ TEST_CASE("large exports are sharded with an index", "[interop][export]") {
     CHECK_THROWS_WITH(export_hf_quantized(o), Catch::Contains("not an empty directory"));
     CHECK(fs::exists(dir / "sharded" / "model.safetensors.index.json"));
 }
+
+}  // namespace hf_export_test

@@ -23,6 +23,8 @@
 #include "sources/hf_quantized.hpp"
 #include "test_support.hpp"
 
+namespace hf_quantized_import_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -490,3 +492,5 @@ TEST_CASE("GPTQ/AWQ import: a sharded checkpoint imports as the single file does
         CHECK(a.tensors()[t].checksum == b.tensors()[t].checksum);
     }
 }
+
+}  // namespace hf_quantized_import_test

@@ -24,6 +24,8 @@
 #include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace hostile_bounds_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -615,3 +617,5 @@ TEST_CASE("added tokens longer than 64 bytes are matched in linear time, leftmos
     CHECK(got.back().begin == 300000);
     CHECK(got.front().id == 8);
 }
+
+}  // namespace hostile_bounds_test

@@ -18,6 +18,8 @@
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace json_grammar_test {
+
 using namespace qforge;
 using ojson = nlohmann::ordered_json;
 
@@ -566,3 +568,5 @@ TEST_CASE("token constraint: the mask is each token tried alone, in strings and 
         }
     }
 }
+
+}  // namespace json_grammar_test

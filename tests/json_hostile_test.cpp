@@ -26,6 +26,8 @@
 #include "tokenizer/source_gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace json_hostile_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -648,3 +650,5 @@ TEST_CASE("a nesting bomb in a block state's CBOR meta section is an Error namin
                       Contains(path + ": damaged block state: meta section nested deeper than 256 "
                                       "levels"));
 }
+
+}  // namespace json_hostile_test

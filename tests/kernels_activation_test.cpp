@@ -21,6 +21,8 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/isa.hpp"
 
+namespace kernels_activation_test {
+
 using namespace qforge;
 
 namespace {
@@ -216,3 +218,5 @@ TEST_CASE("activation: rms_norm_row against float64", "[kernels][activation]") {
                 }
             }
 }
+
+}  // namespace kernels_activation_test

@@ -25,6 +25,8 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/isa.hpp"
 
+namespace kernels_attention_test {
+
 using namespace qforge;
 
 namespace {
@@ -220,3 +222,5 @@ TEST_CASE("attention: f16 rows give the bits of the same rows widened to float, 
         }
     }
 }
+
+}  // namespace kernels_attention_test

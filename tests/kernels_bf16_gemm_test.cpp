@@ -22,6 +22,8 @@
 #include "kernels/cpu/bf16_gemm.hpp"
 #include "test_support.hpp"
 
+namespace kernels_bf16_gemm_test {
+
 using namespace qforge;
 
 namespace {
@@ -251,3 +253,5 @@ TEST_CASE("bf16_gram is bf16_matmul with the rows as the tokens", "[bf16]") {
             }
     }
 }
+
+}  // namespace kernels_bf16_gemm_test

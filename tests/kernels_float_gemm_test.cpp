@@ -23,6 +23,8 @@
 #include "kernels/cpu/float_gemm.hpp"
 #include "kernels/cpu/isa.hpp"
 
+namespace kernels_float_gemm_test {
+
 using namespace qforge;
 
 namespace {
@@ -230,3 +232,5 @@ TEST_CASE("float_matmul_prepared: tokens prepared once give each call's bits", "
         }
     }
 }
+
+}  // namespace kernels_float_gemm_test

@@ -13,6 +13,8 @@
 #include "kernels/cpu/group_codes.hpp"
 #include "kernels/cpu/isa.hpp"
 
+namespace kernels_group_codes_test {
+
 using namespace qforge;
 
 namespace {
@@ -162,3 +164,5 @@ TEST_CASE("code_moments: every level gives the reference's bits", "[kernels][gro
             }
     }
 }
+
+}  // namespace kernels_group_codes_test

@@ -8,6 +8,8 @@
 #include "kernels/cpu/isa.hpp"
 #include "test_support.hpp"
 
+namespace kernels_isa_test {
+
 using namespace qforge;
 using Catch::Matchers::Contains;
 
@@ -41,3 +43,5 @@ TEST_CASE("QFORGE_ISA and QFORGE_NO_AVX2 lower the level qforge reports and uses
         REQUIRE(reported_isa("QFORGE_ISA=" + std::string(isa_name(isa))) == expect);
     }
 }
+
+}  // namespace kernels_isa_test

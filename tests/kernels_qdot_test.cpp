@@ -44,6 +44,8 @@
 #include "kernels/cpu/qpack.hpp"
 #include "test_support.hpp"
 
+namespace kernels_qdot_test {
+
 using namespace qforge;
 using qforge::test::quantized_types;
 
@@ -719,3 +721,5 @@ TEST_CASE("qmatmul: a type outside the table or a level above the CPU's throws",
             REQUIRE_THROWS_AS(qmatmul_isa(isa, QType::q8, w.data(), 64, 0, 1, a, 0, 1, &out, 1),
                               Error);
 }
+
+}  // namespace kernels_qdot_test

@@ -10,6 +10,8 @@
 #include "core/error.hpp"
 #include "test_support.hpp"
 
+namespace model_config_test {
+
 using namespace qforge;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -354,3 +356,5 @@ TEST_CASE("config: every architecture has a model_type", "[config]") {
     CHECK_FALSE(architecture_from_model_type("LlamaForCausalLM"));
     CHECK(supported_architectures() == "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3");
 }
+
+}  // namespace model_config_test

@@ -20,6 +20,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace nonfinite_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -314,3 +316,5 @@ TEST_CASE("nonfinite: verify's scan finds NaN/Inf in every float type and in pac
         REQUIRE(find_non_finite(t, b) == std::optional<std::string>(says));
     }
 }
+
+}  // namespace nonfinite_test

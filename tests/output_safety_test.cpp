@@ -25,6 +25,8 @@
 #include "formats/safetensors.hpp"
 #include "test_support.hpp"
 
+namespace output_safety_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -555,3 +557,5 @@ TEST_CASE("a conversion left by a killed process is removed by the next one",
     std::sort(kept.begin(), kept.end());
     REQUIRE(names_in(tmp) == kept);
 }
+
+}  // namespace output_safety_test

@@ -18,6 +18,8 @@
 #include "runtime/thread_pool.hpp"
 #include "serve_models.hpp"
 
+namespace paged_kv_cache_test {
+
 using namespace qforge;
 
 namespace {
@@ -451,3 +453,5 @@ TEST_CASE("cpu backend's KV pool: caches of the positions asked, all or none, bl
     backend->forward(ids, *paged, per + 2, got);
     CHECK(std::memcmp(got.data(), want.data(), v * sizeof(float)) == 0);
 }
+
+}  // namespace paged_kv_cache_test

@@ -15,6 +15,8 @@
 #include "formats/safetensors.hpp"
 #include "test_support.hpp"
 
+namespace phi3_cli_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -136,3 +138,5 @@ TEST_CASE("phi3: what is not supported is refused by name", "[cli][phi3]") {
     REQUIRE_THAT(lr.output, Catch::Contains("unsupported RoPE scaling type 'longrope'"));
     for (const char* out : {"n.qf", "l.qf"}) REQUIRE_FALSE(fs::exists(dir / out));
 }
+
+}  // namespace phi3_cli_test

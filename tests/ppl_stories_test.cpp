@@ -16,6 +16,8 @@
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace ppl_stories_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -186,3 +188,5 @@ TEST_CASE("ppl llamacpp: scores exactly llama-perplexity's positions, KL against
     REQUIRE(vs16.kl->top1_agreement() >= 0.99);
     REQUIRE(vs16.kl->rms_dp() < 1e-3);
 }
+
+}  // namespace ppl_stories_test

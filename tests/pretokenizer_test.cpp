@@ -12,6 +12,8 @@
 #include "core/error.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace pretokenizer_test {
+
 using namespace qforge;
 using namespace qforge::test;
 using nlohmann::json;
@@ -283,3 +285,5 @@ TEST_CASE("pre-tokenizer throughput on the Brown corpus", "[.][bench]") {
                     static_cast<double>(text.size()) / s / 1e6);
     }
 }
+
+}  // namespace pretokenizer_test

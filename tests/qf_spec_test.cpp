@@ -12,6 +12,8 @@
 #include "formats/qf_format.hpp"
 #include "formats/qtype.hpp"
 
+namespace qf_spec_test {
+
 using namespace qforge;
 
 namespace {
@@ -166,3 +168,5 @@ TEST_CASE("FORMAT.md super-block record matches QSuperRecord", "[formats][spec]"
     REQUIRE(rows[0].at(1).starts_with("d, binary16"));
     REQUIRE(rows[1].at(1).starts_with("dmin, binary16"));
 }
+
+}  // namespace qf_spec_test

@@ -15,6 +15,8 @@
 #include "qf_support.hpp"
 #include "test_support.hpp"
 
+namespace qf_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -379,3 +381,5 @@ TEST_CASE("qf broken files: each refused with its own message", "[formats][qf][b
     }
     REQUIRE(no_temp_files(dir.path()));
 }
+
+}  // namespace qf_test

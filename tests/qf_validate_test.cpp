@@ -16,6 +16,8 @@
 #include "qf_support.hpp"
 #include "test_support.hpp"
 
+namespace qf_validate_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -303,3 +305,5 @@ TEST_CASE("validate: a tokenizer with fewer tokens than vocab_size converts, war
         REQUIRE(g.exit_code == 0);
     }
 }
+
+}  // namespace qf_validate_test

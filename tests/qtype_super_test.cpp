@@ -15,6 +15,8 @@
 #include "quant/rtn_importance.hpp"
 #include "quant/rtn_super.hpp"
 
+namespace qtype_super_test {
+
 using namespace qforge;
 
 namespace {
@@ -174,3 +176,5 @@ TEST_CASE("GPTQ on super-block types: the stored rows have the error GPTQ's loss
                 REQUIRE(res.output_error <= 0.3 * res.rtn_output_error);
             }
 }
+
+}  // namespace qtype_super_test

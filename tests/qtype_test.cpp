@@ -11,6 +11,8 @@
 #include <vector>
 #include "test_support.hpp"
 
+namespace qtype_test {
+
 using namespace qforge;
 using qforge::test::quantized_types;
 
@@ -475,3 +477,5 @@ TEST_CASE("q4t rows: valid fitted levels, nearest codes, less error than the fix
     INFO("q4t " << err_t << " q4nl " << err_nl);
     CHECK(err_t < 0.95 * err_nl);
 }
+
+}  // namespace qtype_test

@@ -14,6 +14,8 @@
 #include "cli_support.hpp"
 #include "test_support.hpp"
 
+namespace quality_sweep_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -115,3 +117,5 @@ TEST_CASE("quality_sweep.sh: rows equal quantize and ppl run directly, kept on a
     REQUIRE(text_of(csv) == with_plan);
     REQUIRE_THAT(again.output, Contains("'q9:rtn' matches no TYPE:METHOD"));
 }
+
+}  // namespace quality_sweep_test

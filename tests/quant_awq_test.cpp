@@ -24,6 +24,8 @@
 #include "sources/model_source.hpp"
 #include "test_support.hpp"
 
+namespace quant_awq_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -435,3 +437,5 @@ TEST_CASE("qforge quantize --method awq on stories260K: no worse than RTN, v -> 
                      << pa["kld"]);
     REQUIRE(pa["kld"].get<double>() <= pr["kld"].get<double>());
 }
+
+}  // namespace quant_awq_test

@@ -16,6 +16,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_block_forward_test {
+
 using namespace qforge;
 
 namespace {
@@ -264,3 +266,5 @@ TEST_CASE("block forward attention with bf16 products: within bf16's bound of fl
         REQUIRE(worst > 0.0);  // bf16 rounding is there: the bf16 path ran
     }
 }
+
+}  // namespace quant_block_forward_test

@@ -18,6 +18,8 @@
 #include "formats/safetensors.hpp"
 #include "test_support.hpp"
 
+namespace quant_cli_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -390,3 +392,5 @@ TEST_CASE("an already quantized input is refused unless each tensor keeps its ty
     require_same_tensors(a, b);
     REQUIRE(b.header()["provenance"]["input_provenance"] == a.header()["provenance"]);
 }
+
+}  // namespace quant_cli_test

@@ -12,6 +12,8 @@
 #include "formats/qf.hpp"
 #include "test_support.hpp"
 
+namespace quant_gptq_cli_test {
+
 using namespace qforge;
 using Catch::Contains;
 using nlohmann::json;
@@ -184,3 +186,5 @@ TEST_CASE("q4nl_g32 on stories260K: importance RTN and GPTQ beat RTN on held-out
     REQUIRE(k_imp < k_rtn);
     REQUIRE(k_gptq < k_rtn);
 }
+
+}  // namespace quant_gptq_cli_test

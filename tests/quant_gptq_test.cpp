@@ -31,6 +31,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_gptq_test {
+
 using namespace qforge;
 using qforge::test::correlated_inputs;
 using qforge::test::quantized_types;
@@ -806,3 +808,5 @@ TEST_CASE("GPTQ: timings at TinyLlama shapes", "[.gptq_bench]") {
         }
     }
 }
+
+}  // namespace quant_gptq_test

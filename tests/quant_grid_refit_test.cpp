@@ -16,6 +16,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_grid_refit_test {
+
 using namespace qforge;
 using qforge::test::quantized_types;
 
@@ -219,3 +221,5 @@ TEST_CASE("GPTQ with the grid refit: lower output error, the same bytes for any 
               Approx(refit1.output_error).epsilon(1e-9));
     }
 }
+
+}  // namespace quant_grid_refit_test

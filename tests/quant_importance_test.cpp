@@ -16,6 +16,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_importance_test {
+
 using namespace qforge;
 
 namespace {
@@ -358,3 +360,5 @@ TEST_CASE("importance RTN: thread-independent, and GPTQ with a diagonal H is imp
                             Catch::Contains("importance-weighted grid search and mse"));
     }
 }
+
+}  // namespace quant_importance_test

@@ -14,6 +14,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_recipe_test {
+
 using namespace qforge;
 using Catch::Contains;
 
@@ -312,3 +314,5 @@ TEST_CASE("method options: the table's defaults, then the command line's choices
                         "--method awq --refit refits GPTQ's grids: use --method gptq or awq+gptq");
     REQUIRE_THROWS_WITH(resolved(QuantMethod::rtn, refit, true), Contains("--refit refits GPTQ"));
 }
+
+}  // namespace quant_recipe_test

@@ -12,6 +12,8 @@
 #include "cli_support.hpp"
 #include "test_support.hpp"
 
+namespace quant_resume_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -173,3 +175,5 @@ TEST_CASE("resume: another run's directory and broken block states are refused w
         REQUIRE_THAT(errors[0], Contains("missing"));
     }
 }
+
+}  // namespace quant_resume_test

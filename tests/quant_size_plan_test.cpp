@@ -20,6 +20,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace quant_size_plan_test {
+
 using namespace qforge;
 
 namespace {
@@ -349,3 +351,5 @@ TEST_CASE("quantize --target-bpw/--target-size: within the target, recorded, rep
     REQUIRE(r.exit_code == 1);
     REQUIRE_THAT(r.output, Catch::Contains("convert"));
 }
+
+}  // namespace quant_size_plan_test

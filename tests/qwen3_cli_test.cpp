@@ -23,6 +23,8 @@
 #include "formats/qf.hpp"
 #include "test_support.hpp"
 
+namespace qwen3_cli_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -223,3 +225,5 @@ TEST_CASE(
         same_tensors(src, QfFile((d / "gguf.qf").string()));
     }
 }
+
+}  // namespace qwen3_cli_test

@@ -19,6 +19,8 @@
 #include "test_support.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace regex_dfa_test {
+
 using namespace qforge;
 
 namespace {
@@ -194,3 +196,5 @@ TEST_CASE("token constraint: a pattern's mask is each token tried alone, and wal
         }
     }
 }
+
+}  // namespace regex_dfa_test

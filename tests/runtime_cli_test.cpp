@@ -7,6 +7,8 @@
 #include "cli_support.hpp"
 #include "test_support.hpp"
 
+namespace runtime_cli_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -169,3 +171,5 @@ TEST_CASE("qforge generate --chat-template renders the prompt with the given tem
     CHECK(r.exit_code == 2);  // a usage error, as for every input option
     CHECK_THAT(r.output, Contains("error: --chat-template: ") && Contains("absent.jinja"));
 }
+
+}  // namespace runtime_cli_test

@@ -27,6 +27,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace runtime_hf_reference_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 
@@ -287,3 +289,5 @@ TEST_CASE(
     REQUIRE_THROWS_WITH(export_gguf(ex), Catch::Contains("phi3") && Catch::Contains("fused"));
     REQUIRE_FALSE(fs::exists(ex.output));
 }
+
+}  // namespace runtime_hf_reference_test

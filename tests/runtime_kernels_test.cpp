@@ -19,6 +19,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace runtime_kernels_test {
+
 using namespace qforge;
 
 TEST_CASE("dot_row: AVX2 and scalar agree on odd lengths, widening is exact", "[runtime]") {
@@ -418,3 +420,5 @@ TEST_CASE("sampling: the repetition penalty divides or multiplies the context's 
     Sampler none({0.0f, 0, 1.0f, 1}, prompt);
     CHECK(none.sample(logits) == 1);
 }
+
+}  // namespace runtime_kernels_test

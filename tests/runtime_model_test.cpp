@@ -24,6 +24,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace runtime_model_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -604,3 +606,5 @@ TEST_CASE("cpu backend, quantized: identical logits for any thread count, prefil
         fs::remove(path);
     }
 }
+
+}  // namespace runtime_model_test

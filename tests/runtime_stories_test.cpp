@@ -17,6 +17,8 @@
 #include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
+namespace runtime_stories_test {
+
 using namespace qforge;
 namespace fs = std::filesystem;
 using test::convert_stories;
@@ -153,3 +155,5 @@ TEST_CASE("stories260K: CPU backend vs float64 forward on 64 tokens, any thread 
     INFO("max abs diff vs float64: " << worst);
     REQUIRE(worst <= 1e-4);
 }
+
+}  // namespace runtime_stories_test

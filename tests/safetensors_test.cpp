@@ -13,6 +13,8 @@
 #include "core/half.hpp"
 #include "test_support.hpp"
 
+namespace safetensors_test {
+
 using namespace qforge;
 using qforge::test::read_file;
 using qforge::test::ScratchDir;
@@ -486,3 +488,5 @@ TEST_CASE("stories260K checkpoint from ../shared", "[formats][safetensors]") {
     CHECK(emb.shape == std::vector<uint64_t>{512, 64});
     CHECK(emb.data.size() == 512 * 64 * 4);
 }
+
+}  // namespace safetensors_test

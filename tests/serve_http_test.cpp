@@ -35,6 +35,8 @@
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/utf8.hpp"
 
+namespace serve_http_test {
+
 using namespace qforge;
 using nlohmann::json;
 
@@ -1587,3 +1589,5 @@ TEST_CASE(
     CHECK(whole >= 8);  // the choices end within 16 tokens whatever the model
     CHECK(s.idle());
 }
+
+}  // namespace serve_http_test

@@ -11,6 +11,8 @@
 #include "cli_support.hpp"
 #include "kernels/device_info.hpp"
 
+namespace serve_openai_e2e_test {
+
 using namespace qforge;
 
 namespace {
@@ -68,3 +70,5 @@ TEST_CASE("serve --backend cuda without a device: one error line naming CUDA", "
     CHECK_THAT(r.output, Catch::Contains("qforge: error: ") && Catch::Contains("CUDA"));
     CHECK_THAT(r.output, !Catch::Contains("qforge serve: "));  // never started serving
 }
+
+}  // namespace serve_openai_e2e_test

@@ -19,6 +19,8 @@
 #include "serve_check.hpp"
 #include "serve_models.hpp"
 
+namespace serve_scheduler_test {
+
 using namespace qforge;
 using serve::FinishReason;
 using serve::Scheduler;
@@ -825,3 +827,5 @@ TEST_CASE("scheduler on the CUDA backend (per-sequence caches, whole prompts): g
     check_per_sequence_serving(make_cuda_backend(model), 22);
 #endif
 }
+
+}  // namespace serve_scheduler_test

@@ -5,6 +5,8 @@
 
 #include "serve/text_stream.hpp"
 
+namespace serve_text_stream_test {
+
 using qforge::serve::TextStream;
 using qforge::serve::utf8_complete_prefix;
 
@@ -76,3 +78,5 @@ TEST_CASE("text stream: the held-back tail is the longest start of a stop string
         }
     }
 }
+
+}  // namespace serve_text_stream_test

@@ -11,6 +11,8 @@
 #include "sources/model_source.hpp"
 #include "test_support.hpp"
 
+namespace sources_test {
+
 using namespace qforge;
 using Catch::Contains;
 namespace fs = std::filesystem;
@@ -151,3 +153,5 @@ TEST_CASE("bench, ppl and generate take a Hugging Face directory as the model", 
     }
     REQUIRE(fs::is_empty(tmp));
 }
+
+}  // namespace sources_test

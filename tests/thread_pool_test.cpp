@@ -14,6 +14,8 @@
 
 #include "runtime/thread_pool.hpp"
 
+namespace thread_pool_test {
+
 using namespace qforge;
 
 namespace {
@@ -141,3 +143,5 @@ TEST_CASE("thread pool: an exception on any thread ends the region and reaches t
         alternate(pool, 40);
     }
 }
+
+}  // namespace thread_pool_test

@@ -16,6 +16,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace tokenizer_gemma_test {
+
 using namespace qforge;
 using namespace qforge::test;
 namespace fs = std::filesystem;
@@ -70,3 +72,5 @@ TEST_CASE("Gemma tokenizer rules: the tokenizer.json transformers saves reads th
     write_file(dir / "tokenizer_config.json", ref.at("tokenizer_config_json").dump());
     check_cases(Tokenizer::load((dir / "tokenizer.json").string()), ref);
 }
+
+}  // namespace tokenizer_gemma_test

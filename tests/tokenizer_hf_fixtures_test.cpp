@@ -8,6 +8,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer_fixtures.hpp"
 
+namespace tokenizer_hf_fixtures_test {
+
 using namespace qforge;
 using namespace qforge::test;
 using nlohmann::json;
@@ -109,3 +111,5 @@ TEST_CASE("HF tokenizers: Qwen3's added tokens and configuration", "[tokenizer][
         CHECK(tok.decode(ids, false) == text);
     }
 }
+
+}  // namespace tokenizer_hf_fixtures_test

@@ -10,6 +10,8 @@
 #include "tokenizer/source.hpp"
 #include "tokenizer/tokenizer.hpp"
 
+namespace tokenizer_llama2c_test {
+
 using namespace qforge;
 using nlohmann::json;
 
@@ -179,3 +181,5 @@ TEST_CASE("qforge tokenize prints tokens, ids and counts for a llama2.c vocabula
     CHECK(r.exit_code == 2);  // a usage error
     CHECK_THAT(r.output, Catch::Contains("-p/--prompt TEXT or -f/--file FILE"));
 }
+
+}  // namespace tokenizer_llama2c_test

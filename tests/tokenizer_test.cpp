@@ -13,6 +13,8 @@
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
 
+namespace tokenizer_test {
+
 using namespace qforge;
 using nlohmann::json;
 
@@ -228,3 +230,5 @@ TEST_CASE("malformed tokenizer.json files fail with one Error naming the file", 
         CHECK(what.size() < 2 * path.string().size() + 400);
     }
 }
+
+}  // namespace tokenizer_test

@@ -9,8 +9,6 @@ namespace qforge {
 
 namespace {
 
-constexpr const char* kReplacement = "\xef\xbf\xbd";  // U+FFFD
-
 void check_id(const TokenizerData& t, int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= t.pieces.size())
         throw Error(t.source, {},

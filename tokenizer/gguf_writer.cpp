@@ -6,14 +6,13 @@
 #include "formats/gguf_writer.hpp"
 #include "formats/json_io.hpp"
 #include "tokenizer/pretokenizer.hpp"
+#include "tokenizer/source.hpp"
 
 namespace qforge {
 
 using nlohmann::json;
 
 namespace {
-
-const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type) of the schema's names.
 int64_t gguf_token_type(const std::string& t) {

@@ -7,6 +7,7 @@
 // absent tokens, ids out of range and duplicate pieces are each one qforge::Error naming the file.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -21,6 +22,12 @@ inline constexpr const char* kChatTurnEnds[] = {"<|eot_id|>", "<|im_end|>", "<|e
 // The schema version this build writes and reads. A .qf tokenizer with another version is
 // refused with a hint to reconvert.
 inline constexpr int kTokenizerSchemaVersion = 2;
+
+// U+2581 "▁", SentencePiece's space: the metaspace every SentencePiece-style schema defaults to.
+inline const std::string kMetaSpace = "\xe2\x96\x81";
+
+// The most leading spaces a Strip decoder may remove; far larger counts are not a tokenizer.
+inline constexpr int64_t kMaxStrip = 1 << 20;
 
 // `path` is a tokenizer.json (tokenizer_config.json and generation_config.json beside it are read
 // too), a llama2.c tokenizer (.bin) or a GGUF model (its tokenizer.ggml.* metadata). Returns the

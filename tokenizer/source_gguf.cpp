@@ -20,8 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581 "▁", SentencePiece's space
-
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class GgufTokenType : int64_t {
     undefined = 0,

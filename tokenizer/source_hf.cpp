@@ -21,8 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581 "▁", SentencePiece's space
-
 // A value for messages: its JSON text, cut short (a whole vocabulary must not end up in one line).
 std::string excerpt(const JsonView& v) {
     if (!v.raw()) return "(absent)";
@@ -87,9 +85,6 @@ std::string metaspace_prepend_scheme(const JsonView& m) {
     if (m.has("prepend_scheme")) return m["prepend_scheme"].string();
     return m["add_prefix_space"].boolean_or(true) ? "always" : "never";
 }
-
-// A count of leading spaces the Strip decoder removes; far larger values are not a tokenizer.
-constexpr int64_t kMaxStrip = 1 << 20;
 
 json map_decoder(const JsonView& decoder) {
     json out = {{"byte_level", false},
@@ -269,9 +264,9 @@ json map_hf_tokenizer(const std::string& path) {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
         if (model[key].string_or("") != "") model[key].fail("not supported");
     const json& vocab = model["vocab"].value();
-    static const json kNone = json::array();
-    const JsonView added =
-        tok["added_tokens"].is_set() ? tok["added_tokens"] : JsonView(kNone, path, "added_tokens");
+    static const json kNoTokens = json::array();
+    const JsonView added = tok["added_tokens"].is_set() ? tok["added_tokens"]
+                                                        : JsonView(kNoTokens, path, "added_tokens");
     added.array();
 
     json s;

@@ -18,7 +18,6 @@ using nlohmann::json;
 
 // run.c merges only pairs whose merged score beats its initial best_score of -1e10.
 constexpr double kLlama2cMinScore = -1e10;
-const std::string kMetaSpace = "\xe2\x96\x81";  // U+2581 "▁"
 
 TokenType token_type(const std::string& name, const std::string& source) {
     if (name == "normal") return TokenType::normal;
@@ -155,9 +154,6 @@ bool marker_is_cut_point(const TokenizerData& t, const std::string& marker) {
     }
     return true;
 }
-
-// Leading spaces a decoder strips; far larger counts are corruption.
-constexpr int64_t kMaxStrip = 1 << 20;
 
 void load_decoder(TokenizerData& t, const JsonView& d) {
     t.decode_byte_fallback =

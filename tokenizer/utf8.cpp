@@ -38,8 +38,6 @@ size_t valid_prefix(std::string_view s, size_t i, size_t* full_length) {
     return k;
 }
 
-constexpr const char* kReplacement = "\xef\xbf\xbd";  // U+FFFD
-
 }  // namespace
 
 size_t utf8_sequence_length(std::string_view s, size_t i) {

@@ -9,6 +9,9 @@
 
 namespace qforge {
 
+// U+FFFD, what a byte that is not UTF-8 decodes to.
+inline constexpr std::string_view kReplacement = "\xef\xbf\xbd";
+
 // `s` with every ill-formed sequence replaced by U+FFFD, one replacement per maximal subpart
 // (Unicode 15, section 3.9, "U+FFFD substitution of maximal subparts"): the rule Python's
 // bytes.decode("utf-8", errors="replace") and Rust's String::from_utf8_lossy both follow, so
