@@ -40,8 +40,8 @@ stage "AddressSanitizer + UndefinedBehaviorSanitizer build (CPU code)"
 # would give back. Without -g (assertions stay on): debug info costs about 10% of each compile
 # (cmd_ppl.cpp 13.2 s against 11.9 s) and the links; sanitizer reports still name the functions
 # of each frame, and a failure is rerun locally with -g for lines.
-# A unity build (CMAKE_UNITY_BUILD: 8 files to a unit; the kernels stay file by file,
-# kernels/CMakeLists.txt): the release build above compiled every product source on its own.
+# A unity build (CMAKE_UNITY_BUILD: 8 files to a unit, the tests in two; the kernels stay file by
+# file, kernels/CMakeLists.txt): the release build above compiled every product source alone.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DQFORGE_CUDA=OFF \
   -DQFORGE_SANITIZE=ON -DQFORGE_WERROR=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build build-asan -j"$jobs"
