@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 fs::path convert(const fs::path& hf, const fs::path& out, const std::string& extra = "") {
     auto r = test::run_qforge("convert " + q(hf) + " -o " + q(out) + " -q " + extra);

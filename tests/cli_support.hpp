@@ -29,5 +29,8 @@ std::string qforge_command();
 CommandResult run_qforge(const std::string& args, const std::string& shell_prefix = "");
 // Runs a shell command line (sh -c), stdout and stderr together.
 CommandResult run_shell(const std::string& command);
+// A path as one shell word of run_qforge's and run_shell's command lines: in single quotes (the
+// tests' scratch and fixture paths hold none).
+inline std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
 
 }  // namespace qforge::test

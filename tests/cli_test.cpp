@@ -21,12 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) {
-    std::string s = p.string();
-    s.insert(s.begin(), '\'');
-    s.push_back('\'');
-    return s;
-}
+using qforge::test::q;
 
 size_t count_lines(const std::string& s) {
     size_t n = 0;

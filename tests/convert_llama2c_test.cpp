@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 // A llama2.c version-0 file built from the README's description, independently of the converter:
 // the header, then every float array in file order. Element k of the whole float section holds

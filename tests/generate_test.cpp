@@ -40,7 +40,7 @@ fs::path tiny_qwen3(const test::ScratchDir& dir) {
     return o.output;
 }
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 }  // namespace
 

@@ -35,8 +35,6 @@ const fs::path kGgufFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / 
 // The command lines that made export_tiny.gguf (tests/data/gguf/README.md repeats them).
 const std::string kRecipe = "--qtype q4s_g32 --tensor-type mlp.down=f16 --tensor-type attn.v=bf16";
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-
 void run_ok(const std::string& args) {
     const auto r = run_qforge(args + " -q");
     INFO(args << "\n" << r.output);

@@ -28,8 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-
 void run_ok(const std::string& args) {
     const auto r = run_qforge(args + " -q");
     INFO(args << "\n" << r.output);

@@ -36,8 +36,6 @@ namespace {
 
 const fs::path kFixtures = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "quant_checkpoints";
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-
 // A float F16 checkpoint in `dir`/float: the fixtures' one-layer Llama widened (hidden 128,
 // intermediate 256: every linear packs into 8-code words) with deterministic pseudo-random weights,
 // and tok512.bin beside it so every .qf carries the same tokenizer. Returns the converted .qf.

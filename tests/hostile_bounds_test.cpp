@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 size_t count_lines(const std::string& s) {
     size_t n = 0;

@@ -35,7 +35,7 @@ namespace {
 
 const fs::path kData = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data";
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 // What a directory tree holds: each entry's type, device numbers and, for files, bytes.
 using Snapshot = std::map<std::string, std::pair<std::string, std::vector<uint8_t>>>;

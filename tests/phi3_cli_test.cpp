@@ -23,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 test::CommandResult run(const std::string& args) {
     auto r = test::run_qforge(args);

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 std::string text_of(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);

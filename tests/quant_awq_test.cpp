@@ -126,7 +126,7 @@ std::vector<float> tensor_f32(const ModelSource& src, size_t i) {
     return v;
 }
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 json json_of(const test::CommandResult& r) {
     INFO(r.output);

@@ -29,7 +29,7 @@ namespace {
 
 const fs::path kHfModels = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data" / "hf_models";
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 std::vector<std::string> lines_of(const std::string& s) {
     std::vector<std::string> lines;

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 std::string read_file(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);

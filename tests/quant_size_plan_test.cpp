@@ -263,7 +263,7 @@ TEST_CASE(
 
 namespace {
 
-std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 // name -> checksum of every tensor: what the file stores, whatever its header says.
 std::map<std::string, std::string> tensor_sums(const QfFile& f) {

@@ -31,7 +31,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 test::CommandResult ok(const std::string& args) {
     auto r = test::run_qforge(args);

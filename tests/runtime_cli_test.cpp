@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 size_t count_lines(const std::string& s) {
     return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));

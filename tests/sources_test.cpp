@@ -23,7 +23,7 @@ const fs::path kData = fs::path(QFORGE_SOURCE_DIR) / "tests" / "data";
 const fs::path kGguf = kData / "gguf" / "tiny_llama.gguf";
 const fs::path kHf = kData / "hf_models" / "llama_gqa_untied";
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+using qforge::test::q;
 
 test::CommandResult run_ok(const std::string& args, const std::string& prefix = "") {
     auto r = test::run_qforge(args, prefix);
