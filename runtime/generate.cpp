@@ -25,7 +25,6 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
     Sampler sampler(options.sampling, prompt);
     std::vector<float> logits(c.vocab_size);
     GenerateResult result;
-    using Clock = std::chrono::steady_clock;
     const uint64_t sampleable =
         options.token_count == 0 ? c.vocab_size : std::min(options.token_count, c.vocab_size);
     const auto next_id = [&] {
@@ -44,11 +43,12 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
         return sampler.sample(logits);
     };
 
-    auto t0 = Clock::now();
+    auto t0 = std::chrono::steady_clock::now();
     backend.forward(prompt, *cache, prompt.size() - 1, logits);
-    result.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.prompt_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    t0 = Clock::now();
+    t0 = std::chrono::steady_clock::now();
     while (result.tokens.size() < options.max_new_tokens) {
         const int32_t next = next_id();
         if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) !=
@@ -70,7 +70,8 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt,
         backend.forward({&next, 1}, *cache, 0, logits);
         ++result.decode_steps;
     }
-    result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.decode_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return result;
 }
 

@@ -11,7 +11,8 @@
 # Environment: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_JOBS (harnesses run at once,
 # default 1), FUZZ_FRESH=1 (start from the seeds, dropping the corpus earlier runs grew),
 # FUZZ_OPT (optimization level, default -O1), FUZZ_DEBUG=0 (no -g: reports name functions but not
-# lines).
+# lines), FUZZ_CONFIGURED=1 (FUZZ_BUILD is a build already configured with QFORGE_FUZZ, as
+# scripts/test.sh's sanitizer build: use it as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,17 +59,20 @@ fi
 
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-# -O1 -g: stacks with lines, and the usual level for fuzzing. The CI's 5 s smoke builds at -O0
-# without -g (FUZZ_OPT=-O0 FUZZ_DEBUG=0): with the sanitizers, -O1 compiles about 40% more slowly
-# and -g about 25% (formats/json_io.cpp 15.9 s against 12.5, clang 14), and a smoke needs the
-# harnesses built and run, not speed; a failure it finds is rerun here with lines.
+# -O1 -g: stacks with lines, and the usual level for fuzzing. The CI's 5 s smoke runs the
+# harnesses of its sanitizer build, at -O0 without -g (FUZZ_CONFIGURED): with the sanitizers, -O1
+# compiles about 40% more slowly and -g about 25% (formats/json_io.cpp 15.9 s against 12.5,
+# clang 14), and a smoke needs the harnesses built and run, not speed; a failure it finds is rerun
+# here with lines.
 debug=" -g"
-# A unity build (8 files to a unit, CMAKE_UNITY_BUILD): the libraries compile in about half the
-# time; the fuzzed code is the same.
 [ "${FUZZ_DEBUG:-1}" = 0 ] && debug=""
-cmake -S . -B "$build" -DQFORGE_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" -DQFORGE_CUDA=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FUZZ_OPT:--O1}$debug" \
-  -DQFORGE_WERROR=ON -DCMAKE_UNITY_BUILD=ON "${launcher[@]}" >/dev/null
+# A unity build (8 files to a unit, CMAKE_UNITY_BUILD), as CI's sanitizer build: the fuzzed code
+# is the same.
+if [ "${FUZZ_CONFIGURED:-0}" != 1 ]; then
+  cmake -S . -B "$build" -DQFORGE_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" -DQFORGE_CUDA=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${FUZZ_OPT:--O1}$debug" \
+    -DQFORGE_WERROR=ON -DCMAKE_UNITY_BUILD=ON "${launcher[@]}" >/dev/null
+fi
 targets=()
 for h in "${harnesses[@]}"; do targets+=(--target "fuzz_$h"); done
 cmake --build "$build" -j"$(nproc)" "${targets[@]}"
