@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/alloc.hpp"
 #include "core/half.hpp"
 #include "formats/architectures.hpp"
 #include "formats/qf.hpp"
@@ -315,13 +316,13 @@ TEST_CASE("cpu backend: float matrices copied into huge-page memory give the in-
     test::ScratchDir dir("runtime-float-copy");
     for (QType qtype : {QType::f32, QType::f16, QType::bf16}) {
         INFO(qtype_traits(qtype).name);
-        // A vocabulary large enough that the embedding and the LM head (untied; and tied) reach
-        // the 2 MiB from which the backend copies a float matrix (f16: 16384 x hidden rows).
+        // A vocabulary large enough that the embedding and the LM head (untied; and tied) pass
+        // the 2 MiB from which the backend copies a float matrix (kHugePageBytes), by one row.
         for (bool tied : {false, true}) {
             Variant v = kVariants[0];
             v.tied = tied;
             ModelConfig c = variant_config(v);
-            c.vocab_size = (uint64_t{4} << 20) / (c.hidden_size * qtype_traits(qtype).bits / 8);
+            c.vocab_size = kHugePageBytes / (c.hidden_size * qtype_traits(qtype).bits / 8) + 1;
             const fs::path path = dir / "m.qf";
             write_model(path, c, qtype, 13);
             Model model(path.string());
